@@ -1,0 +1,85 @@
+//! sweep's gRPC protocol (`proto/sweep.proto`), compiled at build time with protox, and the conversions between
+//! its generated types and the domain types of `sweep-puzzles`.
+//!
+//! Architecture invariant: this is the only crate with generated code. Everything past the RPC edge works on
+//! domain types; conversions that can fail (counters sent as decimal strings) return [`WireError`].
+
+use std::collections::BTreeMap;
+
+use sweep_puzzles::ChunkOutput;
+
+#[allow(clippy::all, missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("sweep.v1");
+}
+
+/// A message that decoded as protobuf but does not make sense.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WireError {
+    #[error("counter `{name}` is not a decimal u128: `{value}`")]
+    BadCounter { name: String, value: String },
+    #[error("missing field `{0}`")]
+    Missing(&'static str),
+}
+
+impl From<&ChunkOutput> for v1::ChunkOutput {
+    fn from(out: &ChunkOutput) -> Self {
+        v1::ChunkOutput {
+            nodes: out.nodes,
+            solutions: out.solutions.clone(),
+            counters: out
+                .counters
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect(),
+            artifact: out.artifact.clone(),
+        }
+    }
+}
+
+impl TryFrom<v1::ChunkOutput> for ChunkOutput {
+    type Error = WireError;
+
+    fn try_from(out: v1::ChunkOutput) -> Result<Self, WireError> {
+        let mut counters = BTreeMap::new();
+        for (name, value) in out.counters {
+            let Ok(n) = value.parse::<u128>() else {
+                return Err(WireError::BadCounter { name, value });
+            };
+            counters.insert(name, n);
+        }
+        Ok(ChunkOutput {
+            nodes: out.nodes,
+            solutions: out.solutions,
+            counters,
+            artifact: out.artifact,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_output_roundtrips_with_huge_counters() {
+        let mut out = ChunkOutput {
+            nodes: 7,
+            solutions: vec!["a".into()],
+            artifact: vec![1, 2],
+            ..Default::default()
+        };
+        out.count("count", u128::MAX);
+        let wire = v1::ChunkOutput::from(&out);
+        assert_eq!(wire.counters["count"], u128::MAX.to_string());
+        assert_eq!(ChunkOutput::try_from(wire).unwrap(), out);
+    }
+
+    #[test]
+    fn garbled_counter_is_named() {
+        let mut wire = v1::ChunkOutput::default();
+        wire.counters.insert("unique".into(), "-3".into());
+        let err = ChunkOutput::try_from(wire).unwrap_err();
+        assert!(err.to_string().contains("unique"), "{err}");
+    }
+}

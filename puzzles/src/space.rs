@@ -1,0 +1,389 @@
+//! The search-space contract shared by every puzzle.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// How many canonical solutions a merged answer keeps. Counts stay exact beyond it; only the list is cut, and the
+/// answer says so. One million short strings is what a coordinator can hold without strain.
+pub const MAX_KEPT_SOLUTIONS: usize = 1_000_000;
+
+/// Everything that can go wrong inside a search space. Expected conditions (bad parameters, cancellation) are
+/// variants, so callers can map them to exit codes and RPC statuses in one place.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum SpaceError {
+    #[error("unknown search space `{name}` (known: {known})")]
+    UnknownSpace { name: String, known: String },
+    /// The user asked for `--help`; the text is the space's rendered help, not an error.
+    #[error("{0}")]
+    Help(String),
+    /// The space's command-line options did not parse; the text is clap's message.
+    #[error("{0}")]
+    Usage(String),
+    #[error("invalid value for `{name}`: {reason}")]
+    InvalidParam { name: &'static str, reason: String },
+    #[error("malformed job parameters for `{space}`: {reason}")]
+    BadParams { space: &'static str, reason: String },
+    #[error("chunk {chunk} does not exist: the job has {n_chunks} chunks")]
+    ChunkOutOfRange { chunk: u64, n_chunks: u64 },
+    #[error("cancelled")]
+    Cancelled,
+    #[error("result failed verification: {0}")]
+    Verification(String),
+}
+
+/// Progress and cancellation shared between a running kernel and whoever runs it (a worker thread, a heartbeat
+/// task, a rayon pool). Kernels add nodes in batches and poll [`Control::is_cancelled`] between batches, so the
+/// cost is a relaxed atomic add every few thousand nodes.
+#[derive(Debug, Default)]
+pub struct Control {
+    nodes: AtomicU64,
+    cancelled: AtomicBool,
+}
+
+impl Control {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add_nodes(&self, n: u64) {
+        self.nodes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Nodes reported so far by the kernel (a progress figure; the exact count is in the chunk's output).
+    pub fn nodes(&self) -> u64 {
+        self.nodes.load(Ordering::Relaxed)
+    }
+
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Reports `n` more nodes and fails with [`SpaceError::Cancelled`] if the run should stop.
+    pub fn checkpoint(&self, n: u64) -> Result<(), SpaceError> {
+        self.add_nodes(n);
+        if self.is_cancelled() {
+            Err(SpaceError::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// How a job is split. Computed once when the job is submitted and stored with it; workers receive only
+/// `n_chunks` and a chunk index, and the job maps the pair to its part of the space deterministically.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub n_chunks: u64,
+    /// Total nodes of the whole job when known in advance (brute force over a fixed space), for honest ETAs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_nodes: Option<u128>,
+}
+
+/// What one chunk reports. The merge of outputs is a plain sum (nodes, counters) and concatenation (solutions),
+/// so spaces must report each solution in exactly one chunk (e.g. only the canonical member of a symmetry
+/// class), which keeps counts exact however the space is split.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkOutput {
+    /// Work done: permutations tested, positions visited, ... as the space defines it.
+    pub nodes: u64,
+    /// Solutions found in the space's canonical text form.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub solutions: Vec<String>,
+    /// Exact named counters (u128: some counts exceed 64 bits).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counters: BTreeMap<String, u128>,
+    /// An optional binary artifact (a piece of a table), merged by [`Job::merge_artifacts`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "hex_bytes")]
+    pub artifact: Vec<u8>,
+}
+
+impl ChunkOutput {
+    /// A digest over every field, in a fixed binary layout: two workers that computed the same chunk produce the
+    /// same digest, and a duplicate completion can be compared with the stored one without keeping both.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut h = blake3::Hasher::new();
+        h.update(b"sweep-chunk-output-v1");
+        h.update(&self.nodes.to_le_bytes());
+        h.update(&(self.solutions.len() as u64).to_le_bytes());
+        for s in &self.solutions {
+            h.update(&(s.len() as u64).to_le_bytes());
+            h.update(s.as_bytes());
+        }
+        h.update(&(self.counters.len() as u64).to_le_bytes());
+        for (k, v) in &self.counters {
+            h.update(&(k.len() as u64).to_le_bytes());
+            h.update(k.as_bytes());
+            h.update(&v.to_le_bytes());
+        }
+        h.update(&(self.artifact.len() as u64).to_le_bytes());
+        h.update(&self.artifact);
+        *h.finalize().as_bytes()
+    }
+
+    pub fn count(&mut self, counter: &str, n: u128) {
+        *self.counters.entry(counter.to_string()).or_default() += n;
+    }
+}
+
+/// The running, mergeable part of a job's answer: small enough to rewrite on every completion.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    pub chunks: u64,
+    pub nodes: u128,
+    #[serde(default)]
+    pub counters: BTreeMap<String, u128>,
+}
+
+impl Tally {
+    pub fn add(&mut self, out: &ChunkOutput) {
+        self.chunks += 1;
+        self.nodes += u128::from(out.nodes);
+        for (k, v) in &out.counters {
+            *self.counters.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    pub fn counter(&self, name: &str) -> u128 {
+        self.counters.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// A job's merged answer: the tally plus the solutions, sorted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    pub tally: Tally,
+    pub solutions: Vec<String>,
+    /// True when more than [`MAX_KEPT_SOLUTIONS`] solutions were reported and the list was cut.
+    pub solutions_truncated: bool,
+    /// The merged artifact, if the space produces one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "hex_bytes")]
+    pub artifact: Vec<u8>,
+}
+
+impl Answer {
+    /// Merges chunk outputs in any order into the same answer (solutions are sorted at the end).
+    pub fn from_outputs<'a>(outputs: impl IntoIterator<Item = &'a ChunkOutput>) -> Answer {
+        let mut ans = Answer::default();
+        for out in outputs {
+            ans.tally.add(out);
+            for s in &out.solutions {
+                if ans.solutions.len() < MAX_KEPT_SOLUTIONS {
+                    ans.solutions.push(s.clone());
+                } else {
+                    ans.solutions_truncated = true;
+                }
+            }
+        }
+        ans.solutions.sort_unstable();
+        ans
+    }
+}
+
+/// A job: one search space with fixed, validated parameters. Object safe, so the registry, the coordinator and
+/// the workers handle every space alike.
+pub trait Job: Send + Sync + Debug {
+    fn space(&self) -> &'static str;
+
+    /// Canonical parameters; `job_from_params(space, params)` rebuilds an equal job.
+    fn params(&self) -> serde_json::Value;
+
+    /// Splits the job. `requested` is the user's `--chunks`; `None` picks the space's default.
+    fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError>;
+
+    /// Runs chunk `chunk` of `n_chunks`. Deterministic: the same chunk gives the same output on every machine.
+    fn run_chunk(
+        &self,
+        n_chunks: u64,
+        chunk: u64,
+        ctl: &Control,
+    ) -> Result<ChunkOutput, SpaceError>;
+
+    /// Cheap checks of a reported output: every solution is a real, canonical solution of this job.
+    fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError>;
+
+    /// Combines the artifacts of all chunks (in chunk order) into the job's artifact. Spaces without artifacts
+    /// keep the default.
+    fn merge_artifacts(
+        &self,
+        _artifacts: &mut dyn Iterator<Item = &[u8]>,
+    ) -> Result<Vec<u8>, SpaceError> {
+        Ok(Vec::new())
+    }
+
+    /// The space-specific `result` object of the merged answer.
+    fn result(&self, answer: &Answer) -> serde_json::Value;
+
+    /// The merged answer for people: what the original programs printed, and more.
+    fn render_text(&self, result: &serde_json::Value) -> String;
+}
+
+/// The typed side of a search space: parameters with clap (for `sweep run SPACE ...`) and serde (for storage and
+/// the wire), and a constructor that validates them.
+pub trait SearchSpace: Send + Sync + 'static {
+    const NAME: &'static str;
+    const ABOUT: &'static str;
+    type Params: clap::Args + Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static;
+    type Job: Job + 'static;
+
+    fn build(params: Self::Params) -> Result<Self::Job, SpaceError>;
+}
+
+/// A registry entry: a [`SearchSpace`] with its types erased.
+pub trait Space: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn about(&self) -> &'static str;
+    /// Parses the space's options (everything after the space name on the command line).
+    fn parse_args(&self, args: &[String]) -> Result<Arc<dyn Job>, SpaceError>;
+    /// Rebuilds a job from its canonical parameters, rejecting unknown or ill-typed fields.
+    fn from_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError>;
+}
+
+pub(crate) struct Registered<S>(pub std::marker::PhantomData<S>);
+
+impl<S: SearchSpace> Space for Registered<S> {
+    fn name(&self) -> &'static str {
+        S::NAME
+    }
+
+    fn about(&self) -> &'static str {
+        S::ABOUT
+    }
+
+    fn parse_args(&self, args: &[String]) -> Result<Arc<dyn Job>, SpaceError> {
+        use clap::{Args, FromArgMatches};
+        let cmd = S::Params::augment_args(
+            clap::Command::new(S::NAME)
+                .about(S::ABOUT)
+                .no_binary_name(true),
+        );
+        let matches = cmd.try_get_matches_from(args).map_err(|e| match e.kind() {
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                SpaceError::Help(e.render().to_string())
+            }
+            _ => SpaceError::Usage(e.render().to_string().trim_end().to_string()),
+        })?;
+        let params =
+            S::Params::from_arg_matches(&matches).map_err(|e| SpaceError::Usage(e.to_string()))?;
+        Ok(Arc::new(S::build(params)?))
+    }
+
+    fn from_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
+        let params: S::Params =
+            serde_json::from_value(params.clone()).map_err(|e| SpaceError::BadParams {
+                space: S::NAME,
+                reason: e.to_string(),
+            })?;
+        Ok(Arc::new(S::build(params)?))
+    }
+}
+
+/// Artifacts are binary; in JSON (job records, `--json`) they travel as hex so the text stays readable.
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        let mut out = String::with_capacity(bytes.len() * 2);
+        for b in bytes {
+            out.push_str(&format!("{b:02x}"));
+        }
+        s.serialize_str(&out)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.len() % 2 != 0 {
+            return Err(serde::de::Error::custom("hex string of odd length"));
+        }
+        (0..text.len())
+            .step_by(2)
+            .map(|i| {
+                text.get(i..i + 2)
+                    .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                    .ok_or_else(|| serde::de::Error::custom("invalid hex digit"))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_changes_with_every_field() {
+        let base = ChunkOutput {
+            nodes: 5,
+            solutions: vec!["a".into()],
+            ..Default::default()
+        };
+        let mut counted = base.clone();
+        counted.count("solutions", 1);
+        let mut more_nodes = base.clone();
+        more_nodes.nodes += 1;
+        let mut with_artifact = base.clone();
+        with_artifact.artifact = vec![1];
+        let digests = [
+            base.digest(),
+            counted.digest(),
+            more_nodes.digest(),
+            with_artifact.digest(),
+        ];
+        for i in 0..digests.len() {
+            for j in i + 1..digests.len() {
+                assert_ne!(digests[i], digests[j], "{i} vs {j}");
+            }
+        }
+        assert_eq!(base.digest(), base.clone().digest());
+    }
+
+    #[test]
+    fn answer_is_independent_of_merge_order() {
+        let a = ChunkOutput {
+            nodes: 3,
+            solutions: vec!["b".into()],
+            ..Default::default()
+        };
+        let mut b = ChunkOutput {
+            nodes: 4,
+            solutions: vec!["a".into()],
+            ..Default::default()
+        };
+        b.count("x", u128::from(u64::MAX) + 7);
+        let ab = Answer::from_outputs([&a, &b]);
+        let ba = Answer::from_outputs([&b, &a]);
+        assert_eq!(ab, ba);
+        assert_eq!(ab.tally.nodes, 7);
+        assert_eq!(ab.tally.counter("x"), u128::from(u64::MAX) + 7);
+        assert_eq!(ab.solutions, vec!["a".to_string(), "b".to_string()]);
+    }
+
+    #[test]
+    fn artifact_survives_json() {
+        let out = ChunkOutput {
+            artifact: vec![0, 1, 254, 255],
+            ..Default::default()
+        };
+        let text = serde_json::to_string(&out).unwrap();
+        assert!(text.contains("0001feff"), "{text}");
+        assert_eq!(serde_json::from_str::<ChunkOutput>(&text).unwrap(), out);
+        assert!(serde_json::from_str::<ChunkOutput>(r#"{"nodes":1,"artifact":"0g"}"#).is_err());
+    }
+
+    #[test]
+    fn control_checkpoint_reports_cancellation() {
+        let ctl = Control::new();
+        assert!(ctl.checkpoint(10).is_ok());
+        ctl.cancel();
+        assert_eq!(ctl.checkpoint(5), Err(SpaceError::Cancelled));
+        assert_eq!(ctl.nodes(), 15);
+    }
+}

@@ -1,0 +1,1004 @@
+//! Magic n-pointed stars {n/2} (the seed "Bierprüfung", generalised; see `shared/specs/star.md`).
+//!
+//! Cells: outer points `O_i` are cells `0..n`, inner crossings `J_i` are cells `n..2n`. Line `i` is
+//! `[O_i, J_i, J_{i+1}, O_{i+2}]` (indices mod n); every line must sum to `4n + 2`.
+//!
+//! Two methods:
+//! - `brute` walks the permutations of 1..2n in lexicographic order over the seed's field numbering, chunked by
+//!   rank ranges. Each permutation is tested line by line in the order the lines fill up, stopping at the first
+//!   failing line, exactly as the seed does. Permutations that share a prefix on which a line already fails are
+//!   rejected by that same line, so they are accounted for as one block: `nodes` is exactly the number of
+//!   permutations tested, and the verdict for each is the one a one-by-one test gives.
+//! - `backtrack` fills the cells line by line, derives the last cell of each line from the sum, and breaks the
+//!   rotation symmetry by requiring `O_0` to be the smallest outer label. Each labelling has exactly n rotations
+//!   (labels are distinct, so no rotation fixes one), so `solutions = n * found`.
+//!
+//! Unique solutions are counted where they are found: a chunk counts a solution as unique exactly when it equals
+//! its own canonical form, so unique counts add up across chunks without any set of solutions being kept.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::perm::{split_range, FACTORIALS};
+use crate::space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+
+/// The registry's handle for the star space.
+pub struct Star;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// Every permutation of 1..2n, as the seed does (n <= 10).
+    Brute,
+    /// Line-by-line backtracking with sum pruning and rotation breaking.
+    Backtrack,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
+pub struct StarParams {
+    /// Number of points n (>= 5): 2n cells hold 1..2n, every line sums to 4n+2.
+    #[arg(long, default_value_t = 6)]
+    pub points: u32,
+    /// Search method.
+    #[arg(long, value_enum, default_value_t = Method::Backtrack)]
+    pub method: Method,
+}
+
+/// Values are kept in u64 bit masks, so 2n <= 64.
+const MAX_POINTS: u32 = 32;
+/// 2n! must fit in the rank arithmetic.
+const MAX_BRUTE_POINTS: u32 = 10;
+
+impl SearchSpace for Star {
+    const NAME: &'static str = "star";
+    const ABOUT: &'static str =
+        "Magic n-pointed stars: 1..2n on the 2n cells, every line of four sums to 4n+2";
+    type Params = StarParams;
+    type Job = StarJob;
+
+    fn build(params: StarParams) -> Result<StarJob, SpaceError> {
+        if params.points < 5 {
+            return Err(SpaceError::InvalidParam {
+                name: "points",
+                reason: format!(
+                    "{} is too small: a star {{n/2}} needs at least 5 points",
+                    params.points
+                ),
+            });
+        }
+        if params.points > MAX_POINTS {
+            return Err(SpaceError::InvalidParam {
+                name: "points",
+                reason: format!(
+                    "{} is too large: at most {MAX_POINTS} points are supported",
+                    params.points
+                ),
+            });
+        }
+        if params.method == Method::Brute && params.points > MAX_BRUTE_POINTS {
+            return Err(SpaceError::InvalidParam {
+                name: "points",
+                reason: format!(
+                    "brute force enumerates (2n)! permutations and is limited to n <= {MAX_BRUTE_POINTS}; \
+                     use --method backtrack"
+                ),
+            });
+        }
+        Ok(StarJob::new(params))
+    }
+}
+
+/// The static shape of an n-pointed star.
+#[derive(Debug, Clone)]
+pub struct Geometry {
+    pub n: usize,
+    pub magic: u32,
+    /// `lines[i]` = cells of line i in order.
+    pub lines: Vec<[u8; 4]>,
+    /// The 2n symmetries as cell maps: symmetry `g` moves cell `c` to `g[c]`.
+    pub symmetries: Vec<Vec<u8>>,
+    /// The seed's field numbering, generalised: `fields[f]` is the cell of field f.
+    pub fields: Vec<u8>,
+}
+
+impl Geometry {
+    pub fn new(n: usize) -> Geometry {
+        let o = |i: usize| (i % n) as u8;
+        let j = |i: usize| (n + i % n) as u8;
+        let lines: Vec<[u8; 4]> = (0..n).map(|i| [o(i), j(i), j(i + 1), o(i + 2)]).collect();
+        let mut symmetries = Vec::with_capacity(2 * n);
+        for k in 0..n {
+            // Rotation by k: O_i -> O_{i+k}, J_i -> J_{i+k}.
+            symmetries.push(
+                (0..2 * n)
+                    .map(|c| if c < n { o(c + k) } else { j(c - n + k) })
+                    .collect(),
+            );
+        }
+        for k in 0..n {
+            // Reflection O_i -> O_{-i} (maps line i to line -i-2, hence J_i -> J_{-i-1}), then rotation by k.
+            symmetries.push(
+                (0..2 * n)
+                    .map(|c| {
+                        if c < n {
+                            o(n - c + k)
+                        } else {
+                            j(2 * n - (c - n) - 1 + k)
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        // The seed labels one triangle's edge, fills it all around, then the second triangle. Generalised: walk
+        // lines 0, 2, 4, ... until the walk closes, then from the first unvisited line, listing each cell the
+        // first time a line reaches it.
+        let mut fields = Vec::with_capacity(2 * n);
+        let mut line_seen = vec![false; n];
+        let mut cell_seen = vec![false; 2 * n];
+        for start in 0..n {
+            let mut i = start;
+            while !line_seen[i] {
+                line_seen[i] = true;
+                for &c in &lines[i] {
+                    if !cell_seen[c as usize] {
+                        cell_seen[c as usize] = true;
+                        fields.push(c);
+                    }
+                }
+                i = (i + 2) % n;
+            }
+        }
+        Geometry {
+            n,
+            magic: 4 * n as u32 + 2,
+            lines,
+            symmetries,
+            fields,
+        }
+    }
+
+    /// Does `labels` (by cell) satisfy every line? Assumes labels are a permutation of 1..2n.
+    pub fn all_lines_hold(&self, labels: &[u8]) -> bool {
+        self.lines.iter().all(|l| {
+            l.iter()
+                .map(|&c| u32::from(labels[c as usize]))
+                .sum::<u32>()
+                == self.magic
+        })
+    }
+
+    /// The image of a labelling under symmetry `g`.
+    fn image(&self, labels: &[u8], g: &[u8], out: &mut [u8]) {
+        for (c, &l) in labels.iter().enumerate() {
+            out[g[c] as usize] = l;
+        }
+    }
+
+    /// The lexicographically smallest image (cells in order: outer then inner).
+    pub fn canonical(&self, labels: &[u8]) -> Vec<u8> {
+        let mut best = labels.to_vec();
+        let mut img = vec![0; labels.len()];
+        for g in &self.symmetries {
+            self.image(labels, g, &mut img);
+            if img < best {
+                best.copy_from_slice(&img);
+            }
+        }
+        best
+    }
+
+    /// The seed's unique form: the smallest image written in field order.
+    pub fn seed_form(&self, labels: &[u8]) -> Vec<u8> {
+        let mut img = vec![0; labels.len()];
+        let mut best: Option<Vec<u8>> = None;
+        for g in &self.symmetries {
+            self.image(labels, g, &mut img);
+            let in_fields: Vec<u8> = self.fields.iter().map(|&c| img[c as usize]).collect();
+            if best.as_ref().is_none_or(|b| in_fields < *b) {
+                best = Some(in_fields);
+            }
+        }
+        best.unwrap_or_default()
+    }
+}
+
+fn encode(labels: &[u8]) -> String {
+    labels
+        .iter()
+        .map(|l| l.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[derive(Debug)]
+pub struct StarJob {
+    params: StarParams,
+    geo: Geometry,
+    /// Backtrack chunks are ranges of these first-line prefixes (O_0, J_0, J_1).
+    prefixes: Vec<[u8; 3]>,
+}
+
+impl StarJob {
+    fn new(params: StarParams) -> StarJob {
+        let geo = Geometry::new(params.points as usize);
+        let prefixes = backtrack_prefixes(&geo);
+        StarJob {
+            params,
+            geo,
+            prefixes,
+        }
+    }
+
+    fn total_perms(&self) -> u128 {
+        u128::from(FACTORIALS[2 * self.geo.n])
+    }
+
+    fn max_chunks(&self) -> u64 {
+        match self.params.method {
+            Method::Brute => u64::try_from(self.total_perms())
+                .unwrap_or(u64::MAX)
+                .min(1 << 32),
+            Method::Backtrack => self.prefixes.len().max(1) as u64,
+        }
+    }
+
+    fn parse_solution(&self, s: &str) -> Result<Vec<u8>, SpaceError> {
+        let bad = |why: String| SpaceError::Verification(format!("solution `{s}`: {why}"));
+        let labels: Vec<u8> = s
+            .split(',')
+            .map(|t| t.parse::<u8>().map_err(|e| bad(format!("`{t}`: {e}"))))
+            .collect::<Result<_, _>>()?;
+        let cells = 2 * self.geo.n;
+        if labels.len() != cells {
+            return Err(bad(format!("{} labels, expected {cells}", labels.len())));
+        }
+        let mut seen = 0u64;
+        for &l in &labels {
+            if l == 0 || usize::from(l) > cells || seen & (1 << l) != 0 {
+                return Err(bad("not a permutation of 1..2n".into()));
+            }
+            seen |= 1 << l;
+        }
+        Ok(labels)
+    }
+}
+
+/// All (O_0, J_0, J_1) with O_0 small enough to be the smallest outer label and O_2 = magic - O_0 - J_0 - J_1
+/// a legal, distinct outer label above O_0.
+fn backtrack_prefixes(geo: &Geometry) -> Vec<[u8; 3]> {
+    let cells = 2 * geo.n as u32;
+    let mut out = Vec::new();
+    for o0 in 1..=geo.n as u32 + 1 {
+        for j0 in 1..=cells {
+            for j1 in 1..=cells {
+                if j0 == o0 || j1 == o0 || j1 == j0 {
+                    continue;
+                }
+                let Some(o2) = geo.magic.checked_sub(o0 + j0 + j1) else {
+                    continue;
+                };
+                if o2 > o0 && o2 <= cells && o2 != j0 && o2 != j1 {
+                    out.push([o0 as u8, j0 as u8, j1 as u8]);
+                }
+            }
+        }
+    }
+    out
+}
+
+impl Job for StarJob {
+    fn space(&self) -> &'static str {
+        Star::NAME
+    }
+
+    fn params(&self) -> Value {
+        serde_json::to_value(&self.params).unwrap_or(Value::Null)
+    }
+
+    fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
+        let max = self.max_chunks();
+        let n_chunks = match requested {
+            Some(0) => {
+                return Err(SpaceError::InvalidParam {
+                    name: "chunks",
+                    reason: "must be at least 1".into(),
+                });
+            }
+            Some(k) if k > max => {
+                return Err(SpaceError::InvalidParam {
+                    name: "chunks",
+                    reason: format!("{k} is more than this job can be split into ({max})"),
+                });
+            }
+            Some(k) => k,
+            None => match self.params.method {
+                Method::Brute => 256.min(max),
+                Method::Backtrack => 256.min(max),
+            },
+        };
+        let total_nodes = match self.params.method {
+            Method::Brute => Some(self.total_perms()),
+            Method::Backtrack => None,
+        };
+        Ok(Plan {
+            n_chunks,
+            total_nodes,
+        })
+    }
+
+    fn run_chunk(
+        &self,
+        n_chunks: u64,
+        chunk: u64,
+        ctl: &Control,
+    ) -> Result<ChunkOutput, SpaceError> {
+        if chunk >= n_chunks || n_chunks > self.max_chunks() {
+            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
+        }
+        let mut out = ChunkOutput::default();
+        match self.params.method {
+            Method::Brute => {
+                let (lo, hi) = split_range(self.total_perms(), n_chunks, chunk);
+                Brute::new(&self.geo, lo as u64, hi as u64, ctl, &mut out).run()?;
+            }
+            Method::Backtrack => {
+                let (lo, hi) = split_range(self.prefixes.len() as u128, n_chunks, chunk);
+                let mut bt = Backtrack::new(&self.geo, ctl, &mut out);
+                for p in &self.prefixes[lo as usize..hi as usize] {
+                    bt.run_prefix(*p)?;
+                }
+                bt.flush()?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        if chunk >= n_chunks {
+            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
+        }
+        let known = ["solutions", "unique"];
+        if let Some(k) = out.counters.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(SpaceError::Verification(format!("unknown counter `{k}`")));
+        }
+        let unique = out.counters.get("unique").copied().unwrap_or(0);
+        let solutions = out.counters.get("solutions").copied().unwrap_or(0);
+        if unique != out.solutions.len() as u128 {
+            return Err(SpaceError::Verification(format!(
+                "{unique} unique counted but {} reported",
+                out.solutions.len()
+            )));
+        }
+        if solutions < unique {
+            return Err(SpaceError::Verification(format!(
+                "{solutions} solutions < {unique} unique"
+            )));
+        }
+        if !out.artifact.is_empty() {
+            return Err(SpaceError::Verification(
+                "the star space has no artifacts".into(),
+            ));
+        }
+        if self.params.method == Method::Brute {
+            // Every permutation of the range is tested exactly once.
+            let (lo, hi) = split_range(self.total_perms(), n_chunks, chunk);
+            if u128::from(out.nodes) != hi - lo {
+                return Err(SpaceError::Verification(format!(
+                    "{} permutations tested, the chunk holds {}",
+                    out.nodes,
+                    hi - lo
+                )));
+            }
+        } else if solutions % self.geo.n as u128 != 0 {
+            return Err(SpaceError::Verification(format!(
+                "{solutions} solutions is not a multiple of n"
+            )));
+        }
+        for s in &out.solutions {
+            let labels = self.parse_solution(s)?;
+            if !self.geo.all_lines_hold(&labels) {
+                return Err(SpaceError::Verification(format!(
+                    "solution `{s}`: a line misses {}",
+                    self.geo.magic
+                )));
+            }
+            if self.geo.canonical(&labels) != labels {
+                return Err(SpaceError::Verification(format!(
+                    "solution `{s}` is not in canonical form"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn result(&self, answer: &Answer) -> Value {
+        let n = self.geo.n;
+        let mut canonical = Vec::new();
+        let mut seed_forms = Vec::new();
+        for s in &answer.solutions {
+            let Ok(labels) = self.parse_solution(s) else {
+                continue;
+            };
+            canonical.push(json!({ "outer": &labels[..n], "inner": &labels[n..] }));
+            seed_forms.push(
+                self.geo
+                    .seed_form(&labels)
+                    .iter()
+                    .map(|l| l.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            );
+        }
+        // The seed prints its unique solutions sorted as strings.
+        seed_forms.sort();
+        json!({
+            "points": n,
+            "method": self.params.method,
+            "magic_sum": self.geo.magic,
+            "solutions": answer.tally.counter("solutions"),
+            "unique": answer.tally.counter("unique"),
+            "symmetries": 2 * n,
+            "canonical": canonical,
+            "canonical_truncated": answer.solutions_truncated,
+            "seed_fields": self.geo.fields,
+            "seed_numbering": seed_forms,
+        })
+    }
+
+    fn render_text(&self, result: &Value) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let n = self.geo.n;
+        let _ = writeln!(
+            s,
+            "{}-pointed magic stars (lines sum to {}): {} solutions, {} unique up to the {} symmetries",
+            n, self.geo.magic, result["solutions"], result["unique"], 2 * n
+        );
+        if let Some(list) = result["seed_numbering"].as_array() {
+            if !list.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "unique solutions in the seed's field numbering (fields {}):",
+                    {
+                        let f: Vec<String> =
+                            self.geo.fields.iter().map(|c| cell_name(n, *c)).collect();
+                        f.join(" ")
+                    }
+                );
+                for item in list {
+                    let _ = writeln!(s, "  {}", item.as_str().unwrap_or_default());
+                }
+            }
+        }
+        if result["canonical_truncated"].as_bool() == Some(true) {
+            let _ = writeln!(s, "(list truncated; counts are exact)");
+        }
+        s
+    }
+}
+
+fn cell_name(n: usize, c: u8) -> String {
+    let c = usize::from(c);
+    if c < n {
+        format!("O{c}")
+    } else {
+        format!("J{}", c - n)
+    }
+}
+
+/// How many DFS steps pass between progress reports and cancellation checks.
+const CHECK_EVERY: u32 = 1 << 14;
+
+/// Rank-range brute force over permutations in field order.
+struct Brute<'a> {
+    geo: &'a Geometry,
+    lo: u64,
+    hi: u64,
+    ctl: &'a Control,
+    out: &'a mut ChunkOutput,
+    /// `labels[cell]`.
+    labels: Vec<u8>,
+    /// Lines that become complete when field `d` is placed.
+    completes_at: Vec<Vec<usize>>,
+    nodes: u64,
+    unreported: u64,
+    steps: u32,
+}
+
+impl<'a> Brute<'a> {
+    fn new(
+        geo: &'a Geometry,
+        lo: u64,
+        hi: u64,
+        ctl: &'a Control,
+        out: &'a mut ChunkOutput,
+    ) -> Self {
+        let cells = 2 * geo.n;
+        let mut position = vec![0usize; cells];
+        for (f, &c) in geo.fields.iter().enumerate() {
+            position[c as usize] = f;
+        }
+        let mut completes_at = vec![Vec::new(); cells];
+        for (i, line) in geo.lines.iter().enumerate() {
+            let last = line
+                .iter()
+                .map(|&c| position[c as usize])
+                .max()
+                .unwrap_or(0);
+            completes_at[last].push(i);
+        }
+        Brute {
+            geo,
+            lo,
+            hi,
+            ctl,
+            out,
+            labels: vec![0; cells],
+            completes_at,
+            nodes: 0,
+            unreported: 0,
+            steps: 0,
+        }
+    }
+
+    fn run(mut self) -> Result<(), SpaceError> {
+        if self.lo < self.hi {
+            let all = (1u64 << (2 * self.geo.n + 1)) - 2;
+            self.dfs(0, 0, all)?;
+        }
+        self.ctl.add_nodes(self.unreported);
+        self.out.nodes = self.nodes;
+        Ok(())
+    }
+
+    fn account(&mut self, n: u64) -> Result<(), SpaceError> {
+        self.nodes += n;
+        self.unreported += n;
+        self.steps += 1;
+        if self.steps >= CHECK_EVERY {
+            self.steps = 0;
+            let n = std::mem::take(&mut self.unreported);
+            self.ctl.checkpoint(n)?;
+        }
+        Ok(())
+    }
+
+    /// Places field `depth`; the subtree below covers ranks `[base, base + (cells-depth)!)`.
+    fn dfs(&mut self, depth: usize, base: u64, mut unused: u64) -> Result<(), SpaceError> {
+        let cells = 2 * self.geo.n;
+        let block = FACTORIALS[cells - depth - 1];
+        let cell = self.geo.fields[depth] as usize;
+        let mut child_base = base;
+        let free = unused;
+        let mut bits = free;
+        while bits != 0 {
+            let v = bits.trailing_zeros() as u8;
+            bits &= bits - 1;
+            let (start, end) = (child_base, child_base + block);
+            child_base = end;
+            if end <= self.lo {
+                continue;
+            }
+            if start >= self.hi {
+                break;
+            }
+            self.labels[cell] = v;
+            let in_range = end.min(self.hi) - start.max(self.lo);
+            let fails = self.completes_at[depth].iter().any(|&l| {
+                self.geo.lines[l]
+                    .iter()
+                    .map(|&c| u32::from(self.labels[c as usize]))
+                    .sum::<u32>()
+                    != self.geo.magic
+            });
+            if fails {
+                // Every permutation in this block fails at this line: the one-by-one test's verdict, counted once.
+                self.account(in_range)?;
+            } else if depth + 1 == cells {
+                self.account(1)?;
+                self.found();
+            } else {
+                unused &= !(1u64 << v);
+                self.dfs(depth + 1, start, unused)?;
+                unused |= 1u64 << v;
+            }
+        }
+        self.labels[cell] = 0;
+        Ok(())
+    }
+
+    fn found(&mut self) {
+        self.out.count("solutions", 1);
+        if self.geo.canonical(&self.labels) == self.labels {
+            self.out.count("unique", 1);
+            self.out.solutions.push(encode(&self.labels));
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// Try every free value in this cell. If `then_derive` names a line, the next step derives that line's last
+    /// cell, which bounds the values worth trying.
+    Choose { cell: u8, then_derive: Option<u8> },
+    /// The only unset cell of the line: its value is forced by the sum.
+    Derive { cell: u8, line: u8 },
+    /// A line whose cells are all set already.
+    Check { line: u8 },
+}
+
+/// Line-by-line backtracking after a first-line prefix.
+struct Backtrack<'a> {
+    geo: &'a Geometry,
+    ctl: &'a Control,
+    out: &'a mut ChunkOutput,
+    steps: Vec<Step>,
+    labels: Vec<u8>,
+    nodes: u64,
+    unreported: u64,
+}
+
+impl<'a> Backtrack<'a> {
+    fn new(geo: &'a Geometry, ctl: &'a Control, out: &'a mut ChunkOutput) -> Self {
+        let n = geo.n;
+        let mut set = vec![false; 2 * n];
+        // The prefix sets O_0, J_0, J_1 and derives O_2.
+        for c in [0, n, n + 1, 2 % n] {
+            set[c] = true;
+        }
+        let mut steps = Vec::new();
+        for (i, line) in geo.lines.iter().enumerate().skip(1) {
+            let unset: Vec<u8> = line.iter().copied().filter(|&c| !set[c as usize]).collect();
+            match unset.split_last() {
+                None => steps.push(Step::Check { line: i as u8 }),
+                Some((&last, chosen)) => {
+                    for (k, &c) in chosen.iter().enumerate() {
+                        let then_derive = (k + 1 == chosen.len()).then_some(i as u8);
+                        steps.push(Step::Choose {
+                            cell: c,
+                            then_derive,
+                        });
+                    }
+                    steps.push(Step::Derive {
+                        cell: last,
+                        line: i as u8,
+                    });
+                }
+            }
+            for &c in &unset {
+                set[c as usize] = true;
+            }
+        }
+        Backtrack {
+            geo,
+            ctl,
+            out,
+            steps,
+            labels: vec![0; 2 * n],
+            nodes: 0,
+            unreported: 0,
+        }
+    }
+
+    fn run_prefix(&mut self, [o0, j0, j1]: [u8; 3]) -> Result<(), SpaceError> {
+        let n = self.geo.n;
+        let o2 = (self.geo.magic - u32::from(o0) - u32::from(j0) - u32::from(j1)) as u8;
+        self.labels.iter_mut().for_each(|l| *l = 0);
+        self.labels[0] = o0;
+        self.labels[n] = j0;
+        self.labels[n + 1] = j1;
+        self.labels[2 % n] = o2;
+        let used = (1u64 << o0) | (1u64 << j0) | (1u64 << j1) | (1u64 << o2);
+        let all = (1u64 << (2 * n + 1)) - 2;
+        // Outer labels must exceed O_0 (rotation breaking): mask of values allowed in outer cells.
+        let outer_ok = all & !((1u64 << (o0 + 1)) - 1);
+        self.nodes += 4;
+        self.unreported += 4;
+        self.dfs(0, all & !used, outer_ok)?;
+        if self.unreported >= u64::from(CHECK_EVERY) {
+            let n = std::mem::take(&mut self.unreported);
+            self.ctl.checkpoint(n)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), SpaceError> {
+        let n = std::mem::take(&mut self.unreported);
+        self.ctl.checkpoint(n)?;
+        self.out.nodes = self.nodes;
+        Ok(())
+    }
+
+    fn line_sum_without(&self, line: u8, skip: u8) -> u32 {
+        self.geo.lines[line as usize]
+            .iter()
+            .filter(|&&c| c != skip)
+            .map(|&c| u32::from(self.labels[c as usize]))
+            .sum()
+    }
+
+    fn dfs(&mut self, k: usize, free: u64, outer_ok: u64) -> Result<(), SpaceError> {
+        let Some(&step) = self.steps.get(k) else {
+            self.found();
+            return Ok(());
+        };
+        let n = self.geo.n;
+        match step {
+            Step::Check { line } => {
+                if self.line_sum_without(line, u8::MAX) == self.geo.magic {
+                    self.dfs(k + 1, free, outer_ok)?;
+                }
+            }
+            Step::Derive { cell, line } => {
+                let rest = self.line_sum_without(line, cell);
+                let Some(v) = self.geo.magic.checked_sub(rest) else {
+                    return Ok(());
+                };
+                if v >= 64 {
+                    return Ok(());
+                }
+                let bit = 1u64 << v;
+                let allowed = if usize::from(cell) < n {
+                    free & outer_ok
+                } else {
+                    free
+                };
+                if allowed & bit != 0 {
+                    self.nodes += 1;
+                    self.unreported += 1;
+                    self.labels[cell as usize] = v as u8;
+                    self.dfs(k + 1, free & !bit, outer_ok)?;
+                    self.labels[cell as usize] = 0;
+                }
+            }
+            Step::Choose { cell, then_derive } => {
+                let mut candidates = if usize::from(cell) < n {
+                    free & outer_ok
+                } else {
+                    free
+                };
+                if let Some(line) = then_derive {
+                    // The derived cell gets magic - rest - v, which must lie in 1..=2n.
+                    let rest = self.line_sum_without(line, cell) as i64; // the derived cell is still 0
+                    let lo = (i64::from(self.geo.magic) - rest - 2 * n as i64).max(1);
+                    let hi = (i64::from(self.geo.magic) - rest - 1).min(2 * n as i64);
+                    if lo > hi {
+                        return Ok(());
+                    }
+                    let range = ((1u64 << (hi + 1)) - 1) & !((1u64 << lo) - 1);
+                    candidates &= range;
+                }
+                while candidates != 0 {
+                    let v = candidates.trailing_zeros();
+                    candidates &= candidates - 1;
+                    self.nodes += 1;
+                    self.unreported += 1;
+                    self.labels[cell as usize] = v as u8;
+                    self.dfs(k + 1, free & !(1u64 << v), outer_ok)?;
+                }
+                self.labels[cell as usize] = 0;
+                if self.unreported >= u64::from(CHECK_EVERY) * 64 {
+                    let n = std::mem::take(&mut self.unreported);
+                    self.ctl.checkpoint(n)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn found(&mut self) {
+        // Each labelling found stands for its n rotations (only the one with O_0 smallest is searched).
+        self.out.count("solutions", self.geo.n as u128);
+        if self.geo.canonical(&self.labels) == self.labels {
+            self.out.count("unique", 1);
+            self.out.solutions.push(encode(&self.labels));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn job(points: u32, method: Method) -> StarJob {
+        Star::build(StarParams { points, method }).unwrap()
+    }
+
+    fn solve(job: &StarJob, chunks: Option<u64>) -> Answer {
+        let plan = job.plan(chunks).unwrap();
+        let ctl = Control::new();
+        let outs: Vec<ChunkOutput> = (0..plan.n_chunks)
+            .map(|i| {
+                let out = job.run_chunk(plan.n_chunks, i, &ctl).unwrap();
+                job.verify(plan.n_chunks, i, &out).unwrap();
+                out
+            })
+            .collect();
+        Answer::from_outputs(&outs)
+    }
+
+    #[test]
+    fn seed_field_numbering_for_six_points() {
+        let geo = Geometry::new(6);
+        // Seed lines {0,1,2,3} {3,4,5,6} {6,7,8,0} {9,2,4,10} {10,5,7,11} {11,8,1,9}, in field numbers.
+        let seed_lines = [
+            [0, 1, 2, 3],
+            [3, 4, 5, 6],
+            [6, 7, 8, 0],
+            [9, 2, 4, 10],
+            [10, 5, 7, 11],
+            [11, 8, 1, 9],
+        ];
+        let mut ours: Vec<Vec<u8>> = geo
+            .lines
+            .iter()
+            .map(|l| {
+                let mut f: Vec<u8> = l
+                    .iter()
+                    .map(|&c| geo.fields.iter().position(|&x| x == c).unwrap() as u8)
+                    .collect();
+                f.sort();
+                f
+            })
+            .collect();
+        let mut theirs: Vec<Vec<u8>> = seed_lines
+            .iter()
+            .map(|l| {
+                let mut v = l.to_vec();
+                v.sort();
+                v
+            })
+            .collect();
+        ours.sort();
+        theirs.sort();
+        assert_eq!(ours, theirs);
+    }
+
+    #[test]
+    fn every_symmetry_maps_lines_to_lines() {
+        for n in 5..=12 {
+            let geo = Geometry::new(n);
+            let as_sets: Vec<Vec<u8>> = geo
+                .lines
+                .iter()
+                .map(|l| {
+                    let mut v = l.to_vec();
+                    v.sort();
+                    v
+                })
+                .collect();
+            assert_eq!(geo.symmetries.len(), 2 * n);
+            let mut distinct = geo.symmetries.clone();
+            distinct.sort();
+            distinct.dedup();
+            assert_eq!(distinct.len(), 2 * n, "n={n}: symmetries are distinct");
+            for g in &geo.symmetries {
+                for line in &geo.lines {
+                    let mut img: Vec<u8> = line.iter().map(|&c| g[c as usize]).collect();
+                    img.sort();
+                    assert!(as_sets.contains(&img), "n={n}: {g:?} breaks line {line:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn six_points_brute_gives_the_seed_answer() {
+        let ans = solve(&job(6, Method::Brute), Some(37));
+        assert_eq!(ans.tally.counter("solutions"), 960);
+        assert_eq!(ans.tally.counter("unique"), 80);
+        assert_eq!(ans.tally.nodes, 479_001_600);
+        let result = job(6, Method::Brute).result(&ans);
+        let seed = result["seed_numbering"].as_array().unwrap();
+        assert_eq!(seed.len(), 80);
+        assert_eq!(seed[0], "1, 10, 8, 7, 4, 6, 9, 5, 11, 2, 12, 3");
+        assert_eq!(seed[79], "6, 1, 9, 10, 2, 3, 11, 4, 5, 8, 7, 12");
+    }
+
+    #[test]
+    fn methods_agree_and_chunking_does_not_matter() {
+        for n in [5, 6, 7] {
+            let brute = solve(&job(n, Method::Brute), Some(7));
+            let bt = solve(&job(n, Method::Backtrack), None);
+            let bt_one = solve(&job(n, Method::Backtrack), Some(1));
+            assert_eq!(brute.solutions, bt.solutions, "n={n}");
+            assert_eq!(brute.tally.counters, bt.tally.counters, "n={n}");
+            assert_eq!(
+                (bt.tally.nodes, &bt.tally.counters),
+                (bt_one.tally.nodes, &bt_one.tally.counters),
+                "n={n}"
+            );
+            assert_eq!(bt.solutions, bt_one.solutions, "n={n}");
+            assert_eq!(
+                bt.tally.counter("solutions"),
+                2 * n as u128 * bt.tally.counter("unique")
+            );
+        }
+    }
+
+    #[test]
+    fn five_points_have_no_solution() {
+        // Known result: no magic 5-pointed star with 1..10 exists.
+        let ans = solve(&job(5, Method::Backtrack), None);
+        assert_eq!(ans.tally.counter("solutions"), 0);
+    }
+
+    #[test]
+    fn bad_parameters_are_named() {
+        for (p, m, needle) in [
+            (3, Method::Backtrack, "at least 5"),
+            (11, Method::Brute, "n <= 10"),
+            (40, Method::Backtrack, "too large"),
+        ] {
+            let err = Star::build(StarParams {
+                points: p,
+                method: m,
+            })
+            .unwrap_err();
+            assert!(err.to_string().contains(needle), "{err}");
+        }
+        let j = job(6, Method::Backtrack);
+        assert!(j.plan(Some(0)).unwrap_err().to_string().contains("chunks"));
+        assert!(j.plan(Some(1 << 40)).is_err());
+        assert!(matches!(
+            j.run_chunk(4, 4, &Control::new()),
+            Err(SpaceError::ChunkOutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn verify_rejects_lies() {
+        let j = job(6, Method::Backtrack);
+        let plan = j.plan(Some(4)).unwrap();
+        let (idx, good) = (0..4)
+            .map(|i| (i, j.run_chunk(4, i, &Control::new()).unwrap()))
+            .find(|(_, o)| !o.solutions.is_empty())
+            .unwrap();
+        assert_eq!(plan.n_chunks, 4);
+        let mut dropped = good.clone();
+        dropped.solutions.pop();
+        assert!(j.verify(4, idx, &dropped).is_err());
+        let mut broken = good.clone();
+        broken.solutions[0] = "1,2,3,4,5,6,7,8,9,10,11,12".into();
+        assert!(j.verify(4, idx, &broken).is_err());
+        let mut junk = good.clone();
+        junk.solutions[0] = "x".into();
+        assert!(j.verify(4, idx, &junk).is_err());
+        let mut odd = good;
+        odd.count("solutions", 1);
+        assert!(j.verify(4, idx, &odd).is_err());
+    }
+
+    #[test]
+    fn cancellation_stops_a_chunk() {
+        let j = job(7, Method::Brute);
+        let ctl = Control::new();
+        ctl.cancel();
+        assert_eq!(j.run_chunk(1, 0, &ctl), Err(SpaceError::Cancelled));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+        #[test]
+        fn canonical_form_is_the_same_for_the_whole_orbit(n in 5usize..=12, seed in any::<u64>(), g in any::<usize>()) {
+            let geo = Geometry::new(n);
+            // A random labelling (not necessarily magic): canonical form is defined for any.
+            let mut labels: Vec<u8> = (1..=2 * n as u8).collect();
+            let mut s = seed;
+            for i in (1..labels.len()).rev() {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                labels.swap(i, (s >> 33) as usize % (i + 1));
+            }
+            let sym = &geo.symmetries[g % (2 * n)];
+            let mut img = vec![0; 2 * n];
+            geo.image(&labels, sym, &mut img);
+            prop_assert_eq!(geo.canonical(&labels), geo.canonical(&img));
+            prop_assert_eq!(geo.seed_form(&labels), geo.seed_form(&img));
+            let c = geo.canonical(&labels);
+            prop_assert!(c <= labels);
+            prop_assert_eq!(geo.canonical(&c), c);
+        }
+    }
+}
