@@ -1,0 +1,17 @@
+//! sweep's coordinator: it partitions jobs into chunks, leases them to workers, and keeps every job's progress in
+//! a sled store so that a killed coordinator resumes exactly where it stopped.
+//!
+//! - [`scheduler`]: the lease/chunk state machine, free of I/O and driven with explicit time.
+//! - [`store`]: durable records behind a key-value trait (sled, or memory for tests).
+//! - [`service`]: the gRPC services (`Work` for workers, `Jobs` for people) that drive the scheduler and
+//!   persist what it decides, with group commit: every acknowledgement waits until its writes are flushed.
+//!
+//! Architecture invariants: only the coordinator writes to the store; a chunk's result is committed exactly once
+//! (later reports of a done chunk are compared by digest and never counted); every reported result is
+//! re-verified with the space's verifier before it is stored.
+
+pub mod scheduler;
+mod service;
+pub mod store;
+
+pub use service::{serve, Coordinator, CoordinatorConfig, ServeError};

@@ -1,0 +1,977 @@
+//! The gRPC services and the group-commit loop that makes their decisions durable.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sweep_proto::v1::{self, jobs_server, work_server};
+use sweep_puzzles::{Answer, ChunkOutput, Job, Tally};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+
+use crate::scheduler::{
+    ChunkRecord, Completion, FailOutcome, JobId, JobState, LeaseId, SchedError, Scheduler,
+    SchedulerConfig,
+};
+use crate::store::{JobRecord, Op, Store, StoreError};
+
+/// Upper bounds that keep one bad client from exhausting the coordinator.
+const MAX_LEASE_REQUEST: u32 = 4096;
+const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;
+const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    pub scheduler: SchedulerConfig,
+    /// How often the coordinator looks for expired leases.
+    pub expiry_interval: Duration,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            scheduler: SchedulerConfig::default(),
+            expiry_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "job {job} in the store names space `{space}` which this binary cannot rebuild: {why}"
+    )]
+    UnknownStoredJob {
+        job: JobId,
+        space: String,
+        why: String,
+    },
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("cannot read the listener's address: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+struct JobEntry {
+    record: JobRecord,
+    job: Arc<dyn Job>,
+    params_json: String,
+    tally: Tally,
+    /// The final result JSON, computed once the job is finished.
+    result: Option<Arc<String>>,
+}
+
+struct WorkerInfo {
+    last_seen_ms: u64,
+    threads: u32,
+    chunks_done: u64,
+}
+
+struct Core {
+    sched: Scheduler,
+    jobs: BTreeMap<JobId, JobEntry>,
+    workers: HashMap<String, WorkerInfo>,
+    /// Nodes reported by heartbeats for leases still running (progress only).
+    progress: HashMap<LeaseId, u64>,
+    /// Why chunks failed, kept for the poisoned report.
+    last_errors: HashMap<(JobId, u64), String>,
+    next_job: JobId,
+    persisted_next_lease: LeaseId,
+    /// Writes waiting for the next group commit, and that commit's sequence number.
+    pending: Vec<Op>,
+    seq: u64,
+    /// Set when the store failed: memory may be ahead of disk, so nothing more is accepted until a restart.
+    failed: Option<String>,
+    worker_seq: u64,
+}
+
+impl Core {
+    /// Moves what the scheduler changed into the pending batch.
+    fn stage_dirty(&mut self) {
+        let dirty = self.sched.take_dirty();
+        for (job, chunk) in dirty.chunks {
+            if let Some(mut rec) = self.sched.chunk_record(job, chunk) {
+                if let ChunkRecord::Poisoned { last_error, .. } = &mut rec {
+                    *last_error = self
+                        .last_errors
+                        .get(&(job, chunk))
+                        .cloned()
+                        .unwrap_or_else(|| "lease expired".into());
+                }
+                self.pending.push(Op::Chunk(job, chunk, rec));
+            }
+        }
+        for job in dirty.jobs {
+            let Some(state) = self.sched.job_state(job) else {
+                continue;
+            };
+            if let Some(e) = self.jobs.get_mut(&job) {
+                e.record.state = state;
+                if state.is_finished() && e.record.finished_ms == 0 {
+                    e.record.finished_ms = now_ms();
+                    info!(job, state = state.as_str(), "job finished");
+                }
+                self.pending.push(Op::Job(e.record.clone()));
+            }
+        }
+        let next_lease = self.sched.next_lease_id();
+        if next_lease != self.persisted_next_lease {
+            self.persisted_next_lease = next_lease;
+            self.pending.push(Op::Meta("next_lease", next_lease));
+        }
+    }
+
+    fn check_writable(&self) -> Result<(), Status> {
+        match &self.failed {
+            Some(e) => Err(Status::unavailable(format!(
+                "the coordinator's store failed ({e}); it accepts no changes until it is restarted"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn touch_worker(&mut self, worker: &str) {
+        let now = now_ms();
+        self.workers
+            .entry(worker.to_string())
+            .and_modify(|w| w.last_seen_ms = now)
+            .or_insert(WorkerInfo {
+                last_seen_ms: now,
+                threads: 0,
+                chunks_done: 0,
+            });
+    }
+
+    fn live_workers(&self) -> u32 {
+        let horizon = now_ms().saturating_sub(self.sched.config().lease_ttl_ms);
+        self.workers
+            .values()
+            .filter(|w| w.last_seen_ms >= horizon)
+            .count() as u32
+    }
+
+    fn job_info(&self, id: JobId) -> Option<v1::JobInfo> {
+        let e = self.jobs.get(&id)?;
+        let counts = self.sched.counts(id)?;
+        let running_nodes: u64 = self
+            .progress
+            .iter()
+            .filter(|(lease, _)| self.sched.lease_job_chunk(**lease).map(|(j, _)| j) == Some(id))
+            .map(|(_, n)| *n)
+            .sum();
+        let workers: std::collections::HashSet<String> = self
+            .sched
+            .leases_of(id)
+            .into_iter()
+            .map(|(_, _, w)| w)
+            .collect();
+        Some(v1::JobInfo {
+            id,
+            space: e.record.space.clone(),
+            params_json: e.params_json.clone(),
+            state: e.record.state.as_str().to_string(),
+            priority: e.record.priority,
+            chunks_total: counts.total,
+            chunks_done: counts.done,
+            chunks_leased: counts.leased,
+            chunks_poisoned: counts.poisoned,
+            reissued: counts.reissued,
+            nodes: e.tally.nodes.to_string(),
+            running_nodes,
+            total_nodes: e
+                .record
+                .total_nodes
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+            created_unix_ms: e.record.created_ms,
+            finished_unix_ms: e.record.finished_ms,
+            workers: workers.len() as u32,
+            completions: e.tally.chunks,
+            duplicates: e.record.duplicates,
+        })
+    }
+
+    /// The digest stored for a done chunk: from the batch not yet written, else from the store.
+    fn pending_digest(&self, job: JobId, chunk: u64) -> Option<String> {
+        self.pending.iter().rev().find_map(|op| match op {
+            Op::Chunk(j, c, ChunkRecord::Done { digest, .. }) if *j == job && *c == chunk => {
+                Some(digest.clone())
+            }
+            _ => None,
+        })
+    }
+}
+
+struct Commit {
+    seq: u64,
+    error: Option<String>,
+}
+
+/// The coordinator's shared state: the scheduler and job table under one mutex (held only for short,
+/// synchronous sections), the store, and the group-commit handshake.
+pub struct Coordinator {
+    core: Mutex<Core>,
+    store: Arc<Store>,
+    kick: Notify,
+    committed: watch::Sender<Commit>,
+    cfg: CoordinatorConfig,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn sched_status(e: SchedError) -> Status {
+    match e {
+        SchedError::UnknownJob(_) => Status::not_found(e.to_string()),
+        SchedError::BadTransition { .. } => Status::failed_precondition(e.to_string()),
+    }
+}
+
+fn store_status(e: StoreError) -> Status {
+    Status::unavailable(format!("store: {e}"))
+}
+
+impl Coordinator {
+    /// Loads every job from the store and rebuilds the scheduler.
+    pub fn open(store: Store, cfg: CoordinatorConfig) -> Result<Arc<Coordinator>, ServeError> {
+        let snap = store.load()?;
+        let mut sched = Scheduler::new(cfg.scheduler, snap.next_lease);
+        let mut jobs = BTreeMap::new();
+        for rec in snap.jobs {
+            let job = sweep_puzzles::job_from_params(&rec.space, &rec.params).map_err(|e| {
+                ServeError::UnknownStoredJob {
+                    job: rec.id,
+                    space: rec.space.clone(),
+                    why: e.to_string(),
+                }
+            })?;
+            sched.add_job(rec.id, rec.priority, rec.n_chunks, rec.state);
+            let tally = snap.tallies.get(&rec.id).cloned().unwrap_or_default();
+            let params_json = rec.params.to_string();
+            jobs.insert(
+                rec.id,
+                JobEntry {
+                    record: rec,
+                    job,
+                    params_json,
+                    tally,
+                    result: None,
+                },
+            );
+        }
+        let mut restored = 0u64;
+        for (job, chunk, rec) in &snap.chunks {
+            sched.restore_chunk(*job, *chunk, rec);
+            restored += 1;
+        }
+        sched.finish_restore();
+        info!(jobs = jobs.len(), chunk_records = restored, "store loaded");
+        let next_lease = sched.next_lease_id();
+        let core = Core {
+            sched,
+            jobs,
+            workers: HashMap::new(),
+            progress: HashMap::new(),
+            last_errors: HashMap::new(),
+            next_job: snap.next_job.max(1),
+            persisted_next_lease: next_lease,
+            pending: Vec::new(),
+            seq: 1,
+            failed: None,
+            worker_seq: 0,
+        };
+        let (committed, _) = watch::channel(Commit {
+            seq: 0,
+            error: None,
+        });
+        Ok(Arc::new(Coordinator {
+            core: Mutex::new(core),
+            store: Arc::new(store),
+            kick: Notify::new(),
+            committed,
+            cfg,
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock would be a bug; the state is still the best we have.
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until the batch with sequence `seq` is durable.
+    async fn durable(&self, seq: u64) -> Result<(), Status> {
+        let mut rx = self.committed.subscribe();
+        self.kick.notify_one();
+        let state = rx
+            .wait_for(|c| c.seq >= seq || c.error.is_some())
+            .await
+            .map_err(|_| Status::unavailable("the coordinator is shutting down"))?;
+        match &state.error {
+            Some(e) => Err(Status::unavailable(format!(
+                "the coordinator's store failed: {e}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// One group commit: everything queued since the last one, as one atomic, flushed batch.
+    async fn commit_once(&self) {
+        let (ops, seq) = {
+            let mut core = self.lock();
+            let seq = core.seq;
+            core.seq += 1;
+            (std::mem::take(&mut core.pending), seq)
+        };
+        let error = if ops.is_empty() {
+            None
+        } else {
+            let store = self.store.clone();
+            match tokio::task::spawn_blocking(move || store.write(ops)).await {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(e) => Some(format!("store writer crashed: {e}")),
+            }
+        };
+        if let Some(e) = &error {
+            warn!(error = %e, "store write failed; refusing changes until restart");
+            self.lock().failed = Some(e.clone());
+        }
+        self.committed.send_replace(Commit { seq, error });
+    }
+
+    async fn committer(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = self.kick.notified() => self.commit_once().await,
+                _ = stop.changed() => break,
+            }
+        }
+        // Whatever was decided before the stop is still written.
+        self.commit_once().await;
+    }
+
+    async fn expirer(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.cfg.expiry_interval);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.changed() => break,
+            }
+            let mut core = self.lock();
+            let expired = core.sched.expire(now_ms());
+            if expired.is_empty() {
+                continue;
+            }
+            for e in &expired {
+                core.progress.remove(&e.lease);
+                if e.poisoned {
+                    warn!(
+                        job = e.job,
+                        chunk = e.chunk,
+                        "chunk poisoned after its last lease expired"
+                    );
+                }
+            }
+            info!(
+                count = expired.len(),
+                "leases expired; chunks go back to pending"
+            );
+            core.stage_dirty();
+            drop(core);
+            self.kick.notify_one();
+        }
+    }
+
+    fn job_and_chunks(&self, job: JobId) -> Option<(Arc<dyn Job>, u64)> {
+        self.lock()
+            .jobs
+            .get(&job)
+            .map(|e| (e.job.clone(), e.record.n_chunks))
+    }
+
+    async fn results(&self, job_id: JobId) -> Result<v1::ResultsResponse, Status> {
+        let (job, info, cached, finished) = {
+            let core = self.lock();
+            let e = core
+                .jobs
+                .get(&job_id)
+                .ok_or_else(|| Status::not_found(format!("no job {job_id}")))?;
+            let info = core.job_info(job_id);
+            (
+                e.job.clone(),
+                info,
+                e.result.clone(),
+                e.record.state.is_finished(),
+            )
+        };
+        let store = self.store.clone();
+        let (result, poisoned) = tokio::task::spawn_blocking(
+            move || -> Result<(Arc<String>, Vec<v1::PoisonedChunk>), Status> {
+                let poisoned = store
+                    .chunks(job_id)
+                    .map_err(store_status)?
+                    .into_iter()
+                    .filter_map(|(chunk, rec)| match rec {
+                        ChunkRecord::Poisoned {
+                            attempts,
+                            last_error,
+                        } => Some(v1::PoisonedChunk {
+                            chunk,
+                            attempts,
+                            last_error,
+                        }),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some(r) = cached {
+                    return Ok((r, poisoned));
+                }
+                let outputs = store.outputs(job_id).map_err(store_status)?;
+                let mut answer = Answer::from_outputs(outputs.iter().map(|(_, o)| o));
+                let has_artifacts = outputs.iter().any(|(_, o)| !o.artifact.is_empty());
+                if has_artifacts {
+                    let mut it = outputs.iter().map(|(_, o)| o.artifact.as_slice());
+                    answer.artifact = job
+                        .merge_artifacts(&mut it)
+                        .map_err(|e| Status::internal(format!("merging artifacts: {e}")))?;
+                }
+                Ok((Arc::new(job.result(&answer).to_string()), poisoned))
+            },
+        )
+        .await
+        .map_err(|e| Status::internal(format!("results task: {e}")))??;
+        if finished {
+            if let Some(e) = self.lock().jobs.get_mut(&job_id) {
+                e.result = Some(result.clone());
+            }
+        }
+        Ok(v1::ResultsResponse {
+            job: info,
+            result_json: result.as_str().to_string(),
+            poisoned,
+        })
+    }
+}
+
+#[derive(Clone)]
+struct WorkApi(Arc<Coordinator>);
+
+#[derive(Clone)]
+struct JobsApi(Arc<Coordinator>);
+
+#[tonic::async_trait]
+impl work_server::Work for WorkApi {
+    async fn register(
+        &self,
+        req: Request<v1::RegisterRequest>,
+    ) -> Result<Response<v1::RegisterResponse>, Status> {
+        let req = req.into_inner();
+        let ttl = self.0.cfg.scheduler.lease_ttl_ms;
+        let mut core = self.0.lock();
+        let worker_id = if req.name.trim().is_empty() {
+            core.worker_seq += 1;
+            format!("worker-{}", core.worker_seq)
+        } else {
+            req.name.trim().to_string()
+        };
+        core.touch_worker(&worker_id);
+        if let Some(w) = core.workers.get_mut(&worker_id) {
+            w.threads = req.threads;
+        }
+        info!(worker = %worker_id, threads = req.threads, version = %req.version, "worker registered");
+        Ok(Response::new(v1::RegisterResponse {
+            worker_id,
+            heartbeat_interval_ms: (ttl / 4).max(50),
+            lease_ttl_ms: ttl,
+        }))
+    }
+
+    async fn lease(
+        &self,
+        req: Request<v1::LeaseRequest>,
+    ) -> Result<Response<v1::LeaseResponse>, Status> {
+        let req = req.into_inner();
+        if req.worker_id.is_empty() {
+            return Err(Status::invalid_argument(
+                "worker_id is empty: register first",
+            ));
+        }
+        if req.max_chunks == 0 || req.max_chunks > MAX_LEASE_REQUEST {
+            return Err(Status::invalid_argument(format!(
+                "max_chunks must be in 1..={MAX_LEASE_REQUEST}, got {}",
+                req.max_chunks
+            )));
+        }
+        let (leases, seq) = {
+            let mut core = self.0.lock();
+            core.check_writable()?;
+            core.touch_worker(&req.worker_id);
+            let grants = core
+                .sched
+                .lease(now_ms(), &req.worker_id, req.max_chunks as usize);
+            let leases: Vec<v1::ChunkLease> = grants
+                .iter()
+                .filter_map(|g| {
+                    let e = core.jobs.get(&g.job)?;
+                    Some(v1::ChunkLease {
+                        lease_id: g.lease,
+                        job_id: g.job,
+                        space: e.record.space.clone(),
+                        params_json: e.params_json.clone(),
+                        n_chunks: e.record.n_chunks,
+                        chunk: g.chunk,
+                        deadline_unix_ms: g.deadline,
+                    })
+                })
+                .collect();
+            core.stage_dirty();
+            (leases, core.seq)
+        };
+        if !leases.is_empty() {
+            self.0.durable(seq).await?;
+        }
+        let retry_after_ms = if leases.is_empty() { 200 } else { 0 };
+        Ok(Response::new(v1::LeaseResponse {
+            leases,
+            retry_after_ms,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        req: Request<v1::HeartbeatRequest>,
+    ) -> Result<Response<v1::HeartbeatResponse>, Status> {
+        let req = req.into_inner();
+        let seq = {
+            let mut core = self.0.lock();
+            core.check_writable()?;
+            core.touch_worker(&req.worker_id);
+            let ids: Vec<LeaseId> = req.progress.iter().map(|p| p.lease_id).collect();
+            let revoked = core.sched.heartbeat(now_ms(), &req.worker_id, &ids);
+            for p in &req.progress {
+                if !revoked.contains(&p.lease_id) {
+                    core.progress.insert(p.lease_id, p.nodes);
+                }
+            }
+            core.stage_dirty();
+            (core.seq, revoked)
+        };
+        self.0.durable(seq.0).await?;
+        Ok(Response::new(v1::HeartbeatResponse { revoked: seq.1 }))
+    }
+
+    async fn complete(
+        &self,
+        req: Request<v1::CompleteRequest>,
+    ) -> Result<Response<v1::CompleteResponse>, Status> {
+        let req = req.into_inner();
+        let mut acks = Vec::with_capacity(req.reports.len());
+        let mut seq = 0;
+        for report in req.reports {
+            let (status, message, s) = self.0.complete_one(&req.worker_id, report).await?;
+            seq = seq.max(s);
+            acks.push((status, message));
+        }
+        if seq > 0 {
+            self.0.durable(seq).await?;
+        }
+        let acks = acks
+            .into_iter()
+            .map(|((lease_id, status), message)| v1::ReportAck {
+                lease_id,
+                status: status as i32,
+                message,
+            })
+            .collect();
+        Ok(Response::new(v1::CompleteResponse { acks }))
+    }
+
+    async fn fail(
+        &self,
+        req: Request<v1::FailRequest>,
+    ) -> Result<Response<v1::FailResponse>, Status> {
+        let req = req.into_inner();
+        let (poisoned, seq) = {
+            let mut core = self.0.lock();
+            core.check_writable()?;
+            core.touch_worker(&req.worker_id);
+            let at = core.sched.lease_job_chunk(req.lease_id);
+            if let (Some(key), false) = (at, req.release) {
+                let msg: String = req.error.chars().take(1000).collect();
+                warn!(worker = %req.worker_id, job = key.0, chunk = key.1, error = %msg, "chunk failed");
+                core.last_errors.insert(key, msg);
+            }
+            core.progress.remove(&req.lease_id);
+            let outcome = core.sched.fail(req.lease_id, req.release);
+            core.stage_dirty();
+            (outcome == FailOutcome::Poisoned, core.seq)
+        };
+        self.0.durable(seq).await?;
+        Ok(Response::new(v1::FailResponse { poisoned }))
+    }
+}
+
+impl Coordinator {
+    /// Verifies and applies one report; returns its ack and the commit it waits for (0 = none).
+    async fn complete_one(
+        &self,
+        worker: &str,
+        report: v1::ChunkReport,
+    ) -> Result<((u64, v1::AckStatus), String, u64), Status> {
+        use v1::AckStatus::{Accepted, Duplicate, Rejected};
+        let lease = report.lease_id;
+        let reject = |msg: String| Ok(((lease, Rejected), msg, 0));
+        let Some(wire) = report.output else {
+            return reject("report without output".into());
+        };
+        let output = match ChunkOutput::try_from(wire) {
+            Ok(o) => o,
+            Err(e) => return reject(e.to_string()),
+        };
+        let Some((job, n_chunks)) = self.job_and_chunks(report.job_id) else {
+            return reject(format!("no job {}", report.job_id));
+        };
+        // Verification can be costly; it runs without the lock, on the blocking pool.
+        let verified = {
+            let (job, output) = (job.clone(), output.clone());
+            let chunk = report.chunk;
+            tokio::task::spawn_blocking(move || job.verify(n_chunks, chunk, &output))
+                .await
+                .map_err(|e| Status::internal(format!("verifier crashed: {e}")))?
+        };
+        let mut core = self.lock();
+        core.check_writable()?;
+        core.touch_worker(worker);
+        if let Err(e) = verified {
+            warn!(worker, job = report.job_id, chunk = report.chunk, error = %e, "result failed verification");
+            if core.sched.lease_job_chunk(lease) == Some((report.job_id, report.chunk)) {
+                core.last_errors
+                    .insert((report.job_id, report.chunk), e.to_string());
+                core.sched.fail(lease, false);
+                core.stage_dirty();
+            }
+            let seq = core.seq;
+            return Ok(((lease, Rejected), e.to_string(), seq));
+        }
+        let digest = hex(&output.digest());
+        let outcome = core.sched.complete(report.job_id, report.chunk, lease);
+        core.progress.remove(&lease);
+        let (status, message) = match outcome {
+            Completion::Accepted { .. } => {
+                let (job_id, chunk) = (report.job_id, report.chunk);
+                let Some(entry) = core.jobs.get_mut(&job_id) else {
+                    return reject(format!("no job {job_id}"));
+                };
+                entry.tally.add(&output);
+                let tally = entry.tally.clone();
+                core.pending.push(Op::Chunk(
+                    job_id,
+                    chunk,
+                    ChunkRecord::Done {
+                        digest,
+                        worker: worker.to_string(),
+                    },
+                ));
+                core.pending.push(Op::Output(job_id, chunk, output));
+                core.pending.push(Op::Tally(job_id, tally));
+                if let Some(w) = core.workers.get_mut(worker) {
+                    w.chunks_done += 1;
+                }
+                (Accepted, String::new())
+            }
+            Completion::Duplicate => {
+                let stored = match core.pending_digest(report.job_id, report.chunk) {
+                    Some(d) => Some(d),
+                    None => match self.store.chunk(report.job_id, report.chunk) {
+                        Ok(Some(ChunkRecord::Done { digest, .. })) => Some(digest),
+                        Ok(_) => None,
+                        Err(e) => return Err(store_status(e)),
+                    },
+                };
+                let matches = stored.as_deref() == Some(digest.as_str());
+                if let Some(e) = core.jobs.get_mut(&report.job_id) {
+                    e.record.duplicates += 1;
+                    if !matches {
+                        e.record.digest_mismatches += 1;
+                    }
+                    let rec = e.record.clone();
+                    core.pending.push(Op::Job(rec));
+                }
+                if matches {
+                    info!(
+                        worker,
+                        job = report.job_id,
+                        chunk = report.chunk,
+                        "duplicate result, digest matches; not counted"
+                    );
+                    (Duplicate, "chunk already done; digest matches".to_string())
+                } else {
+                    warn!(
+                        worker,
+                        job = report.job_id,
+                        chunk = report.chunk,
+                        "duplicate result with a DIFFERENT digest; not counted"
+                    );
+                    (
+                        Duplicate,
+                        "chunk already done; digest MISMATCH (logged)".to_string(),
+                    )
+                }
+            }
+            Completion::Rejected(msg) => (Rejected, msg),
+        };
+        core.stage_dirty();
+        Ok(((lease, status), message, core.seq))
+    }
+
+    fn stage_and_seq(
+        &self,
+        f: impl FnOnce(&mut Core) -> Result<(), Status>,
+    ) -> Result<u64, Status> {
+        let mut core = self.lock();
+        core.check_writable()?;
+        f(&mut core)?;
+        core.stage_dirty();
+        Ok(core.seq)
+    }
+
+    fn info(&self, job: JobId) -> Result<v1::JobInfo, Status> {
+        self.lock()
+            .job_info(job)
+            .ok_or_else(|| Status::not_found(format!("no job {job}")))
+    }
+}
+
+#[tonic::async_trait]
+impl jobs_server::Jobs for JobsApi {
+    async fn submit(
+        &self,
+        req: Request<v1::SubmitRequest>,
+    ) -> Result<Response<v1::SubmitResponse>, Status> {
+        let req = req.into_inner();
+        let space = sweep_puzzles::lookup(&req.space)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let params: serde_json::Value = serde_json::from_str(&req.params_json)
+            .map_err(|e| Status::invalid_argument(format!("params_json is not JSON: {e}")))?;
+        let job = space
+            .from_params(&params)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let requested = (req.chunks > 0).then_some(req.chunks);
+        let plan = job
+            .plan(requested)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if plan.n_chunks > MAX_CHUNKS_PER_JOB {
+            return Err(Status::invalid_argument(format!(
+                "{} chunks is more than a coordinator keeps for one job ({MAX_CHUNKS_PER_JOB})",
+                plan.n_chunks
+            )));
+        }
+        // Canonical parameters: equal jobs compare equal however the user spelled them.
+        let params = job.params();
+        let (info, existing, seq) = {
+            let mut core = self.0.lock();
+            core.check_writable()?;
+            let found = req.reuse_existing.then(|| {
+                core.jobs
+                    .values()
+                    .find(|e| {
+                        e.record.space == req.space
+                            && e.record.params == params
+                            && e.record.n_chunks == plan.n_chunks
+                            && e.record.state != JobState::Cancelled
+                    })
+                    .map(|e| e.record.id)
+            });
+            if let Some(Some(id)) = found {
+                (core.job_info(id), true, 0)
+            } else {
+                let id = core.next_job;
+                core.next_job += 1;
+                let record = JobRecord {
+                    id,
+                    space: req.space.clone(),
+                    params: params.clone(),
+                    n_chunks: plan.n_chunks,
+                    total_nodes: plan.total_nodes,
+                    priority: req.priority,
+                    state: JobState::Running,
+                    created_ms: now_ms(),
+                    finished_ms: 0,
+                    duplicates: 0,
+                    digest_mismatches: 0,
+                };
+                core.sched
+                    .add_job(id, req.priority, plan.n_chunks, JobState::Running);
+                core.pending.push(Op::Job(record.clone()));
+                core.pending.push(Op::Meta("next_job", id + 1));
+                let params_json = params.to_string();
+                core.jobs.insert(
+                    id,
+                    JobEntry {
+                        record,
+                        job,
+                        params_json,
+                        tally: Tally::default(),
+                        result: None,
+                    },
+                );
+                info!(job = id, space = %req.space, chunks = plan.n_chunks, "job submitted");
+                (core.job_info(id), false, core.seq)
+            }
+        };
+        if seq > 0 {
+            self.0.durable(seq).await?;
+        }
+        Ok(Response::new(v1::SubmitResponse {
+            job: info,
+            existing,
+        }))
+    }
+
+    async fn list_jobs(
+        &self,
+        _: Request<v1::ListJobsRequest>,
+    ) -> Result<Response<v1::ListJobsResponse>, Status> {
+        let core = self.0.lock();
+        let jobs = core
+            .sched
+            .jobs()
+            .filter_map(|id| core.job_info(id))
+            .collect();
+        Ok(Response::new(v1::ListJobsResponse {
+            jobs,
+            workers: core.live_workers(),
+        }))
+    }
+
+    async fn job_status(
+        &self,
+        req: Request<v1::JobRequest>,
+    ) -> Result<Response<v1::JobInfo>, Status> {
+        Ok(Response::new(self.0.info(req.into_inner().job_id)?))
+    }
+
+    type WatchStream = ReceiverStream<Result<v1::WatchEvent, Status>>;
+
+    async fn watch(
+        &self,
+        req: Request<v1::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let req = req.into_inner();
+        if req.job_id != 0 {
+            self.0.info(req.job_id)?;
+        }
+        let interval = Duration::from_millis(
+            req.interval_ms
+                .clamp(50, 60_000)
+                .max(if req.interval_ms == 0 { 500 } else { 50 }),
+        );
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let coord = self.0.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            loop {
+                tick.tick().await;
+                let event = {
+                    let core = coord.lock();
+                    let jobs = if req.job_id == 0 {
+                        core.sched
+                            .jobs()
+                            .filter_map(|id| core.job_info(id))
+                            .collect()
+                    } else {
+                        core.job_info(req.job_id).into_iter().collect()
+                    };
+                    v1::WatchEvent {
+                        jobs,
+                        workers: core.live_workers(),
+                    }
+                };
+                if tx.send(Ok(event)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn results(
+        &self,
+        req: Request<v1::JobRequest>,
+    ) -> Result<Response<v1::ResultsResponse>, Status> {
+        Ok(Response::new(
+            self.0.results(req.into_inner().job_id).await?,
+        ))
+    }
+
+    async fn cancel(&self, req: Request<v1::JobRequest>) -> Result<Response<v1::JobInfo>, Status> {
+        let id = req.into_inner().job_id;
+        let seq = self
+            .0
+            .stage_and_seq(|c| c.sched.cancel(id).map_err(sched_status))?;
+        self.0.durable(seq).await?;
+        Ok(Response::new(self.0.info(id)?))
+    }
+
+    async fn pause(&self, req: Request<v1::JobRequest>) -> Result<Response<v1::JobInfo>, Status> {
+        let id = req.into_inner().job_id;
+        let seq = self
+            .0
+            .stage_and_seq(|c| c.sched.pause(id).map_err(sched_status))?;
+        self.0.durable(seq).await?;
+        Ok(Response::new(self.0.info(id)?))
+    }
+
+    async fn resume(&self, req: Request<v1::JobRequest>) -> Result<Response<v1::JobInfo>, Status> {
+        let id = req.into_inner().job_id;
+        let seq = self
+            .0
+            .stage_and_seq(|c| c.sched.resume(id).map_err(sched_status))?;
+        self.0.durable(seq).await?;
+        Ok(Response::new(self.0.info(id)?))
+    }
+}
+
+/// Serves both services on `listener` until `shutdown` resolves, then writes what is still queued and returns.
+pub async fn serve(
+    listener: TcpListener,
+    coord: Arc<Coordinator>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let addr: SocketAddr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let committer = tokio::spawn(coord.clone().committer(stop_rx.clone()));
+    let expirer = tokio::spawn(coord.clone().expirer(stop_rx));
+    info!(%addr, "coordinator listening");
+    let work = work_server::WorkServer::new(WorkApi(coord.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let jobs = jobs_server::JobsServer::new(JobsApi(coord.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let result = tonic::transport::Server::builder()
+        .add_service(work)
+        .add_service(jobs)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await;
+    let _ = stop_tx.send(true);
+    let _ = committer.await;
+    let _ = expirer.await;
+    info!("coordinator stopped");
+    result.map_err(Into::into)
+}
