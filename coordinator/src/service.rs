@@ -228,6 +228,9 @@ pub struct Coordinator {
     store: Arc<Store>,
     kick: Notify,
     committed: watch::Sender<Commit>,
+    /// Set when the server begins to shut down: long-lived streams (`Watch`) end, so graceful shutdown does not
+    /// wait forever for a client that never hangs up.
+    stopping: watch::Sender<bool>,
     cfg: CoordinatorConfig,
 }
 
@@ -304,6 +307,7 @@ impl Coordinator {
             store: Arc::new(store),
             kick: Notify::new(),
             committed,
+            stopping: watch::channel(false).0,
             cfg,
         }))
     }
@@ -883,10 +887,14 @@ impl jobs_server::Jobs for JobsApi {
         );
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let coord = self.0.clone();
+        let mut stopping = self.0.stopping.subscribe();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopping.wait_for(|s| *s) => break,
+                }
                 let event = {
                     let core = coord.lock();
                     let jobs = if req.job_id == 0 {
@@ -967,7 +975,10 @@ pub async fn serve(
     let result = tonic::transport::Server::builder()
         .add_service(work)
         .add_service(jobs)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            shutdown.await;
+            coord.stopping.send_replace(true);
+        })
         .await;
     let _ = stop_tx.send(true);
     let _ = committer.await;

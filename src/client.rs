@@ -1,0 +1,395 @@
+//! Commands that run or talk to a standalone coordinator and workers.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use sweep_coordinator::scheduler::SchedulerConfig;
+use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
+use sweep_proto::v1::{self, jobs_client::JobsClient};
+use tonic::transport::Channel;
+
+use crate::local::{poisoned_list, runtime, shutdown_signal};
+use crate::output::Report;
+use crate::progress::{Bars, Mode};
+use crate::{args, exit, usage, Exit};
+
+#[derive(Args)]
+pub struct CoordinatorArgs {
+    /// Address to serve gRPC on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: String,
+    /// Store directory (created if missing).
+    #[arg(long, default_value = "./sweep-data")]
+    data: PathBuf,
+    /// A lease expires this long after the last heartbeat.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    lease_ttl_ms: u64,
+    /// Failed or expired attempts after which a chunk is poisoned.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    max_attempts: u32,
+}
+
+#[derive(Args)]
+pub struct WorkerArgs {
+    /// Coordinator URL.
+    #[arg(
+        long,
+        env = "SWEEP_COORDINATOR",
+        default_value = "http://127.0.0.1:7878"
+    )]
+    connect: String,
+    /// Threads (default: all cores).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    threads: Option<u32>,
+    /// A stable name (default: host name and process id).
+    #[arg(long)]
+    name: Option<String>,
+    /// On shutdown, wait this long for running chunks before handing them back.
+    #[arg(long, default_value_t = 30)]
+    grace_secs: u64,
+}
+
+#[derive(Args)]
+pub struct Remote {
+    /// Coordinator URL.
+    #[arg(
+        long,
+        env = "SWEEP_COORDINATOR",
+        default_value = "http://127.0.0.1:7878"
+    )]
+    coordinator: String,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// One job (default: every job).
+    job: Option<u64>,
+    #[command(flatten)]
+    remote: Remote,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct WatchArgs {
+    /// One job (default: every job).
+    job: Option<u64>,
+    #[command(flatten)]
+    remote: Remote,
+    /// Snapshot interval.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    interval_ms: u64,
+    /// Keep watching after every job has finished (new jobs appear as they are submitted).
+    #[arg(long)]
+    follow: bool,
+}
+
+#[derive(Args)]
+pub struct JobArgs {
+    job: u64,
+    #[command(flatten)]
+    remote: Remote,
+    #[arg(long)]
+    json: bool,
+}
+
+pub enum Control {
+    Cancel,
+    Pause,
+    Resume,
+}
+
+async fn connect(url: &str) -> anyhow::Result<JobsClient<Channel>> {
+    let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
+        .map_err(|e| usage(format!("invalid coordinator URL `{url}`: {e}")))?
+        .connect_timeout(Duration::from_secs(5));
+    let channel = endpoint.connect().await.map_err(|e| Exit {
+        code: exit::UNAVAILABLE,
+        message: format!("cannot reach the coordinator at {url}: {}", source_text(&e)),
+    })?;
+    Ok(JobsClient::new(channel))
+}
+
+fn source_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        text = s.to_string();
+        cur = s.source();
+    }
+    text
+}
+
+pub fn coordinator(a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let store = Store::open(&a.data)
+            .with_context(|| format!("cannot use --data {}", a.data.display()))
+            .map_err(|e| Exit {
+                code: exit::USAGE,
+                message: crate::one_line(&e),
+            })?;
+        let cfg = CoordinatorConfig {
+            scheduler: SchedulerConfig {
+                lease_ttl_ms: a.lease_ttl_ms,
+                max_attempts: a.max_attempts,
+            },
+            ..CoordinatorConfig::default()
+        };
+        let coord = Coordinator::open(store, cfg).context("cannot load the stored jobs")?;
+        let listener = tokio::net::TcpListener::bind(&a.listen)
+            .await
+            .map_err(|e| usage(format!("cannot listen on {}: {e}", a.listen)))?;
+        let addr = listener.local_addr()?;
+        // Tests and scripts read the chosen port from this line.
+        println!("sweep coordinator listening on {addr}");
+        let _ = std::io::stdout().flush();
+        sweep_coordinator::serve(listener, coord, shutdown_signal()).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn default_worker_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into());
+    format!("{host}-{}", std::process::id())
+}
+
+pub fn worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
+    let threads = a.threads.map(|t| t as usize).unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let mut cfg = sweep_worker::WorkerConfig::new(a.connect, threads);
+    cfg.name = a.name.unwrap_or_else(default_worker_name);
+    cfg.grace = Duration::from_secs(a.grace_secs);
+    let rt = runtime()?;
+    let stats = rt
+        .block_on(sweep_worker::run(cfg, shutdown_signal()))
+        .map_err(|e| usage(e.to_string()))?;
+    eprintln!(
+        "worker done: {} chunks, {} failed, {} nodes",
+        stats.chunks_done, stats.chunks_failed, stats.nodes
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn submit(raw: Vec<String>) -> anyhow::Result<ExitCode> {
+    let parsed = match args::parse(&raw)? {
+        Ok(p) => p,
+        Err(help) => {
+            print!("{help}");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let plan = parsed
+        .job
+        .plan(parsed.engine.chunks)
+        .map_err(|e| usage(e.to_string()))?;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = connect(&parsed.engine.coordinator).await?;
+        let resp = c
+            .submit(v1::SubmitRequest {
+                space: parsed.job.space().to_string(),
+                params_json: parsed.job.params().to_string(),
+                chunks: plan.n_chunks,
+                priority: parsed.engine.priority,
+                reuse_existing: false,
+            })
+            .await?
+            .into_inner();
+        let job = resp
+            .job
+            .ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
+        if parsed.engine.json {
+            println!("{}", info_json(&job));
+        } else {
+            println!("submitted job {} ({} chunks)", job.id, job.chunks_total);
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn info_json(j: &v1::JobInfo) -> serde_json::Value {
+    serde_json::json!({
+        "job": j.id,
+        "space": j.space,
+        "params": serde_json::from_str::<serde_json::Value>(&j.params_json).unwrap_or(serde_json::Value::Null),
+        "state": j.state,
+        "priority": j.priority,
+        "chunks_total": j.chunks_total,
+        "chunks_done": j.chunks_done,
+        "chunks_leased": j.chunks_leased,
+        "chunks_poisoned": j.chunks_poisoned,
+        "reissued": j.reissued,
+        "completions": j.completions,
+        "duplicates": j.duplicates,
+        "nodes": crate::output::big(j.nodes.parse().unwrap_or(0)),
+    })
+}
+
+pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = connect(&a.remote.coordinator).await?;
+        let (jobs, workers) = match a.job {
+            Some(id) => (
+                vec![c
+                    .job_status(v1::JobRequest { job_id: id })
+                    .await?
+                    .into_inner()],
+                None,
+            ),
+            None => {
+                let r = c.list_jobs(v1::ListJobsRequest {}).await?.into_inner();
+                (r.jobs, Some(r.workers))
+            }
+        };
+        if a.json {
+            let list: Vec<_> = jobs.iter().map(info_json).collect();
+            println!(
+                "{}",
+                serde_json::json!({ "jobs": list, "workers": workers })
+            );
+        } else {
+            if let Some(w) = workers {
+                println!("{w} live workers");
+            }
+            println!(
+                "{:>5} {:<10} {:<26} {:>17} {:>8} {:>8}  params",
+                "job", "space", "state", "chunks", "poisoned", "reissued"
+            );
+            for j in &jobs {
+                println!(
+                    "{:>5} {:<10} {:<26} {:>8}/{:<8} {:>8} {:>8}  {}",
+                    j.id,
+                    j.space,
+                    j.state,
+                    j.chunks_done,
+                    j.chunks_total,
+                    j.chunks_poisoned,
+                    j.reissued,
+                    j.params_json
+                );
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut bars = Bars::new(Mode::Auto);
+        let signal = shutdown_signal();
+        tokio::pin!(signal);
+        let mut backoff = Duration::from_millis(200);
+        let mut connected_once = false;
+        // Reconnects while the coordinator restarts; ends when the watched jobs finish or on Ctrl-C.
+        loop {
+            let attempt = async {
+                let mut c = connect(&a.remote.coordinator).await?;
+                let mut stream = c
+                    .watch(v1::WatchRequest { job_id: a.job.unwrap_or(0), interval_ms: a.interval_ms })
+                    .await?
+                    .into_inner();
+                while let Some(ev) = stream.message().await? {
+                    bars.update(&ev);
+                    let all_finished = !ev.jobs.is_empty() && ev.jobs.iter().all(|j| j.state != "running" && j.state != "paused");
+                    if all_finished && !a.follow {
+                        return Ok::<bool, anyhow::Error>(true);
+                    }
+                }
+                Ok(false)
+            };
+            tokio::select! {
+                r = attempt => match r {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(e) => {
+                        if !connected_once && e.downcast_ref::<tonic::Status>().is_some_and(|s| s.code() == tonic::Code::NotFound) {
+                            return Err(e);
+                        }
+                        eprintln!("watch: {} (reconnecting)", crate::one_line(&e));
+                    }
+                },
+                _ = &mut signal => break,
+            }
+            connected_once = true;
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+        bars.finish();
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn results(a: JobArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = connect(&a.remote.coordinator).await?;
+        let r = c
+            .results(v1::JobRequest { job_id: a.job })
+            .await?
+            .into_inner();
+        let info = r
+            .job
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("the coordinator returned no job info"))?;
+        let params: serde_json::Value =
+            serde_json::from_str(&info.params_json).context("job parameters are not JSON")?;
+        let job = sweep_puzzles::job_from_params(&info.space, &params)?;
+        let result: serde_json::Value =
+            serde_json::from_str(&r.result_json).context("the result is not JSON")?;
+        let elapsed = if info.finished_unix_ms > 0 {
+            info.finished_unix_ms.saturating_sub(info.created_unix_ms) as f64 / 1000.0
+        } else {
+            started.elapsed().as_secs_f64()
+        };
+        let report = Report {
+            space: info.space.clone(),
+            params,
+            job: Some(info.id),
+            state: info.state.clone(),
+            chunks_total: info.chunks_total,
+            chunks_done: info.chunks_done,
+            nodes: info.nodes.parse().unwrap_or(0),
+            elapsed_s: elapsed,
+            result,
+            poisoned: poisoned_list(&r),
+        };
+        report.print(job.as_ref(), a.json);
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn control(a: JobArgs, what: Control) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = connect(&a.remote.coordinator).await?;
+        let req = v1::JobRequest { job_id: a.job };
+        let info = match what {
+            Control::Cancel => c.cancel(req).await?,
+            Control::Pause => c.pause(req).await?,
+            Control::Resume => c.resume(req).await?,
+        }
+        .into_inner();
+        if a.json {
+            println!("{}", info_json(&info));
+        } else {
+            println!("job {} is {}", info.id, info.state);
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,456 @@
+//! sweep's worker: registers with a coordinator, leases a few chunks ahead so cores never wait for the network,
+//! runs them on N threads (the search kernels run on tokio's blocking pool, never on the async runtime),
+//! heartbeats progress, and reports results until each is acknowledged.
+//!
+//! The worker carries every search space in its own binary: a lease brings only the space name, the job's
+//! canonical parameters and a chunk index. It survives the coordinator going away (every RPC is retried with
+//! backoff) and on shutdown stops leasing, hands back unstarted chunks, finishes or cancels running ones within
+//! a grace period, and delivers every result it has before it exits.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use sweep_proto::v1::{self, work_client::WorkClient};
+use sweep_puzzles::{Control, Job, SpaceError};
+use tokio::sync::{watch, Notify};
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, info, warn};
+
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// The coordinator's URL, e.g. `http://10.0.0.5:7878`.
+    pub connect: String,
+    /// A stable name for this worker (empty: the coordinator assigns one).
+    pub name: String,
+    pub threads: usize,
+    /// Chunks leased beyond the running ones, so a finished chunk is replaced at once.
+    pub prefetch: usize,
+    /// How long shutdown waits for running chunks before cancelling and handing them back.
+    pub grace: Duration,
+}
+
+impl WorkerConfig {
+    pub fn new(connect: impl Into<String>, threads: usize) -> WorkerConfig {
+        WorkerConfig {
+            connect: connect.into(),
+            name: String::new(),
+            threads: threads.max(1),
+            prefetch: threads.max(1),
+            grace: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("invalid coordinator URL `{url}`: {why}")]
+    BadUrl { url: String, why: String },
+}
+
+/// What a worker did before it stopped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    pub chunks_done: u64,
+    pub chunks_failed: u64,
+    pub nodes: u64,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<v1::ChunkLease>,
+    running: HashMap<u64, Arc<Control>>,
+    outbox: Vec<v1::ChunkReport>,
+    failures: Vec<v1::FailRequest>,
+    jobs: HashMap<(u64, String), Arc<dyn Job>>,
+    stats: WorkerStats,
+    stopping: bool,
+}
+
+struct Shared {
+    cfg: WorkerConfig,
+    client: WorkClient<Channel>,
+    worker_id: String,
+    state: Mutex<State>,
+    work_ready: Notify,
+    room: Notify,
+    outbox_ready: Notify,
+    heartbeat: Duration,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn job(&self, lease: &v1::ChunkLease) -> Result<Arc<dyn Job>, SpaceError> {
+        let key = (lease.job_id, lease.params_json.clone());
+        if let Some(j) = self.lock().jobs.get(&key) {
+            return Ok(j.clone());
+        }
+        let params: serde_json::Value =
+            serde_json::from_str(&lease.params_json).map_err(|e| SpaceError::BadParams {
+                space: "(lease)",
+                reason: format!("params are not JSON: {e}"),
+            })?;
+        let job = sweep_puzzles::job_from_params(&lease.space, &params)?;
+        self.lock().jobs.insert(key, job.clone());
+        Ok(job)
+    }
+}
+
+/// Exponential backoff with a cap, for talking to a coordinator that may be restarting.
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff(Duration::from_millis(50))
+    }
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Runs a worker until `shutdown` resolves (then drains as described in the crate docs).
+pub async fn run(
+    cfg: WorkerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<WorkerStats, WorkerError> {
+    let endpoint = Endpoint::from_shared(cfg.connect.clone())
+        .map_err(|e| WorkerError::BadUrl {
+            url: cfg.connect.clone(),
+            why: e.to_string(),
+        })?
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(Duration::from_secs(60));
+    let mut client = WorkClient::new(endpoint.connect_lazy());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+
+    // Register, retrying until the coordinator answers or we are told to stop.
+    let mut backoff = Backoff::new();
+    let reg = loop {
+        let req = v1::RegisterRequest {
+            name: cfg.name.clone(),
+            threads: cfg.threads as u32,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            spaces: sweep_puzzles::spaces()
+                .iter()
+                .map(|s| s.name().to_string())
+                .collect(),
+            memory_bytes: 0,
+        };
+        tokio::select! {
+            r = client.register(req) => match r {
+                Ok(r) => break r.into_inner(),
+                Err(e) => {
+                    debug!(error = %e, "register failed; retrying");
+                    backoff.wait().await;
+                }
+            },
+            _ = &mut shutdown => return Ok(WorkerStats::default()),
+        }
+    };
+    info!(worker = %reg.worker_id, threads = cfg.threads, "registered");
+    let shared = Arc::new(Shared {
+        heartbeat: Duration::from_millis(reg.heartbeat_interval_ms.clamp(50, 60_000)),
+        worker_id: reg.worker_id,
+        client,
+        cfg,
+        state: Mutex::new(State::default()),
+        work_ready: Notify::new(),
+        room: Notify::new(),
+        outbox_ready: Notify::new(),
+    });
+
+    let leaser = tokio::spawn(leaser(shared.clone(), stop_rx.clone()));
+    let executors: Vec<_> = (0..shared.cfg.threads)
+        .map(|_| tokio::spawn(executor(shared.clone(), stop_rx.clone())))
+        .collect();
+    let heartbeat = tokio::spawn(heartbeater(shared.clone(), stop_rx.clone()));
+    let reporter = tokio::spawn(reporter(shared.clone(), stop_rx.clone()));
+
+    shutdown.await;
+    info!("stopping: no new leases; finishing running chunks");
+    shared.lock().stopping = true;
+    let _ = stop_tx.send(true);
+    let _ = leaser.await;
+    // Unstarted chunks go back without using an attempt.
+    let queued: Vec<v1::ChunkLease> = shared.lock().queue.drain(..).collect();
+    for l in queued {
+        shared.lock().failures.push(v1::FailRequest {
+            worker_id: shared.worker_id.clone(),
+            lease_id: l.lease_id,
+            error: "worker shutting down".into(),
+            release: true,
+        });
+    }
+    shared.work_ready.notify_waiters();
+    let deadline = Instant::now() + shared.cfg.grace;
+    for ex in executors {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, ex).await.is_err() {
+            // Past the grace period: cancel what still runs; its chunk is handed back by the executor.
+            for ctl in shared.lock().running.values() {
+                ctl.cancel();
+            }
+        }
+    }
+    shared.outbox_ready.notify_one();
+    let _ = reporter.await;
+    let _ = heartbeat.await;
+    let stats = shared.lock().stats.clone();
+    info!(chunks = stats.chunks_done, "worker stopped");
+    Ok(stats)
+}
+
+async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut client = sh.client.clone();
+    let mut backoff = Backoff::new();
+    let target = sh.cfg.threads + sh.cfg.prefetch;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let want = {
+            let st = sh.lock();
+            target.saturating_sub(st.queue.len() + st.running.len())
+        };
+        if want == 0 {
+            tokio::select! {
+                _ = sh.room.notified() => continue,
+                _ = stop.changed() => return,
+            }
+        }
+        let req = v1::LeaseRequest {
+            worker_id: sh.worker_id.clone(),
+            max_chunks: want as u32,
+        };
+        let pause = tokio::select! {
+            r = client.lease(req) => match r {
+                Ok(resp) => {
+                    backoff = Backoff::new();
+                    let resp = resp.into_inner();
+                    if resp.leases.is_empty() {
+                        Some(Duration::from_millis(resp.retry_after_ms.clamp(20, 5000)))
+                    } else {
+                        let n = resp.leases.len();
+                        sh.lock().queue.extend(resp.leases);
+                        for _ in 0..n {
+                            sh.work_ready.notify_one();
+                        }
+                        None
+                    }
+                }
+                Err(e) => {
+                    debug!(error = %e, "lease failed; backing off");
+                    Some(backoff.0)
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        if let Some(p) = pause {
+            if p == backoff.0 {
+                backoff.wait().await;
+            } else {
+                tokio::select! {
+                    _ = tokio::time::sleep(p) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        }
+    }
+}
+
+async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let next = {
+            let mut st = sh.lock();
+            if st.stopping {
+                return;
+            }
+            st.queue.pop_front()
+        };
+        let Some(lease) = next else {
+            tokio::select! {
+                _ = sh.work_ready.notified() => continue,
+                _ = stop.changed() => continue,
+            }
+        };
+        let ctl = Arc::new(Control::new());
+        sh.lock().running.insert(lease.lease_id, ctl.clone());
+        let started = Instant::now();
+        let outcome = match sh.job(&lease) {
+            Ok(job) => {
+                let (n, c, ctl2) = (lease.n_chunks, lease.chunk, ctl.clone());
+                match tokio::task::spawn_blocking(move || job.run_chunk(n, c, &ctl2)).await {
+                    Ok(r) => r.map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("the search kernel panicked: {e}")),
+                }
+            }
+            Err(e) => Err(format!("cannot build the job: {e}")),
+        };
+        let mut st = sh.lock();
+        st.running.remove(&lease.lease_id);
+        match outcome {
+            Ok(out) => {
+                st.stats.chunks_done += 1;
+                st.stats.nodes += out.nodes;
+                st.outbox.push(v1::ChunkReport {
+                    lease_id: lease.lease_id,
+                    job_id: lease.job_id,
+                    chunk: lease.chunk,
+                    output: Some((&out).into()),
+                    elapsed_s: started.elapsed().as_secs_f64(),
+                });
+            }
+            Err(e) => {
+                let cancelled = ctl.is_cancelled();
+                if !cancelled {
+                    st.stats.chunks_failed += 1;
+                    warn!(job = lease.job_id, chunk = lease.chunk, error = %e, "chunk failed");
+                }
+                st.failures.push(v1::FailRequest {
+                    worker_id: sh.worker_id.clone(),
+                    lease_id: lease.lease_id,
+                    error: e,
+                    // A chunk we cancelled (revoked, or shutdown) did not fail: hand it back.
+                    release: cancelled,
+                });
+            }
+        }
+        drop(st);
+        sh.outbox_ready.notify_one();
+        sh.room.notify_one();
+    }
+}
+
+async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut client = sh.client.clone();
+    let mut tick = tokio::time::interval(sh.heartbeat);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => {}
+        }
+        let (progress, done) = {
+            let st = sh.lock();
+            let mut p: Vec<v1::LeaseProgress> = st
+                .running
+                .iter()
+                .map(|(id, c)| v1::LeaseProgress {
+                    lease_id: *id,
+                    nodes: c.nodes(),
+                })
+                .collect();
+            p.extend(st.queue.iter().map(|l| v1::LeaseProgress {
+                lease_id: l.lease_id,
+                nodes: 0,
+            }));
+            (
+                p,
+                st.stopping && st.running.is_empty() && st.outbox.is_empty(),
+            )
+        };
+        if done {
+            return;
+        }
+        if progress.is_empty() {
+            continue;
+        }
+        let req = v1::HeartbeatRequest {
+            worker_id: sh.worker_id.clone(),
+            progress,
+        };
+        match client.heartbeat(req).await {
+            Ok(resp) => {
+                let revoked = resp.into_inner().revoked;
+                if !revoked.is_empty() {
+                    let mut st = sh.lock();
+                    st.queue.retain(|l| !revoked.contains(&l.lease_id));
+                    for id in &revoked {
+                        if let Some(c) = st.running.get(id) {
+                            info!(lease = id, "lease revoked by the coordinator; cancelling");
+                            c.cancel();
+                        }
+                    }
+                    drop(st);
+                    sh.room.notify_one();
+                }
+            }
+            Err(e) => debug!(error = %e, "heartbeat failed"),
+        }
+    }
+}
+
+async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut client = sh.client.clone();
+    let mut backoff = Backoff::new();
+    loop {
+        let (reports, failures, finished) = {
+            let mut st = sh.lock();
+            let finished = st.stopping && st.running.is_empty() && st.queue.is_empty();
+            (
+                std::mem::take(&mut st.outbox),
+                std::mem::take(&mut st.failures),
+                finished,
+            )
+        };
+        if reports.is_empty() && failures.is_empty() {
+            if finished && *stop.borrow() {
+                return;
+            }
+            tokio::select! {
+                _ = sh.outbox_ready.notified() => {}
+                _ = stop.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+            continue;
+        }
+        let mut ok = true;
+        if !reports.is_empty() {
+            let req = v1::CompleteRequest {
+                worker_id: sh.worker_id.clone(),
+                reports: reports.clone(),
+            };
+            match client.complete(req).await {
+                Ok(resp) => {
+                    for ack in resp.into_inner().acks {
+                        if ack.status == v1::AckStatus::Rejected as i32 {
+                            warn!(lease = ack.lease_id, reason = %ack.message, "result rejected");
+                        } else if ack.status == v1::AckStatus::Duplicate as i32 {
+                            debug!(lease = ack.lease_id, reason = %ack.message, "result was a duplicate");
+                        }
+                    }
+                }
+                Err(e) => {
+                    debug!(error = %e, "complete failed; will retry");
+                    sh.lock().outbox.extend(reports);
+                    ok = false;
+                }
+            }
+        }
+        let mut unsent = Vec::new();
+        for (i, f) in failures.iter().enumerate() {
+            if !ok {
+                unsent.extend(failures[i..].iter().cloned());
+                break;
+            }
+            if let Err(e) = client.fail(f.clone()).await {
+                debug!(error = %e, "fail report failed; will retry");
+                unsent.extend(failures[i..].iter().cloned());
+                ok = false;
+                break;
+            }
+        }
+        sh.lock().failures.extend(unsent);
+        if ok {
+            backoff = Backoff::new();
+        } else {
+            backoff.wait().await;
+        }
+    }
+}
