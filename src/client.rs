@@ -111,7 +111,12 @@ async fn connect(url: &str) -> anyhow::Result<JobsClient<Channel>> {
         code: exit::UNAVAILABLE,
         message: format!("cannot reach the coordinator at {url}: {}", source_text(&e)),
     })?;
-    Ok(JobsClient::new(channel))
+    Ok(jobs_client(channel))
+}
+
+/// A `Jobs` client that accepts answers as large as the coordinator may send.
+pub fn jobs_client(channel: Channel) -> JobsClient<Channel> {
+    JobsClient::new(channel).max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES)
 }
 
 fn source_text(e: &dyn std::error::Error) -> String {

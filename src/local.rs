@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use rayon::prelude::*;
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
-use sweep_proto::v1::{self, jobs_client::JobsClient};
+use sweep_proto::v1;
 use sweep_puzzles::{Answer, ChunkOutput, Control, SpaceError};
 use tokio::sync::oneshot;
 
@@ -92,7 +92,11 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         let server = tokio::spawn(sweep_coordinator::serve(listener, coord, async {
             let _ = coord_stopped.await;
         }));
-        let mut jobs = JobsClient::connect(url.clone()).await.context("cannot reach the embedded coordinator")?;
+        let channel = tonic::transport::Endpoint::from_shared(url.clone())?
+            .connect()
+            .await
+            .context("cannot reach the embedded coordinator")?;
+        let mut jobs = crate::client::jobs_client(channel);
         let submitted = jobs
             .submit(v1::SubmitRequest {
                 space: job.space().to_string(),
@@ -103,8 +107,13 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
             })
             .await?
             .into_inner();
-        let info = submitted.job.ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
-        if submitted.existing && !engine.json {
+        let mut info = submitted.job.ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
+        // `sweep run` means "get me the answer": a job someone paused is resumed.
+        if submitted.existing && info.state == "paused" {
+            info = jobs.resume(v1::JobRequest { job_id: info.id }).await?.into_inner();
+        }
+        // On stderr even with --json: stdout carries only the answer.
+        if submitted.existing && info.state == "running" {
             eprintln!(
                 "resuming job {} from {} ({}/{} chunks already done)",
                 info.id,
@@ -112,6 +121,8 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
                 info.chunks_done,
                 info.chunks_total
             );
+        } else if submitted.existing {
+            eprintln!("job {} in {} is already {}: answering from the store", info.id, engine.data.display(), info.state);
         }
         let (stop_worker, worker_stopped) = oneshot::channel::<()>();
         let worker = tokio::spawn(sweep_worker::run(sweep_worker::WorkerConfig::new(url.clone(), threads), async {

@@ -23,7 +23,6 @@ use crate::store::{JobRecord, Op, Store, StoreError};
 /// Upper bounds that keep one bad client from exhausting the coordinator.
 const MAX_LEASE_REQUEST: u32 = 4096;
 const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;
-const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 #[derive(Clone, Debug)]
 pub struct CoordinatorConfig {
@@ -967,11 +966,11 @@ pub async fn serve(
     let expirer = tokio::spawn(coord.clone().expirer(stop_rx));
     info!(%addr, "coordinator listening");
     let work = work_server::WorkServer::new(WorkApi(coord.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
+        .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES);
     let jobs = jobs_server::JobsServer::new(JobsApi(coord.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
+        .max_encoding_message_size(sweep_proto::MAX_RESULT_BYTES);
     let result = tonic::transport::Server::builder()
         .add_service(work)
         .add_service(jobs)

@@ -13,6 +13,14 @@ pub mod v1 {
     tonic::include_proto!("sweep.v1");
 }
 
+/// The largest message a worker may send (a chunk report with its solutions and artifact): bounds what one bad
+/// client can make the coordinator buffer.
+pub const MAX_REPORT_BYTES: usize = 64 << 20;
+
+/// The largest answer the `Jobs` service sends (a merged result keeps up to a million solutions). Clients must
+/// raise tonic's 4 MiB default to this, or a big but valid answer fails to decode.
+pub const MAX_RESULT_BYTES: usize = 512 << 20;
+
 /// A message that decoded as protobuf but does not make sense.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum WireError {

@@ -126,7 +126,9 @@ pub async fn run(
         })?
         .connect_timeout(Duration::from_secs(3))
         .timeout(Duration::from_secs(60));
-    let mut client = WorkClient::new(endpoint.connect_lazy());
+    let mut client = WorkClient::new(endpoint.connect_lazy())
+        .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES)
+        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES);
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
 

@@ -1,0 +1,80 @@
+//! Bad input gets a one-line error naming the problem and a non-zero exit, never a panic, and never harms a
+//! store.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{scratch, stdout_json, sweep};
+
+const T: Duration = Duration::from_secs(60);
+
+fn fails_with(args: &[&str], code: i32, needle: &str) {
+    let out = sweep(args, &[], T);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "`sweep {}`: {stderr}",
+        args.join(" ")
+    );
+    assert!(
+        stderr.contains(needle),
+        "`sweep {}` should mention {needle:?}: {stderr}",
+        args.join(" ")
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bad_options_are_named() {
+    fails_with(&["run", "nope"], 2, "unknown search space `nope`");
+    fails_with(&["solve", "star", "--points", "3"], 2, "points");
+    fails_with(&["solve", "star", "--chunks", "0"], 2, "--chunks");
+    fails_with(&["solve", "star", "--method", "magic"], 2, "magic");
+    fails_with(&["solve", "star", "--threads", "zero"], 2, "--threads");
+}
+
+#[test]
+fn unreachable_coordinator_is_reported() {
+    // Port 9 (discard) on loopback: nothing listens there in the test environment.
+    fails_with(
+        &["status", "--coordinator", "http://127.0.0.1:9"],
+        3,
+        "cannot reach the coordinator",
+    );
+    fails_with(
+        &["status", "--coordinator", "not a url"],
+        2,
+        "invalid coordinator URL",
+    );
+}
+
+#[test]
+fn a_foreign_data_dir_is_refused_and_left_alone() {
+    let dir = scratch();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "precious").unwrap();
+    let data = dir.path().to_str().unwrap();
+    fails_with(&["run", "star", "--data", data], 2, "not a sweep store");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "precious");
+    fails_with(
+        &["run", "star", "--data", notes.to_str().unwrap()],
+        2,
+        "not a directory",
+    );
+}
+
+#[test]
+fn a_finished_job_is_answered_from_the_store() {
+    let dir = scratch();
+    let data = dir.path().join("d");
+    let data = data.to_str().unwrap();
+    let args = ["run", "star", "--points", "7", "--json", "--data", data];
+    let first = stdout_json(&sweep(&args, &[], T));
+    let again = sweep(&args, &[], T);
+    let second = stdout_json(&again);
+    assert_eq!(first["result"], second["result"]);
+    assert_eq!(second["job"], 1);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already done"));
+}

@@ -1,0 +1,274 @@
+//! A harness for end-to-end tests: real `sweep coordinator` and `sweep worker` processes on loopback port 0,
+//! driven with the `sweep` client commands, killed for real (SIGKILL) where a test wants a crash.
+//!
+//! Every wait is bounded: a test that would hang fails with what it was waiting for instead.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const SWEEP: &str = env!("CARGO_BIN_EXE_sweep");
+
+/// A scratch directory removed when dropped.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("sweep-e2e-")
+        .tempdir()
+        .expect("create a scratch directory")
+}
+
+/// A child process killed when dropped, so a failing test leaves nothing running.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Proc {
+    /// SIGKILL: no shutdown handler runs, as in a crash or a lost machine.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM or SIGINT: the graceful path.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{sig} {}", self.name);
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `sweep ARGS` to completion (bounded by `timeout`) and returns its output.
+pub fn sweep(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Output {
+    let mut cmd = Command::new(SWEEP);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().expect("spawn sweep");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(out) => out.expect("wait for sweep"),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!(
+                "`sweep {}` did not finish within {timeout:?}",
+                args.join(" ")
+            );
+        }
+    }
+}
+
+pub fn stdout_json(out: &Output) -> serde_json::Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "sweep failed ({}): stdout: {text} stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// A coordinator process and its workers.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub coordinator: Proc,
+    pub url: String,
+    pub workers: Vec<Proc>,
+    lease_ttl_ms: u64,
+    threads: usize,
+}
+
+impl Cluster {
+    /// A coordinator on 127.0.0.1:0 with a fresh store, and `workers` workers of `threads` threads each.
+    pub fn start(workers: usize, threads: usize) -> Cluster {
+        Cluster::start_with_ttl(workers, threads, 2_000)
+    }
+
+    /// As [`Cluster::start`], with the lease time given (short leases make crash tests quick).
+    pub fn start_with_ttl(workers: usize, threads: usize, lease_ttl_ms: u64) -> Cluster {
+        let dir = scratch();
+        let (coordinator, url) =
+            start_coordinator(&dir.path().join("store"), "127.0.0.1:0", lease_ttl_ms);
+        let mut c = Cluster {
+            dir,
+            coordinator,
+            url,
+            workers: Vec::new(),
+            lease_ttl_ms,
+            threads,
+        };
+        for _ in 0..workers {
+            c.add_worker();
+        }
+        c
+    }
+
+    pub fn store(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    pub fn add_worker(&mut self) {
+        let name = format!("w{}", self.workers.len());
+        let child = Command::new(SWEEP)
+            .args(["worker", "--connect", &self.url, "--threads"])
+            .arg(self.threads.to_string())
+            .args(["--name", &name, "--grace-secs", "5"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn worker");
+        self.workers.push(Proc { child, name });
+    }
+
+    /// SIGKILLs the coordinator and starts a new one on the same store and the same address, so workers that
+    /// survived reconnect to it.
+    pub fn restart_coordinator(&mut self) {
+        self.coordinator.kill9();
+        let addr = self.url.trim_start_matches("http://").to_string();
+        let store = self.store();
+        // The port was just freed; another process could take it in theory, so retry briefly.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match try_start_coordinator(&store, &addr, self.lease_ttl_ms) {
+                Ok((p, _)) => {
+                    self.coordinator = p;
+                    return;
+                }
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("coordinator did not restart on {addr}: {e}"),
+            }
+        }
+    }
+
+    pub fn sweep(&self, args: &[&str]) -> Output {
+        sweep(
+            args,
+            &[("SWEEP_COORDINATOR", &self.url)],
+            Duration::from_secs(60),
+        )
+    }
+
+    /// `sweep submit SPACE_ARGS --json`; returns the job id.
+    pub fn submit(&self, space_args: &[&str]) -> u64 {
+        let mut args = vec!["submit"];
+        args.extend_from_slice(space_args);
+        args.push("--json");
+        let v = stdout_json(&self.sweep(&args));
+        v["job"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no job id in {v}"))
+    }
+
+    /// `sweep status JOB --json`: the job's entry.
+    pub fn status(&self, job: u64) -> serde_json::Value {
+        let v = stdout_json(&self.sweep(&["status", &job.to_string(), "--json"]));
+        v["jobs"][0].clone()
+    }
+
+    /// Polls until the job has finished (any end state), then returns `sweep results JOB --json`.
+    pub fn wait_results(&self, job: u64, timeout: Duration) -> serde_json::Value {
+        self.wait_until(job, timeout, |s| {
+            !matches!(s["state"].as_str(), Some("running") | Some("paused"))
+        });
+        stdout_json(&self.sweep(&["results", &job.to_string(), "--json"]))
+    }
+
+    /// Polls `sweep status` until `pred` holds for the job (bounded by `timeout`); returns that status.
+    /// A coordinator that is restarting answers nothing for a moment: those polls are retried.
+    pub fn wait_until(
+        &self,
+        job: u64,
+        timeout: Duration,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + timeout;
+        let mut last = serde_json::Value::Null;
+        while Instant::now() < deadline {
+            let out = self.sweep(&["status", &job.to_string(), "--json"]);
+            if out.status.success() {
+                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+                    last = v["jobs"][0].clone();
+                    if pred(&last) {
+                        return last;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("job {job}: condition not reached within {timeout:?}; last status {last}");
+    }
+}
+
+fn start_coordinator(store: &Path, listen: &str, ttl: u64) -> (Proc, String) {
+    try_start_coordinator(store, listen, ttl).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn try_start_coordinator(store: &Path, listen: &str, ttl: u64) -> Result<(Proc, String), String> {
+    let mut child = Command::new(SWEEP)
+        .args(["coordinator", "--listen", listen, "--data"])
+        .arg(store)
+        .args(["--lease-ttl-ms", &ttl.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("spawn coordinator: {e}"))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let mut proc = Proc {
+        child,
+        name: "coordinator".into(),
+    };
+    let line = rx
+        .recv_timeout(Duration::from_secs(20))
+        .map_err(|_| "the coordinator printed no address within 20 s".to_string())?;
+    let Some(addr) = line.trim().strip_prefix("sweep coordinator listening on ") else {
+        proc.kill9();
+        return Err(format!(
+            "unexpected first line from the coordinator: {line:?}"
+        ));
+    };
+    Ok((proc, format!("http://{addr}")))
+}
