@@ -51,6 +51,10 @@ pub struct WorkerArgs {
     /// On shutdown, wait this long for running chunks before handing them back.
     #[arg(long, default_value_t = 30)]
     grace_secs: u64,
+    /// Chunks leased beyond the running ones, so cores never wait for the network (default: one per thread;
+    /// raise it for jobs of many tiny chunks).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=4096))]
+    prefetch: Option<u32>,
 }
 
 #[derive(Args)]
@@ -177,6 +181,9 @@ pub fn worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = sweep_worker::WorkerConfig::new(a.connect, threads);
     cfg.name = a.name.unwrap_or_else(default_worker_name);
     cfg.grace = Duration::from_secs(a.grace_secs);
+    if let Some(p) = a.prefetch {
+        cfg.prefetch = p as usize;
+    }
     let rt = runtime()?;
     let stats = rt
         .block_on(sweep_worker::run(cfg, shutdown_signal()))

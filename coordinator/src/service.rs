@@ -92,6 +92,8 @@ struct Core {
     persisted_next_lease: LeaseId,
     /// Writes waiting for the next group commit, and that commit's sequence number.
     pending: Vec<Op>,
+    /// Jobs whose tally changed since the last commit: written once per commit, not once per completion.
+    tally_dirty: std::collections::BTreeSet<JobId>,
     seq: u64,
     /// Set when the store failed: memory may be ahead of disk, so nothing more is accepted until a restart.
     failed: Option<String>,
@@ -215,6 +217,19 @@ impl Core {
     }
 }
 
+/// A report after decoding and verification, ready to be applied under the lock.
+enum Checked {
+    Rejected(LeaseId, String),
+    Ready {
+        lease: LeaseId,
+        job: JobId,
+        chunk: u64,
+        digest: String,
+        output: ChunkOutput,
+        verified: Result<(), sweep_puzzles::SpaceError>,
+    },
+}
+
 struct Commit {
     seq: u64,
     error: Option<String>,
@@ -293,6 +308,7 @@ impl Coordinator {
             next_job: snap.next_job.max(1),
             persisted_next_lease: next_lease,
             pending: Vec::new(),
+            tally_dirty: Default::default(),
             seq: 1,
             failed: None,
             worker_seq: 0,
@@ -338,6 +354,12 @@ impl Coordinator {
             let mut core = self.lock();
             let seq = core.seq;
             core.seq += 1;
+            // Taken under the same lock as the batch, so each tally equals the sum of the outputs stored with it.
+            for job in std::mem::take(&mut core.tally_dirty) {
+                if let Some(tally) = core.jobs.get(&job).map(|e| e.tally.clone()) {
+                    core.pending.push(Op::Tally(job, tally));
+                }
+            }
             (std::mem::take(&mut core.pending), seq)
         };
         let error = if ops.is_empty() {
@@ -520,7 +542,7 @@ impl work_server::Work for WorkApi {
                 req.max_chunks
             )));
         }
-        let (leases, seq) = {
+        let leases = {
             let mut core = self.0.lock();
             core.check_writable()?;
             core.touch_worker(&req.worker_id);
@@ -543,10 +565,13 @@ impl work_server::Work for WorkApi {
                 })
                 .collect();
             core.stage_dirty();
-            (leases, core.seq)
+            leases
         };
+        // Lease records are written with the next group commit but not waited for: a lease the store never saw
+        // is only a chunk that restarts as pending and may run twice, and a second result is never counted
+        // (completion is keyed by chunk, not by lease). Waiting would put an fsync on every lease round trip.
         if !leases.is_empty() {
-            self.0.durable(seq).await?;
+            self.0.kick.notify_one();
         }
         let retry_after_ms = if leases.is_empty() { 200 } else { 0 };
         Ok(Response::new(v1::LeaseResponse {
@@ -560,7 +585,7 @@ impl work_server::Work for WorkApi {
         req: Request<v1::HeartbeatRequest>,
     ) -> Result<Response<v1::HeartbeatResponse>, Status> {
         let req = req.into_inner();
-        let seq = {
+        let revoked = {
             let mut core = self.0.lock();
             core.check_writable()?;
             core.touch_worker(&req.worker_id);
@@ -572,10 +597,12 @@ impl work_server::Work for WorkApi {
                 }
             }
             core.stage_dirty();
-            (core.seq, revoked)
+            revoked
         };
-        self.0.durable(seq.0).await?;
-        Ok(Response::new(v1::HeartbeatResponse { revoked: seq.1 }))
+        // Extended deadlines are persisted lazily, for the same reason as leases: a stale deadline after a restart
+        // can only re-issue a chunk early, never count it twice.
+        self.0.kick.notify_one();
+        Ok(Response::new(v1::HeartbeatResponse { revoked }))
     }
 
     async fn complete(
@@ -583,10 +610,21 @@ impl work_server::Work for WorkApi {
         req: Request<v1::CompleteRequest>,
     ) -> Result<Response<v1::CompleteResponse>, Status> {
         let req = req.into_inner();
-        let mut acks = Vec::with_capacity(req.reports.len());
+        let worker = req.worker_id;
+        let coord = self.0.clone();
+        let reports = req.reports;
+        let checked = tokio::task::spawn_blocking(move || {
+            reports
+                .into_iter()
+                .map(|r| coord.check_report(r))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| Status::internal(format!("verifier crashed: {e}")))?;
+        let mut acks = Vec::with_capacity(checked.len());
         let mut seq = 0;
-        for report in req.reports {
-            let (status, message, s) = self.0.complete_one(&req.worker_id, report).await?;
+        for c in checked {
+            let (status, message, s) = self.0.apply_report(&worker, c)?;
             seq = seq.max(s);
             acks.push((status, message));
         }
@@ -630,58 +668,71 @@ impl work_server::Work for WorkApi {
 }
 
 impl Coordinator {
-    /// Verifies and applies one report; returns its ack and the commit it waits for (0 = none).
-    async fn complete_one(
-        &self,
-        worker: &str,
-        report: v1::ChunkReport,
-    ) -> Result<((u64, v1::AckStatus), String, u64), Status> {
-        use v1::AckStatus::{Accepted, Duplicate, Rejected};
+    /// Decodes and verifies one report, without the lock: verification and digests can be costly, so a whole
+    /// batch of reports goes through this on the blocking pool before any of them is applied.
+    fn check_report(&self, report: v1::ChunkReport) -> Checked {
         let lease = report.lease_id;
-        let reject = |msg: String| Ok(((lease, Rejected), msg, 0));
         let Some(wire) = report.output else {
-            return reject("report without output".into());
+            return Checked::Rejected(lease, "report without output".into());
         };
         let output = match ChunkOutput::try_from(wire) {
             Ok(o) => o,
-            Err(e) => return reject(e.to_string()),
+            Err(e) => return Checked::Rejected(lease, e.to_string()),
         };
         let Some((job, n_chunks)) = self.job_and_chunks(report.job_id) else {
-            return reject(format!("no job {}", report.job_id));
+            return Checked::Rejected(lease, format!("no job {}", report.job_id));
         };
-        // Verification can be costly; it runs without the lock, on the blocking pool.
-        let verified = {
-            let (job, output) = (job.clone(), output.clone());
-            let chunk = report.chunk;
-            tokio::task::spawn_blocking(move || job.verify(n_chunks, chunk, &output))
-                .await
-                .map_err(|e| Status::internal(format!("verifier crashed: {e}")))?
+        let verified = job.verify(n_chunks, report.chunk, &output);
+        Checked::Ready {
+            lease,
+            job: report.job_id,
+            chunk: report.chunk,
+            digest: hex(&output.digest()),
+            output,
+            verified,
+        }
+    }
+
+    /// Applies one checked report; returns its ack and the commit it waits for (0 = none).
+    fn apply_report(
+        &self,
+        worker: &str,
+        checked: Checked,
+    ) -> Result<((u64, v1::AckStatus), String, u64), Status> {
+        use v1::AckStatus::{Accepted, Duplicate, Rejected};
+        let (lease, job_id, chunk, digest, output, verified) = match checked {
+            Checked::Rejected(lease, msg) => return Ok(((lease, Rejected), msg, 0)),
+            Checked::Ready {
+                lease,
+                job,
+                chunk,
+                digest,
+                output,
+                verified,
+            } => (lease, job, chunk, digest, output, verified),
         };
+        let reject = |msg: String| Ok(((lease, Rejected), msg, 0));
         let mut core = self.lock();
         core.check_writable()?;
         core.touch_worker(worker);
         if let Err(e) = verified {
-            warn!(worker, job = report.job_id, chunk = report.chunk, error = %e, "result failed verification");
-            if core.sched.lease_job_chunk(lease) == Some((report.job_id, report.chunk)) {
-                core.last_errors
-                    .insert((report.job_id, report.chunk), e.to_string());
+            warn!(worker, job = job_id, chunk = chunk, error = %e, "result failed verification");
+            if core.sched.lease_job_chunk(lease) == Some((job_id, chunk)) {
+                core.last_errors.insert((job_id, chunk), e.to_string());
                 core.sched.fail(lease, false);
                 core.stage_dirty();
             }
             let seq = core.seq;
             return Ok(((lease, Rejected), e.to_string(), seq));
         }
-        let digest = hex(&output.digest());
-        let outcome = core.sched.complete(report.job_id, report.chunk, lease);
+        let outcome = core.sched.complete(job_id, chunk, lease);
         core.progress.remove(&lease);
         let (status, message) = match outcome {
             Completion::Accepted { .. } => {
-                let (job_id, chunk) = (report.job_id, report.chunk);
                 let Some(entry) = core.jobs.get_mut(&job_id) else {
                     return reject(format!("no job {job_id}"));
                 };
                 entry.tally.add(&output);
-                let tally = entry.tally.clone();
                 core.pending.push(Op::Chunk(
                     job_id,
                     chunk,
@@ -691,23 +742,23 @@ impl Coordinator {
                     },
                 ));
                 core.pending.push(Op::Output(job_id, chunk, output));
-                core.pending.push(Op::Tally(job_id, tally));
+                core.tally_dirty.insert(job_id);
                 if let Some(w) = core.workers.get_mut(worker) {
                     w.chunks_done += 1;
                 }
                 (Accepted, String::new())
             }
             Completion::Duplicate => {
-                let stored = match core.pending_digest(report.job_id, report.chunk) {
+                let stored = match core.pending_digest(job_id, chunk) {
                     Some(d) => Some(d),
-                    None => match self.store.chunk(report.job_id, report.chunk) {
+                    None => match self.store.chunk(job_id, chunk) {
                         Ok(Some(ChunkRecord::Done { digest, .. })) => Some(digest),
                         Ok(_) => None,
                         Err(e) => return Err(store_status(e)),
                     },
                 };
                 let matches = stored.as_deref() == Some(digest.as_str());
-                if let Some(e) = core.jobs.get_mut(&report.job_id) {
+                if let Some(e) = core.jobs.get_mut(&job_id) {
                     e.record.duplicates += 1;
                     if !matches {
                         e.record.digest_mismatches += 1;
@@ -718,16 +769,16 @@ impl Coordinator {
                 if matches {
                     info!(
                         worker,
-                        job = report.job_id,
-                        chunk = report.chunk,
+                        job = job_id,
+                        chunk = chunk,
                         "duplicate result, digest matches; not counted"
                     );
                     (Duplicate, "chunk already done; digest matches".to_string())
                 } else {
                     warn!(
                         worker,
-                        job = report.job_id,
-                        chunk = report.chunk,
+                        job = job_id,
+                        chunk = chunk,
                         "duplicate result with a DIFFERENT digest; not counted"
                     );
                     (
