@@ -121,6 +121,8 @@ struct JobSched {
     /// Pending chunks that were leased before (expired, failed, released), handed out before fresh ones.
     retry: VecDeque<u64>,
     counts: ChunkCounts,
+    /// The job whose artifact this one needs and that is not ready yet: no chunk is leased until it is.
+    waiting_for: Option<JobId>,
 }
 
 /// A lease handed to a worker.
@@ -227,8 +229,29 @@ impl Scheduler {
                 next_fresh: 0,
                 retry: VecDeque::new(),
                 counts,
+                waiting_for: None,
             },
         );
+    }
+
+    /// Holds `job` back until [`Self::input_ready`] is called for `input`.
+    pub fn wait_for_input(&mut self, job: JobId, input: JobId) {
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.waiting_for = Some(input);
+        }
+    }
+
+    /// `input`'s artifact is stored: every job waiting for it may run.
+    pub fn input_ready(&mut self, input: JobId) {
+        for j in self.jobs.values_mut() {
+            if j.waiting_for == Some(input) {
+                j.waiting_for = None;
+            }
+        }
+    }
+
+    pub fn waiting_for(&self, job: JobId) -> Option<JobId> {
+        self.jobs.get(&job).and_then(|j| j.waiting_for)
     }
 
     /// Restores one chunk's stored state at start-up. Leases keep their stored deadline, so a worker that
@@ -348,7 +371,7 @@ impl Scheduler {
         let mut order: Vec<(i32, JobId)> = self
             .jobs
             .iter()
-            .filter(|(_, j)| j.state == JobState::Running)
+            .filter(|(_, j)| j.state == JobState::Running && j.waiting_for.is_none())
             .map(|(id, j)| (j.priority, *id))
             .collect();
         order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -694,6 +717,25 @@ mod tests {
         s.add_job(3, 5, 2, JobState::Running);
         let jobs: Vec<JobId> = s.lease(0, "w", 6).iter().map(|g| g.job).collect();
         assert_eq!(jobs, vec![2, 2, 3, 3, 1, 1]);
+    }
+
+    #[test]
+    fn a_job_waits_for_its_input() {
+        let mut s = sched(100, 3);
+        s.add_job(1, 0, 1, JobState::Running);
+        s.add_job(2, 9, 2, JobState::Running);
+        s.wait_for_input(2, 1);
+        // Job 2 has the higher priority but cannot start: only the input's chunk goes out.
+        let g = s.lease(0, "w", 5);
+        assert_eq!(g.iter().map(|g| g.job).collect::<Vec<_>>(), vec![1]);
+        s.complete(1, 0, g[0].lease);
+        assert!(
+            s.lease(0, "w", 5).is_empty(),
+            "the artifact is not stored yet"
+        );
+        assert_eq!(s.waiting_for(2), Some(1));
+        s.input_ready(1);
+        assert_eq!(s.lease(0, "w", 5).len(), 2);
     }
 
     #[test]

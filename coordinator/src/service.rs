@@ -72,6 +72,8 @@ struct JobEntry {
     tally: Tally,
     /// The final result JSON, computed once the job is finished.
     result: Option<Arc<String>>,
+    /// The merged artifact, kept in memory once loaded: workers of dependent jobs fetch it, maybe many times.
+    artifact: Option<Arc<Vec<u8>>>,
 }
 
 struct WorkerInfo {
@@ -98,6 +100,8 @@ struct Core {
     /// Set when the store failed: memory may be ahead of disk, so nothing more is accepted until a restart.
     failed: Option<String>,
     worker_seq: u64,
+    /// Finished jobs whose chunk artifacts still have to be merged into one stored artifact.
+    to_merge: Vec<JobId>,
 }
 
 impl Core {
@@ -125,6 +129,9 @@ impl Core {
                 if state.is_finished() && e.record.finished_ms == 0 {
                     e.record.finished_ms = now_ms();
                     info!(job, state = state.as_str(), "job finished");
+                    if state == JobState::Done {
+                        self.to_merge.push(job);
+                    }
                 }
                 self.pending.push(Op::Job(e.record.clone()));
             }
@@ -203,7 +210,85 @@ impl Core {
             workers: workers.len() as u32,
             completions: e.tally.chunks,
             duplicates: e.record.duplicates,
+            input_job: e.record.input_job.unwrap_or(0),
+            artifact_digest: e.record.artifact_digest.clone().unwrap_or_default(),
         })
+    }
+
+    /// The unfinished (or done) job with the same space, parameters and chunking if `reuse` and there is one,
+    /// else a new job, staged for the next commit. Returns its id and whether it existed.
+    fn find_or_create(
+        &mut self,
+        job: Arc<dyn Job>,
+        plan: &sweep_puzzles::Plan,
+        priority: i32,
+        reuse: bool,
+        input: Option<JobId>,
+    ) -> (JobId, bool) {
+        // Canonical parameters: equal jobs compare equal however the user spelled them.
+        let params = job.params();
+        let space = job.space();
+        if reuse {
+            let found = self.jobs.values().find(|e| {
+                e.record.space == space
+                    && e.record.params == params
+                    && e.record.n_chunks == plan.n_chunks
+                    && e.record.state != JobState::Cancelled
+            });
+            if let Some(e) = found {
+                return (e.record.id, true);
+            }
+        }
+        let id = self.next_job;
+        self.next_job += 1;
+        let record = JobRecord {
+            id,
+            space: space.to_string(),
+            params: params.clone(),
+            n_chunks: plan.n_chunks,
+            total_nodes: plan.total_nodes,
+            priority,
+            state: JobState::Running,
+            created_ms: now_ms(),
+            finished_ms: 0,
+            duplicates: 0,
+            digest_mismatches: 0,
+            input_job: input,
+            artifact_digest: None,
+        };
+        self.sched
+            .add_job(id, priority, plan.n_chunks, JobState::Running);
+        if let Some(input) = input {
+            let ready = self
+                .jobs
+                .get(&input)
+                .is_some_and(|i| i.record.artifact_digest.is_some());
+            if !ready {
+                self.sched.wait_for_input(id, input);
+            }
+        }
+        self.pending.push(Op::Job(record.clone()));
+        self.pending.push(Op::Meta("next_job", id + 1));
+        let params_json = params.to_string();
+        self.jobs.insert(
+            id,
+            JobEntry {
+                record,
+                job,
+                params_json,
+                tally: Tally::default(),
+                result: None,
+                artifact: None,
+            },
+        );
+        info!(
+            job = id,
+            space,
+            chunks = plan.n_chunks,
+            ?input,
+            "job submitted"
+        );
+        (id, false)
     }
 
     /// The digest stored for a done chunk: from the batch not yet written, else from the store.
@@ -241,11 +326,25 @@ pub struct Coordinator {
     core: Mutex<Core>,
     store: Arc<Store>,
     kick: Notify,
+    /// Wakes the artifact merger when a job finishes.
+    merge_kick: Notify,
     committed: watch::Sender<Commit>,
     /// Set when the server begins to shut down: long-lived streams (`Watch`) end, so graceful shutdown does not
     /// wait forever for a client that never hangs up.
     stopping: watch::Sender<bool>,
     cfg: CoordinatorConfig,
+}
+
+/// The job's merged artifact from its chunk outputs, in chunk order.
+fn merge_outputs(
+    job: &dyn Job,
+    outputs: &[(u64, ChunkOutput)],
+) -> Result<Vec<u8>, sweep_puzzles::SpaceError> {
+    if outputs.iter().all(|(_, o)| o.artifact.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let mut it = outputs.iter().map(|(_, o)| o.artifact.as_slice());
+    job.merge_artifacts(&mut it)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -288,8 +387,25 @@ impl Coordinator {
                     params_json,
                     tally,
                     result: None,
+                    artifact: None,
                 },
             );
+        }
+        let mut to_merge = Vec::new();
+        for e in jobs.values() {
+            if let Some(input) = e.record.input_job {
+                let ready = jobs
+                    .get(&input)
+                    .is_some_and(|i| i.record.artifact_digest.is_some());
+                if !ready {
+                    sched.wait_for_input(e.record.id, input);
+                }
+            }
+            // Killed between a job's end and the merge of its artifact: merge it now (a no-op for jobs
+            // without artifacts).
+            if e.record.state == JobState::Done && e.record.artifact_digest.is_none() {
+                to_merge.push(e.record.id);
+            }
         }
         let mut restored = 0u64;
         for (job, chunk, rec) in &snap.chunks {
@@ -312,6 +428,7 @@ impl Coordinator {
             seq: 1,
             failed: None,
             worker_seq: 0,
+            to_merge,
         };
         let (committed, _) = watch::channel(Commit {
             seq: 0,
@@ -321,6 +438,7 @@ impl Coordinator {
             core: Mutex::new(core),
             store: Arc::new(store),
             kick: Notify::new(),
+            merge_kick: Notify::new(),
             committed,
             stopping: watch::channel(false).0,
             cfg,
@@ -377,6 +495,9 @@ impl Coordinator {
             self.lock().failed = Some(e.clone());
         }
         self.committed.send_replace(Commit { seq, error });
+        if !self.lock().to_merge.is_empty() {
+            self.merge_kick.notify_one();
+        }
     }
 
     async fn committer(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
@@ -420,6 +541,102 @@ impl Coordinator {
             drop(core);
             self.kick.notify_one();
         }
+    }
+
+    /// Merges the chunk artifacts of finished jobs into one stored artifact (replacing the chunk artifacts in
+    /// the same batch), records its digest, and lets the jobs waiting for it run.
+    async fn merger(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        loop {
+            let todo = std::mem::take(&mut self.lock().to_merge);
+            for id in todo {
+                if let Err(e) = self.merge_one(id).await {
+                    warn!(job = id, error = %e, "cannot merge the job's artifacts");
+                }
+            }
+            tokio::select! {
+                _ = self.merge_kick.notified() => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    async fn merge_one(&self, id: JobId) -> Result<(), String> {
+        let Some((job, _)) = self.job_and_chunks(id) else {
+            return Ok(());
+        };
+        let store = self.store.clone();
+        let merged = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>, String> {
+            let outputs = store.outputs(id).map_err(|e| e.to_string())?;
+            if outputs.iter().all(|(_, o)| o.artifact.is_empty()) {
+                return Ok(None);
+            }
+            merge_outputs(job.as_ref(), &outputs)
+                .map(Some)
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| format!("merge task: {e}"))??;
+        let Some(bytes) = merged else {
+            return Ok(());
+        };
+        let digest = blake3::hash(&bytes).to_hex().to_string();
+        let size = bytes.len();
+        let bytes = Arc::new(bytes);
+        let seq = {
+            let mut core = self.lock();
+            let Some(e) = core.jobs.get_mut(&id) else {
+                return Ok(());
+            };
+            e.record.artifact_digest = Some(digest.clone());
+            e.artifact = Some(bytes.clone());
+            let rec = e.record.clone();
+            core.pending.push(Op::Artifact(id, bytes.as_ref().clone()));
+            core.pending.push(Op::Job(rec));
+            core.seq
+        };
+        self.durable(seq)
+            .await
+            .map_err(|e| e.message().to_string())?;
+        // Only now, with the artifact durable, may dependent jobs hand out chunks.
+        {
+            let mut core = self.lock();
+            core.sched.input_ready(id);
+        }
+        info!(job = id, bytes = size, digest = %digest, "artifact merged and stored");
+        Ok(())
+    }
+
+    /// A finished job's merged artifact: from memory, else from the store (then kept in memory).
+    async fn artifact(&self, id: JobId) -> Result<(Arc<Vec<u8>>, String), Status> {
+        let digest = {
+            let core = self.lock();
+            let e = core
+                .jobs
+                .get(&id)
+                .ok_or_else(|| Status::not_found(format!("no job {id}")))?;
+            let Some(digest) = e.record.artifact_digest.clone() else {
+                return Err(Status::failed_precondition(format!(
+                    "job {id} has no stored artifact (not done yet, or it produces none)"
+                )));
+            };
+            if let Some(a) = &e.artifact {
+                return Ok((a.clone(), digest));
+            }
+            digest
+        };
+        let store = self.store.clone();
+        let bytes = tokio::task::spawn_blocking(move || store.artifact(id))
+            .await
+            .map_err(|e| Status::internal(format!("store task: {e}")))?
+            .map_err(store_status)?
+            .ok_or_else(|| {
+                Status::data_loss(format!("job {id}'s artifact is missing from the store"))
+            })?;
+        let bytes = Arc::new(bytes);
+        if let Some(e) = self.lock().jobs.get_mut(&id) {
+            e.artifact = Some(bytes.clone());
+        }
+        Ok((bytes, digest))
     }
 
     fn job_and_chunks(&self, job: JobId) -> Option<(Arc<dyn Job>, u64)> {
@@ -468,13 +685,11 @@ impl Coordinator {
                 }
                 let outputs = store.outputs(job_id).map_err(store_status)?;
                 let mut answer = Answer::from_outputs(outputs.iter().map(|(_, o)| o));
-                let has_artifacts = outputs.iter().any(|(_, o)| !o.artifact.is_empty());
-                if has_artifacts {
-                    let mut it = outputs.iter().map(|(_, o)| o.artifact.as_slice());
-                    answer.artifact = job
-                        .merge_artifacts(&mut it)
-                        .map_err(|e| Status::internal(format!("merging artifacts: {e}")))?;
-                }
+                answer.artifact = match store.artifact(job_id).map_err(store_status)? {
+                    Some(merged) => merged,
+                    None => merge_outputs(job.as_ref(), &outputs)
+                        .map_err(|e| Status::internal(format!("merging artifacts: {e}")))?,
+                };
                 Ok((Arc::new(job.result(&answer).to_string()), poisoned))
             },
         )
@@ -499,8 +714,47 @@ struct WorkApi(Arc<Coordinator>);
 #[derive(Clone)]
 struct JobsApi(Arc<Coordinator>);
 
+/// Artifacts travel in pieces well under the message limit.
+const ARTIFACT_PIECE_BYTES: usize = 1 << 20;
+
 #[tonic::async_trait]
 impl work_server::Work for WorkApi {
+    type FetchArtifactStream = ReceiverStream<Result<v1::ArtifactPiece, Status>>;
+
+    async fn fetch_artifact(
+        &self,
+        req: Request<v1::FetchArtifactRequest>,
+    ) -> Result<Response<Self::FetchArtifactStream>, Status> {
+        let req = req.into_inner();
+        let (bytes, digest) = self.0.artifact(req.job_id).await?;
+        info!(worker = %req.worker_id, job = req.job_id, bytes = bytes.len(), "serving artifact");
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut stopping = self.0.stopping.subscribe();
+        tokio::spawn(async move {
+            let total = bytes.len() as u64;
+            let mut offset = 0usize;
+            // An empty artifact still gets one piece, so the reader learns the total and digest.
+            loop {
+                let end = (offset + ARTIFACT_PIECE_BYTES).min(bytes.len());
+                let piece = v1::ArtifactPiece {
+                    offset: offset as u64,
+                    total,
+                    digest: digest.clone(),
+                    data: bytes[offset..end].to_vec(),
+                };
+                tokio::select! {
+                    sent = tx.send(Ok(piece)) => if sent.is_err() { return },
+                    _ = stopping.wait_for(|s| *s) => return,
+                }
+                offset = end;
+                if offset >= bytes.len() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
     async fn register(
         &self,
         req: Request<v1::RegisterRequest>,
@@ -553,7 +807,13 @@ impl work_server::Work for WorkApi {
                 .iter()
                 .filter_map(|g| {
                     let e = core.jobs.get(&g.job)?;
+                    let input = e.record.input_job;
+                    let input_digest = input
+                        .and_then(|i| core.jobs.get(&i)?.record.artifact_digest.clone())
+                        .unwrap_or_default();
                     Some(v1::ChunkLease {
+                        input_job: input.unwrap_or(0),
+                        input_digest,
                         lease_id: g.lease,
                         job_id: g.job,
                         space: e.record.space.clone(),
@@ -835,62 +1095,37 @@ impl jobs_server::Jobs for JobsApi {
                 plan.n_chunks
             )));
         }
-        // Canonical parameters: equal jobs compare equal however the user spelled them.
-        let params = job.params();
+        // The job whose artifact this one needs (a table): found or submitted first, with its default plan.
+        let input = match job.input() {
+            None => None,
+            Some(inp) => {
+                let space = sweep_puzzles::lookup(&inp.space)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                let input_job = space
+                    .from_params(&inp.params)
+                    .map_err(|e| Status::invalid_argument(format!("input job: {e}")))?;
+                let input_plan = input_job
+                    .plan(None)
+                    .map_err(|e| Status::invalid_argument(format!("input job: {e}")))?;
+                Some((input_job, input_plan))
+            }
+        };
         let (info, existing, seq) = {
             let mut core = self.0.lock();
             core.check_writable()?;
-            let found = req.reuse_existing.then(|| {
-                core.jobs
-                    .values()
-                    .find(|e| {
-                        e.record.space == req.space
-                            && e.record.params == params
-                            && e.record.n_chunks == plan.n_chunks
-                            && e.record.state != JobState::Cancelled
-                    })
-                    .map(|e| e.record.id)
-            });
-            if let Some(Some(id)) = found {
-                (core.job_info(id), true, 0)
-            } else {
-                let id = core.next_job;
-                core.next_job += 1;
-                let record = JobRecord {
-                    id,
-                    space: req.space.clone(),
-                    params: params.clone(),
-                    n_chunks: plan.n_chunks,
-                    total_nodes: plan.total_nodes,
-                    priority: req.priority,
-                    state: JobState::Running,
-                    created_ms: now_ms(),
-                    finished_ms: 0,
-                    duplicates: 0,
-                    digest_mismatches: 0,
-                };
-                core.sched
-                    .add_job(id, req.priority, plan.n_chunks, JobState::Running);
-                core.pending.push(Op::Job(record.clone()));
-                core.pending.push(Op::Meta("next_job", id + 1));
-                let params_json = params.to_string();
-                core.jobs.insert(
-                    id,
-                    JobEntry {
-                        record,
-                        job,
-                        params_json,
-                        tally: Tally::default(),
-                        result: None,
-                    },
-                );
-                info!(job = id, space = %req.space, chunks = plan.n_chunks, "job submitted");
-                (core.job_info(id), false, core.seq)
-            }
+            let input_id = match input {
+                None => None,
+                Some((input_job, input_plan)) => {
+                    let (id, _) =
+                        core.find_or_create(input_job, &input_plan, req.priority, true, None);
+                    Some(id)
+                }
+            };
+            let (id, existing) =
+                core.find_or_create(job, &plan, req.priority, req.reuse_existing, input_id);
+            (core.job_info(id), existing, core.seq)
         };
-        if seq > 0 {
-            self.0.durable(seq).await?;
-        }
+        self.0.durable(seq).await?;
         Ok(Response::new(v1::SubmitResponse {
             job: info,
             existing,
@@ -1014,7 +1249,8 @@ pub async fn serve(
     let addr: SocketAddr = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let committer = tokio::spawn(coord.clone().committer(stop_rx.clone()));
-    let expirer = tokio::spawn(coord.clone().expirer(stop_rx));
+    let expirer = tokio::spawn(coord.clone().expirer(stop_rx.clone()));
+    let merger = tokio::spawn(coord.clone().merger(stop_rx));
     info!(%addr, "coordinator listening");
     let work = work_server::WorkServer::new(WorkApi(coord.clone()))
         .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
@@ -1033,6 +1269,7 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     let _ = committer.await;
     let _ = expirer.await;
+    let _ = merger.await;
     info!("coordinator stopped");
     result.map_err(Into::into)
 }

@@ -6,7 +6,10 @@
 //! - `j/<job>`: [`JobRecord`] (JSON)
 //! - `t/<job>`: the job's [`Tally`] (JSON), rewritten with every accepted result
 //! - `c/<job><chunk>`: [`ChunkRecord`] (JSON); absent = pending, never leased
-//! - `o/<job><chunk>`: the chunk's [`ChunkOutput`] (JSON), written in the same batch as its `Done` record
+//! - `o/<job><chunk>`: the chunk's [`ChunkOutput`] (JSON) without its artifact, written in the same batch as its
+//!   `Done` record; `a/<job><chunk>`: that chunk's artifact, raw bytes (tables are large: no hex, no JSON)
+//! - `r/<job>`: the job's merged artifact, raw; once it is written the chunk artifacts are removed in the same
+//!   batch, so a table is stored once
 //!
 //! `<job>` and `<chunk>` are big-endian u64, so a prefix scan returns a job's chunks in order.
 
@@ -52,6 +55,12 @@ pub struct JobRecord {
     pub duplicates: u64,
     #[serde(default)]
     pub digest_mismatches: u64,
+    /// The job whose merged artifact this one's chunks need.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_job: Option<JobId>,
+    /// blake3 (hex) of the merged artifact, once it is stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_digest: Option<String>,
 }
 
 /// One write of a group commit.
@@ -61,6 +70,8 @@ pub enum Op {
     Tally(JobId, Tally),
     Chunk(JobId, u64, ChunkRecord),
     Output(JobId, u64, ChunkOutput),
+    /// The merged artifact of a finished job; replaces its chunk artifacts.
+    Artifact(JobId, Vec<u8>),
     Meta(&'static str, u64),
 }
 
@@ -76,8 +87,8 @@ pub struct Snapshot {
 
 /// The raw key-value layer the two backends implement.
 pub trait Kv: Send + Sync {
-    /// Applies every write atomically and makes it durable before returning.
-    fn apply(&self, writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), StoreError>;
+    /// Applies every write (`None` = remove the key) atomically and makes it durable before returning.
+    fn apply(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StoreError>;
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError>;
 }
@@ -138,10 +149,13 @@ impl SledKv {
 }
 
 impl Kv for SledKv {
-    fn apply(&self, writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), StoreError> {
+    fn apply(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         for (k, v) in writes {
-            batch.insert(k, v);
+            match v {
+                Some(v) => batch.insert(k, v),
+                None => batch.remove(k),
+            }
         }
         self.db.apply_batch(batch)?;
         self.db.flush()?;
@@ -167,9 +181,14 @@ pub struct MemKv {
 }
 
 impl Kv for MemKv {
-    fn apply(&self, writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), StoreError> {
+    fn apply(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StoreError> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.extend(writes);
+        for (k, v) in writes {
+            match v {
+                Some(v) => map.insert(k, v),
+                None => map.remove(&k),
+            };
+        }
         Ok(())
     }
 
@@ -251,17 +270,39 @@ impl Store {
 
     /// Writes a group commit atomically and durably.
     pub fn write(&self, ops: Vec<Op>) -> Result<(), StoreError> {
-        let writes = ops
-            .into_iter()
-            .map(|op| match op {
-                Op::Job(rec) => (job_key(b'j', rec.id), encode(&rec)),
-                Op::Tally(job, t) => (job_key(b't', job), encode(&t)),
-                Op::Chunk(job, chunk, rec) => (chunk_key(b'c', job, chunk), encode(&rec)),
-                Op::Output(job, chunk, out) => (chunk_key(b'o', job, chunk), encode(&out)),
-                Op::Meta(name, v) => (format!("m/{name}").into_bytes(), v.to_be_bytes().to_vec()),
-            })
-            .collect();
+        let mut writes = Vec::with_capacity(ops.len());
+        for op in ops {
+            match op {
+                Op::Job(rec) => writes.push((job_key(b'j', rec.id), Some(encode(&rec)))),
+                Op::Tally(job, t) => writes.push((job_key(b't', job), Some(encode(&t)))),
+                Op::Chunk(job, chunk, rec) => {
+                    writes.push((chunk_key(b'c', job, chunk), Some(encode(&rec))))
+                }
+                Op::Output(job, chunk, mut out) => {
+                    let artifact = std::mem::take(&mut out.artifact);
+                    if !artifact.is_empty() {
+                        writes.push((chunk_key(b'a', job, chunk), Some(artifact)));
+                    }
+                    writes.push((chunk_key(b'o', job, chunk), Some(encode(&out))));
+                }
+                Op::Artifact(job, bytes) => {
+                    for (k, _) in self.kv.scan(&job_key(b'a', job))? {
+                        writes.push((k, None));
+                    }
+                    writes.push((job_key(b'r', job), Some(bytes)));
+                }
+                Op::Meta(name, v) => writes.push((
+                    format!("m/{name}").into_bytes(),
+                    Some(v.to_be_bytes().to_vec()),
+                )),
+            }
+        }
         self.kv.apply(writes)
+    }
+
+    /// A finished job's merged artifact, if it has been stored.
+    pub fn artifact(&self, job: JobId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.kv.get(&job_key(b'r', job))
     }
 
     pub fn load(&self) -> Result<Snapshot, StoreError> {
@@ -295,12 +336,24 @@ impl Store {
         Ok(snap)
     }
 
-    /// Every stored result of a job, in chunk order.
+    /// Every stored result of a job, in chunk order, each with its artifact (empty once the job's merged
+    /// artifact has replaced them).
     pub fn outputs(&self, job: JobId) -> Result<Vec<(u64, ChunkOutput)>, StoreError> {
+        let mut artifacts: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        for (k, v) in self.kv.scan(&job_key(b'a', job))? {
+            artifacts.insert(be_u64(&k, &k[10..])?, v);
+        }
         self.kv
             .scan(&job_key(b'o', job))?
             .into_iter()
-            .map(|(k, v)| Ok((be_u64(&k, &k[10..])?, decode(&k, &v)?)))
+            .map(|(k, v)| {
+                let chunk = be_u64(&k, &k[10..])?;
+                let mut out: ChunkOutput = decode(&k, &v)?;
+                if let Some(a) = artifacts.remove(&chunk) {
+                    out.artifact = a;
+                }
+                Ok((chunk, out))
+            })
             .collect()
     }
 
@@ -336,6 +389,8 @@ mod tests {
             finished_ms: 0,
             duplicates: 0,
             digest_mismatches: 0,
+            input_job: None,
+            artifact_digest: None,
         }
     }
 
@@ -379,6 +434,39 @@ mod tests {
         );
     }
 
+    fn artifacts_are_raw_and_stored_once(store: &Store) {
+        let with = |a: Vec<u8>| ChunkOutput {
+            nodes: 1,
+            artifact: a,
+            ..Default::default()
+        };
+        store
+            .write(vec![
+                Op::Output(4, 0, with(vec![1, 2, 3])),
+                Op::Output(4, 1, with(vec![4])),
+            ])
+            .unwrap();
+        let outs = store.outputs(4).unwrap();
+        assert_eq!(outs, vec![(0, with(vec![1, 2, 3])), (1, with(vec![4]))]);
+        assert_eq!(store.artifact(4).unwrap(), None);
+        store.write(vec![Op::Artifact(4, vec![9, 9])]).unwrap();
+        assert_eq!(store.artifact(4).unwrap(), Some(vec![9, 9]));
+        // The chunk artifacts are gone; the outputs (nodes, counters) stay.
+        assert_eq!(
+            store.outputs(4).unwrap(),
+            vec![(0, with(vec![])), (1, with(vec![]))]
+        );
+    }
+
+    #[test]
+    fn artifacts_in_memory_and_in_sled() {
+        artifacts_are_raw_and_stored_once(&Store::in_memory());
+        let dir = std::env::temp_dir().join(format!("sweep-store-art-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        artifacts_are_raw_and_stored_once(&Store::open(&dir).unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn memory_store_roundtrip() {
         roundtrip(&Store::in_memory());
@@ -420,7 +508,7 @@ mod tests {
         let store = Store::new(Box::new(MemKv::default()));
         store
             .kv
-            .apply(vec![(job_key(b'j', 5), b"{not json".to_vec())])
+            .apply(vec![(job_key(b'j', 5), Some(b"{not json".to_vec()))])
             .unwrap();
         let err = store.load().unwrap_err();
         assert!(err.to_string().contains("damaged record"), "{err}");

@@ -224,6 +224,35 @@ pub trait Job: Send + Sync + Debug {
 
     /// The merged answer for people: what the original programs printed, and more.
     fn render_text(&self, result: &serde_json::Value) -> String;
+
+    /// Another job whose merged artifact this job's chunks need (a distance table, say), as (space, canonical
+    /// params). The engine makes sure that job exists and is done before any chunk of this one runs, and hands
+    /// its artifact to [`Job::bind_input`]. The default: no input.
+    fn input(&self) -> Option<JobInput> {
+        None
+    }
+
+    /// This job with its input artifact loaded (parsed and validated once, then shared by every chunk the
+    /// process runs). Only called for jobs whose [`Job::input`] is `Some`.
+    fn bind_input(&self, _artifact: &[u8]) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+        Err(SpaceError::BadParams {
+            space: self.space(),
+            reason: "this job takes no input artifact".into(),
+        })
+    }
+
+    /// Pictures of the merged answer as (file name, SVG text) pairs, written by the CLI's `--svg DIR`. Pure: the
+    /// space only draws, the CLI writes. Spaces without pictures keep the default (none).
+    fn pictures(&self, _result: &serde_json::Value) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+/// The job whose artifact another job needs: see [`Job::input`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInput {
+    pub space: String,
+    pub params: serde_json::Value,
 }
 
 /// The typed side of a search space: parameters with clap (for `sweep run SPACE ...`) and serde (for storage and

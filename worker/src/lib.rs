@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use sweep_proto::v1::{self, work_client::WorkClient};
-use sweep_puzzles::{Control, Job, SpaceError};
+use sweep_puzzles::{Control, Job};
 use tokio::sync::{watch, Notify};
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
@@ -29,6 +29,9 @@ pub struct WorkerConfig {
     pub prefetch: usize,
     /// How long shutdown waits for running chunks before cancelling and handing them back.
     pub grace: Duration,
+    /// Where fetched input artifacts (tables) are cached by digest, so a restarted worker does not fetch them
+    /// again. `None`: memory only.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 impl WorkerConfig {
@@ -39,6 +42,7 @@ impl WorkerConfig {
             threads: threads.max(1),
             prefetch: threads.max(1),
             grace: Duration::from_secs(30),
+            cache_dir: None,
         }
     }
 }
@@ -64,6 +68,8 @@ struct State {
     outbox: Vec<v1::ChunkReport>,
     failures: Vec<v1::FailRequest>,
     jobs: HashMap<(u64, String), Arc<dyn Job>>,
+    /// Input artifacts by digest, shared by every job bound to them.
+    artifacts: HashMap<String, Arc<Vec<u8>>>,
     stats: WorkerStats,
     stopping: bool,
 }
@@ -77,6 +83,8 @@ struct Shared {
     room: Notify,
     outbox_ready: Notify,
     heartbeat: Duration,
+    /// One artifact fetch at a time: executors that need the same table wait for the first fetch.
+    fetching: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -84,20 +92,149 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn job(&self, lease: &v1::ChunkLease) -> Result<Arc<dyn Job>, SpaceError> {
+    /// The job a lease belongs to, built once per job and, if it needs an input artifact, bound to it.
+    async fn job(&self, lease: &v1::ChunkLease) -> Result<Arc<dyn Job>, PrepError> {
         let key = (lease.job_id, lease.params_json.clone());
         if let Some(j) = self.lock().jobs.get(&key) {
             return Ok(j.clone());
         }
-        let params: serde_json::Value =
-            serde_json::from_str(&lease.params_json).map_err(|e| SpaceError::BadParams {
-                space: "(lease)",
-                reason: format!("params are not JSON: {e}"),
+        let params: serde_json::Value = serde_json::from_str(&lease.params_json)
+            .map_err(|e| PrepError::Fatal(format!("the lease's params are not JSON: {e}")))?;
+        let mut job = sweep_puzzles::job_from_params(&lease.space, &params)
+            .map_err(|e| PrepError::Fatal(format!("cannot build the job: {e}")))?;
+        if lease.input_job != 0 {
+            let artifact = self
+                .input_artifact(lease.input_job, &lease.input_digest)
+                .await
+                .map_err(PrepError::Transient)?;
+            job = job.bind_input(&artifact).map_err(|e| {
+                PrepError::Fatal(format!(
+                    "cannot load the input of job {}: {e}",
+                    lease.input_job
+                ))
             })?;
-        let job = sweep_puzzles::job_from_params(&lease.space, &params)?;
+        }
         self.lock().jobs.insert(key, job.clone());
         Ok(job)
     }
+
+    /// The artifact of job `input` with blake3 `digest`: from memory, the disk cache, or the coordinator.
+    async fn input_artifact(&self, input: u64, digest: &str) -> Result<Arc<Vec<u8>>, String> {
+        let _one_at_a_time = self.fetching.lock().await;
+        if let Some(a) = self.lock().artifacts.get(digest) {
+            return Ok(a.clone());
+        }
+        let cached = self.cache_path(digest);
+        let from_disk = match &cached {
+            Some(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || std::fs::read(path))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+            None => None,
+        };
+        let bytes = match from_disk.filter(|b| blake3::hash(b).to_hex().as_str() == digest) {
+            Some(b) => {
+                info!(
+                    job = input,
+                    bytes = b.len(),
+                    "input artifact from the disk cache"
+                );
+                b
+            }
+            None => {
+                let b = self.fetch_artifact(input, digest).await?;
+                if let Some(path) = cached {
+                    let data = b.clone();
+                    // A cache is an optimisation: failing to write it is logged, not fatal.
+                    let written =
+                        tokio::task::spawn_blocking(move || write_atomically(&path, &data)).await;
+                    if let Ok(Err(e)) = written {
+                        warn!(error = %e, "cannot cache the artifact on disk");
+                    }
+                }
+                b
+            }
+        };
+        let bytes = Arc::new(bytes);
+        self.lock()
+            .artifacts
+            .insert(digest.to_string(), bytes.clone());
+        Ok(bytes)
+    }
+
+    fn cache_path(&self, digest: &str) -> Option<std::path::PathBuf> {
+        // The digest names the file: only hex digits reach the file system.
+        if digest.is_empty() || !digest.chars().all(|c| c.is_ascii_hexdigit()) {
+            return None;
+        }
+        Some(
+            self.cfg
+                .cache_dir
+                .as_ref()?
+                .join(format!("{digest}.artifact")),
+        )
+    }
+
+    /// Streams the artifact in pieces, checks offsets, size and digest.
+    async fn fetch_artifact(&self, input: u64, digest: &str) -> Result<Vec<u8>, String> {
+        let mut client = self.client.clone();
+        let req = v1::FetchArtifactRequest {
+            worker_id: self.worker_id.clone(),
+            job_id: input,
+        };
+        let mut stream = client
+            .fetch_artifact(req)
+            .await
+            .map_err(|e| format!("fetching job {input}'s artifact: {}", e.message()))?
+            .into_inner();
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut total = None;
+        while let Some(piece) = stream
+            .message()
+            .await
+            .map_err(|e| format!("fetching job {input}'s artifact: {}", e.message()))?
+        {
+            if piece.offset != bytes.len() as u64 || piece.digest != digest {
+                return Err(format!(
+                    "job {input}'s artifact arrived out of order or with another digest"
+                ));
+            }
+            if total.is_none() {
+                let t =
+                    usize::try_from(piece.total).map_err(|_| "artifact too large".to_string())?;
+                bytes.reserve_exact(t);
+                total = Some(t);
+            }
+            bytes.extend_from_slice(&piece.data);
+        }
+        if Some(bytes.len()) != total || blake3::hash(&bytes).to_hex().as_str() != digest {
+            return Err(format!(
+                "job {input}'s artifact is incomplete or does not match its digest"
+            ));
+        }
+        info!(job = input, bytes = bytes.len(), "input artifact fetched");
+        Ok(bytes)
+    }
+}
+
+fn write_atomically(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(tmp, path)
+}
+
+/// Why a lease's job could not be prepared.
+enum PrepError {
+    /// The job cannot run here (bad parameters, a bad input): the chunk fails, which counts as an attempt.
+    Fatal(String),
+    /// Fetching the input failed (the coordinator is restarting, say): the chunk is handed back unused.
+    Transient(String),
 }
 
 /// Exponential backoff with a cap, for talking to a coordinator that may be restarting.
@@ -166,6 +303,7 @@ pub async fn run(
         work_ready: Notify::new(),
         room: Notify::new(),
         outbox_ready: Notify::new(),
+        fetching: tokio::sync::Mutex::new(()),
     });
 
     let leaser = tokio::spawn(leaser(shared.clone(), stop_rx.clone()));
@@ -285,7 +423,8 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let ctl = Arc::new(Control::new());
         sh.lock().running.insert(lease.lease_id, ctl.clone());
         let started = Instant::now();
-        let outcome = match sh.job(&lease) {
+        let mut transient = false;
+        let outcome = match sh.job(&lease).await {
             Ok(job) => {
                 let (n, c, ctl2) = (lease.n_chunks, lease.chunk, ctl.clone());
                 match tokio::task::spawn_blocking(move || job.run_chunk(n, c, &ctl2)).await {
@@ -293,7 +432,13 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     Err(e) => Err(format!("the search kernel panicked: {e}")),
                 }
             }
-            Err(e) => Err(format!("cannot build the job: {e}")),
+            Err(PrepError::Fatal(e)) => Err(e),
+            Err(PrepError::Transient(e)) => {
+                transient = true;
+                // Do not spin through the queue while the coordinator is away.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Err(e)
+            }
         };
         let mut st = sh.lock();
         st.running.remove(&lease.lease_id);
@@ -310,7 +455,7 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 });
             }
             Err(e) => {
-                let cancelled = ctl.is_cancelled();
+                let cancelled = ctl.is_cancelled() || transient;
                 if !cancelled {
                     st.stats.chunks_failed += 1;
                     warn!(job = lease.job_id, chunk = lease.chunk, error = %e, "chunk failed");
