@@ -1,0 +1,246 @@
+//! The coordinator's gRPC services driven by a raw client on loopback: garbled and hostile requests are refused
+//! with a clear status, never a panic, and never cost stored progress.
+
+use std::time::Duration;
+
+use sweep_coordinator::scheduler::SchedulerConfig;
+use sweep_coordinator::store::Store;
+use sweep_coordinator::{serve, Coordinator, CoordinatorConfig};
+use sweep_proto::v1::{self, jobs_client::JobsClient, work_client::WorkClient};
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+
+struct Server {
+    url: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(store: Store) -> Server {
+        let cfg = CoordinatorConfig {
+            scheduler: SchedulerConfig {
+                lease_ttl_ms: 60_000,
+                max_attempts: 2,
+            },
+            expiry_interval: Duration::from_millis(50),
+        };
+        let coord = Coordinator::open(store, cfg).expect("open coordinator");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            serve(listener, coord, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("serve");
+        });
+        Server {
+            url,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn clients(&self) -> (WorkClient<Channel>, JobsClient<Channel>) {
+        let ch = Channel::from_shared(self.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        (WorkClient::new(ch.clone()), JobsClient::new(ch))
+    }
+
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("server stops")
+            .expect("server task");
+    }
+}
+
+fn submit_req(space: &str, params: &str, chunks: u64) -> v1::SubmitRequest {
+    v1::SubmitRequest {
+        space: space.into(),
+        params_json: params.into(),
+        chunks,
+        priority: 0,
+        reuse_existing: false,
+    }
+}
+
+fn report(lease: &v1::ChunkLease, output: v1::ChunkOutput) -> v1::ChunkReport {
+    v1::ChunkReport {
+        lease_id: lease.lease_id,
+        job_id: lease.job_id,
+        chunk: lease.chunk,
+        output: Some(output),
+        elapsed_s: 0.0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_are_refused_and_progress_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let server = Server::start(Store::open(&path).unwrap()).await;
+    let (mut work, mut jobs) = server.clients().await;
+
+    // Submissions that make no sense.
+    for (req, needle) in [
+        (submit_req("nope", "{}", 0), "unknown search space"),
+        (submit_req("star", "{not json", 0), "not JSON"),
+        (
+            submit_req("star", r#"{"points": 3, "method": "brute"}"#, 0),
+            "points",
+        ),
+        (
+            submit_req("star", r#"{"points": 6, "method": "brute", "x": 1}"#, 0),
+            "x",
+        ),
+        (
+            submit_req("star", r#"{"points": 6, "method": "brute"}"#, u64::MAX),
+            "chunks",
+        ),
+    ] {
+        let err = jobs.submit(req).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(
+            err.message().contains(needle),
+            "{needle}: {}",
+            err.message()
+        );
+    }
+
+    let job = jobs
+        .submit(submit_req(
+            "star",
+            r#"{"points": 7, "method": "backtrack"}"#,
+            4,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    let worker = work
+        .register(v1::RegisterRequest {
+            name: "probe".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker_id;
+    for bad in [0, 1_000_000] {
+        let err = work
+            .lease(v1::LeaseRequest {
+                worker_id: worker.clone(),
+                max_chunks: bad,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    }
+    let leases = work
+        .lease(v1::LeaseRequest {
+            worker_id: worker.clone(),
+            max_chunks: 4,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .leases;
+    assert_eq!(leases.len(), 4);
+
+    // One honest result, computed by the real kernel.
+    let star = sweep_puzzles::job_from_params(
+        "star",
+        &serde_json::from_str(&leases[0].params_json).unwrap(),
+    )
+    .unwrap();
+    let honest = star
+        .run_chunk(
+            job.chunks_total,
+            leases[0].chunk,
+            &sweep_puzzles::Control::new(),
+        )
+        .unwrap();
+    // Garbled and lying reports for the other chunks. (A lie the verifier cannot see, such as an inflated count
+    // with the right solutions, needs the result replicated on another worker: that is not tested here.)
+    let mut garbled = v1::ChunkOutput::default();
+    garbled.counters.insert("solutions".into(), "lots".into());
+    let mut lie = v1::ChunkOutput::from(&honest);
+    lie.solutions.push("1,2,3".into());
+    let mut wrong_chunk = report(&leases[3], v1::ChunkOutput::default());
+    wrong_chunk.chunk = 99;
+    let acks = work
+        .complete(v1::CompleteRequest {
+            worker_id: worker.clone(),
+            reports: vec![
+                report(&leases[0], v1::ChunkOutput::from(&honest)),
+                report(&leases[1], garbled),
+                report(&leases[2], lie),
+                wrong_chunk,
+                v1::ChunkReport {
+                    output: None,
+                    ..report(&leases[3], v1::ChunkOutput::default())
+                },
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .acks;
+    let status: Vec<i32> = acks.iter().map(|a| a.status).collect();
+    let accepted = v1::AckStatus::Accepted as i32;
+    let rejected = v1::AckStatus::Rejected as i32;
+    assert_eq!(
+        status,
+        vec![accepted, rejected, rejected, rejected, rejected],
+        "{acks:?}"
+    );
+    assert!(acks[1].message.contains("solutions"), "{}", acks[1].message);
+    // The same honest result again is a duplicate, not a second count.
+    let again = work
+        .complete(v1::CompleteRequest {
+            worker_id: worker.clone(),
+            reports: vec![report(&leases[0], v1::ChunkOutput::from(&honest))],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .acks;
+    assert_eq!(again[0].status, v1::AckStatus::Duplicate as i32);
+    let info = jobs
+        .job_status(v1::JobRequest { job_id: job.id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (info.chunks_done, info.completions, info.duplicates),
+        (1, 1, 1)
+    );
+    server.stop().await;
+
+    // A restart on the same store still has the one accepted result, and only it.
+    let server = Server::start(Store::open(&path).unwrap()).await;
+    let (_, mut jobs) = server.clients().await;
+    let info = jobs
+        .job_status(v1::JobRequest { job_id: job.id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((info.chunks_done, info.completions), (1, 1));
+    assert_eq!(info.nodes, honest.nodes.to_string());
+    let err = jobs
+        .job_status(v1::JobRequest { job_id: 77 })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    server.stop().await;
+}
