@@ -144,3 +144,35 @@ fn an_interrupted_run_resumes_with_the_same_answer() {
     assert_eq!(v["result"], expected);
     assert_eq!(v["chunks_done"], 256);
 }
+
+#[test]
+fn sigterm_stops_workers_and_the_coordinator_cleanly_and_the_job_goes_on() {
+    let args = ["star", "--points", "11", "--chunks", "256"];
+    let expected = reference(&args);
+    let mut c = Cluster::start_with_ttl(2, 1, 30_000);
+    let job = c.submit(&args);
+    c.wait_until(job, LONG, |s| done_chunks(s) >= 10);
+    // A worker asked to stop hands back what it has not started and delivers what it finished: with a
+    // 30 s lease time, nothing it held may be left dangling (the job would stall on expiry otherwise).
+    c.workers[0].signal("TERM");
+    let status = c.workers[0]
+        .wait_exit(Duration::from_secs(30))
+        .expect("worker exits after SIGTERM");
+    assert!(status.success(), "worker exit status {status}");
+    let after_worker = c.status(job);
+    assert!(
+        after_worker["chunks_leased"].as_u64().unwrap_or(99) <= 2,
+        "only the surviving worker's leases remain: {after_worker}"
+    );
+    // The coordinator on SIGTERM writes what is queued and exits 0, even with a worker connected.
+    c.coordinator.signal("TERM");
+    let status = c
+        .coordinator
+        .wait_exit(Duration::from_secs(30))
+        .expect("coordinator exits after SIGTERM");
+    assert!(status.success(), "coordinator exit status {status}");
+    c.restart_coordinator();
+    let res = c.wait_results(job, LONG);
+    assert_eq!(res["result"], expected);
+    assert_exactly_once(&c.status(job));
+}
