@@ -450,6 +450,14 @@ impl Coordinator {
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Waits until everything staged so far is durable. Readers of the store (results, the artifact merger)
+    /// call this first: a job is `done` in memory as soon as its last result is staged, before that result is
+    /// written, and reading the store in between would miss it.
+    async fn settle(&self) -> Result<(), Status> {
+        let seq = self.lock().seq;
+        self.durable(seq).await
+    }
+
     /// Waits until the batch with sequence `seq` is durable.
     async fn durable(&self, seq: u64) -> Result<(), Status> {
         let mut rx = self.committed.subscribe();
@@ -564,6 +572,7 @@ impl Coordinator {
         let Some((job, _)) = self.job_and_chunks(id) else {
             return Ok(());
         };
+        self.settle().await.map_err(|e| e.message().to_string())?;
         let store = self.store.clone();
         let merged = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>, String> {
             let outputs = store.outputs(id).map_err(|e| e.to_string())?;
@@ -647,6 +656,7 @@ impl Coordinator {
     }
 
     async fn results(&self, job_id: JobId) -> Result<v1::ResultsResponse, Status> {
+        self.settle().await?;
         let (job, info, cached, finished) = {
             let core = self.lock();
             let e = core
@@ -1136,6 +1146,8 @@ impl jobs_server::Jobs for JobsApi {
         &self,
         _: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
+        // Status answers describe what is stored: what it reports survives a crash right after it is read.
+        self.0.settle().await?;
         let core = self.0.lock();
         let jobs = core
             .sched
@@ -1152,6 +1164,7 @@ impl jobs_server::Jobs for JobsApi {
         &self,
         req: Request<v1::JobRequest>,
     ) -> Result<Response<v1::JobInfo>, Status> {
+        self.0.settle().await?;
         Ok(Response::new(self.0.info(req.into_inner().job_id)?))
     }
 

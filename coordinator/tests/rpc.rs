@@ -244,3 +244,107 @@ async fn hostile_requests_are_refused_and_progress_survives() {
     assert_eq!(err.code(), tonic::Code::NotFound);
     server.stop().await;
 }
+
+/// A store whose writes take a while, so that a test can act between a result being staged and it being
+/// durable.
+struct SlowKv {
+    inner: sweep_coordinator::store::MemKv,
+    delay: Duration,
+}
+
+impl sweep_coordinator::store::Kv for SlowKv {
+    fn apply(
+        &self,
+        writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    ) -> Result<(), sweep_coordinator::store::StoreError> {
+        std::thread::sleep(self.delay);
+        self.inner.apply(writes)
+    }
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, sweep_coordinator::store::StoreError> {
+        self.inner.get(key)
+    }
+    fn scan(
+        &self,
+        prefix: &[u8],
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, sweep_coordinator::store::StoreError> {
+        self.inner.scan(prefix)
+    }
+}
+
+/// Regression: a job is `done` in memory as soon as its last result is staged. `Results` asked in that window
+/// read the store before the result was written, missed it, and cached the short answer for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_wait_for_the_last_result_to_be_durable() {
+    let store = Store::new(Box::new(SlowKv {
+        inner: Default::default(),
+        delay: Duration::from_millis(300),
+    }));
+    let server = Server::start(store).await;
+    let (mut work, mut jobs) = server.clients().await;
+    let job = jobs
+        .submit(submit_req("star", r#"{"points": 6, "method": "brute"}"#, 1))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    let worker = work
+        .register(v1::RegisterRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .worker_id;
+    let lease = work
+        .lease(v1::LeaseRequest {
+            worker_id: worker.clone(),
+            max_chunks: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .leases
+        .remove(0);
+    let star = sweep_puzzles::job_from_params(
+        "star",
+        &serde_json::json!({"points": 6, "method": "brute"}),
+    )
+    .unwrap();
+    let out = star
+        .run_chunk(1, 0, &sweep_puzzles::Control::new())
+        .unwrap();
+    let mut w = work.clone();
+    let rep = report(&lease, v1::ChunkOutput::from(&out));
+    let completing = tokio::spawn(async move {
+        w.complete(v1::CompleteRequest {
+            worker_id: worker,
+            reports: vec![rep],
+        })
+        .await
+    });
+    // Wait until the job shows as done in memory while the write is still under way: the Watch stream reports
+    // progress as it happens (status answers wait for the store).
+    let mut watch = jobs
+        .watch(v1::WatchRequest {
+            job_id: job.id,
+            interval_ms: 50,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    while let Some(ev) = watch.message().await.unwrap() {
+        if ev.jobs.iter().any(|j| j.state == "done") {
+            break;
+        }
+    }
+    drop(watch);
+    let res = jobs
+        .results(v1::JobRequest { job_id: job.id })
+        .await
+        .unwrap()
+        .into_inner();
+    let result: serde_json::Value = serde_json::from_str(&res.result_json).unwrap();
+    assert_eq!(result["solutions"], 960, "{result}");
+    assert_eq!(result["unique"], 80, "{result}");
+    completing.await.unwrap().unwrap();
+    server.stop().await;
+}
