@@ -9,6 +9,7 @@
 //! or async runtimes. Everything here is a function of its inputs, which is what lets the coordinator re-verify a
 //! worker's result and lets any worker run any chunk.
 
+pub mod billiard;
 pub mod perm;
 mod registry;
 mod space;

@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use crate::space::{Job, Registered, Space, SpaceError};
 
-static SPACES: &[&dyn Space] = &[&Registered::<crate::star::Star>(PhantomData)];
+static SPACES: &[&dyn Space] = &[
+    &Registered::<crate::star::Star>(PhantomData),
+    &Registered::<crate::billiard::Billiard>(PhantomData),
+];
 
 /// Every registered space, in the order `sweep --help` lists them.
 pub fn spaces() -> &'static [&'static dyn Space] {
