@@ -10,6 +10,8 @@
 //! worker's result and lets any worker run any chunk.
 
 pub mod billiard;
+pub mod billiard;
+pub mod peg;
 pub mod perm;
 mod registry;
 mod space;

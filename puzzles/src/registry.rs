@@ -8,6 +8,7 @@ use crate::space::{Job, Registered, Space, SpaceError};
 static SPACES: &[&dyn Space] = &[
     &Registered::<crate::star::Star>(PhantomData),
     &Registered::<crate::billiard::Billiard>(PhantomData),
+    &Registered::<crate::peg::Peg>(PhantomData),
 ];
 
 /// Every registered space, in the order `sweep --help` lists them.

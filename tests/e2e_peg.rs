@@ -1,0 +1,78 @@
+//! End-to-end: peg solitaire jobs through a real coordinator and real workers give the in-process answers, and a
+//! `count` job whose coordinator is killed and whose worker dies still ends with the same number.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{stdout_json, sweep, Cluster};
+use serde_json::Value;
+
+const LONG: Duration = Duration::from_secs(900);
+
+/// The in-process answer (`sweep solve`): the same kernels without coordinator or workers.
+fn reference(space_args: &[&str]) -> Value {
+    let mut args = vec!["solve"];
+    args.extend_from_slice(space_args);
+    args.push("--json");
+    stdout_json(&sweep(&args, &[], LONG))["result"].clone()
+}
+
+#[test]
+fn triangle_count_and_positions_through_workers_match_in_process() {
+    let c = Cluster::start(2, 1);
+    let count_args = [
+        "peg", "--board", "triangle", "--goal", "any", "--mode", "count", "--chunks", "40",
+    ];
+    let count = c.submit(&count_args);
+    let pos_args = [
+        "peg",
+        "--board",
+        "triangle",
+        "--goal",
+        "any",
+        "--mode",
+        "positions",
+        "--chunks",
+        "7",
+    ];
+    let positions = c.submit(&pos_args);
+    let solve = c.submit(&["peg", "--seed", "11"]);
+    let r = c.wait_results(count, LONG);
+    assert_eq!(r["state"], "done", "{r}");
+    assert_eq!(r["result"]["count"], "29760", "{r}");
+    assert_eq!(r["result"], reference(&count_args[..count_args.len() - 2]));
+    let r = c.wait_results(positions, LONG);
+    assert_eq!(
+        r["result"],
+        reference(&pos_args[..pos_args.len() - 2]),
+        "{r}"
+    );
+    assert_eq!(
+        r["result"]["positions"]["totals"]["reachable_raw"], 3016,
+        "{r}"
+    );
+    let r = c.wait_results(solve, LONG);
+    let moves = r["result"]["moves"].as_array().map(Vec::len);
+    assert_eq!(moves, Some(31), "{r}");
+    assert_eq!(r["result"]["moves"][30]["to"], "4,4", "{r}");
+}
+
+/// Minutes on two cores: `cargo test --release --test e2e_peg -- --ignored`.
+#[test]
+#[ignore]
+fn english_count_survives_a_killed_coordinator_and_worker() {
+    let args = ["peg", "--mode", "count", "--chunks", "16"];
+    let mut c = Cluster::start_with_ttl(2, 1, 3_000);
+    let job = c.submit(&args);
+    c.wait_until(job, LONG, |s| s["chunks_done"].as_u64().unwrap_or(0) >= 1);
+    c.restart_coordinator();
+    c.workers[0].kill9();
+    c.add_worker();
+    let r = c.wait_results(job, LONG);
+    assert_eq!(r["state"], "done", "{r}");
+    // Bell (2009) and Durango Bill: 40,861,647,040,079,968 solutions of the central game.
+    assert_eq!(r["result"]["count"], "40861647040079968", "{r}");
+    let status = c.status(job);
+    assert_eq!(status["completions"], status["chunks_total"], "{status}");
+}
