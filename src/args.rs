@@ -19,6 +19,7 @@ pub const ENGINE_FLAGS: &[(&str, bool)] = &[
     ("--coordinator", true),
     ("--json", false),
     ("--no-progress", false),
+    ("--svg", true),
 ];
 
 #[derive(Parser, Debug, Default)]
@@ -45,6 +46,9 @@ pub struct EngineOpts {
     pub json: bool,
     #[arg(long)]
     pub no_progress: bool,
+    /// Write the answer's pictures (SVG files) into this directory, created if missing.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
 }
 
 pub struct JobArgs {
@@ -66,6 +70,8 @@ pub fn parse(args: &[String]) -> anyhow::Result<Result<JobArgs, String>> {
     }
     let space = sweep_puzzles::lookup(space_name).map_err(|e| usage(e.to_string()))?;
     let (engine_args, space_args) = split(rest)?;
+    let space_args = crate::brainball_cmd::expand_file(space_name, space_args)?;
+    let space_args = crate::buzzled_cmd::expand_puzzle_file(space_name, space_args)?;
     let engine = EngineOpts::try_parse_from(&engine_args)
         .map_err(|e| usage(e.render().to_string().trim().to_string()))?;
     let job = match space.parse_args(&space_args) {
@@ -77,7 +83,7 @@ pub fn parse(args: &[String]) -> anyhow::Result<Result<JobArgs, String>> {
 }
 
 fn engine_help() -> String {
-    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URL  coordinator for `submit` (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n".to_string()
+    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URL  coordinator for `submit` (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n  --svg DIR          write the answer's pictures (SVG) into DIR\n".to_string()
 }
 
 fn split(args: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {

@@ -55,6 +55,9 @@ pub struct WorkerArgs {
     /// raise it for jobs of many tiny chunks).
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=4096))]
     prefetch: Option<u32>,
+    /// Cache fetched input artifacts (tables) here, by digest, so a restarted worker need not fetch them again.
+    #[arg(long)]
+    cache: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -99,6 +102,15 @@ pub struct JobArgs {
     remote: Remote,
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+pub struct ResultsArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    /// Write the answer's pictures (SVG files) into this directory, created if missing.
+    #[arg(long, value_name = "DIR")]
+    svg: Option<PathBuf>,
 }
 
 pub enum Control {
@@ -181,6 +193,7 @@ pub fn worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = sweep_worker::WorkerConfig::new(a.connect, threads);
     cfg.name = a.name.unwrap_or_else(default_worker_name);
     cfg.grace = Duration::from_secs(a.grace_secs);
+    cfg.cache_dir = a.cache;
     if let Some(p) = a.prefetch {
         cfg.prefetch = p as usize;
     }
@@ -246,6 +259,8 @@ fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "reissued": j.reissued,
         "completions": j.completions,
         "duplicates": j.duplicates,
+        "input_job": (j.input_job != 0).then_some(j.input_job),
+        "artifact_digest": (!j.artifact_digest.is_empty()).then_some(&j.artifact_digest),
         "nodes": crate::output::big(j.nodes.parse().unwrap_or(0)),
     })
 }
@@ -346,7 +361,7 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-pub fn results(a: JobArgs) -> anyhow::Result<ExitCode> {
+pub fn results(ResultsArgs { job: a, svg }: ResultsArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let rt = runtime()?;
     rt.block_on(async move {
@@ -382,6 +397,7 @@ pub fn results(a: JobArgs) -> anyhow::Result<ExitCode> {
             poisoned: poisoned_list(&r),
         };
         report.print(job.as_ref(), a.json);
+        crate::output::write_pictures(job.as_ref(), &report.result, svg.as_deref())?;
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -128,14 +128,17 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         let worker = tokio::spawn(sweep_worker::run(sweep_worker::WorkerConfig::new(url.clone(), threads), async {
             let _ = worker_stopped.await;
         }));
-        let mut stream = jobs.watch(v1::WatchRequest { job_id: info.id, interval_ms: 100 }).await?.into_inner();
+        // Every job, filtered to ours and the one it takes its input from (a table built first).
+        let shown = [info.id, info.input_job];
+        let mut stream = jobs.watch(v1::WatchRequest { job_id: 0, interval_ms: 100 }).await?.into_inner();
         let mut bars = Bars::new(if engine.json || engine.no_progress { Mode::Off } else { Mode::Auto });
         let signal = shutdown_signal();
         tokio::pin!(signal);
         let interrupted = loop {
             tokio::select! {
                 ev = stream.message() => {
-                    let Some(ev) = ev? else { anyhow::bail!("the embedded coordinator stopped reporting progress") };
+                    let Some(mut ev) = ev? else { anyhow::bail!("the embedded coordinator stopped reporting progress") };
+                    ev.jobs.retain(|j| shown.contains(&j.id));
                     bars.update(&ev);
                     if ev.jobs.iter().any(|j| j.id == info.id && j.state != "running" && j.state != "paused") {
                         break false;
@@ -179,6 +182,7 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
             poisoned: poisoned_list(&results),
         };
         report.print(job.as_ref(), engine.json);
+        crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;
         Ok(if report.poisoned.is_empty() && final_info.state == "done" {
             ExitCode::SUCCESS
         } else {
@@ -201,11 +205,51 @@ pub fn solve(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the thread pool")?;
     let started = Instant::now();
-    let ctl = Control::new();
-    let done = AtomicU64::new(0);
-    let n = plan.n_chunks;
     let show = !(engine.json || engine.no_progress)
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // A job that needs another job's artifact (a table) gets it the same way: solved here first.
+    let job = match job.input() {
+        None => job,
+        Some(inp) => {
+            let input = sweep_puzzles::job_from_params(&inp.space, &inp.params)
+                .map_err(|e| usage(format!("the job's input: {e}")))?;
+            let input_plan = input.plan(None).map_err(|e| usage(e.to_string()))?;
+            if !engine.json {
+                eprintln!("building the input first: {} {}", inp.space, inp.params);
+            }
+            let input_answer = run_chunks(&pool, input.as_ref(), input_plan.n_chunks, show)?;
+            job.bind_input(&input_answer.artifact)
+                .context("loading the input artifact")?
+        }
+    };
+    let n = plan.n_chunks;
+    let answer = run_chunks(&pool, job.as_ref(), n, show)?;
+    let report = Report {
+        space: job.space().to_string(),
+        params: job.params(),
+        job: None,
+        state: "done".into(),
+        chunks_total: n,
+        chunks_done: n,
+        nodes: answer.tally.nodes,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        result: job.result(&answer),
+        poisoned: Vec::new(),
+    };
+    report.print(job.as_ref(), engine.json);
+    crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs every chunk of `job` on `pool` (a bar on stderr if `show`) and merges the outputs.
+fn run_chunks(
+    pool: &rayon::ThreadPool,
+    job: &dyn sweep_puzzles::Job,
+    n: u64,
+    show: bool,
+) -> anyhow::Result<Answer> {
+    let ctl = Control::new();
+    let done = AtomicU64::new(0);
     let finished = std::sync::atomic::AtomicBool::new(false);
     let outputs: Result<Vec<ChunkOutput>, SpaceError> = std::thread::scope(|s| {
         let ticker = show.then(|| {
@@ -249,18 +293,5 @@ pub fn solve(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         let mut it = outputs.iter().map(|o| o.artifact.as_slice());
         answer.artifact = job.merge_artifacts(&mut it).context("merging artifacts")?;
     }
-    let report = Report {
-        space: job.space().to_string(),
-        params: job.params(),
-        job: None,
-        state: "done".into(),
-        chunks_total: n,
-        chunks_done: n,
-        nodes: answer.tally.nodes,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        result: job.result(&answer),
-        poisoned: Vec::new(),
-    };
-    report.print(job.as_ref(), engine.json);
-    Ok(ExitCode::SUCCESS)
+    Ok(answer)
 }

@@ -2,6 +2,8 @@
 //! coordinator and workers in-process (`run`) or talks to remote ones, draws progress, and prints answers.
 
 mod args;
+mod brainball_cmd;
+mod buzzled_cmd;
 mod client;
 mod local;
 mod output;
@@ -106,7 +108,7 @@ enum Command {
     /// Live progress bars for every job, or one job, until they finish.
     Watch(client::WatchArgs),
     /// The answer of a job.
-    Results(client::JobArgs),
+    Results(client::ResultsArgs),
     /// Cancel a job (its stored results stay, it gets no more work).
     Cancel(client::JobArgs),
     /// Pause a job: no new chunks are handed out.
@@ -115,6 +117,8 @@ enum Command {
     Resume(client::JobArgs),
     /// List the search spaces.
     Spaces,
+    /// Buzzled tools: `generate` prints a random puzzle with exactly one solution.
+    Buzzled(buzzled_cmd::BuzzledArgs),
 }
 
 fn main() -> ExitCode {
@@ -132,6 +136,7 @@ fn main() -> ExitCode {
         Command::Cancel(a) => client::control(a, client::Control::Cancel),
         Command::Pause(a) => client::control(a, client::Control::Pause),
         Command::Resume(a) => client::control(a, client::Control::Resume),
+        Command::Buzzled(a) => buzzled_cmd::run(a),
         Command::Spaces => {
             for s in sweep_puzzles::spaces() {
                 println!("{:<10} {}", s.name(), s.about());

@@ -97,6 +97,27 @@ pub fn emit(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
+/// Writes the job's pictures of `result` into `dir` (created if missing); nothing when `dir` is None. Says on
+/// stderr how many were written, so `--json` output stays one object.
+pub fn write_pictures(
+    job: &dyn Job,
+    result: &Value,
+    dir: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let Some(dir) = dir else { return Ok(()) };
+    let pictures = job.pictures(result);
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the --svg directory {}", dir.display()))?;
+    for (name, svg) in &pictures {
+        let path = dir.join(name);
+        std::fs::write(&path, svg)
+            .with_context(|| format!("cannot write the picture {}", path.display()))?;
+    }
+    eprintln!("{} pictures written to {}", pictures.len(), dir.display());
+    Ok(())
+}
+
 /// 1234567.0 -> "1.23 M".
 pub fn human(x: f64) -> String {
     let units = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];

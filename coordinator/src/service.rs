@@ -1093,7 +1093,7 @@ impl jobs_server::Jobs for JobsApi {
         let params: serde_json::Value = serde_json::from_str(&req.params_json)
             .map_err(|e| Status::invalid_argument(format!("params_json is not JSON: {e}")))?;
         let job = space
-            .from_params(&params)
+            .parse_params(&params)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let requested = (req.chunks > 0).then_some(req.chunks);
         let plan = job
@@ -1112,7 +1112,7 @@ impl jobs_server::Jobs for JobsApi {
                 let space = sweep_puzzles::lookup(&inp.space)
                     .map_err(|e| Status::invalid_argument(e.to_string()))?;
                 let input_job = space
-                    .from_params(&inp.params)
+                    .parse_params(&inp.params)
                     .map_err(|e| Status::invalid_argument(format!("input job: {e}")))?;
                 let input_plan = input_job
                     .plan(None)

@@ -85,12 +85,15 @@ pub struct Snapshot {
     pub next_lease: u64,
 }
 
+/// Key-value pairs as a prefix scan returns them, in key order.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The raw key-value layer the two backends implement.
 pub trait Kv: Send + Sync {
     /// Applies every write (`None` = remove the key) atomically and makes it durable before returning.
     fn apply(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StoreError>;
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
-    fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError>;
+    fn scan(&self, prefix: &[u8]) -> Result<Pairs, StoreError>;
 }
 
 pub struct SledKv {
@@ -166,7 +169,7 @@ impl Kv for SledKv {
         Ok(self.db.get(key)?.map(|v| v.to_vec()))
     }
 
-    fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    fn scan(&self, prefix: &[u8]) -> Result<Pairs, StoreError> {
         self.db
             .scan_prefix(prefix)
             .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(Into::into))
@@ -201,7 +204,7 @@ impl Kv for MemKv {
             .cloned())
     }
 
-    fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    fn scan(&self, prefix: &[u8]) -> Result<Pairs, StoreError> {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         Ok(map
             .range(prefix.to_vec()..)

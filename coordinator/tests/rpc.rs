@@ -266,7 +266,7 @@ impl sweep_coordinator::store::Kv for SlowKv {
     fn scan(
         &self,
         prefix: &[u8],
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, sweep_coordinator::store::StoreError> {
+    ) -> Result<sweep_coordinator::store::Pairs, sweep_coordinator::store::StoreError> {
         self.inner.scan(prefix)
     }
 }

@@ -10,7 +10,8 @@
 //! worker's result and lets any worker run any chunk.
 
 pub mod billiard;
-pub mod billiard;
+pub mod brainball;
+pub mod buzzled;
 pub mod peg;
 pub mod perm;
 mod registry;
@@ -19,6 +20,6 @@ pub mod star;
 
 pub use registry::{job_from_params, lookup, spaces};
 pub use space::{
-    Answer, ChunkOutput, Control, Job, Plan, SearchSpace, Space, SpaceError, Tally,
+    Answer, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, Space, SpaceError, Tally,
     MAX_KEPT_SOLUTIONS,
 };

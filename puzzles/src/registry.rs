@@ -8,6 +8,8 @@ use crate::space::{Job, Registered, Space, SpaceError};
 static SPACES: &[&dyn Space] = &[
     &Registered::<crate::star::Star>(PhantomData),
     &Registered::<crate::billiard::Billiard>(PhantomData),
+    &Registered::<crate::brainball::Brainball>(PhantomData),
+    &Registered::<crate::buzzled::Buzzled>(PhantomData),
     &Registered::<crate::peg::Peg>(PhantomData),
 ];
 
@@ -37,5 +39,5 @@ pub fn job_from_params(
     space: &str,
     params: &serde_json::Value,
 ) -> Result<Arc<dyn Job>, SpaceError> {
-    lookup(space)?.from_params(params)
+    lookup(space)?.parse_params(params)
 }

@@ -88,6 +88,25 @@ pub struct Plan {
     pub total_nodes: Option<u128>,
 }
 
+impl Plan {
+    /// The chunk count for a job that splits into at most `max` chunks: the user's `requested` (`--chunks`),
+    /// rejected when 0 or above `max`, or else `default` capped at `max`. One wording for every space.
+    pub fn chunk_count(requested: Option<u64>, max: u64, default: u64) -> Result<u64, SpaceError> {
+        match requested {
+            Some(0) => Err(SpaceError::InvalidParam {
+                name: "chunks",
+                reason: "must be at least 1".into(),
+            }),
+            Some(k) if k > max => Err(SpaceError::InvalidParam {
+                name: "chunks",
+                reason: format!("{k} is more than this job can be split into ({max})"),
+            }),
+            Some(k) => Ok(k),
+            None => Ok(default.clamp(1, max.max(1))),
+        }
+    }
+}
+
 /// What one chunk reports. The merge of outputs is a plain sum (nodes, counters) and concatenation (solutions),
 /// so spaces must report each solution in exactly one chunk (e.g. only the canonical member of a symmetry
 /// class), which keeps counts exact however the space is split.
@@ -273,7 +292,7 @@ pub trait Space: Send + Sync {
     /// Parses the space's options (everything after the space name on the command line).
     fn parse_args(&self, args: &[String]) -> Result<Arc<dyn Job>, SpaceError>;
     /// Rebuilds a job from its canonical parameters, rejecting unknown or ill-typed fields.
-    fn from_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError>;
+    fn parse_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError>;
 }
 
 pub(crate) struct Registered<S>(pub std::marker::PhantomData<S>);
@@ -305,7 +324,7 @@ impl<S: SearchSpace> Space for Registered<S> {
         Ok(Arc::new(S::build(params)?))
     }
 
-    fn from_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
+    fn parse_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
         let params: S::Params =
             serde_json::from_value(params.clone()).map_err(|e| SpaceError::BadParams {
                 space: S::NAME,

@@ -1,0 +1,450 @@
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use super::ball::{Ball, Ring, N_TWISTS, TILES, TWISTS};
+use super::*;
+
+/// The seed's 13 neighbours of solved, as the spec lists them (`13 | the 12 tiles after it`).
+const SEED_NEIGHBOURS: [&str; 13] = [
+    "13 | -4 -3 -2 -1 5 6 7 -10 -9 -8 11 12",
+    "13 | 1 -5 -4 -3 -2 6 7 8 -11 -10 -9 12",
+    "13 | 1 2 -6 -5 -4 -3 7 8 9 -12 -11 -10",
+    "13 | -3 -2 -1 4 5 6 -10 -9 -8 -7 11 12",
+    "13 | 1 -4 -3 -2 5 6 7 -11 -10 -9 -8 12",
+    "13 | 1 2 -5 -4 -3 6 7 8 -12 -11 -10 -9",
+    "13 | -10 -9 -8 4 5 6 7 -3 -2 -1 11 12",
+    "13 | 1 -11 -10 -9 5 6 7 8 -4 -3 -2 12",
+    "13 | 1 2 -12 -11 -10 6 7 8 9 -5 -4 -3",
+    "13 | -9 -8 -7 4 5 6 -3 -2 -1 10 11 12",
+    "13 | 1 -10 -9 -8 5 6 7 -4 -3 -2 11 12",
+    "13 | 1 2 -11 -10 -9 6 7 8 -5 -4 -3 12",
+    "13 | 1 2 3 -12 -11 -10 7 8 9 -6 -5 -4",
+];
+
+const SOLVED_TEXT: &str = "1 2 3 4 5 6 7 8 9 10 11 12 13";
+const HEADLINE: &str = "1 -2 3 -4 5 -6 7 -8 9 -10 11 -12 13";
+
+fn ring_strategy() -> impl Strategy<Value = Ring> {
+    (any::<u64>()).prop_map(|seed| random_positions(1, seed)[0])
+}
+
+/// Positions within `depth` twists by breadth-first search over the PHYSICAL moves (turn, twist, then
+/// canonicalise): independent of the precomputed twist maps and of the table code.
+fn bfs(depth: u8) -> HashMap<Ball, u8> {
+    let mut dist = HashMap::new();
+    dist.insert(Ball::SOLVED, 0);
+    let mut frontier = vec![Ball::SOLVED];
+    for d in 1..=depth {
+        let mut next = Vec::new();
+        for b in frontier {
+            for k in 0..TILES {
+                let n = b.ring().apply_move(k).canonical();
+                if let std::collections::hash_map::Entry::Vacant(e) = dist.entry(n) {
+                    e.insert(d);
+                    next.push(n);
+                }
+            }
+        }
+        frontier = next;
+    }
+    dist
+}
+
+fn small_table(depth: u8) -> Table {
+    Table::build(depth, &Control::new()).expect("small tables build")
+}
+
+/// Solved, turned by a seeded amount, then `k` seeded physical moves.
+fn scramble(seed: u64, k: usize) -> Ring {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % TILES as u64) as usize
+    };
+    let mut ring = Ball::SOLVED.ring().turn(next());
+    for _ in 0..k {
+        ring = ring.apply_move(next());
+    }
+    ring
+}
+
+#[test]
+fn twists_of_solved_are_the_seeds_thirteen_neighbours_in_its_numbering() {
+    for (t, want) in SEED_NEIGHBOURS.iter().enumerate() {
+        assert_eq!(Ball::SOLVED.twist(t).to_string(), *want, "twist {t}");
+    }
+}
+
+#[test]
+fn the_canonical_twists_are_the_physical_moves() {
+    let b = Ball::parse(HEADLINE).unwrap();
+    let mut via_maps: Vec<Ball> = (0..N_TWISTS).map(|t| b.twist(t)).collect();
+    let mut via_ring: Vec<Ball> = (0..TILES)
+        .map(|k| b.ring().apply_move(k).canonical())
+        .collect();
+    via_maps.sort();
+    via_ring.sort();
+    assert_eq!(via_maps, via_ring);
+    via_maps.dedup();
+    assert_eq!(
+        via_maps.len(),
+        13,
+        "the 13 moves give 13 different positions"
+    );
+    for tw in TWISTS.iter() {
+        assert_eq!(tw.src.iter().fold(0u16, |m, &s| m | 1 << s), 0xfff);
+    }
+}
+
+#[test]
+fn colours_are_physical() {
+    let solved = Ball::parse(SOLVED_TEXT).unwrap();
+    assert_eq!(solved, Ball::SOLVED);
+    // Turning the ring or reading the ball from the other side changes nothing.
+    assert_eq!(
+        Ball::parse("5 6 7 8 9 10 11 12 13 1 2 3 4").unwrap(),
+        Ball::SOLVED
+    );
+    let back = Ring::parse(SOLVED_TEXT).unwrap().turned_over();
+    assert_eq!(
+        back.to_string(),
+        "-1 -13 -12 -11 -10 -9 -8 -7 -6 -5 -4 -3 -2"
+    );
+    assert_eq!(back.canonical(), Ball::SOLVED);
+    // 13 alone showing the other colour is not solved (the seed reports 0 moves here), nor is one other tile.
+    let lone_13 = Ball::parse("1 2 3 4 5 6 7 8 9 10 11 12 -13").unwrap();
+    assert_ne!(lone_13, Ball::SOLVED);
+    assert_eq!(
+        lone_13.to_string(),
+        "13 | -12 -11 -10 -9 -8 -7 -6 -5 -4 -3 -2 -1"
+    );
+    assert_ne!(
+        Ball::parse("1 2 3 4 5 -6 7 8 9 10 11 12 13").unwrap(),
+        Ball::SOLVED
+    );
+    let table = small_table(3);
+    assert_eq!(table.distance(Ball::SOLVED), Some(0));
+    assert_eq!(
+        table.distance(lone_13),
+        None,
+        "13 alone turned is far from solved"
+    );
+}
+
+#[test]
+fn bad_positions_name_the_problem() {
+    let err = |t: &str| Ball::parse(t).unwrap_err().to_string();
+    assert!(
+        err("1 2 3 4 5 6 7 8 9 10 11 12").contains("tile 13 missing"),
+        "{}",
+        err("1 2 3")
+    );
+    assert!(err("1 2 3 4 5 6 7 8 9 10 11 12 12").contains("tile 12 appears more than once"));
+    assert!(err("1 2 3 4 5 6 7 8 9 10 11 12 14").contains("tile 14 does not exist"));
+    assert!(err("1 2 3 4 5 6 7 8 9 10 11 12 0").contains("tile 0 does not exist"));
+    assert!(err("1 2 3 4 5 six 7 8 9 10 11 12 13").contains("`six` is not a signed tile number"));
+    assert!(err("").contains("missing"));
+    assert!(err("1 2 3 4 5 6 7 8 9 10 11 12 13 -1").contains("tile 1 appears more than once"));
+    assert_eq!(
+        Ball::parse("1,-2, 3\t-4\n5 -6 7 -8 9 -10 11 -12 13").unwrap(),
+        Ball::parse(HEADLINE).unwrap()
+    );
+}
+
+#[test]
+fn table_matches_an_independent_breadth_first_search() {
+    let depth = 4;
+    let by_bfs = bfs(depth);
+    let table = small_table(depth);
+    assert_eq!(table.len(), by_bfs.len());
+    for (b, d) in &by_bfs {
+        assert_eq!(table.distance(*b), Some(*d), "{b}");
+    }
+    let mut hist = vec![0u64; depth as usize + 1];
+    for d in by_bfs.values() {
+        hist[*d as usize] += 1;
+    }
+    assert_eq!(table.histogram(), hist);
+    assert_eq!(hist[..2], [1, 13]);
+    // A position just beyond the depth is absent.
+    let beyond = bfs(depth + 1)
+        .into_iter()
+        .find(|(_, d)| *d == depth + 1)
+        .unwrap()
+        .0;
+    assert_eq!(table.distance(beyond), None);
+}
+
+#[test]
+fn table_bytes_do_not_depend_on_the_chunking_and_round_trip() {
+    let depth = 3;
+    let ctl = Control::new();
+    let merged = |n: u64| {
+        let parts: Vec<Vec<u8>> = (0..n)
+            .rev()
+            .map(|c| {
+                table::entries_to_artifact(&table::build_chunk(depth, n, c, &ctl).unwrap().entries)
+            })
+            .collect();
+        let lists: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+        table::merge_artifacts(depth, &lists).unwrap()
+    };
+    let one = merged(1);
+    assert_eq!(one, merged(13));
+    assert_eq!(one, merged(156));
+    assert_eq!(one, merged(7));
+    let t = Table::from_bytes(&one).unwrap();
+    assert_eq!(t.to_bytes(), one);
+    assert_eq!(t.to_bytes(), small_table(depth).to_bytes());
+    // Any flipped bit is caught by the digest or the structure checks.
+    for at in [0, 8, 17, 30, one.len() - 1] {
+        let mut bad = one.clone();
+        bad[at] ^= 1;
+        assert!(Table::from_bytes(&bad).is_err(), "flip at {at} accepted");
+    }
+    assert!(Table::from_bytes(&one[..one.len() - 8]).is_err());
+    assert!(table::build_chunk(depth, 157, 0, &ctl).is_err());
+}
+
+#[test]
+fn solver_never_needs_more_than_the_scramble_and_matches_bfs_up_to_five() {
+    let depth = 3;
+    let table = small_table(depth);
+    let by_bfs = bfs(5);
+    let ctl = Control::new();
+    for seed in 0..60u64 {
+        for k in 0..=6 {
+            let start = scramble(seed, k);
+            let sol = solve(&table, depth, start, &ctl).unwrap();
+            let (end, twists) = solve::replay(start, &sol.moves);
+            assert_eq!(end.canonical(), Ball::SOLVED, "{start}: {:?}", sol.moves);
+            assert_eq!(twists, sol.twists);
+            assert!(sol.optimal, "{start} is within 2d");
+            assert!(
+                sol.twists <= k,
+                "{start}: {} twists for a {k}-twist scramble",
+                sol.twists
+            );
+            if let Some(d) = by_bfs.get(&start.canonical()) {
+                assert_eq!(sol.twists, *d as usize, "{start}");
+            } else {
+                assert!(k > 5);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_headline_position_needs_ten_twists() {
+    let table = small_table(5);
+    let start = Ring::parse(HEADLINE).unwrap();
+    let sol = solve(&table, 5, start, &Control::new()).unwrap();
+    assert_eq!(sol.twists, 10);
+    assert!(sol.optimal);
+    assert_eq!(solve::replay(start, &sol.moves).0.canonical(), Ball::SOLVED);
+    assert_eq!(sol.balls.last().copied(), Some(Ball::SOLVED));
+    // The final plain turn leaves tile 1 at position 0, as the ring was read.
+    let end = solve::replay(start, &sol.moves).0;
+    assert_eq!(end.0[0].unsigned_abs(), 1);
+}
+
+#[test]
+fn beyond_twice_the_depth_the_solution_is_correct_and_labelled() {
+    let table = small_table(2);
+    let ctl = Control::new();
+    let mut fallback = 0;
+    for seed in 0..20u64 {
+        let start = scramble(seed, 9);
+        let sol = solve(&table, 2, start, &ctl).unwrap();
+        assert_eq!(
+            solve::replay(start, &sol.moves).0.canonical(),
+            Ball::SOLVED,
+            "{start}"
+        );
+        if !sol.optimal {
+            fallback += 1;
+            assert!(sol.twists > 4);
+        }
+    }
+    assert!(
+        fallback > 0,
+        "9-twist scrambles are beyond a depth-2 table's reach"
+    );
+}
+
+#[test]
+fn moves_print_in_jaaps_notation_and_parse_back() {
+    for m in [
+        Move::Twist(3),
+        Move::Twist(-2),
+        Move::Twist(0),
+        Move::Turn(5),
+        Move::Turn(-6),
+    ] {
+        assert_eq!(Move::parse(&m.to_string()), Some(m));
+    }
+    assert_eq!(Move::Twist(3).to_string(), "+3/");
+    assert_eq!(Move::Twist(-2).to_string(), "-2/");
+    assert_eq!(Move::Turn(4).to_string(), "+4");
+    assert_eq!(Move::parse("+13/"), None);
+    assert_eq!(Move::parse("x/"), None);
+}
+
+fn job(args: &[&str]) -> std::sync::Arc<dyn Job> {
+    let space = crate::registry::lookup("brainball").unwrap();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    space.parse_args(&args).unwrap()
+}
+
+/// The job with its input table bound, as the engine does: the table job is run first, its artifact merged.
+fn bound(job: std::sync::Arc<dyn Job>) -> std::sync::Arc<dyn Job> {
+    match job.input() {
+        None => job,
+        Some(inp) => {
+            let table_job = crate::registry::job_from_params(&inp.space, &inp.params).unwrap();
+            let table = run_all(table_job.as_ref());
+            job.bind_input(&table.artifact).unwrap()
+        }
+    }
+}
+
+fn run_all(job: &dyn Job) -> Answer {
+    let plan = job.plan(None).unwrap();
+    let ctl = Control::new();
+    let outs: Vec<ChunkOutput> = (0..plan.n_chunks)
+        .map(|c| {
+            let out = job.run_chunk(plan.n_chunks, c, &ctl).unwrap();
+            job.verify(plan.n_chunks, c, &out).unwrap();
+            out
+        })
+        .collect();
+    let mut answer = Answer::from_outputs(&outs);
+    let mut it = outs.iter().map(|o| o.artifact.as_slice());
+    answer.artifact = job.merge_artifacts(&mut it).unwrap();
+    answer
+}
+
+#[test]
+fn table_job_reports_counts_digest_and_size() {
+    let job = job(&["table", "--depth", "3"]);
+    assert_eq!(job.plan(None).unwrap().n_chunks, 156);
+    let answer = run_all(job.as_ref());
+    let r = job.result(&answer);
+    let hist = small_table(3).histogram();
+    assert_eq!(r["positions"], json!(hist.iter().sum::<u64>()));
+    assert_eq!(r["histogram"], json!(hist));
+    assert_eq!(r["bytes"], json!(answer.artifact.len()));
+    assert_eq!(
+        r["digest"],
+        json!(blake3::hash(&answer.artifact).to_hex().to_string())
+    );
+    assert!(job.render_text(&r).contains("depth-3 table"));
+    // A tampered chunk is refused.
+    let mut out = job.run_chunk(156, 5, &Control::new()).unwrap();
+    let first: Vec<u8> = out.artifact.drain(..8).collect();
+    out.artifact.splice(8..8, first);
+    assert!(job.verify(156, 5, &out).is_err());
+}
+
+#[test]
+fn solve_job_gives_verified_solutions_in_input_order() {
+    let job = job(&[
+        "--depth",
+        "3",
+        "--positions",
+        "1 2 3 4 5 6 7 8 9 10 11 12 -13; 2 3 4 5 6 7 8 9 10 11 12 13 1",
+        "--random",
+        "2",
+        "--seed",
+        "9",
+    ]);
+    let params = job.params();
+    assert_eq!(params["mode"], json!("solve"));
+    let again = crate::registry::job_from_params("brainball", &params).unwrap();
+    assert_eq!(again.params(), params);
+    // Its input is the depth-3 table job, and it cannot run without it.
+    let input = job.input().unwrap();
+    assert_eq!(input.params["mode"], json!("table"));
+    assert_eq!(input.params["depth"], json!(3));
+    let unbound = job.run_chunk(4, 0, &Control::new()).unwrap_err();
+    assert!(unbound.to_string().contains("needs its table"), "{unbound}");
+    let wrong_depth = run_all(self::job(&["table", "--depth", "2"]).as_ref());
+    assert!(job.bind_input(&wrong_depth.artifact).is_err());
+    assert!(job.bind_input(b"not a table").is_err());
+    let job = bound(job);
+    let answer = run_all(job.as_ref());
+    let r = job.result(&answer);
+    let sols = r["solutions"].as_array().unwrap();
+    assert_eq!(sols.len(), 4);
+    assert_eq!(sols[0]["position"], json!("1 2 3 4 5 6 7 8 9 10 11 12 -13"));
+    assert_eq!(sols[1]["twists"], json!(0));
+    assert_eq!(sols[1]["moves"], json!(["+1"]));
+    assert!(sols[0]["twists"].as_u64().unwrap() > 0);
+    let text = job.render_text(&r);
+    assert!(text.contains("4 positions solved"), "{text}");
+    // A solution that does not solve is refused.
+    let mut out = job.run_chunk(4, 0, &Control::new()).unwrap();
+    out.solutions[0] = out.solutions[0].replace("\"twists\":", "\"twists\":1");
+    assert!(job.verify(4, 0, &out).is_err());
+}
+
+#[test]
+fn bad_parameters_are_refused_with_their_name() {
+    let space = crate::registry::lookup("brainball").unwrap();
+    let err = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        match space.parse_args(&args) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{args:?} accepted"),
+        }
+    };
+    assert!(err(&["--position", "1 2 3"]).contains("missing"));
+    assert!(err(&["--position", "-1 2 3 4 5 6 7 8 9 10 11 12 14"]).contains("14"));
+    assert!(err(&["table", "--depth", "13"]).contains("depth"));
+    assert!(err(&["table", "--position", HEADLINE]).contains("takes no positions"));
+    assert!(err(&["solve"]).contains("nothing to solve"));
+    assert!(space
+        .parse_params(&json!({"mode": "table", "bogus": 1}))
+        .is_err());
+}
+
+/// The seed's count: `cargo test -p sweep-puzzles --release brainball -- --ignored` (about 10 s).
+#[test]
+#[ignore]
+fn depth_seven_table_holds_the_seeds_21102966_positions() {
+    let t = small_table(7);
+    assert_eq!(t.len(), 21_102_966);
+    let sol = solve(&t, 7, Ring::parse(HEADLINE).unwrap(), &Control::new()).unwrap();
+    assert_eq!((sol.twists, sol.optimal), (10, true));
+}
+
+proptest! {
+    #[test]
+    fn every_twist_is_an_involution(ring in ring_strategy(), t in 0..N_TWISTS) {
+        let b = ring.canonical();
+        prop_assert_eq!(b.twist(t).twist(t), b);
+        prop_assert!(b.twist(t).is_valid());
+    }
+
+    #[test]
+    fn canonical_form_ignores_ring_turns_and_turning_over(ring in ring_strategy(), k in 0..TILES) {
+        let b = ring.canonical();
+        prop_assert!(b.is_valid());
+        prop_assert_eq!(ring.turn(k).canonical(), b);
+        prop_assert_eq!(ring.turned_over().canonical(), b);
+        prop_assert_eq!(ring.turned_over().turned_over(), ring);
+        prop_assert_eq!(Ball::parse(&ring.to_string()).unwrap(), b);
+        prop_assert_eq!(Ball::parse(&b.ring().to_string()).unwrap(), b);
+    }
+
+    #[test]
+    fn physical_moves_commute_with_turning_over(ring in ring_strategy(), k in 0..TILES) {
+        // The mechanism is symmetric, so a move seen from the other side is another move.
+        let after = ring.apply_move(k).canonical();
+        let over = ring.turned_over();
+        prop_assert!((0..TILES).any(|j| over.apply_move(j).canonical() == after));
+    }
+}
