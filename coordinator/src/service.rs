@@ -11,6 +11,7 @@ use sweep_puzzles::{Answer, ChunkOutput, Job, Tally};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
@@ -102,6 +103,8 @@ struct Core {
     worker_seq: u64,
     /// Finished jobs whose chunk artifacts still have to be merged into one stored artifact.
     to_merge: Vec<JobId>,
+    /// Bumped whenever a job changes state, so watch streams report it at once instead of at their next tick.
+    job_changes: watch::Sender<u64>,
 }
 
 impl Core {
@@ -124,6 +127,7 @@ impl Core {
             let Some(state) = self.sched.job_state(job) else {
                 continue;
             };
+            self.job_changes.send_modify(|n| *n += 1);
             if let Some(e) = self.jobs.get_mut(&job) {
                 e.record.state = state;
                 if state.is_finished() && e.record.finished_ms == 0 {
@@ -429,6 +433,7 @@ impl Coordinator {
             failed: None,
             worker_seq: 0,
             to_merge,
+            job_changes: watch::channel(0).0,
         };
         let (committed, _) = watch::channel(Commit {
             seq: 0,
@@ -1186,11 +1191,13 @@ impl jobs_server::Jobs for JobsApi {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let coord = self.0.clone();
         let mut stopping = self.0.stopping.subscribe();
+        let mut changes = self.0.lock().job_changes.subscribe();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
+                    _ = changes.changed() => {}
                     _ = stopping.wait_for(|s| *s) => break,
                 }
                 let event = {
@@ -1265,6 +1272,14 @@ pub async fn serve(
     let expirer = tokio::spawn(coord.clone().expirer(stop_rx.clone()));
     let merger = tokio::spawn(coord.clone().merger(stop_rx));
     info!(%addr, "coordinator listening");
+    // Small RPCs (lease, complete) must not wait for delayed ACKs: Nagle's algorithm off on every connection,
+    // which tonic only does itself for listeners it binds.
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        conn.and_then(|c| {
+            c.set_nodelay(true)?;
+            Ok(c)
+        })
+    });
     let work = work_server::WorkServer::new(WorkApi(coord.clone()))
         .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
         .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES);
@@ -1274,7 +1289,7 @@ pub async fn serve(
     let result = tonic::transport::Server::builder()
         .add_service(work)
         .add_service(jobs)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+        .serve_with_incoming_shutdown(incoming, async {
             shutdown.await;
             coord.stopping.send_replace(true);
         })

@@ -123,6 +123,9 @@ impl SledKv {
         let db = sled::Config::new()
             .path(path)
             .mode(sled::Mode::HighThroughput)
+            // sled's default page cache is 1 GiB; the coordinator reads little back (outputs on `results`,
+            // everything at start-up), so a small cache keeps its memory flat under heavy write load.
+            .cache_capacity(64 << 20)
             .open()
             .map_err(|source| StoreError::Open {
                 path: path.into(),
