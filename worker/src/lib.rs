@@ -533,6 +533,47 @@ async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
+/// Reports go out in batches of at most this many encoded bytes: a batch of big results (table pieces) that
+/// grew while the coordinator was slow must still fit the coordinator's message limit.
+const REPORT_BATCH_BYTES: usize = sweep_proto::MAX_REPORT_BYTES / 4;
+
+/// Takes the next batch of reports from the outbox. A single report too large for any message can never be
+/// delivered: it becomes a failure of its chunk (which the coordinator counts and, repeated, poisons) rather
+/// than blocking every report behind it forever.
+fn take_batch(st: &mut State, worker_id: &str) -> Vec<v1::ChunkReport> {
+    use prost::Message;
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    while let Some(next) = st.outbox.first() {
+        let len = next.encoded_len();
+        if len > sweep_proto::MAX_REPORT_BYTES - 1024 {
+            let r = st.outbox.remove(0);
+            warn!(
+                job = r.job_id,
+                chunk = r.chunk,
+                bytes = len,
+                "result too large to report"
+            );
+            st.failures.push(v1::FailRequest {
+                worker_id: worker_id.to_string(),
+                lease_id: r.lease_id,
+                error: format!(
+                    "the chunk's result is {len} bytes, more than a report may carry ({})",
+                    sweep_proto::MAX_REPORT_BYTES
+                ),
+                release: false,
+            });
+            continue;
+        }
+        if !batch.is_empty() && bytes + len > REPORT_BATCH_BYTES {
+            break;
+        }
+        bytes += len;
+        batch.push(st.outbox.remove(0));
+    }
+    batch
+}
+
 async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut client = sh.client.clone();
     let mut backoff = Backoff::new();
@@ -540,11 +581,8 @@ async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let (reports, failures, finished) = {
             let mut st = sh.lock();
             let finished = st.stopping && st.running.is_empty() && st.queue.is_empty();
-            (
-                std::mem::take(&mut st.outbox),
-                std::mem::take(&mut st.failures),
-                finished,
-            )
+            let reports = take_batch(&mut st, &sh.worker_id);
+            (reports, std::mem::take(&mut st.failures), finished)
         };
         if reports.is_empty() && failures.is_empty() {
             if finished && *stop.borrow() {
