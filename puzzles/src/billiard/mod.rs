@@ -182,22 +182,7 @@ impl Job for BilliardJob {
 
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
         let max = self.max_chunks();
-        let n_chunks = match requested {
-            Some(0) => {
-                return Err(SpaceError::InvalidParam {
-                    name: "chunks",
-                    reason: "must be at least 1".into(),
-                });
-            }
-            Some(k) if k > max => {
-                return Err(SpaceError::InvalidParam {
-                    name: "chunks",
-                    reason: format!("{k} is more than this job can be split into ({max})"),
-                });
-            }
-            Some(k) => k,
-            None => 256.min(max),
-        };
+        let n_chunks = Plan::chunk_count(requested, max, 256)?;
         let total_nodes = match self.params.method {
             Method::Brute => Some(u128::from(self.ranks.1 - self.ranks.0)),
             Method::Strategy => None,

@@ -292,25 +292,14 @@ impl Job for BrainballJob {
 
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
         let max = self.max_chunks();
-        let n_chunks = match requested {
-            Some(0) => {
-                return Err(SpaceError::InvalidParam {
-                    name: "chunks",
-                    reason: "must be at least 1".into(),
-                })
-            }
-            Some(k) if k > max => {
-                return Err(SpaceError::InvalidParam {
-                    name: "chunks",
-                    reason: format!("{k} is more than this job can be split into ({max})"),
-                })
-            }
-            Some(k) => k,
-            None => match self.mode {
+        let n_chunks = Plan::chunk_count(
+            requested,
+            max,
+            match self.mode {
                 Mode::Table => max,
-                Mode::Solve => max.min(DEFAULT_SOLVE_CHUNKS),
+                Mode::Solve => DEFAULT_SOLVE_CHUNKS,
             },
-        };
+        )?;
         Ok(Plan {
             n_chunks,
             total_nodes: None,
