@@ -148,6 +148,35 @@ impl ChunkOutput {
         *h.finalize().as_bytes()
     }
 
+    /// The checks shared by spaces whose chunks report `solutions` and `unique` counters, list each unique
+    /// solution they own, and carry no artifact: no other counter, one listed solution per unique count, and
+    /// no fewer solutions than unique ones (a chunk may own solutions whose canonical form another chunk lists).
+    pub fn check_unique_counters(&self, space: &str) -> Result<(), SpaceError> {
+        let known = ["solutions", "unique"];
+        if let Some(k) = self.counters.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(SpaceError::Verification(format!("unknown counter `{k}`")));
+        }
+        let unique = self.counters.get("unique").copied().unwrap_or(0);
+        let solutions = self.counters.get("solutions").copied().unwrap_or(0);
+        if unique != self.solutions.len() as u128 {
+            return Err(SpaceError::Verification(format!(
+                "{unique} unique counted but {} reported",
+                self.solutions.len()
+            )));
+        }
+        if solutions < unique {
+            return Err(SpaceError::Verification(format!(
+                "{solutions} solutions < {unique} unique"
+            )));
+        }
+        if !self.artifact.is_empty() {
+            return Err(SpaceError::Verification(format!(
+                "the {space} space has no artifacts"
+            )));
+        }
+        Ok(())
+    }
+
     pub fn count(&mut self, counter: &str, n: u128) {
         *self.counters.entry(counter.to_string()).or_default() += n;
     }

@@ -340,28 +340,8 @@ impl Job for StarJob {
         if chunk >= n_chunks {
             return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
         }
-        let known = ["solutions", "unique"];
-        if let Some(k) = out.counters.keys().find(|k| !known.contains(&k.as_str())) {
-            return Err(SpaceError::Verification(format!("unknown counter `{k}`")));
-        }
-        let unique = out.counters.get("unique").copied().unwrap_or(0);
+        out.check_unique_counters("star")?;
         let solutions = out.counters.get("solutions").copied().unwrap_or(0);
-        if unique != out.solutions.len() as u128 {
-            return Err(SpaceError::Verification(format!(
-                "{unique} unique counted but {} reported",
-                out.solutions.len()
-            )));
-        }
-        if solutions < unique {
-            return Err(SpaceError::Verification(format!(
-                "{solutions} solutions < {unique} unique"
-            )));
-        }
-        if !out.artifact.is_empty() {
-            return Err(SpaceError::Verification(
-                "the star space has no artifacts".into(),
-            ));
-        }
         if self.params.method == Method::Brute {
             // Every permutation of the range is tested exactly once.
             let (lo, hi) = split_range(self.total_perms(), n_chunks, chunk);

@@ -224,30 +224,7 @@ impl Job for BilliardJob {
         if chunk >= n_chunks || n_chunks > self.max_chunks() {
             return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
         }
-        let known = ["solutions", "unique"];
-        if let Some(k) = out.counters.keys().find(|k| !known.contains(&k.as_str())) {
-            return Err(SpaceError::Verification(format!("unknown counter `{k}`")));
-        }
-        let unique = out.counters.get("unique").copied().unwrap_or(0);
-        let solutions = out.counters.get("solutions").copied().unwrap_or(0);
-        if unique != out.solutions.len() as u128 {
-            return Err(SpaceError::Verification(format!(
-                "{unique} unique counted but {} reported",
-                out.solutions.len()
-            )));
-        }
-        // A chunk may hold only the non-canonical member of a class (a brute rank range, or a strategy prefix
-        // with the largest number in the middle), which counts as a solution but not as unique: no upper bound.
-        if solutions < unique {
-            return Err(SpaceError::Verification(format!(
-                "{solutions} solutions do not fit {unique} mirror classes"
-            )));
-        }
-        if !out.artifact.is_empty() {
-            return Err(SpaceError::Verification(
-                "the billiard space has no artifacts".into(),
-            ));
-        }
+        out.check_unique_counters("billiard")?;
         if self.params.method == Method::Brute {
             let (lo, hi) = self.chunk_ranks(n_chunks, chunk);
             if out.nodes != hi - lo {
