@@ -83,8 +83,8 @@ struct Shared {
     room: Notify,
     outbox_ready: Notify,
     heartbeat: Duration,
-    /// One artifact fetch at a time: executors that need the same table wait for the first fetch.
-    fetching: tokio::sync::Mutex<()>,
+    /// Held while a job is bound to its input artifact (fetch, then parse): see [`Shared::job`].
+    binding: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -103,24 +103,34 @@ impl Shared {
         let mut job = sweep_puzzles::job_from_params(&lease.space, &params)
             .map_err(|e| PrepError::Fatal(format!("cannot build the job: {e}")))?;
         if lease.input_job != 0 {
+            // One binding at a time: executors that start on the same job together wait here and then find
+            // it bound, instead of each parsing the same large table.
+            let _one_at_a_time = self.binding.lock().await;
+            if let Some(j) = self.lock().jobs.get(&key) {
+                return Ok(j.clone());
+            }
             let artifact = self
                 .input_artifact(lease.input_job, &lease.input_digest)
                 .await
                 .map_err(PrepError::Transient)?;
-            job = job.bind_input(&artifact).map_err(|e| {
-                PrepError::Fatal(format!(
-                    "cannot load the input of job {}: {e}",
-                    lease.input_job
-                ))
-            })?;
+            let input = lease.input_job;
+            // Binding parses and checks the whole artifact: CPU work, kept off the async runtime.
+            job = tokio::task::spawn_blocking(move || job.bind_input(&artifact))
+                .await
+                .map_err(|e| {
+                    PrepError::Fatal(format!("binding the input of job {input} crashed: {e}"))
+                })?
+                .map_err(|e| {
+                    PrepError::Fatal(format!("cannot load the input of job {input}: {e}"))
+                })?;
         }
         self.lock().jobs.insert(key, job.clone());
         Ok(job)
     }
 
     /// The artifact of job `input` with blake3 `digest`: from memory, the disk cache, or the coordinator.
+    /// Called only under the `binding` lock, so one artifact is never fetched twice at once.
     async fn input_artifact(&self, input: u64, digest: &str) -> Result<Arc<Vec<u8>>, String> {
-        let _one_at_a_time = self.fetching.lock().await;
         if let Some(a) = self.lock().artifacts.get(digest) {
             return Ok(a.clone());
         }
@@ -303,7 +313,7 @@ pub async fn run(
         work_ready: Notify::new(),
         room: Notify::new(),
         outbox_ready: Notify::new(),
-        fetching: tokio::sync::Mutex::new(()),
+        binding: tokio::sync::Mutex::new(()),
     });
 
     let leaser = tokio::spawn(leaser(shared.clone(), stop_rx.clone()));
