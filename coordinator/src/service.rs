@@ -604,7 +604,7 @@ impl Coordinator {
             e.record.artifact_digest = Some(digest.clone());
             e.artifact = Some(bytes.clone());
             let rec = e.record.clone();
-            core.pending.push(Op::Artifact(id, bytes.as_ref().clone()));
+            core.pending.push(Op::Artifact(id, bytes.clone()));
             core.pending.push(Op::Job(rec));
             core.seq
         };

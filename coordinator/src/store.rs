@@ -70,8 +70,9 @@ pub enum Op {
     Tally(JobId, Tally),
     Chunk(JobId, u64, ChunkRecord),
     Output(JobId, u64, ChunkOutput),
-    /// The merged artifact of a finished job; replaces its chunk artifacts.
-    Artifact(JobId, Vec<u8>),
+    /// The merged artifact of a finished job; replaces its chunk artifacts. Shared, not copied: the
+    /// coordinator keeps the same bytes in memory to serve workers, and staging happens under its lock.
+    Artifact(JobId, std::sync::Arc<Vec<u8>>),
     Meta(&'static str, u64),
 }
 
@@ -295,7 +296,7 @@ impl Store {
                     for (k, _) in self.kv.scan(&job_key(b'a', job))? {
                         writes.push((k, None));
                     }
-                    writes.push((job_key(b'r', job), Some(bytes)));
+                    writes.push((job_key(b'r', job), Some(bytes.as_ref().clone())));
                 }
                 Op::Meta(name, v) => writes.push((
                     format!("m/{name}").into_bytes(),
@@ -455,7 +456,9 @@ mod tests {
         let outs = store.outputs(4).unwrap();
         assert_eq!(outs, vec![(0, with(vec![1, 2, 3])), (1, with(vec![4]))]);
         assert_eq!(store.artifact(4).unwrap(), None);
-        store.write(vec![Op::Artifact(4, vec![9, 9])]).unwrap();
+        store
+            .write(vec![Op::Artifact(4, std::sync::Arc::new(vec![9, 9]))])
+            .unwrap();
         assert_eq!(store.artifact(4).unwrap(), Some(vec![9, 9]));
         // The chunk artifacts are gone; the outputs (nodes, counters) stay.
         assert_eq!(
