@@ -6,18 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{stdout_json, sweep, Cluster};
-use serde_json::{json, Value};
+use common::{solve_result, Cluster};
+use serde_json::json;
 
 const LONG: Duration = Duration::from_secs(300);
-
-/// The in-process answer (`sweep solve`): an independent path through the same kernels, no coordinator.
-fn reference(space_args: &[&str]) -> Value {
-    let mut args = vec!["solve"];
-    args.extend_from_slice(space_args);
-    args.push("--json");
-    stdout_json(&sweep(&args, &[], LONG))["result"].clone()
-}
 
 #[test]
 fn two_workers_find_the_seed_triangles_and_prove_seven_rows_impossible() {
@@ -35,7 +27,10 @@ fn two_workers_find_the_seed_triangles_and_prove_seven_rows_impossible() {
         json!([[6, 14, 15, 3, 13], [8, 1, 12, 10], [7, 11, 2], [4, 9], [5]]),
         "{r}"
     );
-    assert_eq!(r["result"], reference(&["billiard", "--rows", "5"]));
+    assert_eq!(
+        r["result"],
+        solve_result(&["billiard", "--rows", "5"], LONG)
+    );
 
     let b = c.wait_results(brute, LONG);
     assert_eq!(b["state"], "done", "{b}");
@@ -49,7 +44,7 @@ fn two_workers_find_the_seed_triangles_and_prove_seven_rows_impossible() {
     assert_eq!(s["result"]["solutions"], 0, "{s}");
     assert_eq!(
         s["result"],
-        reference(&["billiard", "--rows", "7"]),
+        solve_result(&["billiard", "--rows", "7"], LONG),
         "{s}\n{}",
         c.status(seven)
     );
@@ -73,6 +68,6 @@ fn brute_force_survives_a_coordinator_restart_and_counts_every_permutation_once(
     let res = c.wait_results(job, LONG);
     assert_eq!(res["state"], "done", "{res}");
     assert_eq!(res["nodes"], 1_307_674_368_000u64, "{res}");
-    assert_eq!(res["result"], reference(&args));
+    assert_eq!(res["result"], solve_result(&args, LONG));
     eprintln!("restarted at {} of 16384 chunks", before["chunks_done"]);
 }

@@ -6,19 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{stdout_json, sweep, Cluster};
+use common::{solve_result, stdout_json, Cluster};
 use serde_json::Value;
 use sweep_puzzles::brainball::{solve::replay, Ball, Move, Ring};
 
 const LONG: Duration = Duration::from_secs(300);
 const HEADLINE: &str = "1 -2 3 -4 5 -6 7 -8 9 -10 11 -12 13";
-
-fn reference(space_args: &[&str]) -> Value {
-    let mut args = vec!["solve"];
-    args.extend_from_slice(space_args);
-    args.push("--json");
-    stdout_json(&sweep(&args, &[], LONG))["result"].clone()
-}
 
 fn assert_replays(result: &Value) {
     for sol in result["solutions"].as_array().expect("solutions") {
@@ -38,7 +31,7 @@ fn assert_replays(result: &Value) {
 #[test]
 fn table_job_survives_a_killed_worker_and_matches_the_in_process_table() {
     let args = ["brainball", "table", "--depth", "5"];
-    let expected = reference(&args);
+    let expected = solve_result(&args, LONG);
     assert_eq!(expected["positions"], 195_131u64, "{expected}");
     let mut c = Cluster::start_with_ttl(2, 1, 1_000);
     let job = c.submit(&args);
@@ -68,7 +61,7 @@ fn solve_batch_through_workers_gives_the_in_process_solutions() {
         "--chunks",
         "9",
     ];
-    let expected = reference(&args);
+    let expected = solve_result(&args, LONG);
     let c = Cluster::start(2, 1);
     let job = c.submit(&args);
     let res = c.wait_results(job, LONG);

@@ -5,18 +5,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{stdout_json, sweep, Cluster};
-use serde_json::Value;
+use common::{solve_result, Cluster};
 
 const LONG: Duration = Duration::from_secs(900);
-
-/// The in-process answer (`sweep solve`): the same kernels without coordinator or workers.
-fn reference(space_args: &[&str]) -> Value {
-    let mut args = vec!["solve"];
-    args.extend_from_slice(space_args);
-    args.push("--json");
-    stdout_json(&sweep(&args, &[], LONG))["result"].clone()
-}
 
 #[test]
 fn triangle_count_and_positions_through_workers_match_in_process() {
@@ -41,11 +32,14 @@ fn triangle_count_and_positions_through_workers_match_in_process() {
     let r = c.wait_results(count, LONG);
     assert_eq!(r["state"], "done", "{r}");
     assert_eq!(r["result"]["count"], "29760", "{r}");
-    assert_eq!(r["result"], reference(&count_args[..count_args.len() - 2]));
+    assert_eq!(
+        r["result"],
+        solve_result(&count_args[..count_args.len() - 2], LONG)
+    );
     let r = c.wait_results(positions, LONG);
     assert_eq!(
         r["result"],
-        reference(&pos_args[..pos_args.len() - 2]),
+        solve_result(&pos_args[..pos_args.len() - 2], LONG),
         "{r}"
     );
     assert_eq!(

@@ -5,18 +5,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{scratch, stdout_json, sweep, Cluster, Proc};
+use common::{scratch, solve_result, stdout_json, sweep, Cluster, Proc};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(300);
-
-/// The in-process answer (`sweep solve`): an independent path through the same kernels, no coordinator.
-fn reference(space_args: &[&str]) -> Value {
-    let mut args = vec!["solve"];
-    args.extend_from_slice(space_args);
-    args.push("--json");
-    stdout_json(&sweep(&args, &[], LONG))["result"].clone()
-}
 
 fn done_chunks(s: &Value) -> u64 {
     s["chunks_done"].as_u64().unwrap_or(0)
@@ -43,7 +35,7 @@ fn two_workers_solve_six_and_seven_points() {
     let r7 = c.wait_results(seven, LONG);
     assert_eq!(r7["result"]["solutions"], 1008, "{r7}");
     assert_eq!(r7["result"]["unique"], 72, "{r7}");
-    assert_eq!(r7["result"], reference(&["star", "--points", "7"]));
+    assert_eq!(r7["result"], solve_result(&["star", "--points", "7"], LONG));
     assert_exactly_once(&c.status(six));
     assert_exactly_once(&c.status(seven));
 }
@@ -51,7 +43,7 @@ fn two_workers_solve_six_and_seven_points() {
 #[test]
 fn killed_worker_chunks_are_reissued_and_the_answer_is_exact() {
     let args = ["star", "--points", "11", "--chunks", "256"];
-    let expected = reference(&args);
+    let expected = solve_result(&args, LONG);
     let mut c = Cluster::start_with_ttl(2, 1, 1_000);
     let job = c.submit(&args);
     c.wait_until(job, LONG, |s| done_chunks(s) >= 10);
@@ -67,7 +59,7 @@ fn killed_worker_chunks_are_reissued_and_the_answer_is_exact() {
 #[test]
 fn killed_coordinator_resumes_from_its_store_and_counts_nothing_twice() {
     let args = ["star", "--points", "11", "--chunks", "256"];
-    let expected = reference(&args);
+    let expected = solve_result(&args, LONG);
     let mut c = Cluster::start_with_ttl(2, 1, 3_000);
     let job = c.submit(&args);
     let mut restarts = 0;
@@ -90,7 +82,7 @@ fn killed_coordinator_resumes_from_its_store_and_counts_nothing_twice() {
 #[test]
 fn an_interrupted_run_resumes_with_the_same_answer() {
     let args = ["star", "--points", "11", "--chunks", "256"];
-    let expected = reference(&args);
+    let expected = solve_result(&args, LONG);
     let dir = scratch();
     let data = dir.path().join("data");
     let data = data.to_str().expect("utf-8 path");
@@ -148,7 +140,7 @@ fn an_interrupted_run_resumes_with_the_same_answer() {
 #[test]
 fn sigterm_stops_workers_and_the_coordinator_cleanly_and_the_job_goes_on() {
     let args = ["star", "--points", "11", "--chunks", "256"];
-    let expected = reference(&args);
+    let expected = solve_result(&args, LONG);
     let mut c = Cluster::start_with_ttl(2, 1, 30_000);
     let job = c.submit(&args);
     c.wait_until(job, LONG, |s| done_chunks(s) >= 10);

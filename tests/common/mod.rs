@@ -101,6 +101,15 @@ pub fn stdout_json(out: &Output) -> serde_json::Value {
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
+/// The in-process answer (`sweep solve SPACE_ARGS --json`): the independent path through the same kernels,
+/// no coordinator and no store, that every distributed answer is compared with.
+pub fn solve_result(space_args: &[&str], timeout: Duration) -> serde_json::Value {
+    let mut args = vec!["solve"];
+    args.extend_from_slice(space_args);
+    args.push("--json");
+    stdout_json(&sweep(&args, &[], timeout))["result"].clone()
+}
+
 /// A coordinator process and its workers.
 pub struct Cluster {
     pub dir: tempfile::TempDir,
