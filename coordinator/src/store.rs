@@ -7,11 +7,20 @@
 //! - `t/<job>`: the job's [`Tally`] (JSON), rewritten with every accepted result
 //! - `c/<job><chunk>`: [`ChunkRecord`] (JSON); absent = pending, never leased
 //! - `o/<job><chunk>`: the chunk's [`ChunkOutput`] (JSON) without its artifact, written in the same batch as its
-//!   `Done` record; `a/<job><chunk>`: that chunk's artifact, raw bytes (tables are large: no hex, no JSON)
-//! - `r/<job>`: the job's merged artifact, raw; once it is written the chunk artifacts are removed in the same
-//!   batch, so a table is stored once
+//!   `Done` record; `a/<job><chunk>`: the blake3 hash of that chunk's artifact
+//! - `r/<job>`: the blake3 hash of the job's merged artifact; the batch that writes it removes the chunk
+//!   artifacts' hashes, so a table is stored once
 //!
 //! `<job>` and `<chunk>` are big-endian u64, so a prefix scan returns a job's chunks in order.
+//!
+//! Artifacts themselves (tables of hundreds of MB) live in files under `artifacts/` beside sled's own files,
+//! not in sled: sled keeps every large value in its log until it rewrites a whole segment, so a 169 MB table
+//! written as chunks and then once merged left 755 MB on disk. A file is written and synced (to a temporary
+//! name, then renamed) *before* the batch that records its hash, so a recorded hash always has its file; a
+//! crash in between leaves an unreferenced file that the next write of the same chunk replaces or that
+//! start-up removes. Reading checks the hash, so a damaged or missing file is reported, never served.
+//!
+//! Format 1 kept artifacts inside sled; opening such a store moves them out once (see [`SledKv::open`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,7 +31,9 @@ use sweep_puzzles::{ChunkOutput, Tally};
 
 use crate::scheduler::{ChunkRecord, JobId, JobState};
 
-const FORMAT: &[u8] = b"sweep-store/1";
+const FORMAT: &[u8] = b"sweep-store/2";
+/// Artifacts inside sled, as the first releases wrote them; migrated on open.
+const FORMAT_1: &[u8] = b"sweep-store/1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -34,6 +45,11 @@ pub enum StoreError {
     Io(#[from] sled::Error),
     #[error("damaged record `{key}`: {why}")]
     Damaged { key: String, why: String },
+    #[error("artifact file {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// What the coordinator keeps about a job besides its chunks.
@@ -99,6 +115,8 @@ pub trait Kv: Send + Sync {
 
 pub struct SledKv {
     db: sled::Db,
+    /// Opened a format-1 store, whose artifacts still live inside sled.
+    legacy: bool,
 }
 
 impl SledKv {
@@ -132,8 +150,9 @@ impl SledKv {
                 path: path.into(),
                 source,
             })?;
-        match db.get(b"m/format")? {
-            Some(v) if v.as_ref() == FORMAT => {}
+        let legacy = match db.get(b"m/format")? {
+            Some(v) if v.as_ref() == FORMAT => false,
+            Some(v) if v.as_ref() == FORMAT_1 => true,
             Some(v) => {
                 return Err(StoreError::NotAStore {
                     path: path.into(),
@@ -143,6 +162,7 @@ impl SledKv {
             None if db.is_empty() => {
                 db.insert(b"m/format", FORMAT)?;
                 db.flush()?;
+                false
             }
             None => {
                 return Err(StoreError::NotAStore {
@@ -150,9 +170,136 @@ impl SledKv {
                     why: "a sled database without sweep's marker".into(),
                 })
             }
-        }
-        Ok(SledKv { db })
+        };
+        Ok(SledKv { db, legacy })
     }
+}
+
+/// Where artifacts live: named, write-once-then-replace blobs.
+pub trait Blobs: Send + Sync {
+    /// Stores `bytes` under `name` durably and atomically (readers see the old blob or the new one).
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError>;
+    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    fn remove(&self, name: &str) -> Result<(), StoreError>;
+    fn list(&self) -> Result<Vec<String>, StoreError>;
+}
+
+/// Blobs as files in one directory.
+pub struct FileBlobs {
+    dir: PathBuf,
+}
+
+const TMP_PREFIX: &str = ".tmp-";
+
+impl FileBlobs {
+    pub fn open(dir: PathBuf) -> Result<FileBlobs, StoreError> {
+        std::fs::create_dir_all(&dir).map_err(|source| StoreError::File {
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(FileBlobs { dir })
+    }
+
+    fn io<T>(&self, path: &Path, r: std::io::Result<T>) -> Result<T, StoreError> {
+        r.map_err(|source| StoreError::File {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+impl Blobs for FileBlobs {
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        use std::io::Write;
+        let tmp = self.dir.join(format!("{TMP_PREFIX}{name}"));
+        let path = self.dir.join(name);
+        let written = std::fs::File::create(&tmp).and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        });
+        if let Err(e) = written {
+            // Do not leave half a table behind on a full disk.
+            let _ = std::fs::remove_file(&tmp);
+            return self.io(&tmp, Err(e));
+        }
+        self.io(&path, std::fs::rename(&tmp, &path))?;
+        // The rename is durable only once the directory is synced.
+        self.io(
+            &self.dir,
+            std::fs::File::open(&self.dir).and_then(|d| d.sync_all()),
+        )
+    }
+
+    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let path = self.dir.join(name);
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => self.io(&path, Err(e)),
+        }
+    }
+
+    fn remove(&self, name: &str) -> Result<(), StoreError> {
+        let path = self.dir.join(name);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => self.io(&path, Err(e)),
+            _ => Ok(()),
+        }
+    }
+
+    fn list(&self) -> Result<Vec<String>, StoreError> {
+        let entries = self.io(&self.dir, std::fs::read_dir(&self.dir))?;
+        let mut names = Vec::new();
+        for e in entries {
+            let e = self.io(&self.dir, e)?;
+            names.push(e.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+}
+
+/// The in-memory twin of [`FileBlobs`].
+#[derive(Default)]
+pub struct MemBlobs {
+    map: Mutex<BTreeMap<String, Vec<u8>>>,
+}
+
+impl MemBlobs {
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<u8>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Blobs for MemBlobs {
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.map().insert(name.to_string(), bytes.to_vec());
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.map().get(name).cloned())
+    }
+
+    fn remove(&self, name: &str) -> Result<(), StoreError> {
+        self.map().remove(name);
+        Ok(())
+    }
+
+    fn list(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.map().keys().cloned().collect())
+    }
+}
+
+fn chunk_blob(job: JobId, chunk: u64) -> String {
+    format!("a-{job}-{chunk}")
+}
+
+fn job_blob(job: JobId) -> String {
+    format!("r-{job}")
+}
+
+fn hash(bytes: &[u8]) -> Vec<u8> {
+    blake3::hash(bytes).as_bytes().to_vec()
 }
 
 impl Kv for SledKv {
@@ -260,24 +407,101 @@ fn be_u64(key: &[u8], bytes: &[u8]) -> Result<u64, StoreError> {
 /// Typed access to the store.
 pub struct Store {
     kv: Box<dyn Kv>,
+    blobs: Box<dyn Blobs>,
 }
 
 impl Store {
+    /// A store over `kv`, with artifacts kept in memory (tests).
     pub fn new(kv: Box<dyn Kv>) -> Store {
-        Store { kv }
+        Store::with_blobs(kv, Box::new(MemBlobs::default()))
     }
 
+    pub fn with_blobs(kv: Box<dyn Kv>, blobs: Box<dyn Blobs>) -> Store {
+        Store { kv, blobs }
+    }
+
+    /// Opens the store in `path`: sled's files, and artifact files in `path/artifacts`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        Ok(Store::new(Box::new(SledKv::open(path)?)))
+        let kv = SledKv::open(path)?;
+        let legacy = kv.legacy;
+        let blobs = FileBlobs::open(path.join("artifacts"))?;
+        let store = Store::with_blobs(Box::new(kv), Box::new(blobs));
+        if legacy {
+            store.migrate_format_1()?;
+        }
+        store.remove_unreferenced_blobs()?;
+        Ok(store)
     }
 
     pub fn in_memory() -> Store {
         Store::new(Box::new(MemKv::default()))
     }
 
-    /// Writes a group commit atomically and durably.
+    /// Moves format 1's in-sled artifacts into files, then marks the store as format 2, in one batch: a crash
+    /// part-way leaves a format-1 store and the migration runs again.
+    fn migrate_format_1(&self) -> Result<(), StoreError> {
+        let mut writes = Vec::new();
+        for (k, v) in self.kv.scan(b"a/")? {
+            let (job, chunk) = (be_u64(&k, &k[2..10])?, be_u64(&k, &k[10..])?);
+            self.blobs.put(&chunk_blob(job, chunk), &v)?;
+            writes.push((k, Some(hash(&v))));
+        }
+        for (k, v) in self.kv.scan(b"r/")? {
+            self.blobs.put(&job_blob(be_u64(&k, &k[2..])?), &v)?;
+            writes.push((k, Some(hash(&v))));
+        }
+        writes.push((b"m/format".to_vec(), Some(FORMAT.to_vec())));
+        self.kv.apply(writes)
+    }
+
+    /// Removes temporary files and artifacts whose hash was never recorded (a crash between the file and the
+    /// batch) or has been dropped (chunk artifacts after their merge).
+    fn remove_unreferenced_blobs(&self) -> Result<(), StoreError> {
+        for name in self.blobs.list()? {
+            let key = if let Some(rest) = name.strip_prefix("a-") {
+                rest.split_once('-').and_then(|(j, c)| {
+                    Some(chunk_key(b'a', j.parse().ok()?, c.parse().ok()?))
+                })
+            } else if let Some(rest) = name.strip_prefix("r-") {
+                rest.parse().ok().map(|j| job_key(b'r', j))
+            } else {
+                None
+            };
+            let referenced = match key {
+                Some(k) => self.kv.get(&k)?.is_some(),
+                // Temporary files of an interrupted write; foreign files are left alone.
+                None => !name.starts_with(TMP_PREFIX),
+            };
+            if !referenced {
+                self.blobs.remove(&name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An artifact's bytes, checked against the hash recorded under `key`.
+    fn checked_blob(&self, name: &str, key: &[u8], want: &[u8]) -> Result<Vec<u8>, StoreError> {
+        let damaged = |why: String| StoreError::Damaged {
+            key: key_text(key),
+            why,
+        };
+        let bytes = self
+            .blobs
+            .get(name)?
+            .ok_or_else(|| damaged(format!("its artifact file `{name}` is missing")))?;
+        if hash(&bytes) != want {
+            return Err(damaged(format!(
+                "its artifact file `{name}` does not match the recorded hash"
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// Writes a group commit atomically and durably: artifact files first, then one sled batch that records
+    /// their hashes with everything else.
     pub fn write(&self, ops: Vec<Op>) -> Result<(), StoreError> {
         let mut writes = Vec::with_capacity(ops.len());
+        let mut superseded = Vec::new();
         for op in ops {
             match op {
                 Op::Job(rec) => writes.push((job_key(b'j', rec.id), Some(encode(&rec)))),
@@ -288,15 +512,18 @@ impl Store {
                 Op::Output(job, chunk, mut out) => {
                     let artifact = std::mem::take(&mut out.artifact);
                     if !artifact.is_empty() {
-                        writes.push((chunk_key(b'a', job, chunk), Some(artifact)));
+                        self.blobs.put(&chunk_blob(job, chunk), &artifact)?;
+                        writes.push((chunk_key(b'a', job, chunk), Some(hash(&artifact))));
                     }
                     writes.push((chunk_key(b'o', job, chunk), Some(encode(&out))));
                 }
                 Op::Artifact(job, bytes) => {
+                    self.blobs.put(&job_blob(job), &bytes)?;
                     for (k, _) in self.kv.scan(&job_key(b'a', job))? {
+                        superseded.push(chunk_blob(job, be_u64(&k, &k[10..])?));
                         writes.push((k, None));
                     }
-                    writes.push((job_key(b'r', job), Some(bytes.as_ref().clone())));
+                    writes.push((job_key(b'r', job), Some(hash(&bytes))));
                 }
                 Op::Meta(name, v) => writes.push((
                     format!("m/{name}").into_bytes(),
@@ -304,12 +531,21 @@ impl Store {
                 )),
             }
         }
-        self.kv.apply(writes)
+        self.kv.apply(writes)?;
+        // No longer referenced; a failure here only leaves files that the next start-up removes.
+        for name in superseded {
+            let _ = self.blobs.remove(&name);
+        }
+        Ok(())
     }
 
     /// A finished job's merged artifact, if it has been stored.
     pub fn artifact(&self, job: JobId) -> Result<Option<Vec<u8>>, StoreError> {
-        self.kv.get(&job_key(b'r', job))
+        let key = job_key(b'r', job);
+        match self.kv.get(&key)? {
+            Some(want) => self.checked_blob(&job_blob(job), &key, &want).map(Some),
+            None => Ok(None),
+        }
     }
 
     pub fn load(&self) -> Result<Snapshot, StoreError> {
@@ -346,9 +582,9 @@ impl Store {
     /// Every stored result of a job, in chunk order, each with its artifact (empty once the job's merged
     /// artifact has replaced them).
     pub fn outputs(&self, job: JobId) -> Result<Vec<(u64, ChunkOutput)>, StoreError> {
-        let mut artifacts: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        let mut hashes: BTreeMap<u64, (Vec<u8>, Vec<u8>)> = BTreeMap::new();
         for (k, v) in self.kv.scan(&job_key(b'a', job))? {
-            artifacts.insert(be_u64(&k, &k[10..])?, v);
+            hashes.insert(be_u64(&k, &k[10..])?, (k, v));
         }
         self.kv
             .scan(&job_key(b'o', job))?
@@ -356,8 +592,8 @@ impl Store {
             .map(|(k, v)| {
                 let chunk = be_u64(&k, &k[10..])?;
                 let mut out: ChunkOutput = decode(&k, &v)?;
-                if let Some(a) = artifacts.remove(&chunk) {
-                    out.artifact = a;
+                if let Some((key, want)) = hashes.remove(&chunk) {
+                    out.artifact = self.checked_blob(&chunk_blob(job, chunk), &key, &want)?;
                 }
                 Ok((chunk, out))
             })
@@ -473,6 +709,70 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sweep-store-art-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         artifacts_are_raw_and_stored_once(&Store::open(&dir).unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn temp_store_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sweep-store-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn artifacts_live_in_files_and_damage_is_named() {
+        let dir = temp_store_dir("files");
+        let with = |a: Vec<u8>| ChunkOutput {
+            nodes: 1,
+            artifact: a,
+            ..Default::default()
+        };
+        {
+            let store = Store::open(&dir).unwrap();
+            store
+                .write(vec![Op::Output(7, 0, with(vec![5; 1000]))])
+                .unwrap();
+        }
+        let file = dir.join("artifacts").join("a-7-0");
+        assert_eq!(std::fs::read(&file).unwrap(), vec![5; 1000]);
+        // An unreferenced file (a crash between file and batch) and a temporary file go at start-up.
+        std::fs::write(dir.join("artifacts").join("a-7-1"), b"orphan").unwrap();
+        std::fs::write(dir.join("artifacts").join(".tmp-r-7"), b"half").unwrap();
+        {
+            let store = Store::open(&dir).unwrap();
+            assert!(!dir.join("artifacts").join("a-7-1").exists());
+            assert!(!dir.join("artifacts").join(".tmp-r-7").exists());
+            assert_eq!(store.outputs(7).unwrap(), vec![(0, with(vec![5; 1000]))]);
+        }
+        std::fs::write(&file, vec![6; 1000]).unwrap();
+        let err = Store::open(&dir).unwrap().outputs(7).unwrap_err();
+        assert!(err.to_string().contains("does not match"), "{err}");
+        std::fs::remove_file(&file).unwrap();
+        let err = Store::open(&dir).unwrap().outputs(7).unwrap_err();
+        assert!(err.to_string().contains("`a-7-0` is missing"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn format_1_stores_move_their_artifacts_to_files() {
+        let dir = temp_store_dir("legacy");
+        {
+            // A store as the first releases wrote it: artifacts as raw sled values.
+            let db = sled::open(&dir).unwrap();
+            db.insert(b"m/format", FORMAT_1).unwrap();
+            db.insert(chunk_key(b'a', 3, 1), vec![1u8, 2, 3]).unwrap();
+            db.insert(chunk_key(b'o', 3, 1), encode(&ChunkOutput::default()))
+                .unwrap();
+            db.insert(job_key(b'r', 2), vec![8u8; 40]).unwrap();
+            db.flush().unwrap();
+        }
+        let store = Store::open(&dir).unwrap();
+        assert_eq!(store.artifact(2).unwrap(), Some(vec![8; 40]));
+        assert_eq!(store.outputs(3).unwrap()[0].1.artifact, vec![1, 2, 3]);
+        drop(store);
+        let db = sled::open(&dir).unwrap();
+        assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
+        assert_eq!(db.get(job_key(b'r', 2)).unwrap().unwrap().len(), 32);
+        drop(db);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
