@@ -52,6 +52,56 @@ fn triangle_count_and_positions_through_workers_match_in_process() {
     assert_eq!(r["result"]["moves"][30]["to"], "4,4", "{r}");
 }
 
+/// A count job through a coordinator that is SIGKILLed and restarted mid-job, and a worker that dies, still gives
+/// the in-process number. The triangle's count is milliseconds per chunk, so a `positions` job of 1024 chunks
+/// (each repeats the whole small search, see `puzzles/src/peg/positions.rs`) is submitted first: it keeps the
+/// worker busy for a few seconds, so the count job is still queued or half done when the coordinator dies.
+#[test]
+fn triangle_count_survives_a_killed_coordinator_and_worker() {
+    let count_args = [
+        "peg", "--board", "triangle", "--goal", "any", "--mode", "count", "--chunks", "60",
+    ];
+    let pos_args = [
+        "peg",
+        "--board",
+        "triangle",
+        "--start",
+        "2,1",
+        "--mode",
+        "positions",
+        "--chunks",
+        "1024",
+    ];
+    let mut c = Cluster::start_with_ttl(1, 1, 2_000);
+    let positions = c.submit(&pos_args);
+    let count = c.submit(&count_args);
+    let before = c.wait_until(positions, LONG, |s| {
+        s["chunks_done"].as_u64().unwrap_or(0) >= 50
+    });
+    c.restart_coordinator();
+    c.workers[0].kill9();
+    c.add_worker();
+    let r = c.wait_results(count, LONG);
+    assert_eq!(r["state"], "done", "{r}");
+    assert_eq!(r["result"]["count"], "29760", "{r}");
+    assert_eq!(
+        r["result"],
+        solve_result(&count_args[..count_args.len() - 2], LONG)
+    );
+    let r = c.wait_results(positions, LONG);
+    assert_eq!(r["state"], "done", "{r}");
+    assert_eq!(
+        r["result"],
+        solve_result(&pos_args[..pos_args.len() - 2], LONG),
+        "{r}"
+    );
+    // The restart really happened mid-job.
+    assert!(
+        before["chunks_done"].as_u64().unwrap_or(0) < 1024,
+        "{before}"
+    );
+}
+
 /// Minutes on two cores: `cargo test --release --test e2e_peg -- --ignored`.
 #[test]
 #[ignore]

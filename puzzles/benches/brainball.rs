@@ -1,25 +1,30 @@
-//! Brainball: the seed's method against sweep's, side by side on the same positions.
+//! Brainball: the seed's method, sweep's previous solver and the current one, side by side on the same positions.
 //!
-//! Baseline (a re-implementation of the seed's algorithm): build a hash map of every position within 7 twists
-//! (depth-first from solved, keeping the smallest depth seen), then for each position walk every twist sequence
-//! of up to 7 twists from it, probing the map at every node and keeping the shortest total. The seed rebuilds the
-//! map on every run, so its cost per solved position is build + search.
+//! - seed (a re-implementation of the seed's algorithm): a hash map of every position within 7 twists (depth-first
+//!   from solved, keeping the smallest depth seen), then for each position every twist sequence of up to 7 twists
+//!   from it, probing the map at every node and keeping the shortest total. The seed rebuilds the map on every
+//!   run, so its cost per position is build + search.
+//! - before (sweep's previous solver, re-implemented here): the sorted table, and a level scan that walks every
+//!   sequence of exactly f twists (no immediate repeat), probing the 12 children of a node together, for
+//!   f = 1, 2, ... until a level meets the table; each level is walked in full.
+//! - after (`sweep_puzzles::brainball::solve`): the same table, sequences pruned by the relation automaton,
+//!   probes pipelined in batches, and each level stops at its first hit (proven optimal: see `solve.rs`).
 //!
-//! sweep: the sorted table (built once, a few bytes a position) and the level scan that stops at the first depth
-//! that meets the table.
-//!
-//! Run: `cargo bench -p sweep-puzzles --bench brainball` (about a minute on 2 cores).
+//! Run: `cargo bench -p sweep-puzzles --bench brainball` (two to three minutes on 2 cores, mostly the seed and
+//! the previous solver).
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use sweep_puzzles::brainball::ball::{Ball, N_TWISTS};
-use sweep_puzzles::brainball::{random_positions, solve, Table};
+use sweep_puzzles::brainball::{random_positions, solve, Ring, Table};
 use sweep_puzzles::Control;
 
 const DEPTH: u8 = 7;
-/// Baseline solves are ~10 s each (a full depth-7 walk), so only a few are timed.
-const BASELINE_POSITIONS: usize = 2;
+/// Seed solves are ~10 s each (a full depth-7 walk), so only a few are timed.
+const SEED_POSITIONS: usize = 2;
+/// Positions timed per solution length 12, 13 and 14 for before vs after.
+const PER_LENGTH: usize = 7;
 const BATCH: usize = 100;
 
 fn seed_build(ball: Ball, depth: u8, left: u8, last: usize, map: &mut HashMap<u64, u8>) {
@@ -51,20 +56,73 @@ fn seed_search(ball: Ball, done: u8, left: u8, last: usize, map: &HashMap<u64, u
     }
 }
 
+/// sweep's previous scan of one level: every sequence of exactly `left` more twists, keeping the best total.
+fn before_level(table: &Table, ball: Ball, g: u8, left: u8, last: usize, best: &mut u8) {
+    if left == 1 {
+        let mut children = [Ball::SOLVED; N_TWISTS];
+        let mut n = 0;
+        for t in (0..N_TWISTS).filter(|&t| t != last) {
+            children[n] = ball.twist(t);
+            n += 1;
+        }
+        let mut dist = [None; N_TWISTS];
+        table.distance_batch(&children[..n], &mut dist[..n]);
+        for d in dist[..n].iter().flatten() {
+            *best = (*best).min(g + 1 + d);
+        }
+        return;
+    }
+    for t in (0..N_TWISTS).filter(|&t| t != last) {
+        before_level(table, ball.twist(t), g + 1, left - 1, t, best);
+    }
+}
+
+/// sweep's previous solver: the shortest length within `DEPTH` forward levels.
+fn before_solve(table: &Table, ring: Ring) -> Option<u8> {
+    let ball = ring.canonical();
+    if let Some(d) = table.distance(ball) {
+        return Some(d);
+    }
+    for f in 1..=DEPTH {
+        let mut best = u8::MAX;
+        before_level(table, ball, 0, f, usize::MAX, &mut best);
+        if best < u8::MAX {
+            return Some(best);
+        }
+    }
+    None
+}
+
+fn stats(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let med = if s.is_empty() {
+        f64::NAN
+    } else if s.len() % 2 == 1 {
+        s[s.len() / 2]
+    } else {
+        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
+    };
+    (
+        s.first().copied().unwrap_or(f64::NAN),
+        med,
+        s.last().copied().unwrap_or(f64::NAN),
+    )
+}
+
 fn main() {
-    let positions = random_positions(BATCH, 2024);
     let ctl = Control::new();
 
     let t0 = Instant::now();
     let mut map = HashMap::new();
     seed_build(Ball::SOLVED, 0, DEPTH, usize::MAX, &mut map);
-    let base_build = t0.elapsed().as_secs_f64();
+    let seed_build_s = t0.elapsed().as_secs_f64();
     // hashbrown: 8-byte key + 1-byte value, padded to 16, plus a control byte, over a capacity >= len.
-    let base_bytes = map.capacity() * 17;
+    let seed_bytes = map.capacity() * 17;
     println!(
-        "baseline build (hash map, depth {DEPTH}): {} positions, {base_build:.2} s, ~{} MB",
+        "seed build (hash map, depth {DEPTH}): {} positions, {seed_build_s:.2} s, ~{} MB",
         map.len(),
-        base_bytes >> 20
+        seed_bytes >> 20
     );
 
     let t0 = Instant::now();
@@ -72,10 +130,8 @@ fn main() {
     let sweep_build = t0.elapsed().as_secs_f64();
     let bytes = table.to_bytes().len();
     println!(
-        "sweep build (sorted table, depth {DEPTH}):   {} positions, {sweep_build:.2} s, {} bytes ({:.1} MB, {:.1} bytes/position)",
+        "sweep build (sorted table, depth {DEPTH}, one thread): {} positions, {sweep_build:.2} s, {bytes} bytes ({:.1} bytes/position)",
         table.len(),
-        bytes,
-        bytes as f64 / 1e6,
         bytes as f64 / table.len() as f64
     );
     assert_eq!(
@@ -84,33 +140,106 @@ fn main() {
         "both tables hold the same positions"
     );
 
-    let mut base_solve = 0.0;
-    let mut sweep_same = 0.0;
-    for ring in &positions[..BASELINE_POSITIONS] {
+    // Warm the pruning automaton so its one-off 25 ms build is not charged to the first position.
+    let _ = solve(&table, DEPTH, Ball::SOLVED.ring(), &ctl);
+
+    let positions = random_positions(400, 2024);
+    let mut seed_s = Vec::new();
+    for ring in &positions[..SEED_POSITIONS] {
         let t0 = Instant::now();
         let mut best = u8::MAX;
         seed_search(ring.canonical(), 0, DEPTH, usize::MAX, &map, &mut best);
-        let tb = t0.elapsed().as_secs_f64();
-        base_solve += tb;
-        let t0 = Instant::now();
+        seed_s.push(t0.elapsed().as_secs_f64());
         let sol = solve(&table, DEPTH, *ring, &ctl).expect("solvable");
-        let ts = t0.elapsed().as_secs_f64();
-        sweep_same += ts;
-        assert_eq!(sol.twists as u8, best, "same optimum for {ring}");
+        assert_eq!(sol.twists as u8, best, "seed and sweep agree on {ring}");
         println!(
-            "  {ring}: {best} twists; baseline {tb:.2} s, sweep {:.1} ms ({:.0}x)",
-            ts * 1e3,
-            tb / ts.max(1e-9)
+            "  seed search {ring}: {best} twists, {:.2} s",
+            seed_s.last().unwrap()
         );
     }
-    let base_per = base_solve / BASELINE_POSITIONS as f64;
-    let sweep_per_same = sweep_same / BASELINE_POSITIONS as f64;
+    drop(map);
+
+    // Pick PER_LENGTH positions of each length 12, 13, 14 from the seeded list, in list order.
+    let mut picked: Vec<(Ring, usize)> = Vec::new();
+    let mut per = [0usize; 3];
+    for ring in &positions {
+        let sol = solve(&table, DEPTH, *ring, &ctl).expect("solvable");
+        if (12..=14).contains(&sol.twists) && per[sol.twists - 12] < PER_LENGTH {
+            per[sol.twists - 12] += 1;
+            picked.push((*ring, sol.twists));
+        }
+        if per.iter().all(|&n| n == PER_LENGTH) {
+            break;
+        }
+    }
+    picked.sort_by_key(|p| p.1);
+    println!("--- before vs after, per position (same table, one thread) ---");
+    let mut before_t = [Vec::new(), Vec::new(), Vec::new()];
+    let mut after_t = [Vec::new(), Vec::new(), Vec::new()];
+    for (ring, len) in &picked {
+        let t0 = Instant::now();
+        let sol = solve(&table, DEPTH, *ring, &ctl).expect("solvable");
+        let ta = t0.elapsed().as_secs_f64();
+        let t0 = Instant::now();
+        let old = before_solve(&table, *ring);
+        let tb = t0.elapsed().as_secs_f64();
+        assert_eq!(old, Some(sol.twists as u8), "same optimum for {ring}");
+        assert!(sol.optimal);
+        before_t[len - 12].push(tb);
+        after_t[len - 12].push(ta);
+        println!(
+            "  {len} twists  before {:8.1} ms  after {:7.1} ms  ({:5.0}x, {} probes)  {ring}",
+            tb * 1e3,
+            ta * 1e3,
+            tb / ta.max(1e-9),
+            sol.probes
+        );
+    }
+    println!("--- summary: ms per position, min / median / max ---");
+    let mut all_b = Vec::new();
+    let mut all_a = Vec::new();
+    for len in 12..=14 {
+        let (b, a) = (&before_t[len - 12], &after_t[len - 12]);
+        all_b.extend(b);
+        all_a.extend(a);
+        let (b0, b1, b2) = stats(b);
+        let (a0, a1, a2) = stats(a);
+        println!(
+            "{len} twists ({} positions): before {:.1} / {:.1} / {:.1}   after {:.1} / {:.1} / {:.1}   median ratio {:.0}x",
+            b.len(),
+            b0 * 1e3,
+            b1 * 1e3,
+            b2 * 1e3,
+            a0 * 1e3,
+            a1 * 1e3,
+            a2 * 1e3,
+            b1 / a1.max(1e-9)
+        );
+    }
+    let (b0, b1, b2) = stats(&all_b);
+    let (a0, a1, a2) = stats(&all_a);
+    println!(
+        "12-14 twists ({} positions): before {:.1} / {:.1} / {:.1}   after {:.1} / {:.1} / {:.1}   total {:.2} s vs {:.2} s ({:.0}x)",
+        all_b.len(),
+        b0 * 1e3,
+        b1 * 1e3,
+        b2 * 1e3,
+        a0 * 1e3,
+        a1 * 1e3,
+        a2 * 1e3,
+        all_b.iter().sum::<f64>(),
+        all_a.iter().sum::<f64>(),
+        all_b.iter().sum::<f64>() / all_a.iter().sum::<f64>().max(1e-9)
+    );
 
     let t0 = Instant::now();
     let mut hist = [0usize; 32];
     let mut optimal = 0;
-    for ring in &positions {
+    let mut slowest = 0f64;
+    for ring in &positions[..BATCH] {
+        let t1 = Instant::now();
         let sol = solve(&table, DEPTH, *ring, &ctl).expect("solvable");
+        slowest = slowest.max(t1.elapsed().as_secs_f64());
         hist[sol.twists.min(31)] += 1;
         optimal += usize::from(sol.optimal);
     }
@@ -121,29 +250,27 @@ fn main() {
         .filter(|(_, n)| **n > 0)
         .map(|(l, n)| format!("{l}:{n}"))
         .collect();
+    let seed_per = seed_s.iter().sum::<f64>() / seed_s.len() as f64;
+    println!("--- side by side with the seed (one thread) ---");
     println!(
-        "sweep batch of {BATCH} random positions: {batch:.2} s ({:.1} ms/position), {optimal} proven optimal, lengths {}",
+        "table build:  seed {seed_build_s:.2} s   sweep {sweep_build:.2} s   ratio {:.2}x",
+        seed_build_s / sweep_build
+    );
+    println!(
+        "table size:   seed ~{} MB   sweep {:.1} MB   ratio {:.2}x",
+        seed_bytes >> 20,
+        bytes as f64 / (1 << 20) as f64,
+        seed_bytes as f64 / bytes as f64
+    );
+    println!(
+        "batch of {BATCH} random positions (after): {batch:.2} s ({:.1} ms/position, slowest {:.0} ms), {optimal} proven optimal, lengths {}",
         batch * 1e3 / BATCH as f64,
+        slowest * 1e3,
         lengths.join(" ")
     );
-    println!("--- side by side (1 thread) ---");
     println!(
-        "table build:        baseline {base_build:.2} s   sweep {sweep_build:.2} s   ratio {:.2}x",
-        base_build / sweep_build
-    );
-    println!(
-        "table size:         baseline ~{} MB   sweep {:.1} MB   ratio {:.2}x",
-        base_bytes >> 20,
-        bytes as f64 / (1 << 20) as f64,
-        base_bytes as f64 / bytes as f64
-    );
-    println!(
-        "solve, table ready: baseline {base_per:.2} s/position   sweep {:.2} ms/position   ratio {:.0}x",
-        sweep_per_same * 1e3,
-        base_per / sweep_per_same.max(1e-9)
-    );
-    println!(
-        "one position as the seed runs it (build + solve): baseline {:.2} s; sweep batch of {BATCH}: {batch:.2} s",
-        base_build + base_per
+        "one position as the seed runs it (build + search): {:.2} s; sweep's whole batch of {BATCH}: {batch:.2} s ({:.1}x less)",
+        seed_build_s + seed_per,
+        (seed_build_s + seed_per) / batch
     );
 }

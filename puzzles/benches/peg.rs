@@ -102,24 +102,81 @@ fn stats(mut v: Vec<Duration>) -> (Duration, Duration, Duration) {
 }
 
 fn run_job(args: &[&str]) -> (Duration, String) {
+    let (el, summary, _) = run_job_split(args, None);
+    (el, summary)
+}
+
+/// Runs every chunk of the job split `chunks` ways (the job's default when `None`) one after the other; returns the
+/// time, a summary and the total nodes of all chunks (their sum over the nodes of one chunk is the redundancy).
+fn run_job_split(args: &[&str], chunks: Option<u64>) -> (Duration, String, u128) {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let job = lookup("peg")
         .and_then(|s| s.parse_args(&args))
         .expect("valid job");
-    let n = job.plan(None).expect("plan").n_chunks;
+    let n = job.plan(chunks).expect("plan").n_chunks;
     let ctl = Control::new();
     let t = Instant::now();
     let outs: Vec<_> = (0..n)
         .map(|i| job.run_chunk(n, i, &ctl).expect("chunk"))
         .collect();
     let el = t.elapsed();
-    let res = job.result(&sweep_puzzles::Answer::from_outputs(&outs));
+    let answer = sweep_puzzles::Answer::from_outputs(&outs);
+    let res = job.result(&answer);
     let summary = if let Some(c) = res.get("count") {
         format!("count {c}")
     } else {
         format!("positions totals {}", res["positions"]["totals"])
     };
-    (el, summary)
+    (el, summary, answer.tally.nodes)
+}
+
+/// sweep's solve on the larger boards, per seed: (time, nodes, outcome).
+fn big_boards() {
+    println!("\nlarger boards, sweep solve (pagodas + canonical failed set + endgame table), seeds 0..3:");
+    for (board, start, goal) in [
+        ("european", "1,3", "any"),
+        ("european", "2,4", "any"),
+        ("european", "4,4", "4,4"),
+        ("diamond", "5,5", "any"),
+    ] {
+        for seed in 0..3u64 {
+            let seed_text = seed.to_string();
+            let args = [
+                "--board", board, "--start", start, "--goal", goal, "--seed", &seed_text,
+            ];
+            let (el, _, nodes) = run_job_split(&args, None);
+            println!("  {board} start {start} goal {goal} seed {seed}: {el:?} ({nodes} nodes)");
+        }
+    }
+}
+
+/// Total nodes of the exhaustive modes for 1..16 chunks, against one chunk: how much work the split repeats.
+fn scaling() {
+    println!(
+        "\nchunk scaling (all chunks run here one after the other; nodes summed over chunks):"
+    );
+    for args in [
+        &["--board", "triangle", "--goal", "any", "--mode", "count"][..],
+        &["--board", "triangle", "--start", "2,1", "--mode", "count"][..],
+        &[
+            "--board",
+            "triangle",
+            "--goal",
+            "any",
+            "--mode",
+            "positions",
+        ][..],
+    ] {
+        let (_, _, one) = run_job_split(args, Some(1));
+        for n in [1u64, 2, 4, 16] {
+            let (el, summary, nodes) = run_job_split(args, Some(n));
+            println!(
+                "  {} chunks {n:2}: {el:?}, {nodes} nodes, redundancy {:.2} ({summary})",
+                args.join(" "),
+                nodes as f64 / one.max(1) as f64
+            );
+        }
+    }
 }
 
 fn main() {
@@ -172,6 +229,8 @@ fn main() {
         let (el, summary) = run_job(args);
         println!("{}: {summary} in {el:?}", args.join(" "));
     }
+    big_boards();
+    scaling();
     if std::env::var("PEG_BENCH_ENGLISH").as_deref() == Ok("1") {
         for args in [&["--mode", "count"][..], &["--mode", "positions"][..]] {
             let (el, summary) = run_job(args);

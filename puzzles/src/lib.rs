@@ -20,6 +20,6 @@ pub mod star;
 
 pub use registry::{job_from_params, lookup, spaces};
 pub use space::{
-    Answer, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, Space, SpaceError, Tally,
-    MAX_KEPT_SOLUTIONS,
+    json_u128, Answer, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, Space, SpaceError,
+    Tally, MAX_KEPT_SOLUTIONS,
 };

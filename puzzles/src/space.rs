@@ -36,6 +36,15 @@ pub enum SpaceError {
     Verification(String),
 }
 
+/// A u128 figure (a counter, a node total) as JSON: a number while it fits in 64 bits, else its decimal string.
+/// `json!` on a bare u128 above `u64::MAX` panics (serde_json has no bigger numbers), and a worker may report
+/// counters that large, truthfully or not.
+pub fn json_u128(v: u128) -> serde_json::Value {
+    u64::try_from(v)
+        .map(serde_json::Value::from)
+        .unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
+}
+
 /// Progress and cancellation shared between a running kernel and whoever runs it (a worker thread, a heartbeat
 /// task, a rayon pool). Kernels add nodes in batches and poll [`Control::is_cancelled`] between batches, so the
 /// cost is a relaxed atomic add every few thousand nodes.
@@ -340,7 +349,9 @@ impl<S: SearchSpace> Space for Registered<S> {
         let cmd = S::Params::augment_args(
             clap::Command::new(S::NAME)
                 .about(S::ABOUT)
-                .no_binary_name(true),
+                .no_binary_name(true)
+                // `--points -1` is a bad value for --points, not an unknown flag `-1`.
+                .allow_negative_numbers(true),
         );
         let matches = cmd.try_get_matches_from(args).map_err(|e| match e.kind() {
             clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
@@ -354,11 +365,21 @@ impl<S: SearchSpace> Space for Registered<S> {
     }
 
     fn parse_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
-        let params: S::Params =
-            serde_json::from_value(params.clone()).map_err(|e| SpaceError::BadParams {
+        // The error names the field (`points: invalid type: string "x", expected u32`): serde's own message does
+        // not say where, and these parameters come from a Submit or a stored job record, not from a person who
+        // just typed them.
+        let params: S::Params = serde_path_to_error::deserialize(params.clone()).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            SpaceError::BadParams {
                 space: S::NAME,
-                reason: e.to_string(),
-            })?;
+                reason: if path == "." {
+                    inner.to_string()
+                } else {
+                    format!("{path}: {inner}")
+                },
+            }
+        })?;
         Ok(Arc::new(S::build(params)?))
     }
 }

@@ -11,6 +11,7 @@
 //!   every worker, which binds it to the job once ([`Job::bind_input`]) instead of rebuilding it.
 
 pub mod ball;
+pub mod prune;
 pub mod solve;
 pub mod table;
 
@@ -105,8 +106,14 @@ impl SearchSpace for Brainball {
         };
         match mode {
             Mode::Table if !positions.is_empty() || params.random.is_some() => {
+                // Name what was given: `random` alone (even `--random 0`) is not a position the user typed.
+                let given_positions = params.position.is_some() || params.positions.is_some();
                 return Err(SpaceError::InvalidParam {
-                    name: "position",
+                    name: if given_positions {
+                        "position"
+                    } else {
+                        "random"
+                    },
                     reason: "a table job takes no positions: use `solve`".into(),
                 });
             }

@@ -2,7 +2,7 @@
 //!
 //! Why this shape: the seed keeps 21.1 M positions in a hash map (about 40 bytes each, 845 MB) and rebuilds it on
 //! every run. Here the table is one sorted `Vec<u64>` (8 bytes a position) that is built once by the cluster,
-//! stored and shipped as bytes, and probed with one bucket-index load and a short scan.
+//! stored and shipped as bytes, and probed by interpolation inside small buckets (see [`Table`]).
 //!
 //! Entry layout: `key << 4 | distance`, where `key = mix(position)` is a bijection of the 60-bit canonical form.
 //! Mixing spreads the keys (canonical forms near solved share long prefixes), so the top bits of a key pick a
@@ -18,8 +18,12 @@ use crate::brainball::ball::{Ball, N_TWISTS, POS_MASK};
 use crate::perm::split_range;
 use crate::space::{Control, SpaceError};
 
-/// Deepest table the format supports: distances live in 4 bits. Memory, not the format, is the real limit.
-pub const MAX_DEPTH: u8 = 12;
+/// Deepest table accepted. The 4-bit distances would allow 15; memory is the real limit. Each level multiplies
+/// the positions by about 10.3 (depth 6: 2,045,512 positions, depth 7: 21,102,966), so depth 8 holds about
+/// 2.2e8 positions (a 1.7 GB table, a few GB more while the chunks are merged) and depth 9 about 2.2e9, an 18 GB
+/// table plus its chunks: more than a 24 GB machine holds. Refusing it up front fails cleanly instead of
+/// exhausting memory an hour into the job.
+pub const MAX_DEPTH: u8 = 8;
 /// Identifies the serialised table and its version.
 const MAGIC: &[u8; 8] = b"SWBBTAB1";
 /// Magic, depth, 7 reserved bytes, count.
@@ -263,14 +267,22 @@ fn header(depth: u8, count: u64) -> [u8; HEADER_LEN] {
 }
 
 /// A loaded table, ready to probe.
+///
+/// Lookup: the keys are mixed, so they are spread evenly, and within a bucket a key's rank is close to where its
+/// value falls between the bucket's ends. The index only holds where each bucket starts (2^bits buckets of
+/// about 128 entries: 1 MB at depth 7, which stays in cache) and a probe guesses the entry by interpolation, so
+/// it usually costs one cache miss (the entry's line) instead of two (an index line, then the entry line).
 #[derive(Debug, Clone)]
 pub struct Table {
     depth: u8,
     entries: Vec<u64>,
-    /// `index[b]..index[b + 1]` are the entries whose key starts with the `bucket_bits` bits `b`.
+    /// `index[b]..index[b + 1]` are the entries whose key starts with the `bits` bits `b`.
     index: Vec<u32>,
-    bucket_shift: u32,
+    bits: u32,
 }
+
+/// log2 of the entries a bucket holds on average.
+const BUCKET_LOG: u32 = 7;
 
 impl Table {
     /// Builds the table in this process, chunk by chunk as the cluster would (one chunk per first twist).
@@ -288,14 +300,12 @@ impl Table {
     }
 
     fn from_entries(depth: u8, entries: Vec<u64>) -> Table {
-        // About 4-8 entries a bucket: one cache line of index, one or two of entries per probe.
         let bits = (usize::BITS - entries.len().leading_zeros())
-            .saturating_sub(3)
+            .saturating_sub(BUCKET_LOG + 1)
             .min(28);
-        let bucket_shift = 60 - bits;
         let mut index = vec![0u32; (1usize << bits) + 1];
         for e in &entries {
-            index[(key_of(*e) >> bucket_shift) as usize + 1] += 1;
+            index[(key_of(*e) >> (60 - bits)) as usize + 1] += 1;
         }
         for b in 1..index.len() {
             index[b] += index[b - 1];
@@ -304,7 +314,7 @@ impl Table {
             depth,
             entries,
             index,
-            bucket_shift,
+            bits,
         }
     }
 
@@ -339,40 +349,74 @@ impl Table {
         self.entries.is_empty()
     }
 
+    /// The bucket range of `key` and the interpolated guess of its place in it (`lo <= guess <= hi`).
+    #[inline(always)]
+    fn locate(&self, key: u64) -> (usize, usize, usize) {
+        let b = (key >> (60 - self.bits)) as usize;
+        let (lo, hi) = (self.index[b] as usize, self.index[b + 1] as usize);
+        // The key's offset inside its bucket's key range, as a fraction of 2^(60 - bits), scales the bucket size.
+        let rem = key & ((1u64 << (60 - self.bits)) - 1);
+        let guess = lo + ((u128::from(rem) * (hi - lo) as u128) >> (60 - self.bits)) as usize;
+        (lo, guess, hi)
+    }
+
+    /// Finds `key` in `entries[lo..hi]`, starting at `guess` and walking towards it.
+    #[inline(always)]
+    fn find(&self, key: u64, lo: usize, guess: usize, hi: usize) -> Option<u8> {
+        let e = &self.entries;
+        let mut i = guess;
+        if i < hi && key_of(e[i]) < key {
+            while i < hi && key_of(e[i]) < key {
+                i += 1;
+            }
+        } else {
+            while i > lo && key_of(e[i - 1]) >= key {
+                i -= 1;
+            }
+        }
+        (i < hi && key_of(e[i]) == key).then(|| dist_of(e[i]))
+    }
+
     /// The distance of `ball` from solved if it is at most the table's depth.
     #[inline]
     pub fn distance(&self, ball: Ball) -> Option<u8> {
         let key = mix(ball.0);
-        let b = (key >> self.bucket_shift) as usize;
-        let (lo, hi) = (self.index[b] as usize, self.index[b + 1] as usize);
-        self.entries[lo..hi]
-            .iter()
-            .find(|e| key_of(**e) >= key)
-            .filter(|e| key_of(**e) == key)
-            .map(|e| dist_of(*e))
+        let (lo, guess, hi) = self.locate(key);
+        self.find(key, lo, guess, hi)
     }
 
-    /// [`Table::distance`] of up to 16 positions at once. The index loads of all of them are issued before any
-    /// entry is read, so their cache misses overlap instead of queueing: the forward scan probes the 12 children
-    /// of a node this way.
+    /// [`Table::distance`] of up to 16 positions at once (the previous solver's probe of the 12 children of a
+    /// node; kept for the benchmark's before/after comparison).
     #[inline]
     pub fn distance_batch(&self, balls: &[Ball], out: &mut [Option<u8>]) {
-        let n = balls.len().min(out.len()).min(16);
-        let mut keys = [0u64; 16];
-        let mut ranges = [(0usize, 0usize); 16];
-        for i in 0..n {
-            keys[i] = mix(balls[i].0);
-            let b = (keys[i] >> self.bucket_shift) as usize;
-            ranges[i] = (self.index[b] as usize, self.index[b + 1] as usize);
+        for (o, b) in out.iter_mut().zip(balls).take(16) {
+            *o = self.distance(*b);
         }
-        for i in 0..n {
-            let (lo, hi) = ranges[i];
-            let key = keys[i];
-            out[i] = self.entries[lo..hi]
-                .iter()
-                .find(|e| key_of(**e) >= key)
-                .filter(|e| key_of(**e) == key)
-                .map(|e| dist_of(*e));
+    }
+
+    /// [`Table::distance`] of many positions, software-pipelined: the guessed entry lines of a whole group are
+    /// requested (prefetched) before any is read, so their cache misses are served in parallel instead of one
+    /// after the other. The misses are most of the cost of the search's probes.
+    pub fn distance_many(&self, balls: &[Ball], out: &mut [Option<u8>]) {
+        const GROUP: usize = 16;
+        let n = balls.len().min(out.len());
+        let mut keys = [0u64; GROUP];
+        let mut places = [(0usize, 0usize, 0usize); GROUP];
+        for (bs, os) in balls[..n].chunks(GROUP).zip(out[..n].chunks_mut(GROUP)) {
+            for ((k, p), b) in keys.iter_mut().zip(places.iter_mut()).zip(bs) {
+                *k = mix(b.0);
+                *p = self.locate(*k);
+                // The guess is a few entries off on average: ask for its line and the neighbouring ones.
+                let (lo, guess, hi) = *p;
+                for at in [guess.saturating_sub(4).max(lo), guess, (guess + 4).min(hi)] {
+                    if at < self.entries.len() {
+                        prefetch(&self.entries[at]);
+                    }
+                }
+            }
+            for ((o, &(lo, guess, hi)), &key) in os.iter_mut().zip(&places).zip(&keys) {
+                *o = self.find(key, lo, guess, hi);
+            }
         }
     }
 
@@ -380,6 +424,20 @@ impl Table {
     pub fn histogram(&self) -> Vec<u64> {
         histogram_of(self.depth, self.entries.iter().copied())
     }
+}
+
+/// Asks the cache for the line holding `x` without waiting for it (a hint: never faults, changes no state).
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: SSE is part of the x86_64 baseline, and a prefetch only hints the cache: it reads nothing the
+        // program sees and never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((x as *const T).cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
 }
 
 fn histogram_of(depth: u8, entries: impl Iterator<Item = u64>) -> Vec<u64> {
@@ -436,8 +494,23 @@ pub fn check_depth(depth: u8) -> Result<(), SpaceError> {
     if depth > MAX_DEPTH {
         return Err(SpaceError::InvalidParam {
             name: "depth",
-            reason: format!("{depth} is beyond the deepest supported table ({MAX_DEPTH})"),
+            reason: format!(
+                "{depth} is beyond the deepest supported table ({MAX_DEPTH}): a depth-{depth} table would hold \
+                 about {:.1e} positions ({:.0} GB at 8 bytes each, more while merging), beyond the memory of \
+                 the machines sweep runs on",
+                estimated_positions(depth),
+                estimated_positions(depth) * 8.0 / 1e9
+            ),
         });
     }
     Ok(())
+}
+
+/// Positions within `depth` twists, for sizing: exact counts up to 7, then about 10.3 times more per level.
+pub fn estimated_positions(depth: u8) -> f64 {
+    const EXACT: [u64; 8] = [1, 14, 157, 1_704, 18_344, 195_131, 2_045_512, 21_102_966];
+    match EXACT.get(depth as usize) {
+        Some(&n) => n as f64,
+        None => 21_102_966.0 * 10.3f64.powi(i32::from(depth) - 7),
+    }
 }

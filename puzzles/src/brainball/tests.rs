@@ -238,6 +238,85 @@ fn solver_never_needs_more_than_the_scramble_and_matches_bfs_up_to_five() {
 }
 
 #[test]
+fn pruned_walks_reach_every_position_at_its_distance() {
+    // The automaton may drop sequences, never positions: the ends of the surviving sequences of exactly g
+    // twists from solved must be every position at distance g (BFS), for g <= 5.
+    use super::prune::{Pruner, DEAD};
+    fn walk(
+        p: &Pruner,
+        b: Ball,
+        s: u32,
+        g: usize,
+        max: usize,
+        ends: &mut [HashSet<Ball>],
+        seqs: &mut [u64],
+    ) {
+        ends[g].insert(b);
+        seqs[g] += 1;
+        if g == max {
+            return;
+        }
+        for t in 0..N_TWISTS {
+            let n = p.step(s, t);
+            if n != DEAD {
+                walk(p, b.twist(t), n, g + 1, max, ends, seqs);
+            }
+        }
+    }
+    use std::collections::HashSet;
+    let by_bfs = bfs(5);
+    let p = Pruner::get();
+    let mut ends = vec![HashSet::new(); 6];
+    let mut seqs = vec![0u64; 6];
+    walk(p, Ball::SOLVED, Pruner::START, 0, 5, &mut ends, &mut seqs);
+    for (g, set) in ends.iter().enumerate() {
+        let at_g: HashSet<Ball> = by_bfs
+            .iter()
+            .filter(|(_, d)| **d as usize == g)
+            .map(|(b, _)| *b)
+            .collect();
+        // Ends at g are at distance <= g; those at exactly g are all reached.
+        assert!(at_g.is_subset(set), "level {g} misses positions");
+        assert!(set.iter().all(|b| by_bfs[b] as usize <= g));
+    }
+    // Relations of two twists (t u = u' t') already cut the tree: 143 distinct positions at distance 2, 143
+    // surviving sequences, where the plain tree has 13 * 12 = 156.
+    assert_eq!(seqs[2], 143);
+    assert!(seqs[5] < 13 * 12u64.pow(4), "{}", seqs[5]);
+    assert_eq!(
+        p.forbidden_per_len[2], 26,
+        "13 immediate repeats and 13 commuting-like pairs"
+    );
+}
+
+#[test]
+fn the_bound_never_overestimates_and_distances_have_the_arrangements_parity() {
+    let by_bfs = bfs(5);
+    let table = small_table(3);
+    for (b, d) in &by_bfs {
+        let h = solve::lower_bound(&table, *b);
+        assert!(h <= *d, "{b}: bound {h} above the distance {d}");
+        if *d <= 3 {
+            assert_eq!(h, *d, "{b}: exact inside the table");
+        }
+        assert_eq!(solve::distance_parity(*b), d % 2, "{b}");
+    }
+    // Random positions: the bound is at most the solved length, and the parity matches it.
+    let ctl = Control::new();
+    for seed in 0..40u64 {
+        let start = scramble(seed, 7);
+        let sol = solve(&table, 3, start, &ctl).unwrap();
+        let b = start.canonical();
+        assert!(solve::lower_bound(&table, b) as usize <= sol.twists);
+        assert_eq!(
+            solve::distance_parity(b) as usize,
+            sol.twists % 2,
+            "{start}"
+        );
+    }
+}
+
+#[test]
 fn the_headline_position_needs_ten_twists() {
     let table = small_table(5);
     let start = Ring::parse(HEADLINE).unwrap();
@@ -404,6 +483,16 @@ fn bad_parameters_are_refused_with_their_name() {
     assert!(err(&["--position", "1 2 3"]).contains("missing"));
     assert!(err(&["--position", "-1 2 3 4 5 6 7 8 9 10 11 12 14"]).contains("14"));
     assert!(err(&["table", "--depth", "13"]).contains("depth"));
+    // Depth 9 would not fit in memory: refused up front with the estimate, not after hours of building.
+    let deep = err(&["table", "--depth", "9"]);
+    assert!(
+        deep.contains("deepest supported table (8)") && deep.contains("GB"),
+        "{deep}"
+    );
+    assert!(space
+        .parse_args(&["table".to_string(), "--depth".to_string(), "8".to_string()])
+        .is_ok());
+    assert_eq!(table::estimated_positions(5), small_table(5).len() as f64);
     assert!(err(&["table", "--position", HEADLINE]).contains("takes no positions"));
     assert!(err(&["solve"]).contains("nothing to solve"));
     assert!(space
@@ -446,5 +535,20 @@ proptest! {
         let after = ring.apply_move(k).canonical();
         let over = ring.turned_over();
         prop_assert!((0..TILES).any(|j| over.apply_move(j).canonical() == after));
+    }
+}
+
+/// Random positions against the full depth-7 table, each solved optimally (all are within 14 twists) and
+/// replayed: `cargo test -p sweep-puzzles --release brainball -- --ignored` (about 20 s, mostly the table).
+#[test]
+#[ignore]
+fn random_positions_are_solved_optimally_with_the_depth_seven_table() {
+    let t = small_table(7);
+    let ctl = Control::new();
+    for ring in random_positions(40, 7) {
+        let sol = solve(&t, 7, ring, &ctl).unwrap();
+        assert!(sol.optimal, "{ring}");
+        assert!((9..=14).contains(&sol.twists), "{ring}: {}", sol.twists);
+        assert_eq!(solve::replay(ring, &sol.moves).0.canonical(), Ball::SOLVED);
     }
 }

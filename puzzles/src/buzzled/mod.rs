@@ -398,7 +398,7 @@ impl Job for BuzzledJob {
             "name": self.params.name,
             "method": self.params.method,
             "yellow": self.yellow,
-            "solutions": answer.tally.counter("solutions"),
+            "solutions": crate::json_u128(answer.tally.counter("solutions")),
             "boards": answer.solutions,
             "boards_truncated": answer.solutions_truncated,
         })

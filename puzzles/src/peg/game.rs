@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::board::{bits, Board};
+use super::pagoda::{self, Pagoda};
 
 /// Where the last peg must end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +59,9 @@ pub struct Game {
     pub goal_group: Vec<usize>,
     /// Symmetries that keep start and goal: the reachable and the winning sets are closed under them.
     pub game_group: Vec<usize>,
+    /// Pagoda functions for the goal hole; for `Goal::Any`, one set per hole where the last peg can end (the
+    /// holes of the start's class), and a position is dead when every one of those sets rules it out.
+    pub pagodas: Vec<Vec<Pagoda>>,
 }
 
 impl Game {
@@ -75,6 +79,16 @@ impl Game {
             .copied()
             .filter(|&g| keeps(g, start_hole))
             .collect();
+        let pagodas = match goal {
+            Goal::Hole(g) => vec![pagoda::for_goal(&board, g)],
+            Goal::Any => {
+                let class = board.class(start);
+                bits(board.holes)
+                    .filter(|&h| board.class(1u64 << h) == class)
+                    .map(|h| pagoda::for_goal(&board, h))
+                    .collect()
+            }
+        };
         Game {
             board,
             start_hole,
@@ -82,6 +96,7 @@ impl Game {
             goal,
             goal_group,
             game_group,
+            pagodas,
         }
     }
 
@@ -115,6 +130,40 @@ impl Game {
             .filter(|&&g| self.board.symmetries[g].apply(pos) == pos)
             .count();
         (group.len() / fixed.max(1)) as u64
+    }
+
+    /// True when a pagoda function proves that `pos` cannot reach the goal.
+    #[inline]
+    pub fn pagoda_dead(&self, pos: u64) -> bool {
+        !self.pagodas.is_empty()
+            && self
+                .pagodas
+                .iter()
+                .all(|set| set.iter().any(|p| p.dead(pos)))
+    }
+
+    /// Why no move sequence can lead from start to goal, when a pagoda function proves it.
+    pub fn pagoda_obstruction(&self) -> Option<String> {
+        if !self.pagoda_dead(self.start) {
+            return None;
+        }
+        let first = self
+            .pagodas
+            .iter()
+            .flat_map(|set| set.iter())
+            .find(|p| p.dead(self.start))?;
+        Some(format!(
+            "pagoda function ({}): no move raises its weighted peg sum, which is {} at the start and {} for the \
+             goal{}",
+            first.shape,
+            first.value(self.start),
+            first.threshold,
+            if self.pagodas.len() > 1 {
+                " (and likewise for every hole where the last peg could end)"
+            } else {
+                ""
+            }
+        ))
     }
 
     /// Why no move sequence can lead from start to goal, when the position classes prove it.

@@ -17,6 +17,7 @@
 pub mod board;
 pub mod count;
 pub mod game;
+pub mod pagoda;
 pub mod positions;
 pub mod solve;
 
@@ -249,9 +250,10 @@ impl Job for PegJob {
                         out.solutions.push(self.encode_moves(&moves));
                     }
                     Outcome::ImpossibleByClass(_) => out.count("impossible_class", 1),
+                    Outcome::ImpossibleByPagoda(_) => out.count("impossible_pagoda", 1),
                     Outcome::ImpossibleBySearch => out.count("impossible_search", 1),
                 }
-                out.nodes = solver.nodes;
+                out.nodes = solver.nodes + solver.table_nodes;
             }
             Mode::Count => {
                 let Some((_, classes)) = count::split_depth(&self.game, n_chunks) else {
@@ -304,7 +306,14 @@ impl Job for PegJob {
         match self.params.mode {
             Mode::Solve => {
                 for k in out.counters.keys() {
-                    if !["solved", "impossible_class", "impossible_search"].contains(&k.as_str()) {
+                    if ![
+                        "solved",
+                        "impossible_class",
+                        "impossible_pagoda",
+                        "impossible_search",
+                    ]
+                    .contains(&k.as_str())
+                    {
                         return Err(bad_counter(k));
                     }
                 }
@@ -328,6 +337,14 @@ impl Job for PegJob {
                 {
                     return Err(SpaceError::Verification(
                         "impossible by class claimed, but start and goal have the same class"
+                            .into(),
+                    ));
+                }
+                if out.counters.contains_key("impossible_pagoda")
+                    && self.game.pagoda_obstruction().is_none()
+                {
+                    return Err(SpaceError::Verification(
+                        "impossible by a pagoda function claimed, but none separates start and goal"
                             .into(),
                     ));
                 }
@@ -398,6 +415,8 @@ impl Job for PegJob {
                     .collect();
                 let impossible = if answer.tally.counter("impossible_class") > 0 {
                     self.game.class_obstruction()
+                } else if answer.tally.counter("impossible_pagoda") > 0 {
+                    self.game.pagoda_obstruction()
                 } else if answer.tally.counter("impossible_search") > 0 {
                     Some("exhaustive search: no reachable position leads to the goal".into())
                 } else {
@@ -431,7 +450,16 @@ impl Job for PegJob {
                         a.push(v);
                     }
                 }
-                let totals: Vec<u128> = arrays.iter().map(|a| a.iter().sum()).collect();
+                // Saturating, and as JSON numbers or decimal strings (`json_u128`): counters are u128 and a
+                // worker may report any of them.
+                let totals: Vec<Value> = arrays
+                    .iter()
+                    .map(|a| crate::json_u128(a.iter().fold(0u128, |s, v| s.saturating_add(*v))))
+                    .collect();
+                let arrays: Vec<Vec<Value>> = arrays
+                    .iter()
+                    .map(|a| a.iter().map(|v| crate::json_u128(*v)).collect())
+                    .collect();
                 json!({
                     "symmetries": self.game.game_group.len(),
                     "positions": {

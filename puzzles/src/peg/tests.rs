@@ -430,3 +430,96 @@ fn english_positions_are_the_published_figures() {
     assert_eq!(t["reachable_raw"], 187_636_299u64, "{res}");
     assert_eq!(t["on_path_raw"], 13_428_122u64, "{res}");
 }
+
+/// Timing probe for the big boards (prints; asserts every answer replays).
+/// `cargo test -p sweep-puzzles --release peg::tests::probe_big_boards -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn probe_big_boards() {
+    for (board, start, goal) in [
+        ("english", "centre", "centre"),
+        ("european", "1,3", "any"),
+        ("european", "1,4", "7,4"),
+        ("european", "2,4", "any"),
+        ("diamond", "1,5", "any"),
+        ("wiegleb", "1,4", "any"),
+        ("wiegleb", "centre", "centre"),
+    ] {
+        for seed in 0..3u64 {
+            let seed_text = seed.to_string();
+            let t = std::time::Instant::now();
+            let j = peg_job(&[
+                "--board", board, "--start", start, "--goal", goal, "--seed", &seed_text,
+            ]);
+            let ans = run_all(&j, 1);
+            let res = j.result(&ans);
+            println!(
+                "{board} {start} {goal} seed {seed}: {:?} nodes {} solved={} {}",
+                t.elapsed(),
+                ans.tally.nodes,
+                res["solved"],
+                res["impossible"]
+            );
+            if res["solved"] == true {
+                replay_json(&j, &res);
+            }
+        }
+    }
+}
+
+#[test]
+fn generated_pagodas_are_pagodas_on_every_board_and_goal() {
+    for kind in [
+        BoardKind::English,
+        BoardKind::European,
+        BoardKind::Wiegleb,
+        BoardKind::Diamond,
+        BoardKind::Triangle,
+    ] {
+        let b = Board::new(kind);
+        let mut total = 0;
+        for g in board::bits(b.holes) {
+            for p in pagoda::for_goal(&b, g) {
+                let w = pagoda::weights(&p);
+                assert!(pagoda::is_pagoda(&b, &w), "{kind:?} goal {}", b.name(g));
+                assert_eq!(p.threshold, w[g as usize]);
+                assert!(p.threshold > 0);
+                // No move raises the value, checked directly on the move's three holes.
+                for m in &b.moves {
+                    assert!(p.value(1u64 << m.to) <= p.value(m.need), "{kind:?}");
+                }
+                total += 1;
+            }
+        }
+        assert!(total > 0, "{kind:?} has pagodas");
+    }
+}
+
+/// A pagoda may only rule out positions that really cannot reach the goal: checked against the naive winning set
+/// on the small games, for every reachable position.
+#[test]
+fn pagodas_never_prune_a_winning_position() {
+    for game in games_for_cross_checks() {
+        let mut seen: HashSet<u64> = HashSet::new();
+        let mut stack = vec![game.start];
+        seen.insert(game.start);
+        while let Some(p) = stack.pop() {
+            for m in &game.board.moves {
+                if m.applies(p) && seen.insert(p ^ m.flip) {
+                    stack.push(p ^ m.flip);
+                }
+            }
+        }
+        let mut pruned = 0;
+        for &p in &seen {
+            if game.pagoda_dead(p) {
+                assert_eq!(naive_count(&game, p), 0, "pagoda pruned a winning position");
+                pruned += 1;
+            }
+        }
+        // The functions do prune something on these games (otherwise this test would check nothing).
+        if matches!(game.goal, Goal::Hole(_)) {
+            assert!(pruned > 0, "{:?}", game.goal);
+        }
+    }
+}
