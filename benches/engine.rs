@@ -3,10 +3,12 @@
 //! 1. Overhead: `sweep run` (embedded coordinator, sled store, workers over loopback gRPC) against `sweep solve`
 //!    (the same chunks on a rayon pool in-process), alternated in one invocation so machine noise hits both.
 //! 2. Coordinator throughput: a standalone coordinator, several worker processes and a job of many tiny chunks;
-//!    durable completions per second (every acknowledged completion was flushed to sled first).
+//!    durable completions per second (every acknowledged completion was flushed to sled first), the
+//!    coordinator's peak memory, and the time it takes to load its store and serve again after a SIGKILL half-way.
 //!
 //! `SWEEP_BENCH_ROUNDS` (default 3) sets the rounds of part 1; `SWEEP_BENCH_CHUNKS` (default 100000) and
-//! `SWEEP_BENCH_WORKERS` (default 4) shape part 2.
+//! `SWEEP_BENCH_WORKERS` (default 4) shape part 2; `SWEEP_BENCH_ONLY=overhead|throughput` runs one part.
+//! The issue-7 scale figures: `SWEEP_BENCH_ONLY=throughput SWEEP_BENCH_CHUNKS=1000000 cargo bench --bench engine`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -64,13 +66,12 @@ fn overhead() {
     println!("  run / solve  {:.3}", r / s);
 }
 
-fn throughput() {
-    let chunks = env_or("SWEEP_BENCH_CHUNKS", 100_000);
-    let workers = env_or("SWEEP_BENCH_WORKERS", 4);
-    let dir = tempfile::tempdir().expect("scratch dir");
+/// Starts a coordinator on `store`, at `listen`; returns it and its URL once it is serving (after it has loaded
+/// the whole store: the listening line is printed only then).
+fn start_coordinator(store: &std::path::Path, listen: &str) -> (std::process::Child, String) {
     let mut coord = Command::new(SWEEP)
-        .args(["coordinator", "--listen", "127.0.0.1:0", "--data"])
-        .arg(dir.path().join("store"))
+        .args(["coordinator", "--listen", listen, "--data"])
+        .arg(store)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -83,10 +84,41 @@ fn throughput() {
         "http://{}",
         line.trim()
             .strip_prefix("sweep coordinator listening on ")
-            .expect("address line")
+            .unwrap_or_else(|| panic!("address line, got {line:?}"))
     );
+    (coord, url)
+}
+
+fn status(url: &str) -> serde_json::Value {
+    let out = Command::new(SWEEP)
+        .args(["status", "1", "--json", "--coordinator", url])
+        .output()
+        .expect("status");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["jobs"][0].clone()
+}
+
+fn peak_rss_mb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        / 1024
+}
+
+/// Durable completions per second for a job of many tiny chunks, the coordinator's peak memory, and the time a
+/// coordinator SIGKILLed half-way takes to load its store and serve again.
+fn throughput() {
+    let chunks = env_or("SWEEP_BENCH_CHUNKS", 100_000);
+    let workers = env_or("SWEEP_BENCH_WORKERS", 4);
+    let dir = tempfile::tempdir().expect("scratch dir");
+    let store = dir.path().join("store");
+    let (mut coord, url) = start_coordinator(&store, "127.0.0.1:0");
     let chunks_s = chunks.to_string();
-    // Star n=5 by brute force: 10! permutations, so 100,000 chunks of ~36 permutations each are tiny.
     let out = Command::new(SWEEP)
         .args([
             "submit", "star", "--points", "5", "--method", "brute", "--chunks", &chunks_s,
@@ -119,44 +151,69 @@ fn throughput() {
                 .expect("start worker")
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(900);
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    let mut killed_at = None;
+    let mut resume_s = 0.0;
+    let mut rss_before_kill = 0;
     let done = loop {
-        let out = Command::new(SWEEP)
-            .args(["status", "1", "--json", "--coordinator", &url])
-            .output()
-            .expect("status");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        if v["jobs"][0]["state"] == "done" {
-            break v["jobs"][0].clone();
+        let st = status(&url);
+        if st["state"] == "done" {
+            break st;
+        }
+        let done_chunks = st["chunks_done"].as_u64().unwrap_or(0);
+        if killed_at.is_none() && done_chunks >= chunks / 2 {
+            // Half-way: SIGKILL the coordinator and time its restart on the same store and address.
+            rss_before_kill = peak_rss_mb(coord.id());
+            let _ = coord.kill();
+            let _ = coord.wait();
+            killed_at = Some(done_chunks);
+            let t = Instant::now();
+            let listen = url.trim_start_matches("http://").to_string();
+            let (c, _) = start_coordinator(&store, &listen);
+            resume_s = t.elapsed().as_secs_f64();
+            coord = c;
         }
         assert!(
             Instant::now() < deadline,
-            "throughput job did not finish: {v}"
+            "throughput job did not finish: {st}"
         );
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(200));
     };
     let secs = started.elapsed().as_secs_f64();
-    let rss_kb = std::fs::read_to_string(format!("/proc/{}/status", coord.id()))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0);
+    let rss_after = peak_rss_mb(coord.id());
     for w in &mut ws {
         let _ = w.kill();
         let _ = w.wait();
     }
     let _ = coord.kill();
     let _ = coord.wait();
+    let disk_mb = dir_size(&store) / (1 << 20);
     assert_eq!(done["completions"], chunks, "{done}");
     println!("throughput: {chunks} chunks, {workers} workers x 1 thread on loopback");
     println!(
-        "  {secs:.2} s, {:.0} durable completions/s, coordinator peak RSS {} MB",
+        "  {secs:.2} s including one coordinator SIGKILL + restart, {:.0} durable completions/s",
         chunks as f64 / secs,
-        rss_kb / 1024
     );
+    println!(
+        "  coordinator peak RSS {rss_before_kill} MB before the kill, {rss_after} MB after the restart; store {disk_mb} MB"
+    );
+    if let Some(at) = killed_at {
+        println!("  SIGKILLed at {at} done chunks; restart loaded the store and served again in {resume_s:.2} s");
+    }
+}
+
+fn dir_size(p: &std::path::Path) -> u64 {
+    std::fs::read_dir(p)
+        .map(|d| {
+            d.flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_size(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 fn main() {
@@ -164,6 +221,12 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    overhead();
-    throughput();
+    // SWEEP_BENCH_ONLY=overhead|throughput runs one part.
+    let only = std::env::var("SWEEP_BENCH_ONLY").unwrap_or_default();
+    if only.is_empty() || only == "overhead" {
+        overhead();
+    }
+    if only.is_empty() || only == "throughput" {
+        throughput();
+    }
 }

@@ -20,6 +20,11 @@ pub const ENGINE_FLAGS: &[(&str, bool)] = &[
     ("--json", false),
     ("--no-progress", false),
     ("--svg", true),
+    ("--token-file", true),
+    ("--tls-ca", true),
+    ("--tls-cert", true),
+    ("--tls-key", true),
+    ("--replicate", true),
 ];
 
 #[derive(Parser, Debug, Default)]
@@ -49,6 +54,12 @@ pub struct EngineOpts {
     /// Write the answer's pictures (SVG files) into this directory, created if missing.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// Token and TLS settings for `submit`.
+    #[command(flatten)]
+    pub security: crate::security::ClientArgs,
+    /// `submit`: every chunk runs on this many distinct workers and is accepted only when their results agree.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub replicate: u32,
 }
 
 pub struct JobArgs {
@@ -83,7 +94,7 @@ pub fn parse(args: &[String]) -> anyhow::Result<Result<JobArgs, String>> {
 }
 
 fn engine_help() -> String {
-    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URL  coordinator for `submit` (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n  --svg DIR          write the answer's pictures (SVG) into DIR\n".to_string()
+    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URL  coordinator for `submit` (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n  --svg DIR          write the answer's pictures (SVG) into DIR\n  --replicate K      `submit`: run every chunk on K distinct workers, accept only agreeing results\n  --token-file FILE  token for `submit` (env SWEEP_TOKEN)\n  --tls-ca FILE      CA of the coordinator's certificate, for https:// URLs\n  --tls-cert FILE    client certificate, with --tls-key FILE\n".to_string()
 }
 
 fn split(args: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {

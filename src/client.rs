@@ -10,6 +10,7 @@ use clap::Args;
 use sweep_coordinator::scheduler::SchedulerConfig;
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
 use sweep_proto::v1::{self, jobs_client::JobsClient};
+use sweep_worker::connect::{self, SecureChannel};
 use tonic::transport::Channel;
 
 use crate::local::{poisoned_list, runtime, shutdown_signal};
@@ -31,6 +32,17 @@ pub struct CoordinatorArgs {
     /// Failed or expired attempts after which a chunk is poisoned.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
     max_attempts: u32,
+    /// Results that fail verification or lose a replication vote after which a worker is refused work.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_bad_results: u32,
+    #[command(flatten)]
+    security: crate::security::ServeArgs,
+    #[command(flatten)]
+    limits: crate::security::LimitArgs,
+    /// Also serve the web dashboard and Prometheus `/metrics` on this address (read-only, no authentication:
+    /// keep it on a trusted network). Port 0 picks a free port; the chosen address is printed.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
 }
 
 #[derive(Args)]
@@ -58,6 +70,30 @@ pub struct WorkerArgs {
     /// Cache fetched input artifacts (tables) here, by digest, so a restarted worker need not fetch them again.
     #[arg(long)]
     cache: Option<PathBuf>,
+    #[command(flatten)]
+    security: crate::security::ClientArgs,
+    /// Tests only: falsify results (drop-solution, inflate-count, bogus-solution) to prove the coordinator
+    /// catches liars.
+    #[arg(long, hide = true)]
+    lie: Option<sweep_worker::Lie>,
+}
+
+#[derive(Args)]
+pub struct WorkersArgs {
+    #[command(flatten)]
+    remote: Remote,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct DrainArgs {
+    /// The worker's name, as `sweep workers` lists it.
+    worker: String,
+    #[command(flatten)]
+    remote: Remote,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -69,6 +105,8 @@ pub struct Remote {
         default_value = "http://127.0.0.1:7878"
     )]
     coordinator: String,
+    #[command(flatten)]
+    security: crate::security::ClientArgs,
 }
 
 #[derive(Args)]
@@ -119,15 +157,21 @@ pub enum Control {
     Resume,
 }
 
-async fn connect(url: &str) -> anyhow::Result<JobsClient<Channel>> {
-    let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
-        .map_err(|e| usage(format!("invalid coordinator URL `{url}`: {e}")))?
+async fn connect(
+    url: &str,
+    security: &crate::security::ClientArgs,
+) -> anyhow::Result<JobsClient<SecureChannel>> {
+    let security = security.security();
+    let endpoint = connect::endpoint(url, &security)
+        .map_err(|e| usage(e.to_string()))?
         .connect_timeout(Duration::from_secs(5));
+    let token = connect::token_interceptor(&security).map_err(|e| usage(e.to_string()))?;
     let channel = endpoint.connect().await.map_err(|e| Exit {
         code: exit::UNAVAILABLE,
         message: format!("cannot reach the coordinator at {url}: {}", source_text(&e)),
     })?;
-    Ok(jobs_client(channel))
+    Ok(JobsClient::new(connect::secure(channel, token))
+        .max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES))
 }
 
 /// A `Jobs` client that accepts answers as large as the coordinator may send.
@@ -158,10 +202,13 @@ pub fn coordinator(a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
             scheduler: SchedulerConfig {
                 lease_ttl_ms: a.lease_ttl_ms,
                 max_attempts: a.max_attempts,
+                max_bad_results: a.max_bad_results,
             },
+            limits: a.limits.limits(),
             ..CoordinatorConfig::default()
         };
         let coord = Coordinator::open(store, cfg).context("cannot load the stored jobs")?;
+        let security = a.security.security()?;
         let listener = tokio::net::TcpListener::bind(&a.listen)
             .await
             .map_err(|e| usage(format!("cannot listen on {}: {e}", a.listen)))?;
@@ -169,9 +216,48 @@ pub fn coordinator(a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         // Tests and scripts read the chosen port from this line.
         println!("sweep coordinator listening on {addr}");
         let _ = std::io::stdout().flush();
-        sweep_coordinator::serve(listener, coord, shutdown_signal()).await?;
+        if security.auth.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "no token files: anyone who reaches this address may submit and run jobs");
+        }
+        let dashboard = match &a.http {
+            Some(http) => Some(start_dashboard(http, coord.clone()).await?),
+            None => None,
+        };
+        let served = sweep_coordinator::serve(listener, coord, security, shutdown_signal()).await;
+        if let Some((stop, task)) = dashboard {
+            let _ = stop.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        served?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Binds `--http ADDR`, prints the dashboard's address (the line after the gRPC one) and serves it until the
+/// returned sender fires.
+async fn start_dashboard(
+    addr: &str,
+    coord: std::sync::Arc<Coordinator>,
+) -> anyhow::Result<(
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| usage(format!("cannot listen on --http {addr}: {e}")))?;
+    let bound = listener.local_addr()?;
+    // Whoever started us may have stopped reading stdout after the first line: never fail on that.
+    let _ = writeln!(std::io::stdout(), "sweep dashboard on http://{bound}/");
+    let _ = std::io::stdout().flush();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(sweep_coordinator::http::serve_http(
+        listener,
+        coord,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    Ok((stop, task))
 }
 
 fn default_worker_name() -> String {
@@ -194,13 +280,21 @@ pub fn worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
     cfg.name = a.name.unwrap_or_else(default_worker_name);
     cfg.grace = Duration::from_secs(a.grace_secs);
     cfg.cache_dir = a.cache;
+    cfg.security = a.security.security();
+    cfg.lie = a.lie;
     if let Some(p) = a.prefetch {
         cfg.prefetch = p as usize;
     }
     let rt = runtime()?;
     let stats = rt
         .block_on(sweep_worker::run(cfg, shutdown_signal()))
-        .map_err(|e| usage(e.to_string()))?;
+        .map_err(|e| Exit {
+            code: match e {
+                sweep_worker::WorkerError::Refused(_) => exit::AUTH,
+                sweep_worker::WorkerError::Connect(_) => exit::USAGE,
+            },
+            message: e.to_string(),
+        })?;
     eprintln!(
         "worker done: {} chunks, {} failed, {} nodes",
         stats.chunks_done, stats.chunks_failed, stats.nodes
@@ -222,7 +316,7 @@ pub fn submit(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         .map_err(|e| usage(e.to_string()))?;
     let rt = runtime()?;
     rt.block_on(async move {
-        let mut c = connect(&parsed.engine.coordinator).await?;
+        let mut c = connect(&parsed.engine.coordinator, &parsed.engine.security).await?;
         let resp = c
             .submit(v1::SubmitRequest {
                 space: parsed.job.space().to_string(),
@@ -230,6 +324,7 @@ pub fn submit(raw: Vec<String>) -> anyhow::Result<ExitCode> {
                 chunks: plan.n_chunks,
                 priority: parsed.engine.priority,
                 reuse_existing: false,
+                replicate: parsed.engine.replicate,
             })
             .await?
             .into_inner();
@@ -259,6 +354,8 @@ fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "reissued": j.reissued,
         "completions": j.completions,
         "duplicates": j.duplicates,
+        "replicate": j.replicate.max(1),
+        "disagreements": j.disagreements,
         "input_job": (j.input_job != 0).then_some(j.input_job),
         "artifact_digest": (!j.artifact_digest.is_empty()).then_some(&j.artifact_digest),
         "nodes": crate::output::big(j.nodes.parse().unwrap_or(0)),
@@ -268,7 +365,7 @@ fn info_json(j: &v1::JobInfo) -> serde_json::Value {
 pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
-        let mut c = connect(&a.remote.coordinator).await?;
+        let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
         let (jobs, workers) = match a.job {
             Some(id) => (
                 vec![c
@@ -317,7 +414,8 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
 pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
-        let mut bars = Bars::new(Mode::Auto);
+        // On stdout: watching is this command's whole output, so `sweep watch > log` gets plain lines.
+        let mut bars = Bars::new(Mode::Stdout);
         let signal = shutdown_signal();
         tokio::pin!(signal);
         let mut backoff = Duration::from_millis(200);
@@ -325,7 +423,7 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
         // Reconnects while the coordinator restarts; ends when the watched jobs finish or on Ctrl-C.
         loop {
             let attempt = async {
-                let mut c = connect(&a.remote.coordinator).await?;
+                let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
                 let mut stream = c
                     .watch(v1::WatchRequest { job_id: a.job.unwrap_or(0), interval_ms: a.interval_ms })
                     .await?
@@ -347,6 +445,10 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
                         if !connected_once && e.downcast_ref::<tonic::Status>().is_some_and(|s| s.code() == tonic::Code::NotFound) {
                             return Err(e);
                         }
+                        // A refused token or a bad URL does not fix itself by reconnecting.
+                        if e.downcast_ref::<tonic::Status>().is_some_and(connect::is_refusal) || e.downcast_ref::<Exit>().is_some_and(|x| x.code == exit::USAGE) {
+                            return Err(e);
+                        }
                         eprintln!("watch: {} (reconnecting)", crate::one_line(&e));
                     }
                 },
@@ -365,7 +467,7 @@ pub fn results(ResultsArgs { job: a, svg }: ResultsArgs) -> anyhow::Result<ExitC
     let started = Instant::now();
     let rt = runtime()?;
     rt.block_on(async move {
-        let mut c = connect(&a.remote.coordinator).await?;
+        let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
         let r = c
             .results(v1::JobRequest { job_id: a.job })
             .await?
@@ -405,7 +507,7 @@ pub fn results(ResultsArgs { job: a, svg }: ResultsArgs) -> anyhow::Result<ExitC
 pub fn control(a: JobArgs, what: Control) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
-        let mut c = connect(&a.remote.coordinator).await?;
+        let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
         let req = v1::JobRequest { job_id: a.job };
         let info = match what {
             Control::Cancel => c.cancel(req).await?,
@@ -417,6 +519,89 @@ pub fn control(a: JobArgs, what: Control) -> anyhow::Result<ExitCode> {
             println!("{}", info_json(&info));
         } else {
             println!("job {} is {}", info.id, info.state);
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn worker_json(w: &v1::WorkerStatus) -> serde_json::Value {
+    serde_json::json!({
+        "name": w.name,
+        "threads": w.threads,
+        "memory_bytes": w.memory_bytes,
+        "last_seen_unix_ms": w.last_seen_unix_ms,
+        "chunks_done": w.chunks_done,
+        "leases_held": w.leases_held,
+        "bad_results": w.bad_results,
+        "banned": w.banned,
+        "draining": w.draining,
+        "version": w.version,
+    })
+}
+
+/// `sweep workers`: every worker the coordinator has seen, with its standing.
+pub fn workers(a: WorkersArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
+        let list = c
+            .list_workers(v1::ListWorkersRequest {})
+            .await?
+            .into_inner()
+            .workers;
+        if a.json {
+            let list: Vec<_> = list.iter().map(worker_json).collect();
+            println!("{}", serde_json::json!({ "workers": list }));
+            return Ok(ExitCode::SUCCESS);
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        println!(
+            "{:<28} {:>7} {:>9} {:>10} {:>8} {:>6} {:>4}  state",
+            "worker", "threads", "memory", "last seen", "chunks", "leases", "bad"
+        );
+        for w in &list {
+            let state = if w.banned {
+                "refused (bad results)"
+            } else if w.draining {
+                "draining"
+            } else {
+                "ok"
+            };
+            println!(
+                "{:<28} {:>7} {:>7}G {:>9.1}s {:>8} {:>6} {:>4}  {}",
+                w.name,
+                w.threads,
+                w.memory_bytes >> 30,
+                now.saturating_sub(w.last_seen_unix_ms) as f64 / 1000.0,
+                w.chunks_done,
+                w.leases_held,
+                w.bad_results,
+                state
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `sweep drain WORKER`: the worker finishes what it holds, takes nothing new and exits.
+pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
+        let w = c
+            .drain(v1::DrainRequest { worker: a.worker })
+            .await?
+            .into_inner();
+        if a.json {
+            println!("{}", worker_json(&w));
+        } else {
+            println!(
+                "worker {} is draining: it finishes its {} leased chunks, then stops",
+                w.name, w.leases_held
+            );
         }
         Ok(ExitCode::SUCCESS)
     })

@@ -74,6 +74,11 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     let plan = job.plan(engine.chunks).map_err(|e| usage(e.to_string()))?;
+    if engine.replicate > 1 {
+        return Err(usage(
+            "--replicate needs several independent workers: use `sweep submit` to a coordinator",
+        ));
+    }
     let threads = engine
         .threads
         .map(|t| t as usize)
@@ -89,7 +94,7 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("cannot bind a loopback port")?;
         let url = format!("http://{}", listener.local_addr()?);
         let (stop_coord, coord_stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(sweep_coordinator::serve(listener, coord, async {
+        let server = tokio::spawn(sweep_coordinator::serve(listener, coord, Default::default(), async {
             let _ = coord_stopped.await;
         }));
         let channel = tonic::transport::Endpoint::from_shared(url.clone())?
@@ -104,6 +109,7 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
                 chunks: plan.n_chunks,
                 priority: engine.priority,
                 reuse_existing: true,
+                replicate: 1,
             })
             .await?
             .into_inner();
@@ -191,11 +197,36 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The merged artifact of the finished job `space`/`params` in the store at `data`, if there is one and its digest
+/// checks. A missing store, one in use by a running coordinator, or no such job all mean "build it here".
+fn stored_artifact(
+    data: &std::path::Path,
+    space: &str,
+    params: &serde_json::Value,
+) -> Option<Vec<u8>> {
+    if !data.join("conf").exists() {
+        return None;
+    }
+    let store = Store::open(data).ok()?;
+    let snap = store.load().ok()?;
+    let rec = snap
+        .jobs
+        .iter()
+        .find(|j| j.space == space && &j.params == params && j.artifact_digest.is_some())?;
+    let bytes = store.artifact(rec.id).ok()??;
+    (Some(sweep_coordinator::store::digest_hex(&bytes)) == rec.artifact_digest).then_some(bytes)
+}
+
 pub fn solve(raw: Vec<String>) -> anyhow::Result<ExitCode> {
     let Some(JobArgs { job, engine }) = parse_or_help(&raw)? else {
         return Ok(ExitCode::SUCCESS);
     };
     let plan = job.plan(engine.chunks).map_err(|e| usage(e.to_string()))?;
+    if engine.replicate > 1 {
+        return Err(usage(
+            "--replicate needs several independent workers: use `sweep submit` to a coordinator",
+        ));
+    }
     let threads = engine
         .threads
         .map(|t| t as usize)
@@ -213,12 +244,22 @@ pub fn solve(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         Some(inp) => {
             let input = sweep_puzzles::job_from_params(&inp.space, &inp.params)
                 .map_err(|e| usage(format!("the job's input: {e}")))?;
-            let input_plan = input.plan(None).map_err(|e| usage(e.to_string()))?;
-            if !engine.json {
-                eprintln!("building the input first: {} {}", inp.space, inp.params);
-            }
-            let input_answer = run_chunks(&pool, input.as_ref(), input_plan.n_chunks, show)?;
-            job.bind_input(&input_answer.artifact)
+            let artifact = match stored_artifact(&engine.data, input.space(), &input.params()) {
+                Some(bytes) => bytes,
+                None => {
+                    let input_plan = input.plan(None).map_err(|e| usage(e.to_string()))?;
+                    if !engine.json {
+                        eprintln!(
+                            "building the input first (not stored in {}; `sweep run` stores it): {} {}",
+                            engine.data.display(),
+                            inp.space,
+                            inp.params
+                        );
+                    }
+                    run_chunks(&pool, input.as_ref(), input_plan.n_chunks, show)?.artifact
+                }
+            };
+            job.bind_input(&artifact)
                 .context("loading the input artifact")?
         }
     };

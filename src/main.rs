@@ -8,6 +8,8 @@ mod client;
 mod local;
 mod output;
 mod progress;
+mod security;
+mod store_cmd;
 
 use std::process::ExitCode;
 
@@ -22,6 +24,8 @@ pub mod exit {
     pub const UNAVAILABLE: u8 = 3;
     /// The job finished but some chunks were poisoned: the answer is incomplete.
     pub const POISONED: u8 = 4;
+    /// The coordinator refused the token (missing, unknown, or a worker token on an admin command).
+    pub const AUTH: u8 = 5;
     /// Interrupted by Ctrl-C or SIGTERM; stored progress is kept.
     pub const INTERRUPTED: u8 = 130;
 }
@@ -115,6 +119,12 @@ enum Command {
     Pause(client::JobArgs),
     /// Resume a paused job.
     Resume(client::JobArgs),
+    /// List the workers the coordinator has seen: cores, memory, last heartbeat, chunks, standing.
+    Workers(client::WorkersArgs),
+    /// Ask a worker to finish its chunks, take no new ones and stop.
+    Drain(client::DrainArgs),
+    /// Check a stopped coordinator's store, or repair it from its chunk records.
+    Store(store_cmd::StoreArgs),
     /// List the search spaces.
     Spaces,
     /// Buzzled tools: `generate` prints a random puzzle with exactly one solution.
@@ -136,6 +146,9 @@ fn main() -> ExitCode {
         Command::Cancel(a) => client::control(a, client::Control::Cancel),
         Command::Pause(a) => client::control(a, client::Control::Pause),
         Command::Resume(a) => client::control(a, client::Control::Resume),
+        Command::Workers(a) => client::workers(a),
+        Command::Drain(a) => client::drain(a),
+        Command::Store(a) => store_cmd::run(a),
         Command::Buzzled(a) => buzzled_cmd::run(a),
         Command::Spaces => {
             for s in sweep_puzzles::spaces() {
@@ -162,6 +175,7 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(s) = e.downcast_ref::<tonic::Status>() {
         return match s.code() {
             tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => exit::UNAVAILABLE,
+            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => exit::AUTH,
             tonic::Code::InvalidArgument
             | tonic::Code::NotFound
             | tonic::Code::FailedPrecondition => exit::USAGE,
@@ -191,6 +205,14 @@ fn one_line(e: &anyhow::Error) -> String {
                 if s.code() == tonic::Code::Unavailable && s.message().contains("transport") =>
             {
                 "the coordinator is unreachable".to_string()
+            }
+            Some(s)
+                if matches!(
+                    s.code(),
+                    tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                ) =>
+            {
+                format!("refused by the coordinator: {}", s.message())
             }
             Some(s) => s.message().to_string(),
             None => cause.to_string(),

@@ -1,7 +1,14 @@
-//! Progress bars (indicatif) from the coordinator's job snapshots, or plain lines when stdout is no terminal.
+//! Progress from the coordinator's job snapshots (the `Watch` stream): on a terminal, indicatif bars, one per job,
+//! with a status line under them (live workers, jobs by state, poisoned and re-issued chunks); anywhere else
+//! (a log file, a Slurm output file, a pipe) plain lines every few seconds, because bars redrawn with escape codes
+//! make an unreadable log.
+//!
+//! Rates and ETAs come from an exponentially smoothed rate ([`Rate`]), not from indicatif's `{eta}`: snapshots
+//! arrive every few hundred milliseconds and chunk results land in bursts, so a raw rate, and any ETA computed
+//! from it, would jump with every snapshot.
 
 use std::collections::HashMap;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -9,154 +16,473 @@ use sweep_proto::v1;
 
 use crate::output::human;
 
-/// A rate smoothed over about ten seconds, so the figure and the ETA do not jump with every snapshot.
+/// The smoothing time constant: a change in speed shows fully after about this long, and a single burst moves
+/// the figure by only a small part of its size.
+const RATE_TIME_CONSTANT_S: f64 = 10.0;
+
+/// Snapshots closer together than this carry no usable rate (the division would amplify rounding).
+const MIN_SAMPLE_GAP_S: f64 = 0.05;
+
+/// A rate smoothed exponentially over time: each sample pulls the estimate towards the rate seen since the
+/// previous one by `1 - exp(-dt / T)`, so irregular sample intervals weigh correctly.
 #[derive(Default)]
 struct Rate {
     last: Option<(Instant, f64)>,
-    per_s: f64,
+    per_s: Option<f64>,
 }
 
 impl Rate {
+    /// Records the counter's `value` at `now` and returns the smoothed rate per second.
     fn update(&mut self, now: Instant, value: f64) -> f64 {
-        if let Some((t, v)) = self.last {
-            let dt = now.duration_since(t).as_secs_f64();
-            if dt >= 0.05 {
-                let inst = ((value - v) / dt).max(0.0);
-                let alpha = 1.0 - (-dt / 10.0).exp();
-                self.per_s = if self.per_s == 0.0 {
-                    inst
-                } else {
-                    self.per_s + alpha * (inst - self.per_s)
-                };
-                self.last = Some((now, value));
+        match self.last {
+            None => self.last = Some((now, value)),
+            Some((t, v)) => {
+                let dt = now.saturating_duration_since(t).as_secs_f64();
+                if dt >= MIN_SAMPLE_GAP_S {
+                    // A counter that went back (heartbeat progress lost in a coordinator restart) is no speed.
+                    let seen = ((value - v) / dt).max(0.0);
+                    let alpha = 1.0 - (-dt / RATE_TIME_CONSTANT_S).exp();
+                    self.per_s = Some(match self.per_s {
+                        None => seen,
+                        Some(r) => r + alpha * (seen - r),
+                    });
+                    self.last = Some((now, value));
+                }
             }
-        } else {
-            self.last = Some((now, value));
         }
-        self.per_s
+        self.per_s.unwrap_or(0.0)
+    }
+}
+
+/// Time left at `per_s` for `remaining` units; `None` while there is no speed to go by.
+fn eta(remaining: f64, per_s: f64) -> Option<Duration> {
+    if per_s <= 0.0 || !remaining.is_finite() {
+        return None;
+    }
+    // Capped so a crawling job does not overflow Duration.
+    Some(Duration::from_secs_f64(
+        (remaining.max(0.0) / per_s).min(1e9),
+    ))
+}
+
+/// `42s`, `4m 05s`, `3h 07m`, `12d 04h`: two units at most, so the line keeps its width.
+fn short_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+        _ if s >= 100 * 86_400 => ">99d".to_string(),
+        _ => format!("{}d {:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// How far a job is: in nodes when the space knows its total, in chunks otherwise.
+struct Progress {
+    done: f64,
+    total: f64,
+    nodes: f64,
+}
+
+fn progress_of(j: &v1::JobInfo) -> Progress {
+    // Nodes of running chunks count too, so a job of a few huge chunks still moves.
+    let nodes = j.nodes.parse::<f64>().unwrap_or(0.0) + j.running_nodes as f64;
+    match j.total_nodes.parse::<f64>() {
+        Ok(total) if total > 0.0 => Progress {
+            done: nodes.min(total),
+            total,
+            nodes,
+        },
+        _ => Progress {
+            done: j.chunks_done as f64,
+            total: j.chunks_total as f64,
+            nodes,
+        },
+    }
+}
+
+/// What follows a job's bar, and the body of its plain line: chunks, speed, ETA (or, on a bar, the final state),
+/// and the poisoned and re-issued chunks when there are any.
+fn job_summary(
+    j: &v1::JobInfo,
+    nodes_per_s: f64,
+    eta: Option<Duration>,
+    with_state: bool,
+) -> String {
+    let mut s = format!(
+        "{}/{} chunks, {} nodes/s",
+        j.chunks_done,
+        j.chunks_total,
+        human(nodes_per_s)
+    );
+    match (j.state.as_str(), eta) {
+        ("running", Some(d)) => s.push_str(&format!(", ETA {}", short_duration(d))),
+        ("running", None) => s.push_str(", ETA ?"),
+        (state, _) if with_state => s.push_str(&format!(" [{state}]")),
+        _ => {}
+    }
+    if j.chunks_poisoned > 0 {
+        s.push_str(&format!(", {} poisoned", j.chunks_poisoned));
+    }
+    if j.reissued > 0 {
+        s.push_str(&format!(", {} reissued", j.reissued));
+    }
+    s
+}
+
+/// One job as a plain line: `job 3 star running 18.8%: 12/64 chunks, 1.23 G nodes/s, ETA 4m 10s, 2 reissued`.
+fn plain_line(j: &v1::JobInfo, nodes_per_s: f64, eta: Option<Duration>) -> String {
+    let p = progress_of(j);
+    let percent = if p.total > 0.0 {
+        100.0 * p.done / p.total
+    } else {
+        0.0
+    };
+    format!(
+        "job {} {} {} {percent:.1}%: {}",
+        j.id,
+        j.space,
+        j.state,
+        job_summary(j, nodes_per_s, eta, false)
+    )
+}
+
+/// The line under the bars (and after each block of plain lines): the cluster at a glance.
+fn status_line(ev: &v1::WatchEvent) -> String {
+    let count = |state: &str| ev.jobs.iter().filter(|j| j.state == state).count();
+    let mut by_state = vec![format!("{} running", count("running"))];
+    for state in ["paused", "done", "done-with-poisoned-chunks", "cancelled"] {
+        let n = count(state);
+        if n > 0 {
+            by_state.push(format!("{n} {state}"));
+        }
+    }
+    let poisoned: u64 = ev.jobs.iter().map(|j| j.chunks_poisoned).sum();
+    let reissued: u64 = ev.jobs.iter().map(|j| j.reissued).sum();
+    format!(
+        "{} live workers; jobs: {}; chunks: {poisoned} poisoned, {reissued} reissued",
+        ev.workers,
+        by_state.join(", ")
+    )
+}
+
+struct JobView {
+    /// Hidden in plain mode: only the rates are used then.
+    bar: ProgressBar,
+    nodes: Rate,
+    /// The rate of whatever the bar counts (nodes or chunks), for the ETA.
+    progress: Rate,
+    state: String,
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    fn is_terminal(self) -> bool {
+        match self {
+            Stream::Stdout => std::io::stdout().is_terminal(),
+            Stream::Stderr => std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Writes lines, ignoring errors: a closed pipe (`sweep watch | head`) must not panic the way `println!` does.
+    fn write_lines(self, lines: &[String]) {
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let _ = match self {
+            Stream::Stdout => std::io::stdout().lock().write_all(text.as_bytes()),
+            Stream::Stderr => std::io::stderr().lock().write_all(text.as_bytes()),
+        };
     }
 }
 
 pub struct Bars {
-    multi: Option<MultiProgress>,
-    bars: HashMap<u64, (ProgressBar, Rate)>,
-    plain_every: Option<Duration>,
-    last_plain: Option<Instant>,
+    /// Bars and the status line, when drawing on a terminal.
+    multi: Option<(MultiProgress, ProgressBar)>,
+    /// Plain lines: where, how often, and when last.
+    plain: Option<(Stream, Duration, Option<Instant>)>,
+    jobs: HashMap<u64, JobView>,
 }
 
 pub enum Mode {
-    /// Bars on a terminal, plain periodic lines otherwise.
+    /// Bars on stderr when it is a terminal, plain periodic lines on stderr otherwise (`sweep run`, whose stdout
+    /// is the answer).
     Auto,
+    /// The same on stdout (`sweep watch`, whose output is the progress).
+    Stdout,
     Off,
 }
 
+/// How often plain lines are printed (besides whenever a job changes state).
+const PLAIN_EVERY: Duration = Duration::from_secs(5);
+
 impl Bars {
     pub fn new(mode: Mode) -> Bars {
-        match mode {
-            Mode::Off => Bars {
+        let stream = match mode {
+            Mode::Off => {
+                return Bars {
+                    multi: None,
+                    plain: None,
+                    jobs: HashMap::new(),
+                }
+            }
+            Mode::Auto => Stream::Stderr,
+            Mode::Stdout => Stream::Stdout,
+        };
+        if stream.is_terminal() {
+            let target = match stream {
+                Stream::Stdout => ProgressDrawTarget::stdout_with_hz(5),
+                Stream::Stderr => ProgressDrawTarget::stderr_with_hz(5),
+            };
+            let multi = MultiProgress::with_draw_target(target);
+            let status = multi.add(ProgressBar::new(0));
+            if let Ok(style) = ProgressStyle::with_template("{msg}") {
+                status.set_style(style);
+            }
+            Bars {
+                multi: Some((multi, status)),
+                plain: None,
+                jobs: HashMap::new(),
+            }
+        } else {
+            Bars {
                 multi: None,
-                bars: HashMap::new(),
-                plain_every: None,
-                last_plain: None,
-            },
-            Mode::Auto if std::io::stderr().is_terminal() => Bars {
-                multi: Some(MultiProgress::with_draw_target(
-                    ProgressDrawTarget::stderr_with_hz(5),
-                )),
-                bars: HashMap::new(),
-                plain_every: None,
-                last_plain: None,
-            },
-            Mode::Auto => Bars {
-                multi: None,
-                bars: HashMap::new(),
-                plain_every: Some(Duration::from_secs(5)),
-                last_plain: None,
-            },
+                plain: Some((stream, PLAIN_EVERY, None)),
+                jobs: HashMap::new(),
+            }
         }
     }
 
     pub fn update(&mut self, ev: &v1::WatchEvent) {
-        let now = Instant::now();
-        if let Some(every) = self.plain_every {
-            if self
-                .last_plain
-                .is_some_and(|t| now.duration_since(t) < every)
-            {
-                return;
-            }
-            self.last_plain = Some(now);
-            for j in &ev.jobs {
-                let done: f64 = j.nodes.parse::<f64>().unwrap_or(0.0) + j.running_nodes as f64;
-                let rate = self
-                    .bars
-                    .entry(j.id)
-                    .or_insert_with(|| (ProgressBar::hidden(), Rate::default()))
-                    .1
-                    .update(now, done);
-                eprintln!(
-                    "job {} {} {}: {}/{} chunks, {} nodes/s, {} workers, {} poisoned, {} reissued",
-                    j.id,
-                    j.space,
-                    j.state,
-                    j.chunks_done,
-                    j.chunks_total,
-                    human(rate),
-                    ev.workers,
-                    j.chunks_poisoned,
-                    j.reissued
-                );
-            }
+        if self.multi.is_none() && self.plain.is_none() {
             return;
         }
-        let Some(multi) = &self.multi else { return };
+        let now = Instant::now();
+        let mut lines = Vec::new();
+        let mut changed = false;
         for j in &ev.jobs {
-            let total_nodes: Option<u64> = j
-                .total_nodes
-                .parse::<u128>()
-                .ok()
-                .map(|n| n.min(u128::from(u64::MAX)) as u64);
-            let (bar, rate) = self.bars.entry(j.id).or_insert_with(|| {
-                let (len, template) = match total_nodes {
-                    Some(n) => (
-                        n,
-                        "{prefix} [{bar:30.cyan/blue}] {percent:>3}% {msg} ETA {eta}",
-                    ),
-                    None => (
-                        j.chunks_total,
-                        "{prefix} [{bar:30.cyan/blue}] {pos}/{len} chunks {msg} ETA {eta}",
-                    ),
-                };
-                let bar = multi.add(ProgressBar::new(len));
-                if let Ok(style) = ProgressStyle::with_template(template) {
-                    bar.set_style(style.progress_chars("=> "));
+            let p = progress_of(j);
+            let view = match self.jobs.entry(j.id) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    changed = true;
+                    let bar = match &self.multi {
+                        Some((multi, status)) => {
+                            let bar = multi.insert_before(status, ProgressBar::new(0));
+                            if let Ok(style) = ProgressStyle::with_template(
+                                "{prefix} [{bar:30.cyan/blue}] {percent:>3}% {msg}",
+                            ) {
+                                bar.set_style(style.progress_chars("=> "));
+                            }
+                            bar.set_prefix(format!("job {} {}", j.id, j.space));
+                            bar
+                        }
+                        None => ProgressBar::hidden(),
+                    };
+                    e.insert(JobView {
+                        bar,
+                        nodes: Rate::default(),
+                        progress: Rate::default(),
+                        state: j.state.clone(),
+                    })
                 }
-                bar.set_prefix(format!("job {} {}", j.id, j.space));
-                (bar, Rate::default())
-            });
-            let nodes = j.nodes.parse::<f64>().unwrap_or(0.0) + j.running_nodes as f64;
-            let per_s = rate.update(now, nodes);
-            match total_nodes {
-                Some(n) => bar.set_position((nodes as u64).min(n)),
-                None => bar.set_position(j.chunks_done),
+            };
+            if view.state != j.state {
+                changed = true;
+                view.state = j.state.clone();
             }
-            let mut msg = format!("{} nodes/s, {} workers", human(per_s), ev.workers);
-            if j.chunks_poisoned > 0 {
-                msg.push_str(&format!(", {} poisoned", j.chunks_poisoned));
+            let nodes_per_s = view.nodes.update(now, p.nodes);
+            let progress_per_s = view.progress.update(now, p.done);
+            let eta = eta(p.total - p.done, progress_per_s);
+            // Bars count in u64; totals beyond that only lose precision in the drawing.
+            view.bar.set_length(p.total.min(u64::MAX as f64) as u64);
+            view.bar.set_position(p.done.min(u64::MAX as f64) as u64);
+            view.bar.set_message(job_summary(j, nodes_per_s, eta, true));
+            lines.push(plain_line(j, nodes_per_s, eta));
+        }
+        let status = status_line(ev);
+        if let Some((_, bar)) = &self.multi {
+            bar.set_message(status.clone());
+        }
+        if let Some((stream, every, last)) = &mut self.plain {
+            let due = last.is_none_or(|t| now.duration_since(t) >= *every);
+            // A state change is printed at once: otherwise a job's last line ("done") could fall between two
+            // periods and never appear in the log.
+            if due || changed {
+                *last = Some(now);
+                lines.push(status);
+                stream.write_lines(&lines);
             }
-            if j.reissued > 0 {
-                msg.push_str(&format!(", {} reissued", j.reissued));
-            }
-            if j.state != "running" {
-                msg.push_str(&format!(" [{}]", j.state));
-            }
-            bar.set_message(msg);
         }
     }
 
     pub fn finish(&self) {
-        for (bar, _) in self.bars.values() {
-            bar.abandon();
+        for view in self.jobs.values() {
+            view.bar.abandon();
         }
+        if let Some((_, status)) = &self.multi {
+            status.abandon();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(t0: Instant, secs: f64) -> Instant {
+        t0 + Duration::from_secs_f64(secs)
+    }
+
+    #[test]
+    fn rate_of_a_steady_counter_is_exact() {
+        let t0 = Instant::now();
+        let mut r = Rate::default();
+        assert_eq!(r.update(t0, 0.0), 0.0, "one sample has no rate yet");
+        for k in 1..=20 {
+            let v = r.update(at(t0, 0.5 * k as f64), 500.0 * k as f64);
+            assert!((v - 1000.0).abs() < 1e-6, "sample {k}: {v}");
+        }
+    }
+
+    #[test]
+    fn a_burst_moves_the_rate_only_a_little() {
+        let t0 = Instant::now();
+        let mut r = Rate::default();
+        let mut value = 0.0;
+        for k in 0..=20 {
+            value = 500.0 * k as f64;
+            r.update(at(t0, 0.5 * k as f64), value);
+        }
+        // A chunk's result lands at once: 10,000 nodes in half a second, 20x the steady speed.
+        let after_burst = r.update(at(t0, 10.5), value + 10_000.0);
+        // It moves the rate about 5 % of the way (alpha for 0.5 s at a 10 s time constant), not to 20,000/s.
+        let share = (after_burst - 1000.0) / (20_000.0 - 1000.0);
+        assert!(
+            share > 0.0 && share < 0.06,
+            "one 20x burst moved the rate to {after_burst}"
+        );
+    }
+
+    #[test]
+    fn the_rate_follows_a_lasting_change_within_a_minute() {
+        let t0 = Instant::now();
+        let mut r = Rate::default();
+        for k in 0..=20 {
+            r.update(at(t0, 0.5 * k as f64), 500.0 * k as f64);
+        }
+        // From 1000/s to 2000/s for 60 s (six time constants).
+        let mut v = 0.0;
+        for k in 1..=120 {
+            v = r.update(at(t0, 10.0 + 0.5 * k as f64), 10_000.0 + 1000.0 * k as f64);
+        }
+        assert!((v - 2000.0).abs() < 2000.0 * 0.01, "{v}");
+    }
+
+    #[test]
+    fn samples_too_close_together_are_ignored() {
+        let t0 = Instant::now();
+        let mut r = Rate::default();
+        r.update(t0, 0.0);
+        assert_eq!(r.update(at(t0, 1.0), 1000.0), 1000.0);
+        // 10 ms later with a huge jump: skipped, and the next sample measures from the last one kept.
+        assert_eq!(r.update(at(t0, 1.01), 1_000_000.0), 1000.0);
+        let v = r.update(at(t0, 2.0), 2000.0);
+        assert!((v - 1000.0).abs() < 1e-6, "{v}");
+    }
+
+    #[test]
+    fn a_counter_that_goes_back_is_no_negative_speed() {
+        let t0 = Instant::now();
+        let mut r = Rate::default();
+        r.update(t0, 5000.0);
+        assert_eq!(r.update(at(t0, 1.0), 1000.0), 0.0);
+    }
+
+    #[test]
+    fn eta_is_remaining_over_rate_and_unknown_without_speed() {
+        assert_eq!(eta(1000.0, 100.0), Some(Duration::from_secs(10)));
+        assert_eq!(eta(1000.0, 0.0), None);
+        assert_eq!(eta(-5.0, 10.0), Some(Duration::ZERO));
+        assert_eq!(eta(f64::INFINITY, 10.0), None);
+        assert_eq!(eta(1e300, 1e-300), Some(Duration::from_secs_f64(1e9)));
+    }
+
+    #[test]
+    fn durations_print_in_two_units_at_most() {
+        let s = Duration::from_secs;
+        assert_eq!(short_duration(s(0)), "0s");
+        assert_eq!(short_duration(s(59)), "59s");
+        assert_eq!(short_duration(s(250)), "4m 10s");
+        assert_eq!(short_duration(s(3600 + 7 * 60 + 5)), "1h 07m");
+        assert_eq!(short_duration(s(12 * 86_400 + 4 * 3600)), "12d 04h");
+        assert_eq!(short_duration(s(1_000_000_000)), ">99d");
+    }
+
+    fn job(state: &str) -> v1::JobInfo {
+        v1::JobInfo {
+            id: 3,
+            space: "star".into(),
+            state: state.into(),
+            chunks_total: 64,
+            chunks_done: 12,
+            nodes: "1000".into(),
+            running_nodes: 500,
+            total_nodes: "8000".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn plain_line_of_a_running_job() {
+        assert_eq!(
+            plain_line(&job("running"), 1_234_567.0, Some(Duration::from_secs(250))),
+            "job 3 star running 18.8%: 12/64 chunks, 1.23 M nodes/s, ETA 4m 10s"
+        );
+    }
+
+    #[test]
+    fn plain_line_counts_chunks_without_a_node_total_and_shows_trouble() {
+        let mut j = job("running");
+        j.total_nodes = String::new();
+        j.chunks_poisoned = 2;
+        j.reissued = 5;
+        assert_eq!(
+            plain_line(&j, 0.0, None),
+            "job 3 star running 18.8%: 12/64 chunks, 0 nodes/s, ETA ?, 2 poisoned, 5 reissued"
+        );
+    }
+
+    #[test]
+    fn plain_line_of_a_finished_job_shows_its_state_not_an_eta() {
+        let mut j = job("done-with-poisoned-chunks");
+        j.chunks_done = 64;
+        j.nodes = "8000".into();
+        j.running_nodes = 0;
+        j.chunks_poisoned = 1;
+        assert_eq!(
+            plain_line(&j, 0.0, Some(Duration::from_secs(1))),
+            "job 3 star done-with-poisoned-chunks 100.0%: 64/64 chunks, 0 nodes/s, 1 poisoned"
+        );
+    }
+
+    #[test]
+    fn status_line_sums_over_jobs() {
+        let mut a = job("running");
+        a.reissued = 2;
+        let mut b = job("done-with-poisoned-chunks");
+        b.chunks_poisoned = 1;
+        b.reissued = 3;
+        let ev = v1::WatchEvent {
+            jobs: vec![a, b, job("running")],
+            workers: 4,
+        };
+        assert_eq!(
+            status_line(&ev),
+            "4 live workers; jobs: 2 running, 1 done-with-poisoned-chunks; chunks: 1 poisoned, 5 reissued"
+        );
     }
 }

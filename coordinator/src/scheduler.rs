@@ -5,6 +5,13 @@
 //! `Poisoned`. Completion does not require a live lease: results are deterministic, so a late result from an
 //! expired lease is as good as any, and accepting it saves re-running the chunk. What must never happen is a
 //! second acceptance of the same chunk: `complete` on a done chunk answers `Duplicate`.
+//!
+//! Replication (BOINC's quorum): a job with `replicate = K > 1` accepts a chunk only when K results from K
+//! different workers have the same digest. Each result is a vote; the chunk goes back to pending after each
+//! vote and is never leased again to a worker that already voted on it, so replicas run on distinct workers.
+//! Votes live in memory only: a coordinator restart forgets them and the chunk simply runs K times again.
+//! Workers whose results fail verification or are outvoted are counted, and after
+//! [`SchedulerConfig::max_bad_results`] they get no more work.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -87,8 +94,11 @@ struct LeaseInfo {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedulerConfig {
     pub lease_ttl_ms: u64,
-    /// Failed or expired attempts after which a chunk is poisoned.
+    /// Failed or expired attempts after which a chunk is poisoned; with replication, also the number of
+    /// votes beyond K after which a chunk whose results keep disagreeing is poisoned.
     pub max_attempts: u32,
+    /// Results that failed verification or were outvoted after which a worker is refused work.
+    pub max_bad_results: u32,
 }
 
 impl Default for SchedulerConfig {
@@ -96,6 +106,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             lease_ttl_ms: 30_000,
             max_attempts: 3,
+            max_bad_results: 3,
         }
     }
 }
@@ -109,6 +120,8 @@ pub struct ChunkCounts {
     pub poisoned: u64,
     /// Chunks handed out again after an expiry or failure.
     pub reissued: u64,
+    /// Replicated results that disagreed with an earlier result for the same chunk.
+    pub disagreements: u64,
 }
 
 #[derive(Debug)]
@@ -123,6 +136,27 @@ struct JobSched {
     counts: ChunkCounts,
     /// The job whose artifact this one needs and that is not ready yet: no chunk is leased until it is.
     waiting_for: Option<JobId>,
+    /// Agreeing results (from distinct workers) a chunk needs; 1 = no replication.
+    replicate: u32,
+    /// Replicated chunks' votes so far: (worker, digest).
+    votes: HashMap<u64, Vec<(String, String)>>,
+    /// Workers whose result for a chunk failed verification: the chunk is never leased to them again, so one
+    /// liar cannot use up a chunk's attempts and poison it.
+    refused: HashMap<u64, Vec<String>>,
+}
+
+impl JobSched {
+    /// Whether `worker` must not get `chunk`: it voted on it already, or its result for it was refused.
+    fn excludes(&self, chunk: u64, worker: &str) -> bool {
+        let has = |m: &HashMap<u64, Vec<String>>| {
+            m.get(&chunk).is_some_and(|v| v.iter().any(|w| w == worker))
+        };
+        has(&self.refused)
+            || self
+                .votes
+                .get(&chunk)
+                .is_some_and(|v| v.iter().any(|(w, _)| w == worker))
+    }
 }
 
 /// A lease handed to a worker.
@@ -139,6 +173,16 @@ pub enum Completion {
     /// The result is new: store it with the chunk.
     Accepted {
         job_finished: Option<JobState>,
+        /// Workers whose replicated results lost the vote (each now has one more bad result).
+        outvoted: Vec<String>,
+    },
+    /// A replicated chunk's vote, recorded; the chunk needs more agreeing results (or is poisoned when its
+    /// results keep disagreeing). Nothing is stored yet.
+    Voted {
+        agreeing: u32,
+        needed: u32,
+        disagreement: bool,
+        poisoned: bool,
     },
     /// The chunk was already done: compare digests, count nothing.
     Duplicate,
@@ -187,6 +231,10 @@ pub struct Scheduler {
     leases: HashMap<LeaseId, LeaseInfo>,
     next_lease: LeaseId,
     dirty: Dirty,
+    /// Bad results per worker (failed verification, outvoted).
+    bad_results: HashMap<String, u32>,
+    /// Workers asked to finish what they hold and take nothing new.
+    draining: std::collections::HashSet<String>,
 }
 
 impl Scheduler {
@@ -197,6 +245,8 @@ impl Scheduler {
             leases: HashMap::new(),
             next_lease: next_lease.max(1),
             dirty: Dirty::default(),
+            bad_results: HashMap::new(),
+            draining: Default::default(),
         }
     }
 
@@ -230,8 +280,48 @@ impl Scheduler {
                 retry: VecDeque::new(),
                 counts,
                 waiting_for: None,
+                replicate: 1,
+                votes: HashMap::new(),
+                refused: HashMap::new(),
             },
         );
+    }
+
+    /// Every chunk of `job` needs `k` agreeing results from distinct workers.
+    pub fn set_replication(&mut self, job: JobId, k: u32) {
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.replicate = k.max(1);
+        }
+    }
+
+    /// Counts one bad result (failed verification, outvoted) against `worker`; true once it is refused work.
+    pub fn record_bad_result(&mut self, worker: &str) -> bool {
+        let n = self.bad_results.entry(worker.to_string()).or_insert(0);
+        *n += 1;
+        *n >= self.cfg.max_bad_results
+    }
+
+    pub fn bad_results(&self, worker: &str) -> u32 {
+        self.bad_results.get(worker).copied().unwrap_or(0)
+    }
+
+    /// Refused work for too many bad results.
+    pub fn is_banned(&self, worker: &str) -> bool {
+        self.bad_results(worker) >= self.cfg.max_bad_results
+    }
+
+    /// `worker` finishes the chunks it holds and gets no new ones.
+    pub fn drain(&mut self, worker: &str) {
+        self.draining.insert(worker.to_string());
+    }
+
+    pub fn is_draining(&self, worker: &str) -> bool {
+        self.draining.contains(worker)
+    }
+
+    /// Outstanding leases held by `worker`.
+    pub fn leases_held(&self, worker: &str) -> usize {
+        self.leases.values().filter(|l| l.worker == worker).count()
     }
 
     /// Holds `job` back until [`Self::input_ready`] is called for `input`.
@@ -368,6 +458,9 @@ impl Scheduler {
     /// Up to `max` chunks for `worker`: running jobs by priority (highest first), then by age; retries before
     /// fresh chunks within a job.
     pub fn lease(&mut self, now: Millis, worker: &str, max: usize) -> Vec<Grant> {
+        if self.is_banned(worker) || self.is_draining(worker) {
+            return Vec::new();
+        }
         let mut order: Vec<(i32, JobId)> = self
             .jobs
             .iter()
@@ -381,6 +474,8 @@ impl Scheduler {
             let Some(j) = self.jobs.get_mut(&job) else {
                 continue;
             };
+            // Replicas this worker already voted on go back to the queue after the scan, in order.
+            let mut skipped = Vec::new();
             while grants.len() < max {
                 let chunk = if let Some(c) = j.retry.pop_front() {
                     c
@@ -390,6 +485,10 @@ impl Scheduler {
                 } else {
                     break;
                 };
+                if j.excludes(chunk, worker) {
+                    skipped.push(chunk);
+                    continue;
+                }
                 let Some(slot) = j.slots.get_mut(chunk as usize) else {
                     continue;
                 };
@@ -420,6 +519,9 @@ impl Scheduler {
                     deadline,
                 });
             }
+            for c in skipped.into_iter().rev() {
+                j.retry.push_front(c);
+            }
             if grants.len() >= max {
                 break;
             }
@@ -444,8 +546,21 @@ impl Scheduler {
         revoked
     }
 
-    /// Records a verified result for `chunk` of `job`, reported under `lease`.
+    /// Records a verified result for `chunk` of `job`, reported under `lease`, for jobs without replication.
     pub fn complete(&mut self, job: JobId, chunk: u64, lease: LeaseId) -> Completion {
+        self.complete_vote(job, chunk, lease, "", "")
+    }
+
+    /// Records a verified result for `chunk` of `job`, reported under `lease` by `worker` with `digest`: accepted
+    /// at once without replication, else counted as a vote.
+    pub fn complete_vote(
+        &mut self,
+        job: JobId,
+        chunk: u64,
+        lease: LeaseId,
+        worker: &str,
+        digest: &str,
+    ) -> Completion {
         let Some(j) = self.jobs.get_mut(&job) else {
             return Completion::Rejected(format!("no job {job}"));
         };
@@ -455,6 +570,64 @@ impl Scheduler {
         let Some(slot) = j.slots.get_mut(chunk as usize) else {
             return Completion::Rejected(format!("job {job} has no chunk {chunk}"));
         };
+        if *slot == Slot::Done {
+            return Completion::Duplicate;
+        }
+        let mut outvoted = Vec::new();
+        if j.replicate > 1 {
+            let needed = j.replicate;
+            let votes = j.votes.entry(chunk).or_default();
+            let already = votes.iter().any(|(w, _)| w == worker);
+            if !already {
+                votes.push((worker.to_string(), digest.to_string()));
+            }
+            let agreeing = votes.iter().filter(|(_, d)| d == digest).count() as u32;
+            let disagreement = !already && votes.iter().any(|(_, d)| d != digest);
+            if disagreement {
+                j.counts.disagreements += 1;
+            }
+            if agreeing < needed {
+                let too_many = votes.len() as u32 >= needed + self.cfg.max_attempts;
+                // This worker's lease ends with its vote; another worker gets the chunk.
+                if let Slot::Leased {
+                    lease: held,
+                    attempts,
+                } = *slot
+                {
+                    if held == lease {
+                        self.leases.remove(&held);
+                        j.counts.leased -= 1;
+                        *slot = Slot::Pending { attempts };
+                        j.retry.push_back(chunk);
+                        self.dirty.chunks.push((job, chunk));
+                    }
+                }
+                let mut poisoned = false;
+                if too_many {
+                    if let Slot::Pending { attempts } = *slot {
+                        *slot = Slot::Poisoned { attempts };
+                        j.counts.poisoned += 1;
+                        j.retry.retain(|&c| c != chunk);
+                        self.dirty.chunks.push((job, chunk));
+                        Self::maybe_finish(job, j, &mut self.dirty);
+                        poisoned = true;
+                    }
+                }
+                return Completion::Voted {
+                    agreeing,
+                    needed,
+                    disagreement,
+                    poisoned,
+                };
+            }
+            outvoted = votes
+                .iter()
+                .filter(|(_, d)| d != digest)
+                .map(|(w, _)| w.clone())
+                .collect();
+            j.votes.remove(&chunk);
+            j.retry.retain(|&c| c != chunk);
+        }
         match *slot {
             Slot::Done => return Completion::Duplicate,
             Slot::Leased { lease: held, .. } => {
@@ -473,8 +646,12 @@ impl Scheduler {
         *slot = Slot::Done;
         j.counts.done += 1;
         let finished = Self::maybe_finish(job, j, &mut self.dirty);
+        for w in &outvoted {
+            *self.bad_results.entry(w.clone()).or_insert(0) += 1;
+        }
         Completion::Accepted {
             job_finished: finished,
+            outvoted,
         }
     }
 
@@ -489,6 +666,21 @@ impl Scheduler {
         };
         dirty.jobs.push(job);
         Some(j.state)
+    }
+
+    /// `worker`'s result for `chunk` of `job` failed verification: it counts against the worker, the attempt
+    /// counts against the chunk (if the lease is still the chunk's), and the chunk goes to other workers only.
+    /// Returns whether the worker is now refused work.
+    pub fn reject_result(&mut self, job: JobId, chunk: u64, lease: LeaseId, worker: &str) -> bool {
+        if let Some(j) = self.jobs.get_mut(&job) {
+            if (chunk as usize) < j.slots.len() {
+                j.refused.entry(chunk).or_default().push(worker.to_string());
+            }
+        }
+        if self.lease_job_chunk(lease) == Some((job, chunk)) {
+            self.fail(lease, false);
+        }
+        self.record_bad_result(worker)
     }
 
     /// A worker gave up on a lease: `release` hands it back unstarted (no attempt used), otherwise it failed.
@@ -618,6 +810,7 @@ mod tests {
             SchedulerConfig {
                 lease_ttl_ms: ttl,
                 max_attempts,
+                max_bad_results: 3,
             },
             1,
         )
@@ -666,7 +859,8 @@ mod tests {
         assert_eq!(
             s.complete(1, 0, first.lease),
             Completion::Accepted {
-                job_finished: Some(JobState::Done)
+                job_finished: Some(JobState::Done),
+                outvoted: vec![]
             }
         );
         assert_eq!(s.complete(1, 0, second.lease), Completion::Duplicate);
@@ -682,7 +876,10 @@ mod tests {
         let ok = s.lease(0, "w", 2);
         assert_eq!(
             s.complete(7, ok[0].chunk, ok[0].lease),
-            Completion::Accepted { job_finished: None }
+            Completion::Accepted {
+                job_finished: None,
+                outvoted: vec![]
+            }
         );
         let mut lease = ok[1].lease;
         assert_eq!(s.fail(lease, false), FailOutcome::Retry);
@@ -807,7 +1004,10 @@ mod tests {
         assert_eq!(chunks, vec![2, 3]);
         assert_eq!(
             s.complete(1, 1, 41),
-            Completion::Accepted { job_finished: None }
+            Completion::Accepted {
+                job_finished: None,
+                outvoted: vec![]
+            }
         );
         assert_eq!(s.complete(1, 0, 7), Completion::Duplicate);
     }
@@ -885,5 +1085,159 @@ mod tests {
         }
         assert_eq!(s.job_state(1), Some(JobState::Done));
         assert!(accepted.iter().all(|&a| a == 1), "{accepted:?}");
+    }
+
+    #[test]
+    fn replicated_chunk_needs_agreeing_votes_from_distinct_workers() {
+        let mut s = sched(1000, 3);
+        s.add_job(1, 0, 1, JobState::Running);
+        s.set_replication(1, 2);
+        let a = s.lease(0, "a", 1).remove(0);
+        assert_eq!(
+            s.complete_vote(1, 0, a.lease, "a", "good"),
+            Completion::Voted {
+                agreeing: 1,
+                needed: 2,
+                disagreement: false,
+                poisoned: false
+            }
+        );
+        // The same worker never gets its own replica; another one does.
+        assert!(s.lease(1, "a", 5).is_empty());
+        let b = s.lease(1, "b", 1).remove(0);
+        assert_eq!(b.chunk, 0);
+        // A liar disagrees: the chunk runs again, on a third worker.
+        assert!(matches!(
+            s.complete_vote(1, 0, b.lease, "b", "bad"),
+            Completion::Voted {
+                disagreement: true,
+                ..
+            }
+        ));
+        assert_eq!(s.counts(1).unwrap().disagreements, 1);
+        assert!(s.lease(2, "b", 1).is_empty());
+        let c = s.lease(2, "c", 1).remove(0);
+        assert_eq!(
+            s.complete_vote(1, 0, c.lease, "c", "good"),
+            Completion::Accepted {
+                job_finished: Some(JobState::Done),
+                outvoted: vec!["b".to_string()]
+            }
+        );
+        assert_eq!(s.bad_results("b"), 1);
+        assert_eq!(s.counts(1).unwrap().done, 1);
+        // Late replicas of a done chunk count nothing.
+        assert_eq!(
+            s.complete_vote(1, 0, b.lease, "d", "good"),
+            Completion::Duplicate
+        );
+    }
+
+    #[test]
+    fn endless_disagreement_poisons_instead_of_looping() {
+        let mut s = sched(1000, 2);
+        s.add_job(1, 0, 1, JobState::Running);
+        s.set_replication(1, 2);
+        let mut last = None;
+        for (i, w) in ["a", "b", "c", "d"].iter().enumerate() {
+            let g = s.lease(i as u64, w, 1);
+            assert_eq!(g.len(), 1, "worker {w} gets the chunk");
+            last = Some(s.complete_vote(1, 0, g[0].lease, w, &format!("digest-{w}")));
+        }
+        assert!(matches!(
+            last,
+            Some(Completion::Voted { poisoned: true, .. })
+        ));
+        assert_eq!(s.job_state(1), Some(JobState::DoneWithPoisonedChunks));
+        assert!(s.lease(10, "e", 1).is_empty());
+    }
+
+    #[test]
+    fn bad_workers_are_refused_and_drained_workers_take_nothing() {
+        let mut s = sched(1000, 3);
+        s.add_job(1, 0, 4, JobState::Running);
+        assert!(!s.record_bad_result("liar"));
+        assert!(!s.record_bad_result("liar"));
+        assert!(s.record_bad_result("liar"));
+        assert!(s.is_banned("liar"));
+        assert!(s.lease(0, "liar", 4).is_empty());
+        let held = s.lease(0, "w", 1);
+        s.drain("w");
+        assert!(s.lease(0, "w", 4).is_empty());
+        assert_eq!(s.leases_held("w"), 1);
+        // What it holds still completes normally.
+        assert!(matches!(
+            s.complete(1, held[0].chunk, held[0].lease),
+            Completion::Accepted { .. }
+        ));
+        assert_eq!(s.lease(0, "x", 4).len(), 3);
+    }
+
+    #[test]
+    fn replication_survives_random_lies_and_expiries() {
+        // Three honest workers and one liar race over many chunks with expiries: every chunk ends done with
+        // the honest digest, never accepted on the liar's word.
+        let mut s = sched(50, 10);
+        s.add_job(1, 0, 40, JobState::Running);
+        s.set_replication(1, 2);
+        let workers = ["h1", "h2", "h3", "liar"];
+        let mut accepted = std::collections::HashMap::new();
+        let mut rng = 12345u64;
+        let mut next = || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 33) as usize
+        };
+        for t in 0..20_000u64 {
+            if s.job_state(1) != Some(JobState::Running) {
+                break;
+            }
+            let w = workers[next() % workers.len()];
+            for g in s.lease(t, w, 1) {
+                match next() % 5 {
+                    0 => {} // lost: expires later
+                    _ => {
+                        let d = if w == "liar" { "lie" } else { "truth" };
+                        if let Completion::Accepted { .. } =
+                            s.complete_vote(1, g.chunk, g.lease, w, d)
+                        {
+                            assert!(
+                                accepted.insert(g.chunk, d).is_none(),
+                                "chunk {} accepted twice",
+                                g.chunk
+                            );
+                        }
+                    }
+                }
+            }
+            s.expire(t);
+        }
+        assert_eq!(s.job_state(1), Some(JobState::Done));
+        assert_eq!(accepted.len(), 40);
+        assert!(accepted.values().all(|d| *d == "truth"));
+    }
+
+    #[test]
+    fn a_refused_result_sends_the_chunk_to_someone_else() {
+        let mut s = sched(1000, 3);
+        s.add_job(1, 0, 2, JobState::Running);
+        let g = s.lease(0, "liar", 1).remove(0);
+        assert!(!s.reject_result(1, g.chunk, g.lease, "liar"));
+        // The liar never gets that chunk back, so it cannot burn the chunk's attempts alone.
+        let next = s.lease(1, "liar", 5);
+        assert!(next.iter().all(|n| n.chunk != g.chunk), "{next:?}");
+        let honest = s.lease(1, "honest", 5);
+        assert_eq!(
+            honest.iter().map(|h| h.chunk).collect::<Vec<_>>(),
+            vec![g.chunk]
+        );
+        assert_eq!(s.counts(1).unwrap().poisoned, 0);
+        assert!(!s.reject_result(1, next[0].chunk, next[0].lease, "liar"));
+        assert!(
+            s.reject_result(1, 99, 12345, "liar"),
+            "third bad result: refused"
+        );
+        assert!(s.lease(2, "liar", 5).is_empty());
     }
 }

@@ -24,12 +24,18 @@ use crate::store::{JobRecord, Op, Store, StoreError};
 /// Upper bounds that keep one bad client from exhausting the coordinator.
 const MAX_LEASE_REQUEST: u32 = 4096;
 const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;
+/// A group commit that takes longer than this is treated as failed (see `commit_once`).
+const STORE_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// More replicas than this buys no extra trust and multiplies the work.
+const MAX_REPLICATE: u32 = 16;
 
 #[derive(Clone, Debug)]
 pub struct CoordinatorConfig {
     pub scheduler: SchedulerConfig,
     /// How often the coordinator looks for expired leases.
     pub expiry_interval: Duration,
+    /// What one client may make the coordinator hold or store (see [`crate::limits`]).
+    pub limits: crate::limits::Limits,
 }
 
 impl Default for CoordinatorConfig {
@@ -37,6 +43,7 @@ impl Default for CoordinatorConfig {
         CoordinatorConfig {
             scheduler: SchedulerConfig::default(),
             expiry_interval: Duration::from_millis(250),
+            limits: crate::limits::Limits::default(),
         }
     }
 }
@@ -45,6 +52,8 @@ impl Default for CoordinatorConfig {
 pub enum ServeError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("the store is damaged: {0}; `sweep store check --data DIR` lists every problem and `sweep store repair --data DIR` rebuilds it from its chunk records (re-running what was lost)")]
+    Damaged(String),
     #[error(
         "job {job} in the store names space `{space}` which this binary cannot rebuild: {why}"
     )]
@@ -81,6 +90,8 @@ struct WorkerInfo {
     last_seen_ms: u64,
     threads: u32,
     chunks_done: u64,
+    memory_bytes: u64,
+    version: String,
 }
 
 struct Core {
@@ -165,6 +176,8 @@ impl Core {
                 last_seen_ms: now,
                 threads: 0,
                 chunks_done: 0,
+                memory_bytes: 0,
+                version: String::new(),
             });
     }
 
@@ -216,6 +229,24 @@ impl Core {
             duplicates: e.record.duplicates,
             input_job: e.record.input_job.unwrap_or(0),
             artifact_digest: e.record.artifact_digest.clone().unwrap_or_default(),
+            replicate: e.record.replicate,
+            disagreements: counts.disagreements,
+        })
+    }
+
+    fn worker_status(&self, name: &str) -> Option<v1::WorkerStatus> {
+        let w = self.workers.get(name)?;
+        Some(v1::WorkerStatus {
+            name: name.to_string(),
+            threads: w.threads,
+            memory_bytes: w.memory_bytes,
+            last_seen_unix_ms: w.last_seen_ms,
+            chunks_done: w.chunks_done,
+            leases_held: self.sched.leases_held(name) as u32,
+            bad_results: self.sched.bad_results(name),
+            banned: self.sched.is_banned(name),
+            draining: self.sched.is_draining(name),
+            version: w.version.clone(),
         })
     }
 
@@ -228,6 +259,7 @@ impl Core {
         priority: i32,
         reuse: bool,
         input: Option<JobId>,
+        replicate: u32,
     ) -> (JobId, bool) {
         // Canonical parameters: equal jobs compare equal however the user spelled them.
         let params = job.params();
@@ -237,6 +269,7 @@ impl Core {
                 e.record.space == space
                     && e.record.params == params
                     && e.record.n_chunks == plan.n_chunks
+                    && e.record.replicate == replicate
                     && e.record.state != JobState::Cancelled
             });
             if let Some(e) = found {
@@ -259,9 +292,11 @@ impl Core {
             digest_mismatches: 0,
             input_job: input,
             artifact_digest: None,
+            replicate,
         };
         self.sched
             .add_job(id, priority, plan.n_chunks, JobState::Running);
+        self.sched.set_replication(id, replicate);
         if let Some(input) = input {
             let ready = self
                 .jobs
@@ -309,6 +344,13 @@ impl Core {
 /// A report after decoding and verification, ready to be applied under the lock.
 enum Checked {
     Rejected(LeaseId, String),
+    /// Over a configured limit: refused like a failed verification (the attempt counts, the chunk goes back).
+    OverLimit {
+        lease: LeaseId,
+        job: JobId,
+        chunk: u64,
+        message: String,
+    },
     Ready {
         lease: LeaseId,
         job: JobId,
@@ -336,6 +378,9 @@ pub struct Coordinator {
     /// Set when the server begins to shut down: long-lived streams (`Watch`) end, so graceful shutdown does not
     /// wait forever for a client that never hangs up.
     stopping: watch::Sender<bool>,
+    guards: crate::limits::Guards,
+    /// Event counters for `/metrics` and the dashboard ([`crate::metrics`]).
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
     cfg: CoordinatorConfig,
 }
 
@@ -362,6 +407,18 @@ fn sched_status(e: SchedError) -> Status {
     }
 }
 
+/// A refused request whose message may quote the input (a space name, a parameter value). Clipped: gRPC sends the
+/// message in a header, and one past the peer's header limit arrives as an opaque HTTP/2 protocol error instead.
+fn invalid_input(e: impl std::fmt::Display) -> Status {
+    const MAX: usize = 2000;
+    let msg = e.to_string();
+    if msg.len() <= MAX {
+        return Status::invalid_argument(msg);
+    }
+    let cut: String = msg.chars().take(MAX).collect();
+    Status::invalid_argument(format!("{cut}... ({} bytes in all)", msg.len()))
+}
+
 fn store_status(e: StoreError) -> Status {
     Status::unavailable(format!("store: {e}"))
 }
@@ -369,7 +426,28 @@ fn store_status(e: StoreError) -> Status {
 impl Coordinator {
     /// Loads every job from the store and rebuilds the scheduler.
     pub fn open(store: Store, cfg: CoordinatorConfig) -> Result<Arc<Coordinator>, ServeError> {
-        let snap = store.load()?;
+        let snap = store.load().map_err(|e| match e {
+            StoreError::Damaged { .. } => ServeError::Damaged(e.to_string()),
+            e => ServeError::Store(e),
+        })?;
+        // A tally is written in the same batch as the outputs it sums, so it must count exactly the done chunks;
+        // if it does not, the store was damaged and the answer would be wrong: refuse, never guess.
+        let mut done: HashMap<JobId, u64> = HashMap::new();
+        for (job, _, rec) in &snap.chunks {
+            if matches!(rec, ChunkRecord::Done { .. }) {
+                *done.entry(*job).or_default() += 1;
+            }
+        }
+        for rec in &snap.jobs {
+            let tallied = snap.tallies.get(&rec.id).map_or(0, |t| t.chunks);
+            let counted = done.get(&rec.id).copied().unwrap_or(0);
+            if tallied != counted {
+                return Err(ServeError::Damaged(format!(
+                    "job {} has {counted} done chunks but its tally counts {tallied}",
+                    rec.id
+                )));
+            }
+        }
         let mut sched = Scheduler::new(cfg.scheduler, snap.next_lease);
         let mut jobs = BTreeMap::new();
         for rec in snap.jobs {
@@ -381,6 +459,7 @@ impl Coordinator {
                 }
             })?;
             sched.add_job(rec.id, rec.priority, rec.n_chunks, rec.state);
+            sched.set_replication(rec.id, rec.replicate);
             let tally = snap.tallies.get(&rec.id).cloned().unwrap_or_default();
             let params_json = rec.params.to_string();
             jobs.insert(
@@ -446,6 +525,8 @@ impl Coordinator {
             merge_kick: Notify::new(),
             committed,
             stopping: watch::channel(false).0,
+            guards: crate::limits::Guards::new(cfg.limits.clone()),
+            metrics: Arc::default(),
             cfg,
         }))
     }
@@ -493,17 +574,29 @@ impl Coordinator {
             }
             (std::mem::take(&mut core.pending), seq)
         };
-        let error = if ops.is_empty() {
+        // Once a write has failed, memory is ahead of the store: nothing more is written, and every waiter
+        // hears of the failure (an empty round must not report success and let `status` show unstored progress).
+        let failed = self.lock().failed.clone();
+        let already_failed = failed.is_some();
+        let error = if let Some(e) = failed {
+            Some(e)
+        } else if ops.is_empty() {
             None
         } else {
             let store = self.store.clone();
-            match tokio::task::spawn_blocking(move || store.write(ops)).await {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e.to_string()),
-                Err(e) => Some(format!("store writer crashed: {e}")),
+            let write = tokio::task::spawn_blocking(move || store.write(ops));
+            // sled can hang in flush after the disk filled up: a write that takes this long counts as failed.
+            match tokio::time::timeout(STORE_WRITE_TIMEOUT, write).await {
+                Ok(Ok(Ok(()))) => None,
+                Ok(Ok(Err(e))) => Some(e.to_string()),
+                Ok(Err(e)) => Some(format!("store writer crashed: {e}")),
+                Err(_) => Some(format!(
+                    "a store write did not finish within {} s",
+                    STORE_WRITE_TIMEOUT.as_secs()
+                )),
             }
         };
-        if let Some(e) = &error {
+        if let (Some(e), false) = (&error, already_failed) {
             warn!(error = %e, "store write failed; refusing changes until restart");
             self.lock().failed = Some(e.clone());
         }
@@ -532,10 +625,18 @@ impl Coordinator {
                 _ = stop.changed() => break,
             }
             let mut core = self.lock();
-            let expired = core.sched.expire(now_ms());
+            let now = now_ms();
+            let ttl = core.sched.config().lease_ttl_ms;
+            let workers = core
+                .workers
+                .iter()
+                .map(|(n, w)| (n.as_str(), w.last_seen_ms));
+            self.metrics.note_liveness(now, ttl, workers);
+            let expired = core.sched.expire(now);
             if expired.is_empty() {
                 continue;
             }
+            self.metrics.expired(&expired);
             for e in &expired {
                 core.progress.remove(&e.lease);
                 if e.poisoned {
@@ -580,6 +681,10 @@ impl Coordinator {
         self.settle().await.map_err(|e| e.message().to_string())?;
         let store = self.store.clone();
         let merged = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>, String> {
+            // Most jobs have no artifacts: do not read a million outputs to find that out.
+            if !store.has_chunk_artifacts(id).map_err(|e| e.to_string())? {
+                return Ok(None);
+            }
             let outputs = store.outputs(id).map_err(|e| e.to_string())?;
             if outputs.iter().all(|(_, o)| o.artifact.is_empty()) {
                 return Ok(None);
@@ -660,7 +765,7 @@ impl Coordinator {
             .map(|e| (e.job.clone(), e.record.n_chunks))
     }
 
-    async fn results(&self, job_id: JobId) -> Result<v1::ResultsResponse, Status> {
+    pub(crate) async fn results(&self, job_id: JobId) -> Result<v1::ResultsResponse, Status> {
         self.settle().await?;
         let (job, info, cached, finished) = {
             let core = self.lock();
@@ -786,6 +891,8 @@ impl work_server::Work for WorkApi {
         core.touch_worker(&worker_id);
         if let Some(w) = core.workers.get_mut(&worker_id) {
             w.threads = req.threads;
+            w.memory_bytes = req.memory_bytes;
+            w.version = req.version.chars().take(64).collect();
         }
         info!(worker = %worker_id, threads = req.threads, version = %req.version, "worker registered");
         Ok(Response::new(v1::RegisterResponse {
@@ -815,6 +922,20 @@ impl work_server::Work for WorkApi {
             let mut core = self.0.lock();
             core.check_writable()?;
             core.touch_worker(&req.worker_id);
+            if core.sched.is_banned(&req.worker_id) {
+                return Err(Status::permission_denied(format!(
+                    "worker {} is refused work: {} of its results failed verification or lost a replication vote",
+                    req.worker_id,
+                    core.sched.bad_results(&req.worker_id)
+                )));
+            }
+            if core.sched.is_draining(&req.worker_id) {
+                return Ok(Response::new(v1::LeaseResponse {
+                    leases: Vec::new(),
+                    retry_after_ms: 1000,
+                    drain: true,
+                }));
+            }
             let grants = core
                 .sched
                 .lease(now_ms(), &req.worker_id, req.max_chunks as usize);
@@ -852,6 +973,7 @@ impl work_server::Work for WorkApi {
         Ok(Response::new(v1::LeaseResponse {
             leases,
             retry_after_ms,
+            drain: false,
         }))
     }
 
@@ -899,7 +1021,16 @@ impl work_server::Work for WorkApi {
         let mut acks = Vec::with_capacity(checked.len());
         let mut seq = 0;
         for c in checked {
+            let (nodes, failed_verification) = match &c {
+                Checked::Ready {
+                    output, verified, ..
+                } => (output.nodes, verified.is_err()),
+                _ => (0, false),
+            };
             let (status, message, s) = self.0.apply_report(&worker, c)?;
+            self.0
+                .metrics
+                .report(&worker, status.1, nodes, failed_verification);
             seq = seq.max(s);
             acks.push((status, message));
         }
@@ -957,6 +1088,19 @@ impl Coordinator {
         let Some((job, n_chunks)) = self.job_and_chunks(report.job_id) else {
             return Checked::Rejected(lease, format!("no job {}", report.job_id));
         };
+        let (n_sols, bytes) = (output.solutions.len(), crate::limits::output_bytes(&output));
+        let within = self.guards.check_report(n_sols);
+        if let Err(message) =
+            within.and_then(|()| self.guards.check_job(report.job_id, n_sols, bytes))
+        {
+            let (job, chunk) = (report.job_id, report.chunk);
+            return Checked::OverLimit {
+                lease,
+                job,
+                chunk,
+                message,
+            };
+        }
         let verified = job.verify(n_chunks, report.chunk, &output);
         Checked::Ready {
             lease,
@@ -977,6 +1121,12 @@ impl Coordinator {
         use v1::AckStatus::{Accepted, Duplicate, Rejected};
         let (lease, job_id, chunk, digest, output, verified) = match checked {
             Checked::Rejected(lease, msg) => return Ok(((lease, Rejected), msg, 0)),
+            Checked::OverLimit {
+                lease,
+                job,
+                chunk,
+                message,
+            } => return self.refuse_over_limit(worker, lease, (job, chunk), message),
             Checked::Ready {
                 lease,
                 job,
@@ -991,23 +1141,53 @@ impl Coordinator {
         core.check_writable()?;
         core.touch_worker(worker);
         if let Err(e) = verified {
-            warn!(worker, job = job_id, chunk = chunk, error = %e, "result failed verification");
-            if core.sched.lease_job_chunk(lease) == Some((job_id, chunk)) {
-                core.last_errors.insert((job_id, chunk), e.to_string());
-                core.sched.fail(lease, false);
-                core.stage_dirty();
-            }
+            let banned = core.sched.reject_result(job_id, chunk, lease, worker);
+            warn!(worker, job = job_id, chunk = chunk, error = %e, banned, "result failed verification");
+            core.last_errors.insert((job_id, chunk), e.to_string());
+            core.stage_dirty();
             let seq = core.seq;
             return Ok(((lease, Rejected), e.to_string(), seq));
         }
-        let outcome = core.sched.complete(job_id, chunk, lease);
+        let outcome = core
+            .sched
+            .complete_vote(job_id, chunk, lease, worker, &digest);
         core.progress.remove(&lease);
         let (status, message) = match outcome {
-            Completion::Accepted { .. } => {
+            Completion::Voted {
+                agreeing,
+                needed,
+                disagreement,
+                poisoned,
+            } => {
+                if disagreement {
+                    warn!(
+                        worker,
+                        job = job_id,
+                        chunk,
+                        "replicated results disagree; the chunk runs again"
+                    );
+                }
+                if poisoned {
+                    core.last_errors.insert(
+                        (job_id, chunk),
+                        "replicated results kept disagreeing".into(),
+                    );
+                }
+                (
+                    v1::AckStatus::Voted,
+                    format!("vote recorded: {agreeing} of {needed} agreeing results"),
+                )
+            }
+            Completion::Accepted { outvoted, .. } => {
+                for w in &outvoted {
+                    warn!(worker = %w, job = job_id, chunk, banned = core.sched.is_banned(w), "worker outvoted: its result disagreed with the quorum");
+                }
                 let Some(entry) = core.jobs.get_mut(&job_id) else {
                     return reject(format!("no job {job_id}"));
                 };
                 entry.tally.add(&output);
+                let bytes = crate::limits::output_bytes(&output);
+                self.guards.add_job(job_id, output.solutions.len(), bytes);
                 core.pending.push(Op::Chunk(
                     job_id,
                     chunk,
@@ -1068,6 +1248,25 @@ impl Coordinator {
         Ok(((lease, status), message, core.seq))
     }
 
+    /// A report over a limit: the attempt counts and the chunk goes back, with the limit as its last error.
+    fn refuse_over_limit(
+        &self,
+        worker: &str,
+        lease: LeaseId,
+        (job, chunk): (JobId, u64),
+        message: String,
+    ) -> Result<((u64, v1::AckStatus), String, u64), Status> {
+        let mut core = self.lock();
+        core.check_writable()?;
+        warn!(worker, job, chunk, error = %message, "report refused: over a limit");
+        if core.sched.lease_job_chunk(lease) == Some((job, chunk)) {
+            core.last_errors.insert((job, chunk), message.clone());
+            core.sched.fail(lease, false);
+            core.stage_dirty();
+        }
+        Ok(((lease, v1::AckStatus::Rejected), message, core.seq))
+    }
+
     fn stage_and_seq(
         &self,
         f: impl FnOnce(&mut Core) -> Result<(), Status>,
@@ -1084,6 +1283,42 @@ impl Coordinator {
             .job_info(job)
             .ok_or_else(|| Status::not_found(format!("no job {job}")))
     }
+
+    /// One consistent snapshot of jobs and workers for the dashboard and `/metrics` ([`crate::http`]), taken
+    /// under one short lock. It reads memory only: what it shows may be ahead of the store by one commit.
+    pub fn observe(&self) -> crate::http::Observation {
+        let core = self.lock();
+        let mut held: HashMap<String, (u32, u64)> = HashMap::new();
+        for job in core.sched.jobs() {
+            for (lease, _, worker) in core.sched.leases_of(job) {
+                let h = held.entry(worker).or_default();
+                h.0 += 1;
+                h.1 += core.progress.get(&lease).copied().unwrap_or(0);
+            }
+        }
+        let workers = core.workers.iter().map(|(name, w)| {
+            let (leases, running_nodes) = held.get(name).copied().unwrap_or_default();
+            crate::http::WorkerObservation {
+                name: name.clone(),
+                threads: w.threads,
+                last_seen_ms: w.last_seen_ms,
+                chunks_done: w.chunks_done,
+                leases,
+                running_nodes,
+            }
+        });
+        crate::http::Observation {
+            now_ms: now_ms(),
+            lease_ttl_ms: core.sched.config().lease_ttl_ms,
+            live_workers: core.live_workers(),
+            jobs: core
+                .sched
+                .jobs()
+                .filter_map(|id| core.job_info(id))
+                .collect(),
+            workers: workers.collect(),
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -1093,17 +1328,20 @@ impl jobs_server::Jobs for JobsApi {
         req: Request<v1::SubmitRequest>,
     ) -> Result<Response<v1::SubmitResponse>, Status> {
         let req = req.into_inner();
-        let space = sweep_puzzles::lookup(&req.space)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.0.guards.check_params(&req.params_json)?;
+        let space = sweep_puzzles::lookup(&req.space).map_err(invalid_input)?;
         let params: serde_json::Value = serde_json::from_str(&req.params_json)
-            .map_err(|e| Status::invalid_argument(format!("params_json is not JSON: {e}")))?;
-        let job = space
-            .parse_params(&params)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            .map_err(|e| invalid_input(format!("params_json is not JSON: {e}")))?;
+        let job = space.parse_params(&params).map_err(invalid_input)?;
+        if req.replicate > MAX_REPLICATE {
+            return Err(Status::invalid_argument(format!(
+                "replicate must be in 1..={MAX_REPLICATE}, got {}",
+                req.replicate
+            )));
+        }
+        let replicate = req.replicate.max(1);
         let requested = (req.chunks > 0).then_some(req.chunks);
-        let plan = job
-            .plan(requested)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let plan = job.plan(requested).map_err(invalid_input)?;
         if plan.n_chunks > MAX_CHUNKS_PER_JOB {
             return Err(Status::invalid_argument(format!(
                 "{} chunks is more than a coordinator keeps for one job ({MAX_CHUNKS_PER_JOB})",
@@ -1114,14 +1352,13 @@ impl jobs_server::Jobs for JobsApi {
         let input = match job.input() {
             None => None,
             Some(inp) => {
-                let space = sweep_puzzles::lookup(&inp.space)
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                let space = sweep_puzzles::lookup(&inp.space).map_err(invalid_input)?;
                 let input_job = space
                     .parse_params(&inp.params)
-                    .map_err(|e| Status::invalid_argument(format!("input job: {e}")))?;
+                    .map_err(|e| invalid_input(format!("input job: {e}")))?;
                 let input_plan = input_job
                     .plan(None)
-                    .map_err(|e| Status::invalid_argument(format!("input job: {e}")))?;
+                    .map_err(|e| invalid_input(format!("input job: {e}")))?;
                 Some((input_job, input_plan))
             }
         };
@@ -1132,12 +1369,18 @@ impl jobs_server::Jobs for JobsApi {
                 None => None,
                 Some((input_job, input_plan)) => {
                     let (id, _) =
-                        core.find_or_create(input_job, &input_plan, req.priority, true, None);
+                        core.find_or_create(input_job, &input_plan, req.priority, true, None, 1);
                     Some(id)
                 }
             };
-            let (id, existing) =
-                core.find_or_create(job, &plan, req.priority, req.reuse_existing, input_id);
+            let (id, existing) = core.find_or_create(
+                job,
+                &plan,
+                req.priority,
+                req.reuse_existing,
+                input_id,
+                replicate,
+            );
             (core.job_info(id), existing, core.seq)
         };
         self.0.durable(seq).await?;
@@ -1188,11 +1431,14 @@ impl jobs_server::Jobs for JobsApi {
                 .clamp(50, 60_000)
                 .max(if req.interval_ms == 0 { 500 } else { 50 }),
         );
+        let slot = self.0.guards.watch_slot()?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let coord = self.0.clone();
         let mut stopping = self.0.stopping.subscribe();
         let mut changes = self.0.lock().job_changes.subscribe();
         tokio::spawn(async move {
+            // Held while the stream lives: the slot frees when the client goes away.
+            let _slot = slot;
             let mut tick = tokio::time::interval(interval);
             loop {
                 tokio::select! {
@@ -1258,19 +1504,61 @@ impl jobs_server::Jobs for JobsApi {
         self.0.durable(seq).await?;
         Ok(Response::new(self.0.info(id)?))
     }
+
+    async fn list_workers(
+        &self,
+        _: Request<v1::ListWorkersRequest>,
+    ) -> Result<Response<v1::ListWorkersResponse>, Status> {
+        let core = self.0.lock();
+        let mut names: Vec<&String> = core.workers.keys().collect();
+        names.sort();
+        let workers = names
+            .into_iter()
+            .filter_map(|n| core.worker_status(n))
+            .collect();
+        Ok(Response::new(v1::ListWorkersResponse { workers }))
+    }
+
+    async fn drain(
+        &self,
+        req: Request<v1::DrainRequest>,
+    ) -> Result<Response<v1::WorkerStatus>, Status> {
+        let name = req.into_inner().worker;
+        let mut core = self.0.lock();
+        if !core.workers.contains_key(&name) {
+            return Err(Status::not_found(format!(
+                "no worker named `{name}` has registered with this coordinator"
+            )));
+        }
+        core.sched.drain(&name);
+        info!(worker = %name, "worker asked to drain");
+        core.worker_status(&name)
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found(format!("no worker named `{name}`")))
+    }
 }
 
 /// Serves both services on `listener` until `shutdown` resolves, then writes what is still queued and returns.
+/// `security` adds TLS and token checks ([`crate::auth`]); its `Default` serves plain and open.
 pub async fn serve(
     listener: TcpListener,
     coord: Arc<Coordinator>,
+    security: crate::ServeSecurity,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let addr: SocketAddr = listener.local_addr()?;
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = security.tls {
+        server = server.tls_config(tls)?;
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
+    let reloader = (security.auth.clone()).map(|a| tokio::spawn(a.watch_files(stop_rx.clone())));
     let committer = tokio::spawn(coord.clone().committer(stop_rx.clone()));
     let expirer = tokio::spawn(coord.clone().expirer(stop_rx.clone()));
-    let merger = tokio::spawn(coord.clone().merger(stop_rx));
+    // The merger stops first and finishes the merge it is in: a merge waits for a commit, so the committer must
+    // outlive it (else `sweep run` could hang at exit waiting for a commit nobody makes).
+    let (merge_stop_tx, merge_stop_rx) = watch::channel(false);
+    let merger = tokio::spawn(coord.clone().merger(merge_stop_rx));
     info!(%addr, "coordinator listening");
     // Small RPCs (lease, complete) must not wait for delayed ACKs: Nagle's algorithm off on every connection,
     // which tonic only does itself for listeners it binds.
@@ -1286,7 +1574,9 @@ pub async fn serve(
     let jobs = jobs_server::JobsServer::new(JobsApi(coord.clone()))
         .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
         .max_encoding_message_size(sweep_proto::MAX_RESULT_BYTES);
-    let result = tonic::transport::Server::builder()
+    let result = server
+        .layer(crate::metrics::RpcLayer::new(coord.metrics.clone()))
+        .layer(crate::auth::AuthLayer::new(security.auth))
         .add_service(work)
         .add_service(jobs)
         .serve_with_incoming_shutdown(incoming, async {
@@ -1294,10 +1584,14 @@ pub async fn serve(
             coord.stopping.send_replace(true);
         })
         .await;
+    let _ = merge_stop_tx.send(true);
+    let _ = merger.await;
     let _ = stop_tx.send(true);
     let _ = committer.await;
     let _ = expirer.await;
-    let _ = merger.await;
+    if let Some(r) = reloader {
+        let _ = r.await;
+    }
     info!("coordinator stopped");
     result.map_err(Into::into)
 }

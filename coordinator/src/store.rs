@@ -77,6 +77,13 @@ pub struct JobRecord {
     /// blake3 (hex) of the merged artifact, once it is stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact_digest: Option<String>,
+    /// Agreeing results from distinct workers each chunk needs (1: no replication).
+    #[serde(default = "one")]
+    pub replicate: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// One write of a group commit.
@@ -298,6 +305,11 @@ fn job_blob(job: JobId) -> String {
     format!("r-{job}")
 }
 
+/// blake3 of `bytes` in hex: the digest job records and workers use for artifacts.
+pub fn digest_hex(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
 fn hash(bytes: &[u8]) -> Vec<u8> {
     blake3::hash(bytes).as_bytes().to_vec()
 }
@@ -365,7 +377,7 @@ impl Kv for MemKv {
     }
 }
 
-fn job_key(tag: u8, job: JobId) -> Vec<u8> {
+pub(crate) fn job_key(tag: u8, job: JobId) -> Vec<u8> {
     let mut k = vec![tag, b'/'];
     k.extend_from_slice(&job.to_be_bytes());
     k
@@ -377,14 +389,17 @@ fn chunk_key(tag: u8, job: JobId, chunk: u64) -> Vec<u8> {
     k
 }
 
-fn key_text(key: &[u8]) -> String {
+pub(crate) fn key_text(key: &[u8]) -> String {
     String::from_utf8_lossy(key)
         .chars()
         .map(|c| if c.is_control() { '.' } else { c })
         .collect()
 }
 
-fn decode<T: serde::de::DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T, StoreError> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    key: &[u8],
+    value: &[u8],
+) -> Result<T, StoreError> {
     serde_json::from_slice(value).map_err(|e| StoreError::Damaged {
         key: key_text(key),
         why: e.to_string(),
@@ -396,7 +411,7 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
-fn be_u64(key: &[u8], bytes: &[u8]) -> Result<u64, StoreError> {
+pub(crate) fn be_u64(key: &[u8], bytes: &[u8]) -> Result<u64, StoreError> {
     let arr: [u8; 8] = bytes.try_into().map_err(|_| StoreError::Damaged {
         key: key_text(key),
         why: format!("{} bytes, expected 8", bytes.len()),
@@ -437,6 +452,11 @@ impl Store {
         Store::new(Box::new(MemKv::default()))
     }
 
+    /// The raw key-value layer, for [`crate::fsck`].
+    pub(crate) fn kv(&self) -> &dyn Kv {
+        self.kv.as_ref()
+    }
+
     /// Moves format 1's in-sled artifacts into files, then marks the store as format 2, in one batch: a crash
     /// part-way leaves a format-1 store and the migration runs again.
     fn migrate_format_1(&self) -> Result<(), StoreError> {
@@ -459,9 +479,8 @@ impl Store {
     fn remove_unreferenced_blobs(&self) -> Result<(), StoreError> {
         for name in self.blobs.list()? {
             let key = if let Some(rest) = name.strip_prefix("a-") {
-                rest.split_once('-').and_then(|(j, c)| {
-                    Some(chunk_key(b'a', j.parse().ok()?, c.parse().ok()?))
-                })
+                rest.split_once('-')
+                    .and_then(|(j, c)| Some(chunk_key(b'a', j.parse().ok()?, c.parse().ok()?)))
             } else if let Some(rest) = name.strip_prefix("r-") {
                 rest.parse().ok().map(|j| job_key(b'r', j))
             } else {
@@ -537,6 +556,11 @@ impl Store {
             let _ = self.blobs.remove(&name);
         }
         Ok(())
+    }
+
+    /// Whether any chunk of `job` stored an artifact (only those jobs need a merge).
+    pub fn has_chunk_artifacts(&self, job: JobId) -> Result<bool, StoreError> {
+        Ok(!self.kv.scan(&job_key(b'a', job))?.is_empty())
     }
 
     /// A finished job's merged artifact, if it has been stored.
@@ -634,6 +658,7 @@ mod tests {
             digest_mismatches: 0,
             input_job: None,
             artifact_digest: None,
+            replicate: 1,
         }
     }
 

@@ -22,15 +22,17 @@ impl Server {
             scheduler: SchedulerConfig {
                 lease_ttl_ms: 60_000,
                 max_attempts: 2,
+                ..SchedulerConfig::default()
             },
             expiry_interval: Duration::from_millis(50),
+            ..CoordinatorConfig::default()
         };
         let coord = Coordinator::open(store, cfg).expect("open coordinator");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            serve(listener, coord, async {
+            serve(listener, coord, Default::default(), async {
                 let _ = stopped.await;
             })
             .await
@@ -70,6 +72,7 @@ fn submit_req(space: &str, params: &str, chunks: u64) -> v1::SubmitRequest {
         chunks,
         priority: 0,
         reuse_existing: false,
+        replicate: 0,
     }
 }
 

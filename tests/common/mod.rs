@@ -150,11 +150,17 @@ impl Cluster {
     }
 
     pub fn add_worker(&mut self) {
+        self.add_worker_with(&[]);
+    }
+
+    /// Starts one more worker, named `w<index>`, with `extra` flags after the usual ones.
+    pub fn add_worker_with(&mut self, extra: &[&str]) {
         let name = format!("w{}", self.workers.len());
         let child = Command::new(SWEEP)
             .args(["worker", "--connect", &self.url, "--threads"])
             .arg(self.threads.to_string())
             .args(["--name", &name, "--grace-secs", "5"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use sweep_proto::v1::{self, work_client::WorkClient};
 use sweep_puzzles::{Control, Job};
 use tokio::sync::{watch, Notify};
-use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
+
+pub mod connect;
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -32,6 +33,65 @@ pub struct WorkerConfig {
     /// Where fetched input artifacts (tables) are cached by digest, so a restarted worker does not fetch them
     /// again. `None`: memory only.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Token and TLS settings for talking to the coordinator.
+    pub security: connect::ClientSecurity,
+    /// Tests only: falsify results this way, to prove the coordinator's checks catch it.
+    pub lie: Option<Lie>,
+}
+
+/// How a test worker falsifies its results (see [`WorkerConfig::lie`]). Each is a lie a real fault could
+/// produce: a solution lost, a count off, garbage in a result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lie {
+    /// Drops the last solution of every chunk that has one (counters left as they were).
+    DropSolution,
+    /// Adds one to every numeric counter and to the node count: invisible to a verifier, not to a quorum.
+    InflateCount,
+    /// Appends a solution that is not one.
+    BogusSolution,
+}
+
+impl std::str::FromStr for Lie {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Lie, String> {
+        match s {
+            "drop-solution" => Ok(Lie::DropSolution),
+            "inflate-count" => Ok(Lie::InflateCount),
+            "bogus-solution" => Ok(Lie::BogusSolution),
+            _ => Err(format!(
+                "unknown lie `{s}`: one of drop-solution, inflate-count, bogus-solution"
+            )),
+        }
+    }
+}
+
+impl Lie {
+    fn apply(self, out: &mut sweep_puzzles::ChunkOutput) {
+        match self {
+            Lie::DropSolution => {
+                out.solutions.pop();
+            }
+            Lie::InflateCount => {
+                out.nodes += 1;
+                for v in out.counters.values_mut() {
+                    *v += 1;
+                }
+            }
+            Lie::BogusSolution => out.solutions.push("not a solution".into()),
+        }
+    }
+}
+
+/// This machine's memory in bytes, as the coordinator shows it (0 where it cannot be read).
+fn memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb * 1024)
+        })
+        .unwrap_or(0)
 }
 
 impl WorkerConfig {
@@ -43,14 +103,20 @@ impl WorkerConfig {
             prefetch: threads.max(1),
             grace: Duration::from_secs(30),
             cache_dir: None,
+            security: connect::ClientSecurity::default(),
+            lie: None,
         }
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
-    #[error("invalid coordinator URL `{url}`: {why}")]
-    BadUrl { url: String, why: String },
+    /// A bad URL, token file or TLS file.
+    #[error(transparent)]
+    Connect(#[from] connect::ConnectError),
+    /// The coordinator refused this worker's token: retrying cannot help.
+    #[error("the coordinator refused this worker: {0}")]
+    Refused(String),
 }
 
 /// What a worker did before it stopped.
@@ -76,7 +142,7 @@ struct State {
 
 struct Shared {
     cfg: WorkerConfig,
-    client: WorkClient<Channel>,
+    client: WorkClient<connect::SecureChannel>,
     worker_id: String,
     state: Mutex<State>,
     work_ready: Notify,
@@ -85,6 +151,8 @@ struct Shared {
     heartbeat: Duration,
     /// Held while a job is bound to its input artifact (fetch, then parse): see [`Shared::job`].
     binding: tokio::sync::Mutex<()>,
+    /// Signalled when the coordinator asks this worker to drain: it then stops as on a shutdown signal.
+    drained: Notify,
 }
 
 impl Shared {
@@ -266,14 +334,11 @@ pub async fn run(
     cfg: WorkerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, WorkerError> {
-    let endpoint = Endpoint::from_shared(cfg.connect.clone())
-        .map_err(|e| WorkerError::BadUrl {
-            url: cfg.connect.clone(),
-            why: e.to_string(),
-        })?
+    let endpoint = connect::endpoint(&cfg.connect, &cfg.security)?
         .connect_timeout(Duration::from_secs(3))
         .timeout(Duration::from_secs(60));
-    let mut client = WorkClient::new(endpoint.connect_lazy())
+    let token = connect::token_interceptor(&cfg.security)?;
+    let mut client = WorkClient::new(connect::secure(endpoint.connect_lazy(), token))
         .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES)
         .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES);
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -290,11 +355,14 @@ pub async fn run(
                 .iter()
                 .map(|s| s.name().to_string())
                 .collect(),
-            memory_bytes: 0,
+            memory_bytes: memory_bytes(),
         };
         tokio::select! {
             r = client.register(req) => match r {
                 Ok(r) => break r.into_inner(),
+                Err(e) if connect::is_refusal(&e) => {
+                    return Err(WorkerError::Refused(e.message().to_string()))
+                }
                 Err(e) => {
                     debug!(error = %e, "register failed; retrying");
                     backoff.wait().await;
@@ -314,6 +382,7 @@ pub async fn run(
         room: Notify::new(),
         outbox_ready: Notify::new(),
         binding: tokio::sync::Mutex::new(()),
+        drained: Notify::new(),
     });
 
     let leaser = tokio::spawn(leaser(shared.clone(), stop_rx.clone()));
@@ -323,7 +392,10 @@ pub async fn run(
     let heartbeat = tokio::spawn(heartbeater(shared.clone(), stop_rx.clone()));
     let reporter = tokio::spawn(reporter(shared.clone(), stop_rx.clone()));
 
-    shutdown.await;
+    tokio::select! {
+        _ = &mut shutdown => {}
+        _ = shared.drained.notified() => info!("drained by the coordinator"),
+    }
     info!("stopping: no new leases; finishing running chunks");
     shared.lock().stopping = true;
     let _ = stop_tx.send(true);
@@ -350,7 +422,13 @@ pub async fn run(
         }
     }
     shared.outbox_ready.notify_one();
-    let _ = reporter.await;
+    // Results still unsent after the grace period (the coordinator is gone) are dropped: their chunks are
+    // leased again elsewhere, so a worker told to stop always stops.
+    let left = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(5);
+    if tokio::time::timeout(left, reporter).await.is_err() {
+        warn!("the coordinator did not take the last results; stopping without them");
+    }
+    heartbeat.abort();
     let _ = heartbeat.await;
     let stats = shared.lock().stats.clone();
     info!(chunks = stats.chunks_done, "worker stopped");
@@ -384,6 +462,10 @@ async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 Ok(resp) => {
                     backoff = Backoff::new();
                     let resp = resp.into_inner();
+                    if resp.drain {
+                        sh.drained.notify_one();
+                        return;
+                    }
                     if resp.leases.is_empty() {
                         Some(Duration::from_millis(resp.retry_after_ms.clamp(20, 5000)))
                     } else {
@@ -396,6 +478,10 @@ async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     }
                 }
                 Err(e) => {
+                    // Refused mid-run (a token rotated away): keep trying, the token file may be updated.
+                    if connect::is_refusal(&e) {
+                        warn!(error = %e.message(), "the coordinator refused the lease request");
+                    }
                     debug!(error = %e, "lease failed; backing off");
                     Some(backoff.0)
                 }
@@ -453,7 +539,10 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let mut st = sh.lock();
         st.running.remove(&lease.lease_id);
         match outcome {
-            Ok(out) => {
+            Ok(mut out) => {
+                if let Some(lie) = sh.cfg.lie {
+                    lie.apply(&mut out);
+                }
                 st.stats.chunks_done += 1;
                 st.stats.nodes += out.nodes;
                 st.outbox.push(v1::ChunkReport {

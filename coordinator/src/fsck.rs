@@ -1,0 +1,505 @@
+//! Checking and repairing a store: what to do when sled (or a disk) damaged it.
+//!
+//! The chunk records are the source of truth. A job's answer is the sum of the outputs of its `Done` chunks, so
+//! everything else can be rebuilt from them: the tally is their sum, a `Done` record without its output is a
+//! chunk that must run again, an output without a `Done` record is not part of the answer, and a damaged merged
+//! artifact whose chunk artifacts are gone means the job's chunks run again. Repair therefore only ever moves
+//! chunks back to pending (work is repeated, never invented), which keeps the final answer exact.
+//!
+//! The coordinator runs the cheap part of [`check`] at start-up (every record decodes, tallies agree with the
+//! done chunks) and refuses to start on a damaged store, naming the problem and `sweep store repair`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sweep_puzzles::{ChunkOutput, Tally};
+
+use crate::scheduler::{ChunkRecord, JobId, JobState};
+use crate::store::{be_u64, decode, job_key, key_text, JobRecord, Store, StoreError};
+
+/// One thing wrong with a store, and what repair does about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub job: Option<JobId>,
+    pub what: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.job {
+            Some(j) => write!(f, "job {j}: {}", self.what),
+            None => f.write_str(&self.what),
+        }
+    }
+}
+
+/// What [`check`] found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub jobs: usize,
+    pub chunk_records: usize,
+    pub outputs: usize,
+    pub problems: Vec<Problem>,
+    /// Per job: chunks whose state must go back to pending, and whether its tally or artifact must be rebuilt.
+    fixes: BTreeMap<JobId, Fix>,
+    /// Keys to delete (undecodable records of unknown jobs, orphan outputs).
+    drop_keys: Vec<Vec<u8>>,
+}
+
+#[derive(Debug, Default)]
+struct Fix {
+    rerun: BTreeSet<u64>,
+    rerun_all: bool,
+    drop_outputs: BTreeSet<u64>,
+    tally: Option<Tally>,
+}
+
+impl Report {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Reads every record and artifact of the store and lists what is inconsistent. `deep` also re-hashes every
+/// artifact file (slow for large tables).
+pub fn check(store: &Store, deep: bool) -> Result<Report, StoreError> {
+    let mut r = Report::default();
+    let mut jobs: BTreeMap<JobId, JobRecord> = BTreeMap::new();
+    for (k, v) in store.kv().scan(b"j/")? {
+        match decode::<JobRecord>(&k, &v) {
+            Ok(rec) => {
+                jobs.insert(rec.id, rec);
+            }
+            Err(e) => {
+                r.problems.push(Problem {
+                    job: None,
+                    what: format!("{e}; the job cannot be rebuilt and is removed"),
+                });
+                r.drop_keys.push(k);
+            }
+        }
+    }
+    r.jobs = jobs.len();
+    let mut done: BTreeMap<JobId, BTreeSet<u64>> = BTreeMap::new();
+    for (k, v) in store.kv().scan(b"c/")? {
+        r.chunk_records += 1;
+        let (Ok(job), Ok(chunk)) = (
+            be_u64(&k, k.get(2..10).unwrap_or(&[])),
+            be_u64(&k, k.get(10..).unwrap_or(&[])),
+        ) else {
+            r.problems.push(Problem {
+                job: None,
+                what: format!("malformed chunk key `{}`; removed", key_text(&k)),
+            });
+            r.drop_keys.push(k);
+            continue;
+        };
+        let Some(rec) = jobs.get(&job) else {
+            r.problems.push(Problem {
+                job: Some(job),
+                what: format!("chunk {chunk} belongs to no stored job; removed"),
+            });
+            r.drop_keys.push(k);
+            continue;
+        };
+        if chunk >= rec.n_chunks {
+            r.problems.push(Problem {
+                job: Some(job),
+                what: format!(
+                    "chunk {chunk} is beyond the job's {} chunks; removed",
+                    rec.n_chunks
+                ),
+            });
+            r.drop_keys.push(k);
+            continue;
+        }
+        match decode::<ChunkRecord>(&k, &v) {
+            Ok(ChunkRecord::Done { .. }) => {
+                done.entry(job).or_default().insert(chunk);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                r.problems.push(Problem {
+                    job: Some(job),
+                    what: format!("{e}; chunk {chunk} runs again"),
+                });
+                r.fixes.entry(job).or_default().rerun.insert(chunk);
+            }
+        }
+    }
+    for (&id, rec) in &jobs {
+        let done = done.remove(&id).unwrap_or_default();
+        let undecodable: BTreeSet<u64> = r
+            .fixes
+            .get(&id)
+            .map(|f| f.rerun.clone())
+            .unwrap_or_default();
+        // Each done chunk's contribution, so the expected tally is their sum over the chunks that stay done.
+        let mut contributions: BTreeMap<u64, ChunkOutput> = BTreeMap::new();
+        for (k, v) in store.kv().scan(&job_key(b'o', id))? {
+            r.outputs += 1;
+            let Ok(chunk) = be_u64(&k, k.get(10..).unwrap_or(&[])) else {
+                r.problems.push(Problem {
+                    job: Some(id),
+                    what: format!("malformed output key `{}`; removed", key_text(&k)),
+                });
+                r.drop_keys.push(k);
+                continue;
+            };
+            if undecodable.contains(&chunk) {
+                continue;
+            }
+            if !done.contains(&chunk) {
+                r.problems.push(Problem {
+                    job: Some(id),
+                    what: format!(
+                        "chunk {chunk} has an output but is not done; the output is dropped"
+                    ),
+                });
+                r.fixes.entry(id).or_default().drop_outputs.insert(chunk);
+                continue;
+            }
+            match decode::<ChunkOutput>(&k, &v) {
+                Ok(mut out) => {
+                    // Only the counting fields matter here; solutions can be many.
+                    out.solutions = Vec::new();
+                    contributions.insert(chunk, out);
+                }
+                Err(e) => {
+                    r.problems.push(Problem {
+                        job: Some(id),
+                        what: format!("{e}; chunk {chunk} runs again"),
+                    });
+                    r.fixes.entry(id).or_default().rerun.insert(chunk);
+                }
+            }
+        }
+        for &chunk in &done {
+            if !contributions.contains_key(&chunk)
+                && !r.fixes.get(&id).is_some_and(|f| f.rerun.contains(&chunk))
+            {
+                r.problems.push(Problem {
+                    job: Some(id),
+                    what: format!("chunk {chunk} is done but its output is missing; it runs again"),
+                });
+                r.fixes.entry(id).or_default().rerun.insert(chunk);
+            }
+        }
+        let mut expected = Tally::default();
+        for out in contributions.values() {
+            expected.add(out);
+        }
+        let tkey = job_key(b't', id);
+        let stored = match store.kv().get(&tkey)? {
+            Some(v) => decode::<Tally>(&tkey, &v).ok(),
+            None => None,
+        };
+        let agrees = match &stored {
+            Some(t) => *t == expected,
+            None => expected == Tally::default(),
+        };
+        if !agrees {
+            r.problems.push(Problem {
+                job: Some(id),
+                what: format!(
+                    "the stored tally ({}) disagrees with its done chunks ({} chunks, {} nodes); rebuilt from them",
+                    stored
+                        .as_ref()
+                        .map(|t| format!("{} chunks, {} nodes", t.chunks, t.nodes))
+                        .unwrap_or_else(|| "missing or unreadable".into()),
+                    expected.chunks,
+                    expected.nodes
+                ),
+            });
+            r.fixes.entry(id).or_default().tally = Some(expected);
+        } else if r.fixes.get(&id).is_some_and(|f| !f.rerun.is_empty()) {
+            // Chunks that run again leave the tally: it must equal the sum of the chunks that stay done.
+            r.fixes.entry(id).or_default().tally = Some(expected);
+        }
+        check_artifacts(store, id, rec, deep, &mut r)?;
+    }
+    Ok(r)
+}
+
+fn check_artifacts(
+    store: &Store,
+    id: JobId,
+    rec: &JobRecord,
+    deep: bool,
+    r: &mut Report,
+) -> Result<(), StoreError> {
+    if let Some(digest) = &rec.artifact_digest {
+        let bad = match store.kv().get(&job_key(b'r', id))? {
+            None => Some("its merged artifact is missing".to_string()),
+            Some(_) if !deep => None,
+            Some(_) => match store.artifact(id) {
+                Ok(Some(bytes)) if blake3::hash(&bytes).to_hex().as_str() == digest => None,
+                Ok(_) => Some("its merged artifact does not match the job's digest".into()),
+                Err(e) => Some(e.to_string()),
+            },
+        };
+        if let Some(why) = bad {
+            r.problems.push(Problem {
+                job: Some(id),
+                what: format!("{why}; the job runs again"),
+            });
+            r.fixes.entry(id).or_default().rerun_all = true;
+        }
+    } else if deep {
+        if let Err(e) = store.outputs(id) {
+            r.problems.push(Problem {
+                job: Some(id),
+                what: format!("{e}; the job runs again"),
+            });
+            r.fixes.entry(id).or_default().rerun_all = true;
+        }
+    }
+    Ok(())
+}
+
+/// Applies what [`check`] found, in one batch: chunks go back to pending, tallies are rebuilt, finished jobs
+/// with chunks to re-run are running again. Returns the number of problems fixed.
+pub fn repair(store: &Store, report: &Report) -> Result<usize, StoreError> {
+    let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+    for k in &report.drop_keys {
+        writes.push((k.clone(), None));
+    }
+    for (&id, fix) in &report.fixes {
+        let Some(v) = store.kv().get(&job_key(b'j', id))? else {
+            continue;
+        };
+        let Ok(mut rec) = decode::<JobRecord>(&job_key(b'j', id), &v) else {
+            continue;
+        };
+        let chunk_key = |tag: u8, chunk: u64| {
+            let mut k = job_key(tag, id);
+            k.extend_from_slice(&chunk.to_be_bytes());
+            k
+        };
+        let pending = serde_json::to_vec(&ChunkRecord::Pending { attempts: 0 }).unwrap_or_default();
+        let rerun: Vec<u64> = if fix.rerun_all {
+            (0..rec.n_chunks).collect()
+        } else {
+            fix.rerun.iter().copied().collect()
+        };
+        for &chunk in fix.drop_outputs.iter() {
+            writes.push((chunk_key(b'o', chunk), None));
+            writes.push((chunk_key(b'a', chunk), None));
+        }
+        for &chunk in &rerun {
+            writes.push((chunk_key(b'c', chunk), Some(pending.clone())));
+            writes.push((chunk_key(b'o', chunk), None));
+            writes.push((chunk_key(b'a', chunk), None));
+        }
+        let tally = if fix.rerun_all {
+            Some(Tally::default())
+        } else {
+            fix.tally.clone()
+        };
+        if let Some(t) = tally {
+            writes.push((
+                job_key(b't', id),
+                Some(serde_json::to_vec(&t).unwrap_or_default()),
+            ));
+        }
+        if fix.rerun_all {
+            writes.push((job_key(b'r', id), None));
+            rec.artifact_digest = None;
+        }
+        if !rerun.is_empty() && rec.state.is_finished() && rec.state != JobState::Cancelled {
+            rec.state = JobState::Running;
+            rec.finished_ms = 0;
+        }
+        writes.push((
+            job_key(b'j', id),
+            Some(serde_json::to_vec(&rec).unwrap_or_default()),
+        ));
+    }
+    store.kv().apply(writes)?;
+    Ok(report.problems.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Op;
+
+    fn job(id: JobId, n: u64) -> JobRecord {
+        JobRecord {
+            id,
+            space: "star".into(),
+            params: serde_json::json!({"points": 6}),
+            n_chunks: n,
+            total_nodes: None,
+            priority: 0,
+            state: JobState::Done,
+            created_ms: 1,
+            finished_ms: 2,
+            duplicates: 0,
+            digest_mismatches: 0,
+            input_job: None,
+            artifact_digest: None,
+            replicate: 1,
+        }
+    }
+
+    fn done() -> ChunkRecord {
+        ChunkRecord::Done {
+            digest: "d".into(),
+            worker: "w".into(),
+        }
+    }
+
+    fn out(nodes: u64) -> ChunkOutput {
+        ChunkOutput {
+            nodes,
+            ..Default::default()
+        }
+    }
+
+    /// A finished three-chunk job, stored as the coordinator stores it.
+    fn healthy() -> Store {
+        let store = Store::in_memory();
+        let mut tally = Tally::default();
+        let mut ops = vec![Op::Job(job(1, 3))];
+        for c in 0..3 {
+            tally.add(&out(10 + c));
+            ops.push(Op::Chunk(1, c, done()));
+            ops.push(Op::Output(1, c, out(10 + c)));
+        }
+        ops.push(Op::Tally(1, tally));
+        store.write(ops).unwrap();
+        store
+    }
+
+    #[test]
+    fn a_healthy_store_is_clean() {
+        let r = check(&healthy(), true).unwrap();
+        assert!(r.is_clean(), "{:?}", r.problems);
+        assert_eq!((r.jobs, r.chunk_records, r.outputs), (1, 3, 3));
+    }
+
+    #[test]
+    fn a_lost_output_reruns_its_chunk_and_fixes_the_tally() {
+        let store = healthy();
+        let mut k = job_key(b'o', 1);
+        k.extend_from_slice(&1u64.to_be_bytes());
+        store.kv().apply(vec![(k, None)]).unwrap();
+        let r = check(&store, false).unwrap();
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.what.contains("chunk 1 is done but its output is missing")),
+            "{:?}",
+            r.problems
+        );
+        repair(&store, &r).unwrap();
+        assert!(check(&store, false).unwrap().is_clean());
+        let snap = store.load().unwrap();
+        assert_eq!(
+            snap.jobs[0].state,
+            JobState::Running,
+            "the job runs its lost chunk again"
+        );
+        assert_eq!(snap.tallies[&1].chunks, 2);
+        assert_eq!(snap.tallies[&1].nodes, 10 + 12);
+        assert!(snap
+            .chunks
+            .contains(&(1, 1, ChunkRecord::Pending { attempts: 0 })));
+    }
+
+    #[test]
+    fn garbage_records_and_a_wrong_tally_are_named_and_repaired() {
+        let store = healthy();
+        let mut c2 = job_key(b'c', 1);
+        c2.extend_from_slice(&2u64.to_be_bytes());
+        let inflated = Tally {
+            chunks: 3,
+            nodes: 999,
+            ..Default::default()
+        };
+        store
+            .kv()
+            .apply(vec![
+                (c2, Some(b"\xff garbage".to_vec())),
+                (
+                    job_key(b't', 1),
+                    Some(serde_json::to_vec(&inflated).unwrap()),
+                ),
+                (job_key(b'c', 9), Some(b"{}".to_vec())),
+            ])
+            .unwrap();
+        let r = check(&store, false).unwrap();
+        let text: Vec<String> = r.problems.iter().map(|p| p.to_string()).collect();
+        assert!(
+            text.iter()
+                .any(|t| t.contains("damaged record") && t.contains("chunk 2 runs again")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter().any(|t| t.contains("malformed chunk key")),
+            "{text:?}"
+        );
+        repair(&store, &r).unwrap();
+        assert!(check(&store, false).unwrap().is_clean());
+        let snap = store.load().unwrap();
+        assert_eq!(snap.tallies[&1].nodes, 10 + 11);
+    }
+
+    #[test]
+    fn a_damaged_merged_artifact_reruns_the_whole_job() {
+        let store = healthy();
+        let mut rec = job(1, 3);
+        rec.artifact_digest = Some(blake3::hash(b"table").to_hex().to_string());
+        store
+            .write(vec![
+                Op::Job(rec),
+                Op::Artifact(1, std::sync::Arc::new(b"tablX".to_vec())),
+            ])
+            .unwrap();
+        assert!(
+            check(&store, false).unwrap().is_clean(),
+            "shallow checks do not hash"
+        );
+        let r = check(&store, true).unwrap();
+        assert!(
+            r.problems.iter().any(|p| p.what.contains("does not match")),
+            "{:?}",
+            r.problems
+        );
+        repair(&store, &r).unwrap();
+        let snap = store.load().unwrap();
+        assert_eq!(snap.jobs[0].artifact_digest, None);
+        assert_eq!(snap.jobs[0].state, JobState::Running);
+        assert!(snap
+            .chunks
+            .iter()
+            .all(|(_, _, c)| *c == ChunkRecord::Pending { attempts: 0 }));
+        assert!(check(&store, true).unwrap().is_clean());
+    }
+
+    #[test]
+    fn the_coordinator_refuses_a_store_whose_tally_disagrees() {
+        let store = healthy();
+        let inflated = Tally {
+            chunks: 4,
+            nodes: 1,
+            ..Default::default()
+        };
+        store
+            .kv()
+            .apply(vec![(
+                job_key(b't', 1),
+                Some(serde_json::to_vec(&inflated).unwrap()),
+            )])
+            .unwrap();
+        let err = crate::Coordinator::open(store, Default::default())
+            .err()
+            .expect("a damaged store is refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("3 done chunks but its tally counts 4"),
+            "{text}"
+        );
+        assert!(text.contains("sweep store repair"), "{text}");
+    }
+}

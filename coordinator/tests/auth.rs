@@ -1,0 +1,726 @@
+//! Tokens, TLS and limits of a real coordinator on loopback: every refusal has the right status and reaches no
+//! handler, tokens rotate without losing a job, TLS refuses plain clients and (when asked) clients without a
+//! certificate, and one client cannot make the coordinator hold or store unbounded data.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+use sweep_coordinator::auth::Auth;
+use sweep_coordinator::limits::Limits;
+use sweep_coordinator::store::Store;
+use sweep_coordinator::{serve, Coordinator, CoordinatorConfig, ServeSecurity};
+use sweep_proto::v1::{self, jobs_client::JobsClient, work_client::WorkClient};
+use tokio::sync::oneshot;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Request, Status};
+
+const WORKER: &str = "worker-token-aaaaaaaaaaaaaaaa";
+const ADMIN: &str = "admin-token-bbbbbbbbbbbbbbbbbb";
+const NEW_WORKER: &str = "worker-token-rotated-cccccccccc";
+
+/// Sends `authorization: Bearer <token>` (or nothing).
+#[derive(Clone)]
+struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Bearer {
+    fn new(token: Option<&str>) -> Bearer {
+        Bearer(token.map(|t| format!("Bearer {t}").parse().unwrap()))
+    }
+}
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+type Authed = InterceptedService<Channel, Bearer>;
+
+struct Server {
+    url: String,
+    dir: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// A coordinator on 127.0.0.1:0 with a fresh store, secured by `security(dir)` (token files go in `dir`).
+    async fn start(limits: Limits, security: impl FnOnce(&Path) -> ServeSecurity) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let security = security(dir.path());
+        let store = Store::open(&dir.path().join("store")).unwrap();
+        let cfg = CoordinatorConfig {
+            limits,
+            ..CoordinatorConfig::default()
+        };
+        let coord = Coordinator::open(store, cfg).expect("open coordinator");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let scheme = if security.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            serve(listener, coord, security, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("serve");
+        });
+        Server {
+            url,
+            dir,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn channel(&self) -> Channel {
+        Endpoint::from_shared(self.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    async fn clients(&self, token: Option<&str>) -> (WorkClient<Authed>, JobsClient<Authed>) {
+        let ch = self.channel().await;
+        (
+            WorkClient::with_interceptor(ch.clone(), Bearer::new(token)),
+            JobsClient::with_interceptor(ch, Bearer::new(token)),
+        )
+    }
+
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("server stops")
+            .expect("server task");
+    }
+}
+
+/// Token files `worker.tokens` and `admin.tokens` in `dir`, and the auth that reads them.
+fn token_files(dir: &Path, worker: &str, admin: &str) -> ServeSecurity {
+    let (w, a) = (dir.join("worker.tokens"), dir.join("admin.tokens"));
+    std::fs::write(&w, format!("# worker tokens\n{worker}\n")).unwrap();
+    std::fs::write(&a, format!("{admin}\n")).unwrap();
+    ServeSecurity {
+        auth: Auth::from_files(Some(w), Some(a)).unwrap(),
+        tls: None,
+    }
+}
+
+fn star7(chunks: u64) -> v1::SubmitRequest {
+    v1::SubmitRequest {
+        space: "star".into(),
+        params_json: r#"{"points": 7, "method": "backtrack"}"#.into(),
+        chunks,
+        ..Default::default()
+    }
+}
+
+async fn register(work: &mut WorkClient<Authed>, name: &str) -> Result<String, Status> {
+    Ok(work
+        .register(v1::RegisterRequest {
+            name: name.into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .worker_id)
+}
+
+/// Leases up to `n` chunks one at a time, runs them with the real kernel, reports them; returns how many
+/// were accepted.
+async fn run_chunks(
+    work: &mut WorkClient<Authed>,
+    worker: &str,
+    n: usize,
+) -> Result<usize, Status> {
+    let mut accepted = 0;
+    for _ in 0..n {
+        let leases = work
+            .lease(v1::LeaseRequest {
+                worker_id: worker.into(),
+                max_chunks: 1,
+            })
+            .await?
+            .into_inner()
+            .leases;
+        let Some(lease) = leases.into_iter().next() else {
+            break;
+        };
+        let job = sweep_puzzles::job_from_params(
+            &lease.space,
+            &serde_json::from_str(&lease.params_json).unwrap(),
+        )
+        .unwrap();
+        let out = job
+            .run_chunk(lease.n_chunks, lease.chunk, &sweep_puzzles::Control::new())
+            .unwrap();
+        let acks = work
+            .complete(v1::CompleteRequest {
+                worker_id: worker.into(),
+                reports: vec![v1::ChunkReport {
+                    lease_id: lease.lease_id,
+                    job_id: lease.job_id,
+                    chunk: lease.chunk,
+                    output: Some(v1::ChunkOutput::from(&out)),
+                    elapsed_s: 0.0,
+                }],
+            })
+            .await?
+            .into_inner()
+            .acks;
+        accepted += acks
+            .iter()
+            .filter(|a| a.status == v1::AckStatus::Accepted as i32)
+            .count();
+    }
+    Ok(accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_checked_per_method() {
+    let server = Server::start(Limits::default(), |d| token_files(d, WORKER, ADMIN)).await;
+
+    for token in [
+        None,
+        Some("not-a-token-at-all-xxxxxxxx"),
+        Some(&WORKER[..20]),
+    ] {
+        let (mut work, mut jobs) = server.clients(token).await;
+        let e = jobs.list_jobs(v1::ListJobsRequest {}).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated, "{token:?}: {e:?}");
+        let e = register(&mut work, "w").await.unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated, "{token:?}: {e:?}");
+        let e = jobs.submit(star7(4)).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated, "{token:?}: {e:?}");
+        assert!(!e.message().contains(WORKER), "{e:?}");
+    }
+    let e = server
+        .clients(None)
+        .await
+        .1
+        .list_jobs(v1::ListJobsRequest {})
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("--token-file"), "{e:?}");
+
+    // A worker token runs chunks and reads jobs, but may not change them.
+    let (mut work, mut jobs) = server.clients(Some(WORKER)).await;
+    let e = jobs.submit(star7(4)).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(
+        e.message().contains("Submit") && e.message().contains("admin"),
+        "{e:?}"
+    );
+    let (_, mut admin) = server.clients(Some(ADMIN)).await;
+    let job = admin
+        .submit(star7(4))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    for e in [
+        jobs.cancel(v1::JobRequest { job_id: job.id })
+            .await
+            .unwrap_err(),
+        jobs.pause(v1::JobRequest { job_id: job.id })
+            .await
+            .unwrap_err(),
+        jobs.resume(v1::JobRequest { job_id: job.id })
+            .await
+            .unwrap_err(),
+    ] {
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    }
+    assert_eq!(
+        jobs.list_jobs(v1::ListJobsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .jobs
+            .len(),
+        1
+    );
+    jobs.job_status(v1::JobRequest { job_id: job.id })
+        .await
+        .unwrap();
+    let worker = register(&mut work, "w1").await.unwrap();
+    assert_eq!(run_chunks(&mut work, &worker, 4).await.unwrap(), 4);
+    let r = jobs
+        .results(v1::JobRequest { job_id: job.id })
+        .await
+        .unwrap()
+        .into_inner();
+    let v: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
+    assert_eq!(v["solutions"], 1008, "{v}");
+    // The admin token may do what a worker token may.
+    let mut admin_work = server.clients(Some(ADMIN)).await.0;
+    register(&mut admin_work, "w2").await.unwrap();
+    // A done job cannot be paused, but the admin token is not what stops it.
+    let e = admin
+        .pause(v1::JobRequest { job_id: job.id })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    server.stop().await;
+}
+
+/// Polls until `f` gives a result whose `Ok`-ness is `want` (the file watcher reloads once a second).
+async fn eventually<F, Fut, T>(want: bool, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Status>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if f().await.is_ok() == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "token reload not seen within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotating_the_worker_token_loses_no_job() {
+    let server = Server::start(Limits::default(), |d| token_files(d, WORKER, ADMIN)).await;
+    let worker_file: PathBuf = server.dir.path().join("worker.tokens");
+    let (_, mut admin) = server.clients(Some(ADMIN)).await;
+    let job = admin
+        .submit(star7(12))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+
+    // The old token runs part of the job.
+    let (mut old_work, _) = server.clients(Some(WORKER)).await;
+    let old_id = register(&mut old_work, "old").await.unwrap();
+    assert_eq!(run_chunks(&mut old_work, &old_id, 4).await.unwrap(), 4);
+
+    // Step 1: add the new token; both work while clients move over.
+    std::fs::write(&worker_file, format!("{WORKER}\n{NEW_WORKER}\n")).unwrap();
+    let (mut new_work, mut new_jobs) = server.clients(Some(NEW_WORKER)).await;
+    eventually(true, || {
+        let mut c = new_jobs.clone();
+        async move { c.list_jobs(v1::ListJobsRequest {}).await }
+    })
+    .await;
+    let new_id = register(&mut new_work, "new").await.unwrap();
+    assert_eq!(run_chunks(&mut new_work, &new_id, 4).await.unwrap(), 4);
+    assert_eq!(run_chunks(&mut old_work, &old_id, 2).await.unwrap(), 2);
+
+    // Step 2: remove the old token; it is refused from then on, and the new one finishes the job.
+    std::fs::write(&worker_file, format!("# rotated\n{NEW_WORKER}\n")).unwrap();
+    eventually(false, || {
+        let mut c = old_work.clone();
+        let id = old_id.clone();
+        // A heartbeat without leases changes nothing: probing must not lease chunks it will not run.
+        async move {
+            let req = v1::HeartbeatRequest {
+                worker_id: id,
+                progress: vec![],
+            };
+            c.heartbeat(req).await
+        }
+    })
+    .await;
+    let e = register(&mut old_work, "old").await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    assert_eq!(run_chunks(&mut new_work, &new_id, 20).await.unwrap(), 2);
+
+    let status = new_jobs
+        .job_status(v1::JobRequest { job_id: job.id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.state, "done", "{status:?}");
+    assert_eq!(
+        status.completions, 12,
+        "every chunk counted exactly once: {status:?}"
+    );
+    let r = new_jobs
+        .results(v1::JobRequest { job_id: job.id })
+        .await
+        .unwrap()
+        .into_inner();
+    let v: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
+    assert_eq!(
+        (v["solutions"].as_u64(), v["unique"].as_u64()),
+        (Some(1008), Some(72)),
+        "{v}"
+    );
+
+    // A broken file (a half-written rotation) keeps the tokens in force.
+    std::fs::write(&worker_file, "short\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    new_jobs.list_jobs(v1::ListJobsRequest {}).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_coordinator_needs_no_token() {
+    let server = Server::start(Limits::default(), |_| ServeSecurity::default()).await;
+    let (_, mut jobs) = server.clients(None).await;
+    jobs.submit(star7(2)).await.unwrap();
+    server.stop().await;
+}
+
+/// A CA, a server certificate for localhost/127.0.0.1 and a client certificate, as PEM files in `dir`.
+struct Pki {
+    ca: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+fn pki(dir: &Path) -> Pki {
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "sweep test CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let issue = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names).unwrap();
+        p.extended_key_usages = vec![usage];
+        (p.signed_by(&key, &ca).unwrap().pem(), key.serialize_pem())
+    };
+    let (sc, sk) = issue(
+        vec!["localhost".into(), "127.0.0.1".into()],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (cc, ck) = issue(vec!["worker-1".into()], ExtendedKeyUsagePurpose::ClientAuth);
+    let files = Pki {
+        ca: dir.join("ca.pem"),
+        server_cert: dir.join("server.pem"),
+        server_key: dir.join("server.key"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client.key"),
+    };
+    for (path, text) in [
+        (&files.ca, ca.pem()),
+        (&files.server_cert, sc),
+        (&files.server_key, sk),
+        (&files.client_cert, cc),
+        (&files.client_key, ck),
+    ] {
+        std::fs::write(path, text).unwrap();
+    }
+    files
+}
+
+fn tls_security(dir: &Path, require_client_cert: bool) -> (ServeSecurity, Pki) {
+    let p = pki(dir);
+    let client_ca = require_client_cert.then_some(p.ca.as_path());
+    let tls = ServeSecurity::tls_from_files(&p.server_cert, &p.server_key, client_ca).unwrap();
+    let mut sec = token_files(dir, WORKER, ADMIN);
+    sec.tls = Some(tls);
+    (sec, p)
+}
+
+async fn tls_jobs_as(
+    url: &str,
+    pki: &Pki,
+    with_cert: bool,
+    token: &str,
+) -> Result<JobsClient<Authed>, String> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(&pki.ca).unwrap()));
+    if with_cert {
+        tls = tls.identity(Identity::from_pem(
+            std::fs::read(&pki.client_cert).unwrap(),
+            std::fs::read(&pki.client_key).unwrap(),
+        ));
+    }
+    let ch = Endpoint::from_shared(url.to_string())
+        .unwrap()
+        .tls_config(tls)
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(JobsClient::with_interceptor(ch, Bearer::new(Some(token))))
+}
+
+async fn tls_jobs(url: &str, pki: &Pki, with_cert: bool) -> Result<JobsClient<Authed>, String> {
+    tls_jobs_as(url, pki, with_cert, ADMIN).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_serves_trusting_clients_and_refuses_plain_ones() {
+    let pki_dir = tempfile::tempdir().unwrap();
+    let mut files = None;
+    let server = Server::start(Limits::default(), |d| {
+        let (sec, p) = tls_security(d, false);
+        files = Some(p);
+        sec
+    })
+    .await;
+    let files = files.unwrap();
+    assert!(server.url.starts_with("https://"));
+    let mut jobs = tls_jobs(&server.url, &files, false).await.unwrap();
+    jobs.submit(star7(2)).await.unwrap();
+    // Tokens still apply inside TLS.
+    let e = tls_jobs_as(&server.url, &files, false, WORKER)
+        .await
+        .unwrap()
+        .submit(star7(2))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+
+    // Plain HTTP/2 to a TLS port gets no answer.
+    let plain = server.url.replace("https://", "http://");
+    let plain_result = async {
+        let ch = Endpoint::from_shared(plain)
+            .unwrap()
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(3))
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        JobsClient::with_interceptor(ch, Bearer::new(Some(ADMIN)))
+            .list_jobs(v1::ListJobsRequest {})
+            .await
+            .map_err(|e| e.to_string())
+    }
+    .await;
+    assert!(plain_result.is_err(), "a plain client was served over TLS");
+
+    // A client that trusts another CA refuses the server.
+    let other = pki(pki_dir.path());
+    let untrusting = async {
+        tls_jobs(&server.url, &other, false)
+            .await?
+            .list_jobs(v1::ListJobsRequest {})
+            .await
+            .map_err(|e| e.to_string())
+    }
+    .await;
+    assert!(
+        untrusting.is_err(),
+        "a certificate from an unknown CA was accepted"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_required_when_a_client_ca_is_set() {
+    let mut files = None;
+    let server = Server::start(Limits::default(), |d| {
+        let (sec, p) = tls_security(d, true);
+        files = Some(p);
+        sec
+    })
+    .await;
+    let files = files.unwrap();
+    let without = async {
+        tls_jobs(&server.url, &files, false)
+            .await?
+            .list_jobs(v1::ListJobsRequest {})
+            .await
+            .map_err(|e| e.to_string())
+    }
+    .await;
+    assert!(
+        without.is_err(),
+        "a client without a certificate was served"
+    );
+    let mut with = tls_jobs(&server.url, &files, true).await.unwrap();
+    with.list_jobs(v1::ListJobsRequest {}).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_refuse_oversized_work_with_the_limit_named() {
+    let limits = Limits {
+        max_report_solutions: 2,
+        max_watch_streams: 1,
+        max_params_bytes: 100,
+        ..Limits::default()
+    };
+    let server = Server::start(limits, |_| ServeSecurity::default()).await;
+    let (mut work, mut jobs) = server.clients(None).await;
+
+    let mut big = star7(2);
+    big.params_json = format!(r#"{{"points": 7, "pad": "{}"}}"#, "x".repeat(200));
+    let e = jobs.submit(big).await.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("--max-params-bytes"), "{e:?}");
+
+    // One Watch stream at a time; the slot frees when the client goes away.
+    let first = jobs
+        .watch(v1::WatchRequest {
+            job_id: 0,
+            interval_ms: 50,
+        })
+        .await
+        .unwrap();
+    let e = jobs
+        .watch(v1::WatchRequest {
+            job_id: 0,
+            interval_ms: 50,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("--max-watch-streams"), "{e:?}");
+    drop(first);
+    eventually(true, || {
+        let mut c = jobs.clone();
+        async move {
+            c.watch(v1::WatchRequest {
+                job_id: 0,
+                interval_ms: 50,
+            })
+            .await
+        }
+    })
+    .await;
+
+    // A report with more solutions than allowed is refused, the attempt counts, and the chunk is re-issued.
+    let job = jobs
+        .submit(star7(2))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    let worker = register(&mut work, "flood").await.unwrap();
+    let lease = work
+        .lease(v1::LeaseRequest {
+            worker_id: worker.clone(),
+            max_chunks: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .leases
+        .remove(0);
+    let flood = v1::ChunkOutput {
+        solutions: vec!["a".into(), "b".into(), "c".into()],
+        ..Default::default()
+    };
+    let acks = work
+        .complete(v1::CompleteRequest {
+            worker_id: worker.clone(),
+            reports: vec![v1::ChunkReport {
+                lease_id: lease.lease_id,
+                job_id: lease.job_id,
+                chunk: lease.chunk,
+                output: Some(flood),
+                elapsed_s: 0.0,
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .acks;
+    assert_eq!(acks[0].status, v1::AckStatus::Rejected as i32, "{acks:?}");
+    assert!(
+        acks[0].message.contains("--max-report-solutions"),
+        "{acks:?}"
+    );
+    let status = jobs
+        .job_status(v1::JobRequest { job_id: job.id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.chunks_done, 0, "{status:?}");
+    assert_eq!(
+        status.chunks_leased, 0,
+        "the refused chunk went back: {status:?}"
+    );
+    server.stop().await;
+}
+
+/// Side by side, same process and workload: new connections (TCP + TLS handshake + one call) and calls on one
+/// open connection, for an open plain coordinator and for one with TLS and tokens. Prints the figures.
+/// Run: `cargo test --release -p sweep-coordinator --test auth -- --ignored --nocapture overhead`.
+#[ignore = "a measurement, not a check; run it by name"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overhead_of_tls_and_tokens() {
+    const CONNECTS: usize = 200;
+    const CALLS: usize = 5000;
+    let plain = Server::start(Limits::default(), |_| ServeSecurity::default()).await;
+    let mut files = None;
+    let secure = Server::start(Limits::default(), |d| {
+        let (sec, p) = tls_security(d, false);
+        files = Some(p);
+        sec
+    })
+    .await;
+    let files = files.unwrap();
+    let mut rows = Vec::new();
+    for tls in [false, true] {
+        let t0 = Instant::now();
+        for _ in 0..CONNECTS {
+            let mut c = if tls {
+                tls_jobs_as(&secure.url, &files, false, WORKER)
+                    .await
+                    .unwrap()
+            } else {
+                plain.clients(None).await.1
+            };
+            c.list_jobs(v1::ListJobsRequest {}).await.unwrap();
+        }
+        let connect = t0.elapsed().as_secs_f64() / CONNECTS as f64;
+        let mut c = if tls {
+            tls_jobs_as(&secure.url, &files, false, WORKER)
+                .await
+                .unwrap()
+        } else {
+            plain.clients(None).await.1
+        };
+        let t0 = Instant::now();
+        for _ in 0..CALLS {
+            c.list_jobs(v1::ListJobsRequest {}).await.unwrap();
+        }
+        let call = t0.elapsed().as_secs_f64() / CALLS as f64;
+        rows.push((connect, call));
+        println!(
+            "{:<22} connect+call {:>8.1} us   call on open connection {:>6.1} us",
+            if tls {
+                "TLS + worker token"
+            } else {
+                "plain, no token"
+            },
+            connect * 1e6,
+            call * 1e6
+        );
+    }
+    println!(
+        "ratio TLS+token / plain: connect {:.2}x, call {:.2}x",
+        rows[1].0 / rows[0].0,
+        rows[1].1 / rows[0].1
+    );
+    plain.stop().await;
+    secure.stop().await;
+}

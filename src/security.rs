@@ -1,0 +1,118 @@
+//! The security flags of the `sweep` commands: client side (token, TLS trust and client certificate), shared by
+//! every command that talks to a coordinator, and the coordinator's own (token files, server certificate).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use sweep_coordinator::ServeSecurity;
+use sweep_worker::connect::ClientSecurity;
+
+use crate::{exit, Exit};
+
+/// How a client authenticates and what it trusts.
+#[derive(Args, Debug, Default, Clone)]
+pub struct ClientArgs {
+    /// File with this client's token (first line that is not a `#` comment). Default: the SWEEP_TOKEN variable.
+    #[arg(long, value_name = "FILE", env = "SWEEP_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// CA certificate (PEM) that signed the coordinator's certificate; needed for an https:// URL.
+    #[arg(long, value_name = "FILE", env = "SWEEP_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM), for a coordinator that requires one (with --tls-key).
+    #[arg(long, value_name = "FILE", env = "SWEEP_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// Key (PEM) of the client certificate.
+    #[arg(long, value_name = "FILE", env = "SWEEP_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl ClientArgs {
+    /// The settings for `sweep_worker::connect`; the token comes from the file, else from SWEEP_TOKEN.
+    pub fn security(&self) -> ClientSecurity {
+        ClientSecurity {
+            token_file: self.token_file.clone(),
+            // Read here rather than as a clap `env` flag: clap would show the value in `--help`.
+            token: std::env::var("SWEEP_TOKEN")
+                .ok()
+                .filter(|t| !t.trim().is_empty()),
+            tls_ca: self.tls_ca.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+        }
+    }
+}
+
+/// The coordinator's security flags. With none given it serves plain gRPC to anyone who can reach it.
+#[derive(Args, Debug, Default)]
+pub struct ServeArgs {
+    /// Tokens (one per line, `#` comments) that may run chunks and read jobs. Re-read when the file changes and
+    /// on SIGHUP. Needs --admin-token-file.
+    #[arg(long, value_name = "FILE")]
+    pub worker_token_file: Option<PathBuf>,
+    /// Tokens that may also submit, cancel, pause and resume jobs (and do everything a worker token may).
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Server certificate chain (PEM): serve TLS only (clients use https:// and --tls-ca).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Key (PEM) of the server certificate.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    pub fn security(&self) -> anyhow::Result<ServeSecurity> {
+        let bad = |e: sweep_coordinator::auth::AuthError| Exit {
+            code: exit::USAGE,
+            message: e.to_string(),
+        };
+        let auth = sweep_coordinator::auth::Auth::from_files(
+            self.worker_token_file.clone(),
+            self.admin_token_file.clone(),
+        )
+        .map_err(bad)?;
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(
+                ServeSecurity::tls_from_files(cert, key, self.tls_client_ca.as_deref())
+                    .map_err(bad)?,
+            ),
+            _ => None,
+        };
+        Ok(ServeSecurity { auth, tls })
+    }
+}
+
+/// Limits on what one client may make the coordinator hold or store (see `sweep_coordinator::limits`).
+#[derive(Args, Debug)]
+pub struct LimitArgs {
+    /// Solutions one chunk report may carry; a report with more is refused and the chunk retried.
+    #[arg(long, default_value_t = sweep_coordinator::limits::Limits::default().max_report_solutions)]
+    pub max_report_solutions: usize,
+    /// Solutions stored for one job over all its chunks.
+    #[arg(long, default_value_t = sweep_coordinator::limits::Limits::default().max_job_solutions)]
+    pub max_job_solutions: u64,
+    /// MiB of solutions and artifacts stored for one job.
+    #[arg(long, default_value_t = sweep_coordinator::limits::Limits::default().max_job_output_bytes >> 20)]
+    pub max_job_output_mb: u64,
+    /// Watch streams open at once (progress bars of `sweep watch`).
+    #[arg(long, default_value_t = sweep_coordinator::limits::Limits::default().max_watch_streams)]
+    pub max_watch_streams: usize,
+    /// Bytes of a job's parameters (JSON) at submit.
+    #[arg(long, default_value_t = sweep_coordinator::limits::Limits::default().max_params_bytes)]
+    pub max_params_bytes: usize,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> sweep_coordinator::limits::Limits {
+        sweep_coordinator::limits::Limits {
+            max_report_solutions: self.max_report_solutions,
+            max_job_solutions: self.max_job_solutions,
+            max_job_output_bytes: self.max_job_output_mb.saturating_mul(1 << 20),
+            max_watch_streams: self.max_watch_streams,
+            max_params_bytes: self.max_params_bytes,
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! The web dashboard in a real browser: a real `sweep coordinator --http 127.0.0.1:0` process and a worker run
+//! a job that takes minutes, after two small finished ones; headless Chromium loads the page, runs its script
+//! against the live coordinator, and the test reads the DOM it rendered: the running job with its progress,
+//! the worker, and the finished job's answer with its pictures. It also takes a screenshot; with
+//! `SWEEP_DASHBOARD_SCREENSHOT=docs/dashboard.png` set it is kept there (that is how the README's picture is
+//! made: `SWEEP_DASHBOARD_SCREENSHOT=docs/dashboard.png cargo test --release --test e2e_dashboard`).
+//!
+//! Needs Chromium (Debian package `chromium`). When it is missing the test installs it if it runs as root with
+//! apt-get (bounded by a timeout), and otherwise passes with a printed SKIP line naming what is missing.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{scratch, stdout_json, sweep, Proc, SWEEP};
+
+/// The Chromium binary, installing the Debian package if we may; `Err` says why the test cannot run.
+fn chromium() -> Result<PathBuf, String> {
+    let find = || {
+        ["chromium", "chromium-browser", "google-chrome"]
+            .iter()
+            .find_map(|name| {
+                let out = Command::new("sh")
+                    .args(["-c", &format!("command -v {name}")])
+                    .output()
+                    .ok()?;
+                let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                (out.status.success() && !path.is_empty()).then(|| PathBuf::from(path))
+            })
+    };
+    if let Some(p) = find() {
+        return Ok(p);
+    }
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    let apt = Path::new("/usr/bin/apt-get").exists();
+    if !(root && apt) {
+        return Err(format!(
+            "chromium is not installed and cannot be installed here (root: {root}, apt-get: {apt}); \
+             install the Debian package `chromium` to run this test"
+        ));
+    }
+    eprintln!("chromium is missing: installing it with apt-get (at most 10 minutes)");
+    let install = |args: &str| {
+        Command::new("sh")
+            .args([
+                "-c",
+                &format!("DEBIAN_FRONTEND=noninteractive timeout 600 apt-get {args} >&2"),
+            ])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    if !install("install -y chromium") {
+        // A fresh machine may have no package lists yet.
+        let _ = install("update");
+        install("install -y chromium");
+    }
+    find().ok_or_else(|| "apt-get could not install chromium".to_string())
+}
+
+/// `sweep coordinator --http 127.0.0.1:0`: the process, its gRPC URL and its dashboard URL (printed on the line
+/// after the gRPC address).
+fn start_coordinator(store: &Path) -> (Proc, String, String) {
+    let mut child = Command::new(SWEEP)
+        .args([
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .args(["--lease-ttl-ms", "2000", "--data"])
+        .arg(store)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn coordinator");
+    let stdout = child.stdout.take().expect("coordinator stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Read on until the process ends, so it never writes into a closed pipe.
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let proc = Proc {
+        child,
+        name: "coordinator".into(),
+    };
+    let next = || {
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("a line from the coordinator within 20 s")
+    };
+    let grpc = next();
+    let grpc = grpc
+        .strip_prefix("sweep coordinator listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {grpc:?}"))
+        .to_string();
+    let http = next();
+    let http = http
+        .strip_prefix("sweep dashboard on ")
+        .unwrap_or_else(|| panic!("unexpected second line {http:?}"))
+        .to_string();
+    (proc, format!("http://{grpc}"), http)
+}
+
+fn status(url: &str, job: u64) -> serde_json::Value {
+    let out = sweep(
+        &["status", &job.to_string(), "--json", "--coordinator", url],
+        &[],
+        Duration::from_secs(30),
+    );
+    stdout_json(&out)["jobs"][0].clone()
+}
+
+fn wait_for(url: &str, job: u64, what: &str, pred: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let s = status(url, job);
+        if pred(&s) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {job}: not {what} within 120 s: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn submit(url: &str, args: &[&str]) -> u64 {
+    let mut all = vec!["submit"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", "--coordinator", url]);
+    let v = stdout_json(&sweep(&all, &[], Duration::from_secs(30)));
+    v["job"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no job id in {v}"))
+}
+
+/// Runs headless Chromium on `url` with `extra` arguments (bounded): its stdout.
+fn browse(chromium: &Path, profile: &Path, url: &str, extra: &[&str]) -> String {
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn dashboard_shows_the_running_job_in_a_real_browser() {
+    let chromium = match chromium() {
+        Ok(c) => c,
+        Err(why) => {
+            println!("SKIP dashboard_shows_the_running_job_in_a_real_browser: {why}");
+            return;
+        }
+    };
+    let dir = scratch();
+    let (_coordinator, url, http) = start_coordinator(&dir.path().join("store"));
+    let _worker = Proc {
+        child: Command::new(SWEEP)
+            .args([
+                "worker",
+                "--connect",
+                &url,
+                "--threads",
+                "1",
+                "--name",
+                "node-a",
+            ])
+            .args(["--grace-secs", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn worker"),
+        name: "worker".into(),
+    };
+
+    // Two small finished jobs (the buzzled one last, so its answer with pictures comes first on the page),
+    // then one that runs for minutes on one thread: the page is loaded while it runs.
+    let star = submit(&url, &["star", "--points", "7"]);
+    wait_for(&url, star, "done", |s| s["state"] == "done");
+    let clues = "5,2,2,2,2,3,1,6,4,2,2,2,2,4,3,3,3,3,2,4,3";
+    let buzzled = submit(&url, &["buzzled", "--clues", clues]);
+    wait_for(&url, buzzled, "done", |s| s["state"] == "done");
+    let billiard = submit(&url, &["billiard", "--rows", "10"]);
+    wait_for(&url, billiard, "a few chunks in", |s| {
+        s["chunks_done"].as_u64().unwrap_or(0) >= 4
+    });
+
+    let profile = dir.path().join("chromium-profile");
+    let dom = browse(&chromium, &profile, &http, &["--dump-dom"]);
+    let now = status(&url, billiard);
+    assert_eq!(
+        now["state"], "running",
+        "the long job is still running: {now}"
+    );
+
+    // The script ran and talked to the coordinator.
+    assert!(dom.contains(r#"class="conn ok""#), "page not live: {dom}");
+    // The running job: its row, state and progress.
+    let row_start = dom
+        .find(&format!(r#"data-job="{billiard}" data-state="running""#))
+        .unwrap_or_else(|| panic!("no running row for job {billiard}: {dom}"));
+    let row = &dom[row_start..];
+    let row = &row[..row.find("</tr>").expect("row ends")];
+    assert!(row.contains("billiard") && row.contains("rows=10"), "{row}");
+    let progress = row
+        .split("bar-text\">")
+        .nth(1)
+        .and_then(|t| t.split(" / ").next())
+        .and_then(|n| n.replace(',', "").parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no progress text in {row}"));
+    let total = now["chunks_total"].as_u64().expect("chunks_total");
+    assert!(
+        progress >= 4 && progress <= now["chunks_done"].as_u64().unwrap_or(0),
+        "page shows {progress} chunks done; the coordinator says {now}"
+    );
+    assert!(row.contains(&format!(" / {total} chunks")), "{row}");
+    assert!(row.contains(r#"role="progressbar""#), "{row}");
+    // The finished jobs.
+    assert!(dom.contains(&format!(r#"data-job="{star}" data-state="done""#)));
+    assert!(dom.contains(&format!(r#"data-job="{buzzled}" data-state="done""#)));
+    // The worker row.
+    let w = dom
+        .find(r#"data-worker="node-a" data-live="true""#)
+        .unwrap_or_else(|| panic!("no live worker row: {dom}"));
+    assert!(dom[w..].contains("ago"), "no heartbeat age");
+    // The buzzled answer, with its pictures served by the coordinator.
+    let card = dom
+        .find(&format!(r#"data-result="{buzzled}""#))
+        .unwrap_or_else(|| panic!("no result card for job {buzzled}: {dom}"));
+    assert!(dom[card..].contains("58 solutions"), "answer text missing");
+    assert!(
+        dom[card..].contains(&format!(r#"src="api/jobs/{buzzled}/pictures/0""#)),
+        "pictures missing"
+    );
+    // The throughput plot was drawn.
+    assert!(dom.contains(r#"aria-label="throughput over time""#));
+
+    // A screenshot: always taken (a blank or broken page would still be a PNG, but a failing render is not),
+    // kept where SWEEP_DASHBOARD_SCREENSHOT says.
+    let shot = dir.path().join("dashboard.png");
+    browse(
+        &chromium,
+        &profile,
+        &http,
+        &[
+            "--window-size=1280,1300",
+            &format!("--screenshot={}", shot.display()),
+        ],
+    );
+    let png = std::fs::read(&shot).expect("screenshot written");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000,
+        "{} bytes",
+        png.len()
+    );
+    if let Ok(keep) = std::env::var("SWEEP_DASHBOARD_SCREENSHOT") {
+        if let Some(parent) = Path::new(&keep).parent() {
+            std::fs::create_dir_all(parent).expect("screenshot directory");
+        }
+        std::fs::copy(&shot, &keep).expect("keep the screenshot");
+        println!("screenshot written to {keep}");
+    }
+}

@@ -1,0 +1,498 @@
+//! Fault injection on (simulated) separate hosts: the coordinator and each worker in its own network namespace
+//! (see `tests/netns/mod.rs`). Every scenario ends the same way: the distributed answer equals the in-process
+//! one, every chunk's result was counted exactly once (`completions == chunks_total`, whatever `duplicates`
+//! says), and no chunk is poisoned or missing.
+//!
+//! Needs root; without it every test prints `SKIPPED: ...` and passes (`SWEEP_REQUIRE_NETNS=1` makes that a
+//! failure). Fault schedules come from a seeded generator: `SWEEP_FAULT_SEED=<n>` replays one.
+//!
+//! The default scenarios take about a minute together in release on 2 cores. The long study of sled under
+//! repeated SIGKILL is ignored by default:
+//! `cargo test --release --test fault_netns -- --ignored --nocapture`
+
+mod common;
+mod netns;
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{scratch, solve_result};
+use netns::{chunks_done, field, is_running, Net, NetCluster, Opts, Rng};
+use serde_json::Value;
+
+const LONG: Duration = Duration::from_secs(300);
+
+/// A job with enough chunks (256) and work (about 6 s of one core) to be interrupted many times.
+const JOB: [&str; 5] = ["star", "--points", "11", "--chunks", "256"];
+
+/// The uninterrupted answer: the same chunks in-process, no coordinator, no store. Computed once per binary.
+fn expected() -> &'static Value {
+    static EXPECTED: OnceLock<Value> = OnceLock::new();
+    EXPECTED.get_or_init(|| solve_result(&JOB, LONG))
+}
+
+/// The answer is the uninterrupted one and every chunk was counted exactly once; returns the final status.
+fn assert_exact(c: &NetCluster, job: u64, expected: &Value, what: &str) -> Value {
+    let status = c.wait_done(job, LONG);
+    let res = c.results(job);
+    assert_eq!(
+        &res["result"], expected,
+        "{what}: wrong answer; status {status}"
+    );
+    assert_eq!(status["state"], "done", "{what}: {status}");
+    assert_eq!(
+        status["chunks_done"], status["chunks_total"],
+        "{what}: {status}"
+    );
+    assert_eq!(field(&status, "chunks_poisoned"), 0, "{what}: {status}");
+    // However many reports arrived for a chunk, its result was added once.
+    assert_eq!(
+        status["completions"], status["chunks_total"],
+        "{what}: {status}"
+    );
+    status
+}
+
+/// The coordinator's log without colour codes, so fields can be matched as `worker=w1`.
+fn plain(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// How many results of `worker` the coordinator has logged as duplicates (not counted).
+fn duplicates_logged(c: &NetCluster, worker: &str) -> usize {
+    let quoted = format!("worker=\"{worker}\"");
+    let bare = format!("worker={worker} ");
+    plain(&c.coordinator_log())
+        .lines()
+        .filter(|l| l.contains("duplicate result") && (l.contains(&quoted) || l.contains(&bare)))
+        .count()
+}
+
+#[test]
+fn sigkilled_workers_at_random_moments_are_replaced_and_the_answer_is_exact() {
+    let Some(net) = Net::new() else { return };
+    let expected = expected();
+    let t0 = Instant::now();
+    let mut rng = Rng::from_env("worker kills", 0x5EED_000A);
+    let opts = Opts {
+        workers: 3,
+        lease_ttl_ms: 1_000,
+        ..Opts::default()
+    };
+    let mut c = NetCluster::start(net, opts, None, scratch());
+    let job = c.submit(&JOB);
+    let mut live: Vec<usize> = (0..c.workers.len()).collect();
+    const MAX_KILLS: usize = 8;
+    let mut kills = 0;
+    while kills < MAX_KILLS {
+        std::thread::sleep(rng.millis(100, 800));
+        if !is_running(&c.status(job)) {
+            break;
+        }
+        // Any worker, at any moment: mid-chunk, mid-report, or between leases.
+        let slot = rng.range(0, live.len() as u64) as usize;
+        live[slot] = c.replace_worker(live[slot]);
+        kills += 1;
+    }
+    let status = assert_exact(&c, job, expected, "after worker kills");
+    eprintln!(
+        "FIGURES worker kills: {kills} SIGKILLs (each replaced) in one job; reissued {} chunks, {} duplicate \
+         reports not counted; {:.1} s wall",
+        field(&status, "reissued"),
+        field(&status, "duplicates"),
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(
+        kills >= 3,
+        "the job ended after {kills} kills; the scenario needs at least 3 mid-job"
+    );
+    assert!(
+        field(&status, "reissued") >= 1,
+        "killed workers' leases were re-issued: {status}"
+    );
+}
+
+#[test]
+fn coordinator_sigkilled_and_restarted_twenty_times_in_one_job_loses_nothing() {
+    let Some(net) = Net::new() else { return };
+    let expected = expected();
+    let t0 = Instant::now();
+    let mut rng = Rng::from_env("coordinator restarts", 0x5EED_000B);
+    let mut c = NetCluster::start(net, Opts::default(), None, scratch());
+    let job = c.submit(&JOB);
+    // A restart every few acknowledged chunks: the job cannot outrun the restarts, whatever the machine's speed.
+    const STEP: u64 = 3;
+    const MAX_RESTARTS: u32 = 24;
+    let mut restarts = 0;
+    let mut last_done = 0;
+    let mut max_down = Duration::ZERO;
+    while restarts < MAX_RESTARTS {
+        let before = c.wait_until(job, LONG, |s| {
+            !is_running(s) || chunks_done(s) >= last_done + STEP
+        });
+        if !is_running(&before) {
+            break;
+        }
+        // A little jitter, so kills land in different phases of a group commit.
+        std::thread::sleep(rng.millis(0, 60));
+        let down = Instant::now();
+        c.restart_coordinator();
+        restarts += 1;
+        // Status answers are read from what is flushed: what one said before the kill must still be there.
+        let after = c.wait_until(job, Duration::from_secs(60), |_| true);
+        max_down = max_down.max(down.elapsed());
+        assert!(
+            chunks_done(&after) >= chunks_done(&before),
+            "restart {restarts} lost acknowledged progress: before {before}, after {after}"
+        );
+        last_done = chunks_done(&after);
+    }
+    let status = assert_exact(&c, job, expected, "after coordinator restarts");
+    eprintln!(
+        "FIGURES coordinator restarts: {restarts} SIGKILL+restart cycles in one job (same --data and address); \
+         reissued {} chunks, {} duplicate reports not counted; longest outage until status answered {:.2} s; \
+         {:.1} s wall",
+        field(&status, "reissued"),
+        field(&status, "duplicates"),
+        max_down.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(
+        restarts >= 20,
+        "the job ended after {restarts} restarts; the scenario needs at least 20"
+    );
+}
+
+#[test]
+fn partitioned_workers_late_results_are_duplicates_and_never_counted_twice() {
+    let Some(net) = Net::new() else { return };
+    let expected = expected();
+    let t0 = Instant::now();
+    let ttl = 1_000;
+    let opts = Opts {
+        workers: 2,
+        lease_ttl_ms: ttl,
+        ..Opts::default()
+    };
+    let c = NetCluster::start(net, opts, None, scratch());
+    let job = c.submit(&JOB);
+    c.wait_until(job, LONG, |s| chunks_done(s) >= 8);
+    const MAX_PARTITIONS: usize = 3;
+    let mut partitions = 0;
+    for p in 0..MAX_PARTITIONS {
+        let s0 = c.status(job);
+        // Near the end a worker may hold no lease at all; a partition then proves nothing.
+        if !is_running(&s0) || chunks_done(&s0) + 40 > field(&s0, "chunks_total") {
+            break;
+        }
+        // The two workers take turns: each time one is cut off, the other carries the job.
+        let victim = p % 2;
+        let node = c.workers[victim].node.clone();
+        let name = c.workers[victim].name.clone();
+        let late_before = duplicates_logged(&c, &name);
+        c.net.cut(&node);
+        let cut_at = Instant::now();
+        // The victim holds a running and a prefetched chunk; it finishes them behind the cut, but cannot
+        // heartbeat or report: its leases expire and the chunks go to the other worker.
+        let s1 = c.wait_until(job, Duration::from_secs(30), |s| {
+            field(s, "reissued") > field(&s0, "reissued")
+        });
+        // Long enough for the survivor to finish the re-issued chunks first (they are leased before new ones).
+        std::thread::sleep(Duration::from_millis(1_500));
+        c.net.restore(&node);
+        let cut_for = cut_at.elapsed();
+        partitions += 1;
+        // After the link returns, TCP retransmits and the victim's reporter delivers its late results: the
+        // coordinator must answer them DUPLICATE (the chunks are done elsewhere) and count nothing.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut late = duplicates_logged(&c, &name);
+        while late == late_before {
+            assert!(
+                Instant::now() < deadline,
+                "partition {partitions}: no late result of {name} was reported as a duplicate within 60 s \
+                 of the link's return; coordinator log: {}",
+                plain(&c.coordinator_log())
+            );
+            std::thread::sleep(Duration::from_millis(50));
+            late = duplicates_logged(&c, &name);
+        }
+        let s2 = c.status(job);
+        assert_eq!(
+            s2["completions"], s2["chunks_done"],
+            "partition {partitions}: a late result was counted: {s2}"
+        );
+        eprintln!(
+            "partition {partitions}: {name} cut for {:.1} s; reissued {} -> {}; duplicates {} -> {}, {} of them \
+             late results of {name}",
+            cut_for.as_secs_f64(),
+            field(&s0, "reissued"),
+            field(&s1, "reissued"),
+            field(&s0, "duplicates"),
+            field(&s2, "duplicates"),
+            late - late_before,
+        );
+    }
+    let status = assert_exact(&c, job, expected, "after partitions");
+    eprintln!(
+        "FIGURES partitions: {partitions} link cuts (each > {ttl} ms lease time) in one job; reissued {} chunks; \
+         {} late results reported as duplicates and not counted; {:.1} s wall",
+        field(&status, "reissued"),
+        field(&status, "duplicates"),
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(
+        partitions >= 2,
+        "only {partitions} partitions happened mid-job"
+    );
+}
+
+/// Fills `dir`'s file system with one file until it refuses more; returns the file and its size.
+fn fill(dir: &std::path::Path) -> (std::path::PathBuf, u64) {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).expect("create the filler");
+    let block = vec![0xA5u8; 64 << 10];
+    let mut written = 0u64;
+    // Bounded: the tmpfs is far smaller than this.
+    while written < (1 << 30) {
+        match f.write(&block) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => written += n as u64,
+        }
+    }
+    let _ = f.sync_all();
+    (path, written)
+}
+
+#[test]
+fn a_full_disk_refuses_changes_cleanly_and_the_job_recovers_when_space_returns() {
+    let Some(mut net) = Net::new() else { return };
+    let expected = expected();
+    let t0 = Instant::now();
+    let dir = scratch();
+    let mount = net.mount_point(dir.path(), "storefs");
+    // Room for the whole job (its outputs, about 10 MB in sled) plus sled's own slack: only the filler fills it.
+    net.mount_tmpfs(&mount, 64 << 20);
+    let data = mount.join("store");
+    let mut c = NetCluster::start(net, Opts::default(), Some(data), dir);
+    let job = c.submit(&JOB);
+    let before = c.wait_until(job, LONG, |s| chunks_done(s) >= 20);
+    let (filler, filled) = fill(&mount);
+    // Workers keep reporting, so a group commit soon needs a page the file system no longer has.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !plain(&c.coordinator_log()).contains("store write failed") {
+        assert!(
+            Instant::now() < deadline,
+            "no store write failed within 30 s of filling the disk"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The next group commit cannot be written. New work is refused with a clear, one-line error (exit 3:
+    // the coordinator is unavailable for changes), and the process stays up.
+    let probe = ["submit", "star", "--points", "5", "--json"];
+    let refused = c.sweep(&probe);
+    let stderr = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert_eq!(
+        refused.status.code(),
+        Some(3),
+        "submit on a full disk: {stderr}"
+    );
+    assert!(
+        stderr.contains("No space left on device") && stderr.lines().count() == 1,
+        "the refusal names the cause in one line: {stderr:?}"
+    );
+    let coordinator = c.coordinator.as_mut().expect("a coordinator");
+    assert!(
+        coordinator
+            .child
+            .try_wait()
+            .expect("poll the coordinator")
+            .is_none(),
+        "the coordinator exited on a full disk"
+    );
+    // Workers' reports are refused too: nothing is acknowledged that is not stored.
+    std::thread::sleep(Duration::from_secs(2));
+
+    // Space returns. The coordinator does not resume by itself: its store failed, memory may be ahead of
+    // disk, and sled keeps the I/O error once it has hit one. It keeps refusing until restarted.
+    std::fs::remove_file(&filler).expect("remove the filler");
+    std::thread::sleep(Duration::from_millis(500));
+    // What status claims now, from memory, versus what the restarted coordinator finds stored.
+    let claimed = c.try_status(job).map(|s| chunks_done(&s));
+    let still = c.sweep(&probe);
+    let still_err = String::from_utf8_lossy(&still.stderr).to_string();
+    let recovered_alone = still.status.success();
+    eprintln!(
+        "full disk: after the filler was removed, submit {} ({})",
+        if recovered_alone {
+            "succeeded without a restart"
+        } else {
+            "is still refused"
+        },
+        still_err.trim()
+    );
+    assert!(
+        recovered_alone || still_err.contains("restarted"),
+        "a refusal says how to recover: {still_err:?}"
+    );
+    let log = plain(&c.coordinator_log());
+    assert!(!log.contains("panicked"), "the coordinator panicked: {log}");
+
+    // The operator's fix: restart it on the same store (SIGTERM, as a service manager would). Not asserted:
+    // when sled's flush hangs after ENOSPC (seen here), the final commit never returns and SIGTERM does not
+    // stop the process; a service manager then SIGKILLs it, which is what follows.
+    let stop = Instant::now();
+    let coordinator = c.coordinator.as_mut().expect("a coordinator");
+    coordinator.signal("TERM");
+    let exited = coordinator.wait_exit(Duration::from_secs(5));
+    eprintln!(
+        "full disk: the coordinator {} after SIGTERM ({:.1} s)",
+        match exited {
+            Some(s) => format!("exited with {s}"),
+            None => "did not exit; SIGKILLed".into(),
+        },
+        stop.elapsed().as_secs_f64()
+    );
+    c.kill_coordinator();
+    c.start_coordinator();
+    let after = c.wait_until(job, Duration::from_secs(60), |_| true);
+    assert!(
+        chunks_done(&after) >= chunks_done(&before),
+        "stored progress lost on a full disk: before {before}, after {after}"
+    );
+    eprintln!(
+        "full disk: before the restart status claimed {} chunks done; the store had {}",
+        claimed.map_or("nothing (it refused)".to_string(), |n| n.to_string()),
+        chunks_done(&after)
+    );
+    let small = c.submit(&["star", "--points", "5"]);
+    let status = assert_exact(&c, job, expected, "after a full disk");
+    let small_expected = solve_result(&["star", "--points", "5"], LONG);
+    assert_exact(&c, small, &small_expected, "a job submitted after recovery");
+    eprintln!(
+        "FIGURES full disk: 64 MiB tmpfs filled with {filled} bytes at {} chunks done; refused with exit 3; \
+         recovered by a restart with {} chunks kept; {} duplicate reports not counted; {:.1} s wall",
+        chunks_done(&before),
+        chunks_done(&after),
+        field(&status, "duplicates"),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// sled under repeated SIGKILL during heavy completion traffic (its tracker has open reports of corruption after
+/// kill). Each cycle: the durable status, then SIGKILL at a random moment, then a restart on the same store,
+/// which must open, keep every completion the status reported, and finish every job with the exact answer.
+///
+/// `cargo test --release --test fault_netns -- --ignored --nocapture sled` (SWEEP_SLED_KILLS=N, default 60).
+#[test]
+#[ignore = "several minutes: cargo test --release --test fault_netns -- --ignored --nocapture sled"]
+fn sled_store_survives_repeated_sigkill_during_heavy_completion_traffic() {
+    let Some(net) = Net::new() else { return };
+    let kills_wanted: u32 = std::env::var("SWEEP_SLED_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    // Tiny chunks: each completion is a durable write, so the coordinator spends its time in sled.
+    let job_args = [
+        "billiard", "--rows", "5", "--method", "brute", "--chunks", "50000",
+    ];
+    let expected = solve_result(&job_args, LONG);
+    let t0 = Instant::now();
+    let mut rng = Rng::from_env("sled kills", 0x5EED_000D);
+    let opts = Opts {
+        workers: 2,
+        prefetch: Some(64),
+        lease_ttl_ms: 2_000,
+        ..Opts::default()
+    };
+    let mut c = NetCluster::start(net, opts, None, scratch());
+    let mut jobs = vec![c.submit(&job_args)];
+    let mut kills = 0;
+    let mut finished = 0;
+    let mut max_open = Duration::ZERO;
+    let mut acked_at_kills = 0u64;
+    let mut losses: Vec<(u32, u64)> = Vec::new();
+    while kills < kills_wanted {
+        let current = *jobs.last().expect("a job");
+        std::thread::sleep(rng.millis(50, 700));
+        let Some(before) = c.try_status(current) else {
+            panic!("kill {kills}: the coordinator does not answer");
+        };
+        if !is_running(&before) {
+            assert_exact(&c, current, &expected, &format!("job {current}"));
+            finished += 1;
+            jobs.push(c.submit(&job_args));
+            continue;
+        }
+        acked_at_kills += chunks_done(&before);
+        c.kill_coordinator();
+        kills += 1;
+        let open = Instant::now();
+        match c.try_start_coordinator() {
+            Ok(p) => {
+                c.coordinator = Some(p);
+                c.starts += 1;
+            }
+            Err(e) => {
+                // Keep the damaged store for a post-mortem; the scratch directory is removed on return.
+                let keep = std::env::temp_dir()
+                    .join(format!("sweep-damaged-store-{}", std::process::id()));
+                let _ = std::process::Command::new("cp")
+                    .args(["-a", &c.data.to_string_lossy(), &keep.to_string_lossy()])
+                    .status();
+                panic!(
+                    "after SIGKILL {kills} the store did not open (copy kept in {}): {e}",
+                    keep.display()
+                );
+            }
+        }
+        max_open = max_open.max(open.elapsed());
+        let after = c.wait_until(current, Duration::from_secs(60), |_| true);
+        // Recorded, not asserted at once: whether the answers stay exact after a loss is part of the study.
+        if chunks_done(&after) < chunks_done(&before) {
+            let lost = chunks_done(&before) - chunks_done(&after);
+            eprintln!(
+                "SIGKILL {kills}: durable status said {} chunks done, the restarted store has {} ({lost} \
+                 acknowledged completions lost)",
+                chunks_done(&before),
+                chunks_done(&after)
+            );
+            losses.push((kills, lost));
+        }
+    }
+    for &job in &jobs {
+        assert_exact(&c, job, &expected, &format!("job {job}"));
+    }
+    let lost: u64 = losses.iter().map(|(_, n)| n).sum();
+    eprintln!(
+        "FIGURES sled: {kills} SIGKILLs during completion traffic; every restart opened the store (slowest start \
+         to listening {:.2} s); {} of them lost acknowledged completions ({lost} in all, of {acked_at_kills} \
+         reported done at kill time); {} jobs of 50,000 chunks, every answer exact and every chunk counted \
+         once ({finished} finished mid-run); {:.1} s wall",
+        max_open.as_secs_f64(),
+        losses.len(),
+        jobs.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    // A durable acknowledgement must survive a crash. With sled 0.34.7 it does not always (observed here):
+    // the restarted store is an older, consistent state, so answers stay exact, but acknowledged work is redone
+    // and acknowledged state changes (a job's end, a submitted job) can be rolled back.
+    assert!(
+        losses.is_empty(),
+        "acknowledged completions lost after SIGKILL (kill number, completions lost): {losses:?}"
+    );
+}
