@@ -40,6 +40,14 @@ fn wait_worker(c: &Cluster, name: &str, pred: impl Fn(&Value) -> bool) -> Value 
     }
 }
 
+/// The node total of the uninterrupted in-process run.
+fn solve_nodes(space_args: &[&str]) -> Value {
+    let mut args = vec!["solve"];
+    args.extend_from_slice(space_args);
+    args.push("--json");
+    stdout_json(&common::sweep(&args, &[], LONG))["nodes"].clone()
+}
+
 fn assert_exactly_once(status: &Value) {
     assert_eq!(status["state"], "done", "{status}");
     assert_eq!(status["completions"], status["chunks_total"], "{status}");
@@ -79,7 +87,9 @@ fn replication_outvotes_an_inflated_count() {
     assert_eq!(c.status(job)["chunks_done"], 0);
     c.add_worker();
     let res = c.wait_results(job, LONG);
-    // The inflated counts passed every verifier, and still did not reach the answer.
+    // The inflated node counts passed every verifier, and still did not reach the answer: the job's node total
+    // is the honest one.
+    assert_eq!(res["nodes"], solve_nodes(&args), "{res}");
     assert_eq!(res["result"], expected, "{res}");
     let status = c.status(job);
     assert_exactly_once(&status);

@@ -45,7 +45,8 @@ pub struct WorkerConfig {
 pub enum Lie {
     /// Drops the last solution of every chunk that has one (counters left as they were).
     DropSolution,
-    /// Adds one to every numeric counter and to the node count: invisible to a verifier, not to a quorum.
+    /// Adds one to the chunk's node count: a count no verifier can check (each space's counters are tied to its
+    /// listed solutions, so inflating those is caught as a failed verification), but a quorum can.
     InflateCount,
     /// Appends a solution that is not one.
     BogusSolution,
@@ -71,12 +72,7 @@ impl Lie {
             Lie::DropSolution => {
                 out.solutions.pop();
             }
-            Lie::InflateCount => {
-                out.nodes += 1;
-                for v in out.counters.values_mut() {
-                    *v += 1;
-                }
-            }
+            Lie::InflateCount => out.nodes += 1,
             Lie::BogusSolution => out.solutions.push("not a solution".into()),
         }
     }
