@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sweep_puzzles::{ChunkOutput, Tally};
 
 use crate::scheduler::{ChunkRecord, JobId, JobState};
-use crate::store::{be_u64, decode, job_key, key_text, JobRecord, Store, StoreError};
+use crate::store::{be_u64, chunk_key, decode, job_key, key_text, JobRecord, Store, StoreError};
 
 /// One thing wrong with a store, and what repair does about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -270,11 +270,6 @@ pub fn repair(store: &Store, report: &Report) -> Result<usize, StoreError> {
         let Ok(mut rec) = decode::<JobRecord>(&job_key(b'j', id), &v) else {
             continue;
         };
-        let chunk_key = |tag: u8, chunk: u64| {
-            let mut k = job_key(tag, id);
-            k.extend_from_slice(&chunk.to_be_bytes());
-            k
-        };
         let pending = serde_json::to_vec(&ChunkRecord::Pending { attempts: 0 }).unwrap_or_default();
         let rerun: Vec<u64> = if fix.rerun_all {
             (0..rec.n_chunks).collect()
@@ -282,13 +277,13 @@ pub fn repair(store: &Store, report: &Report) -> Result<usize, StoreError> {
             fix.rerun.iter().copied().collect()
         };
         for &chunk in fix.drop_outputs.iter() {
-            writes.push((chunk_key(b'o', chunk), None));
-            writes.push((chunk_key(b'a', chunk), None));
+            writes.push((chunk_key(b'o', id, chunk), None));
+            writes.push((chunk_key(b'a', id, chunk), None));
         }
         for &chunk in &rerun {
-            writes.push((chunk_key(b'c', chunk), Some(pending.clone())));
-            writes.push((chunk_key(b'o', chunk), None));
-            writes.push((chunk_key(b'a', chunk), None));
+            writes.push((chunk_key(b'c', id, chunk), Some(pending.clone())));
+            writes.push((chunk_key(b'o', id, chunk), None));
+            writes.push((chunk_key(b'a', id, chunk), None));
         }
         let tally = if fix.rerun_all {
             Some(Tally::default())
@@ -381,9 +376,10 @@ mod tests {
     #[test]
     fn a_lost_output_reruns_its_chunk_and_fixes_the_tally() {
         let store = healthy();
-        let mut k = job_key(b'o', 1);
-        k.extend_from_slice(&1u64.to_be_bytes());
-        store.kv().apply(vec![(k, None)]).unwrap();
+        store
+            .kv()
+            .apply(vec![(chunk_key(b'o', 1, 1), None)])
+            .unwrap();
         let r = check(&store, false).unwrap();
         assert!(
             r.problems
@@ -410,8 +406,7 @@ mod tests {
     #[test]
     fn garbage_records_and_a_wrong_tally_are_named_and_repaired() {
         let store = healthy();
-        let mut c2 = job_key(b'c', 1);
-        c2.extend_from_slice(&2u64.to_be_bytes());
+        let c2 = chunk_key(b'c', 1, 2);
         let inflated = Tally {
             chunks: 3,
             nodes: 999,

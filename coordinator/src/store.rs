@@ -383,7 +383,7 @@ pub(crate) fn job_key(tag: u8, job: JobId) -> Vec<u8> {
     k
 }
 
-fn chunk_key(tag: u8, job: JobId, chunk: u64) -> Vec<u8> {
+pub(crate) fn chunk_key(tag: u8, job: JobId, chunk: u64) -> Vec<u8> {
     let mut k = job_key(tag, job);
     k.extend_from_slice(&chunk.to_be_bytes());
     k
