@@ -356,7 +356,10 @@ fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "duplicates": j.duplicates,
         "replicate": j.replicate.max(1),
         "disagreements": j.disagreements,
+        // `input_job` for scripts written when a job had one input at most.
         "input_job": (j.input_job != 0).then_some(j.input_job),
+        "input_jobs": if j.input_jobs.is_empty() && j.input_job != 0 { vec![j.input_job] } else { j.input_jobs.clone() },
+        "inputs_waiting": j.inputs_waiting,
         "artifact_digest": (!j.artifact_digest.is_empty()).then_some(&j.artifact_digest),
         "nodes": crate::output::big(j.nodes.parse().unwrap_or(0)),
     })
@@ -429,7 +432,7 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
                     .await?
                     .into_inner();
                 while let Some(ev) = stream.message().await? {
-                    bars.update(&ev);
+                    bars.update_folded(&ev, None);
                     let all_finished = !ev.jobs.is_empty() && ev.jobs.iter().all(|j| j.state != "running" && j.state != "paused");
                     if all_finished && !a.follow {
                         return Ok::<bool, anyhow::Error>(true);

@@ -2,10 +2,12 @@
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use rayon::prelude::*;
+use sweep_coordinator::inputs::{self, DagNode};
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
 use sweep_proto::v1;
 use sweep_puzzles::{Answer, ChunkOutput, Control, SpaceError};
@@ -134,8 +136,8 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         let worker = tokio::spawn(sweep_worker::run(sweep_worker::WorkerConfig::new(url.clone(), threads), async {
             let _ = worker_stopped.await;
         }));
-        // Every job, filtered to ours and the one it takes its input from (a table built first).
-        let shown = [info.id, info.input_job];
+        // Every job, folded to ours and the inputs it waits for (a table built first, the layers of a layered
+        // search): its bar, the input running now, and how many of its inputs are done.
         let mut stream = jobs.watch(v1::WatchRequest { job_id: 0, interval_ms: 100 }).await?.into_inner();
         let mut bars = Bars::new(if engine.json || engine.no_progress { Mode::Off } else { Mode::Auto });
         let signal = shutdown_signal();
@@ -143,9 +145,8 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         let interrupted = loop {
             tokio::select! {
                 ev = stream.message() => {
-                    let Some(mut ev) = ev? else { anyhow::bail!("the embedded coordinator stopped reporting progress") };
-                    ev.jobs.retain(|j| shown.contains(&j.id));
-                    bars.update(&ev);
+                    let Some(ev) = ev? else { anyhow::bail!("the embedded coordinator stopped reporting progress") };
+                    bars.update_folded(&ev, Some(info.id));
                     if ev.jobs.iter().any(|j| j.id == info.id && j.state != "running" && j.state != "paused") {
                         break false;
                     }
@@ -197,24 +198,122 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The merged artifact of the finished job `space`/`params` in the store at `data`, if there is one and its digest
-/// checks. A missing store, one in use by a running coordinator, or no such job all mean "build it here".
-fn stored_artifact(
-    data: &std::path::Path,
-    space: &str,
-    params: &serde_json::Value,
-) -> Option<Vec<u8>> {
-    if !data.join("conf").exists() {
-        return None;
+/// The merged artifacts of finished jobs in the store at `--data`, looked up by (space, canonical parameters). A
+/// missing store, one in use by a running coordinator, or no such job all mean "build it here".
+struct StoredArtifacts(Option<(Store, Vec<sweep_coordinator::store::JobRecord>)>);
+
+impl StoredArtifacts {
+    fn open(data: &std::path::Path) -> StoredArtifacts {
+        if !data.join("conf").exists() {
+            return StoredArtifacts(None);
+        }
+        let Ok(store) = Store::open(data) else {
+            return StoredArtifacts(None);
+        };
+        let jobs = store.load().map(|snap| snap.jobs).unwrap_or_default();
+        StoredArtifacts(Some((store, jobs)))
     }
-    let store = Store::open(data).ok()?;
-    let snap = store.load().ok()?;
-    let rec = snap
-        .jobs
-        .iter()
-        .find(|j| j.space == space && &j.params == params && j.artifact_digest.is_some())?;
-    let bytes = store.artifact(rec.id).ok()??;
-    (Some(sweep_coordinator::store::digest_hex(&bytes)) == rec.artifact_digest).then_some(bytes)
+
+    /// The artifact, if stored and its digest checks.
+    fn get(&self, job: &dyn sweep_puzzles::Job) -> Option<Vec<u8>> {
+        let (store, jobs) = self.0.as_ref()?;
+        let params = job.params();
+        let rec = jobs.iter().find(|j| {
+            j.space == job.space() && j.params == params && j.artifact_digest.is_some()
+        })?;
+        let bytes = store.artifact(rec.id).ok()??;
+        (Some(sweep_coordinator::store::digest_hex(&bytes)) == rec.artifact_digest).then_some(bytes)
+    }
+}
+
+/// The last job of `dag` bound to its inputs, every input built here first (in dependency order, each once) or
+/// taken from the store in `data`. An input found stored needs none of its own inputs, so only what is missing
+/// runs; an artifact is dropped as soon as the last job that reads it is bound.
+fn bind_dag(
+    pool: &rayon::ThreadPool,
+    dag: Vec<DagNode>,
+    engine: &args::EngineOpts,
+    show: bool,
+) -> anyhow::Result<Arc<dyn sweep_puzzles::Job>> {
+    let n = dag.len();
+    let mut artifacts: Vec<Option<Vec<u8>>> = vec![None; n];
+    // From the root down: a job is needed if a needed job reads it and that reader is not stored itself.
+    let mut needed = vec![false; n];
+    let mut stored = vec![false; n];
+    {
+        let store = StoredArtifacts::open(&engine.data);
+        needed[n - 1] = true;
+        for i in (0..n).rev() {
+            if !needed[i] {
+                continue;
+            }
+            if i + 1 < n {
+                if let Some(bytes) = store.get(dag[i].job.as_ref()) {
+                    artifacts[i] = Some(bytes);
+                    stored[i] = true;
+                    continue;
+                }
+            }
+            for &k in &dag[i].inputs {
+                needed[k] = true;
+            }
+        }
+    }
+    let mut last_reader = vec![None; n];
+    for (i, node) in dag.iter().enumerate() {
+        if needed[i] && !stored[i] {
+            for &k in &node.inputs {
+                last_reader[k] = Some(i);
+            }
+        }
+    }
+    let to_build = (0..n - 1).filter(|&i| needed[i] && !stored[i]).count();
+    let mut built = 0;
+    for (i, node) in dag.into_iter().enumerate() {
+        if !needed[i] || stored[i] {
+            continue;
+        }
+        let job = if node.inputs.is_empty() {
+            node.job
+        } else {
+            let views = node
+                .inputs
+                .iter()
+                .map(|&k| artifacts[k].as_deref())
+                .collect::<Option<Vec<&[u8]>>>()
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "an input of {} was not built",
+                        inputs::label(node.job.as_ref())
+                    )
+                })?;
+            let bound = node.job.bind_inputs(&views).with_context(|| {
+                format!("loading the inputs of {}", inputs::label(node.job.as_ref()))
+            })?;
+            for &k in &node.inputs {
+                if last_reader[k] == Some(i) {
+                    artifacts[k] = None;
+                }
+            }
+            bound
+        };
+        if i + 1 == n {
+            return Ok(job);
+        }
+        built += 1;
+        let plan = job
+            .plan(None)
+            .map_err(|e| usage(format!("input job {}: {e}", inputs::label(job.as_ref()))))?;
+        if !engine.json {
+            eprintln!(
+                "building input {built}/{to_build} (not stored in {}; `sweep run` stores it): {}",
+                engine.data.display(),
+                inputs::label(job.as_ref())
+            );
+        }
+        artifacts[i] = Some(run_chunks(pool, job.as_ref(), plan.n_chunks, show)?.artifact);
+    }
+    anyhow::bail!("the job's input DAG is empty")
 }
 
 pub fn solve(raw: Vec<String>) -> anyhow::Result<ExitCode> {
@@ -238,30 +337,14 @@ pub fn solve(raw: Vec<String>) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let show = !(engine.json || engine.no_progress)
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // A job that needs another job's artifact (a table) gets it the same way: solved here first.
-    let job = match job.input() {
-        None => job,
-        Some(inp) => {
-            let input = sweep_puzzles::job_from_params(&inp.space, &inp.params)
-                .map_err(|e| usage(format!("the job's input: {e}")))?;
-            let artifact = match stored_artifact(&engine.data, input.space(), &input.params()) {
-                Some(bytes) => bytes,
-                None => {
-                    let input_plan = input.plan(None).map_err(|e| usage(e.to_string()))?;
-                    if !engine.json {
-                        eprintln!(
-                            "building the input first (not stored in {}; `sweep run` stores it): {} {}",
-                            engine.data.display(),
-                            inp.space,
-                            inp.params
-                        );
-                    }
-                    run_chunks(&pool, input.as_ref(), input_plan.n_chunks, show)?.artifact
-                }
-            };
-            job.bind_input(&artifact)
-                .context("loading the input artifact")?
-        }
+    // A job that needs other jobs' artifacts (a table, the layers of a layered search) gets them the same way:
+    // solved here first, or read from the store in --data.
+    let dag = inputs::resolve(job.clone(), sweep_puzzles::job_from_params)
+        .map_err(|e| usage(format!("the job's inputs: {e}")))?;
+    let job = if dag.len() > 1 {
+        bind_dag(&pool, dag, &engine, show)?
+    } else {
+        job
     };
     let n = plan.n_chunks;
     let answer = run_chunks(&pool, job.as_ref(), n, show)?;

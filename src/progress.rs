@@ -166,6 +166,95 @@ fn status_line(ev: &v1::WatchEvent) -> String {
     )
 }
 
+/// Input jobs drawn as bars at most, however many are ready to run at once (the joins of a wide DAG).
+const MAX_INPUT_BARS: usize = 2;
+
+/// What to draw for a snapshot in which jobs read other jobs' artifacts: a layered search is one job over a DAG
+/// of dozens of input jobs, and a bar for each would bury the one that matters.
+struct Folded {
+    /// The jobs the status line sums over: the DAG of the focused job, or every job.
+    scope: v1::WatchEvent,
+    /// The jobs that get a bar: every job no other job in scope reads, plus the first few inputs that are running
+    /// now (not waiting for inputs of their own).
+    shown: v1::WatchEvent,
+    /// One line per job with inputs: `job 61 inputs: 12/60 done, 1 running`.
+    notes: Vec<String>,
+}
+
+/// Every job `top` reads, directly or not, among `by_id` (itself not included).
+fn dag_of(top: u64, by_id: &HashMap<u64, &v1::JobInfo>) -> std::collections::BTreeSet<u64> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo: Vec<u64> = by_id
+        .get(&top)
+        .map(|j| j.input_jobs.clone())
+        .unwrap_or_default();
+    while let Some(id) = todo.pop() {
+        if id != top && seen.insert(id) {
+            if let Some(j) = by_id.get(&id) {
+                todo.extend(j.input_jobs.iter().copied());
+            }
+        }
+    }
+    seen
+}
+
+fn is_running_now(j: &v1::JobInfo) -> bool {
+    j.state == "running" && j.inputs_waiting == 0
+}
+
+/// Folds `ev` for drawing: with `focus`, only that job and its inputs are in scope (`sweep run`).
+fn fold(ev: &v1::WatchEvent, focus: Option<u64>) -> Folded {
+    let by_id: HashMap<u64, &v1::JobInfo> = ev.jobs.iter().map(|j| (j.id, j)).collect();
+    let in_scope: Vec<&v1::JobInfo> = match focus {
+        Some(top) => {
+            let dag = dag_of(top, &by_id);
+            ev.jobs
+                .iter()
+                .filter(|j| j.id == top || dag.contains(&j.id))
+                .collect()
+        }
+        None => ev.jobs.iter().collect(),
+    };
+    let read: std::collections::HashSet<u64> = in_scope
+        .iter()
+        .flat_map(|j| j.input_jobs.iter().copied())
+        .collect();
+    let mut shown = Vec::new();
+    let mut input_bars = 0;
+    let mut notes = Vec::new();
+    for j in &in_scope {
+        if !read.contains(&j.id) {
+            shown.push((*j).clone());
+            let dag = dag_of(j.id, &by_id);
+            if !dag.is_empty() {
+                let inputs: Vec<&&v1::JobInfo> =
+                    dag.iter().filter_map(|id| by_id.get(id)).collect();
+                let done = inputs.iter().filter(|i| i.state == "done").count();
+                let running = inputs.iter().filter(|i| is_running_now(i)).count();
+                let mut note = format!("job {} inputs: {done}/{} done", j.id, dag.len());
+                if running > 0 {
+                    note.push_str(&format!(", {running} running"));
+                }
+                notes.push(note);
+            }
+        } else if is_running_now(j) && input_bars < MAX_INPUT_BARS {
+            input_bars += 1;
+            shown.push((*j).clone());
+        }
+    }
+    Folded {
+        scope: v1::WatchEvent {
+            jobs: in_scope.into_iter().cloned().collect(),
+            workers: ev.workers,
+        },
+        shown: v1::WatchEvent {
+            jobs: shown,
+            workers: ev.workers,
+        },
+        notes,
+    }
+}
+
 struct JobView {
     /// Hidden in plain mode: only the rates are used then.
     bar: ProgressBar,
@@ -256,10 +345,37 @@ impl Bars {
         }
     }
 
-    pub fn update(&mut self, ev: &v1::WatchEvent) {
+    /// Draws a snapshot in which jobs may read other jobs' artifacts: a bar for each job no other one reads and
+    /// for the input jobs running now (a few at most), a line with each DAG's progress under them. A bar whose
+    /// job is no longer drawn (an input that finished) goes away. With `focus`, only that job and its inputs.
+    pub fn update_folded(&mut self, ev: &v1::WatchEvent, focus: Option<u64>) {
         if self.multi.is_none() && self.plain.is_none() {
             return;
         }
+        let folded = fold(ev, focus);
+        let mut status = status_line(&folded.scope);
+        for note in &folded.notes {
+            status.push_str("; ");
+            status.push_str(note);
+        }
+        self.draw(&folded.shown, status);
+        let shown: std::collections::HashSet<u64> =
+            folded.shown.jobs.iter().map(|j| j.id).collect();
+        let multi = &self.multi;
+        self.jobs.retain(|id, view| {
+            if shown.contains(id) {
+                return true;
+            }
+            view.bar.finish_and_clear();
+            if let Some((multi, _)) = multi {
+                multi.remove(&view.bar);
+            }
+            false
+        });
+    }
+
+    /// A bar (or a plain line) for every job of `ev`, and `status` under them.
+    fn draw(&mut self, ev: &v1::WatchEvent, status: String) {
         let now = Instant::now();
         let mut lines = Vec::new();
         let mut changed = false;
@@ -303,7 +419,6 @@ impl Bars {
             view.bar.set_message(job_summary(j, nodes_per_s, eta, true));
             lines.push(plain_line(j, nodes_per_s, eta));
         }
-        let status = status_line(ev);
         if let Some((_, bar)) = &self.multi {
             bar.set_message(status.clone());
         }
@@ -467,6 +582,66 @@ mod tests {
             plain_line(&j, 0.0, Some(Duration::from_secs(1))),
             "job 3 star done-with-poisoned-chunks 100.0%: 64/64 chunks, 0 nodes/s, 1 poisoned"
         );
+    }
+
+    fn dag_job(id: u64, state: &str, inputs: &[u64], waiting: u32) -> v1::JobInfo {
+        v1::JobInfo {
+            id,
+            space: "peg".into(),
+            state: state.into(),
+            input_jobs: inputs.to_vec(),
+            inputs_waiting: waiting,
+            ..job(state)
+        }
+    }
+
+    /// A chain of 40 layers (job k reads k-1), 12 done, the 13th running, read by a summary job 41; beside it
+    /// an unrelated job 50 with no inputs.
+    fn layered() -> v1::WatchEvent {
+        let mut jobs = Vec::new();
+        for k in 1..=40u64 {
+            let inputs: Vec<u64> = if k == 1 { vec![] } else { vec![k - 1] };
+            let (state, waiting) = match k {
+                1..=12 => ("done", 0),
+                13 => ("running", 0),
+                _ => ("running", 1),
+            };
+            jobs.push(dag_job(k, state, &inputs, waiting));
+        }
+        jobs.push(dag_job(41, "running", &[40, 20, 1], 2));
+        jobs.push(dag_job(50, "running", &[], 0));
+        v1::WatchEvent { jobs, workers: 2 }
+    }
+
+    fn ids(ev: &v1::WatchEvent) -> Vec<u64> {
+        ev.jobs.iter().map(|j| j.id).collect()
+    }
+
+    #[test]
+    fn a_layered_dag_folds_into_its_top_job_and_the_running_layer() {
+        let ev = layered();
+        let all = fold(&ev, None);
+        assert_eq!(ids(&all.shown), [13, 41, 50]);
+        assert_eq!(all.notes, ["job 41 inputs: 12/40 done, 1 running"]);
+        assert_eq!(all.scope.jobs.len(), 42);
+        let focused = fold(&ev, Some(41));
+        assert_eq!(ids(&focused.shown), [13, 41]);
+        assert_eq!(
+            focused.scope.jobs.len(),
+            41,
+            "job 50 is not part of job 41's DAG"
+        );
+        assert_eq!(focused.notes, all.notes);
+    }
+
+    #[test]
+    fn only_a_few_ready_inputs_get_bars() {
+        // Five joins ready at once, all read by job 9.
+        let mut jobs: Vec<v1::JobInfo> = (1..=5).map(|k| dag_job(k, "running", &[], 0)).collect();
+        jobs.push(dag_job(9, "running", &[1, 2, 3, 4, 5], 5));
+        let f = fold(&v1::WatchEvent { jobs, workers: 1 }, Some(9));
+        assert_eq!(ids(&f.shown), [1, 2, 9]);
+        assert_eq!(f.notes, ["job 9 inputs: 0/5 done, 5 running"]);
     }
 
     #[test]

@@ -51,6 +51,9 @@ struct Fix {
     rerun_all: bool,
     drop_outputs: BTreeSet<u64>,
     tally: Option<Tally>,
+    /// Inputs the job names that are not stored jobs (or not older than it, which only damage can do: an input
+    /// is always created before the jobs that read it): dropped from its record.
+    dangling_inputs: BTreeSet<JobId>,
 }
 
 impl Report {
@@ -216,8 +219,43 @@ pub fn check(store: &Store, deep: bool) -> Result<Report, StoreError> {
             r.fixes.entry(id).or_default().tally = Some(expected);
         }
         check_artifacts(store, id, rec, deep, &mut r)?;
+        check_inputs(id, rec, &jobs, &mut r);
     }
     Ok(r)
+}
+
+/// A job's inputs must be stored jobs created before it. One that is gone (its record was undecodable and
+/// dropped, say) can never be bound again: a finished job keeps its answer, one that still has chunks to run
+/// is cancelled, since it would wait for that input for ever.
+fn check_inputs(id: JobId, rec: &JobRecord, jobs: &BTreeMap<JobId, JobRecord>, r: &mut Report) {
+    let dangling: BTreeSet<JobId> = rec
+        .input_jobs
+        .iter()
+        .copied()
+        .filter(|i| *i >= id || !jobs.contains_key(i))
+        .collect();
+    if dangling.is_empty() {
+        return;
+    }
+    let list = dangling
+        .iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let reruns = r
+        .fixes
+        .get(&id)
+        .is_some_and(|f| f.rerun_all || !f.rerun.is_empty());
+    let action = if rec.state.is_finished() && !reruns {
+        "its answer is complete; the references are dropped"
+    } else {
+        "it can never run and is cancelled (submit it again)"
+    };
+    r.problems.push(Problem {
+        job: Some(id),
+        what: format!("its input jobs {list} are not in the store or not older than it; {action}"),
+    });
+    r.fixes.entry(id).or_default().dangling_inputs = dangling;
 }
 
 fn check_artifacts(
@@ -300,6 +338,15 @@ pub fn repair(store: &Store, report: &Report) -> Result<usize, StoreError> {
             writes.push((job_key(b'r', id), None));
             rec.artifact_digest = None;
         }
+        if !fix.dangling_inputs.is_empty() {
+            rec.input_jobs.retain(|i| !fix.dangling_inputs.contains(i));
+            if !rec.state.is_finished() || !rerun.is_empty() {
+                rec.state = JobState::Cancelled;
+                rec.finished_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_millis() as u64);
+            }
+        }
         if !rerun.is_empty() && rec.state.is_finished() && rec.state != JobState::Cancelled {
             rec.state = JobState::Running;
             rec.finished_ms = 0;
@@ -331,7 +378,7 @@ mod tests {
             finished_ms: 2,
             duplicates: 0,
             digest_mismatches: 0,
-            input_job: None,
+            input_jobs: Vec::new(),
             artifact_digest: None,
             replicate: 1,
         }
@@ -470,6 +517,56 @@ mod tests {
             .iter()
             .all(|(_, _, c)| *c == ChunkRecord::Pending { attempts: 0 }));
         assert!(check(&store, true).unwrap().is_clean());
+    }
+
+    /// Jobs 2 and 3 read job 1; job 1's record is damaged and dropped. The finished reader keeps its answer and
+    /// loses the reference; the unfinished one can never run and is cancelled. A healthy list is left alone.
+    #[test]
+    fn inputs_that_are_gone_are_named_and_their_readers_settled() {
+        let store = healthy();
+        let mut done_reader = job(2, 0);
+        done_reader.input_jobs = vec![1];
+        let mut waiting = job(3, 2);
+        waiting.state = JobState::Running;
+        waiting.finished_ms = 0;
+        waiting.input_jobs = vec![2, 1];
+        let mut fine = job(4, 0);
+        fine.input_jobs = vec![2, 3];
+        store
+            .write(vec![
+                Op::Job(done_reader),
+                Op::Job(waiting),
+                Op::Job(fine.clone()),
+            ])
+            .unwrap();
+        assert!(check(&store, false).unwrap().is_clean());
+        store
+            .kv()
+            .apply(vec![(job_key(b'j', 1), Some(b"{damaged".to_vec()))])
+            .unwrap();
+        let r = check(&store, false).unwrap();
+        let text: Vec<String> = r.problems.iter().map(|p| p.to_string()).collect();
+        assert!(
+            text.iter()
+                .any(|t| t.starts_with("job 2: its input jobs 1 are not") && t.contains("complete")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter().any(
+                |t| t.starts_with("job 3: its input jobs 1 are not") && t.contains("cancelled")
+            ),
+            "{text:?}"
+        );
+        assert!(!text.iter().any(|t| t.starts_with("job 4")), "{text:?}");
+        repair(&store, &r).unwrap();
+        let snap = store.load().unwrap();
+        let by_id = |id| snap.jobs.iter().find(|j| j.id == id).unwrap().clone();
+        assert_eq!(by_id(2).input_jobs, Vec::<JobId>::new());
+        assert_eq!(by_id(2).state, JobState::Done);
+        assert_eq!(by_id(3).input_jobs, vec![2]);
+        assert_eq!(by_id(3).state, JobState::Cancelled);
+        assert_eq!(by_id(4), fine);
+        assert!(check(&store, false).unwrap().is_clean());
     }
 
     #[test]

@@ -338,7 +338,9 @@ struct JobView {
     eta_s: Option<f64>,
     workers: u32,
     duplicates: u64,
-    input_job: u64,
+    /// The jobs whose artifacts this one reads, in order, and how many of them it still waits for.
+    input_jobs: Vec<u64>,
+    inputs_waiting: u32,
     created_ms: u64,
     finished_ms: u64,
 }
@@ -455,7 +457,8 @@ fn state_view(obs: Observation, history: &History, m: &Metrics, since: u64) -> S
                 eta_s: eta(j, nodes_per_s, chunks_per_s),
                 workers: j.workers,
                 duplicates: j.duplicates,
-                input_job: j.input_job,
+                input_jobs: j.input_jobs.clone(),
+                inputs_waiting: j.inputs_waiting,
                 created_ms: j.created_unix_ms,
                 finished_ms: j.finished_unix_ms,
             }

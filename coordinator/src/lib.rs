@@ -3,6 +3,8 @@
 //!
 //! - [`scheduler`]: the lease/chunk state machine, free of I/O and driven with explicit time.
 //! - [`store`]: durable records behind a key-value trait (sled, or memory for tests), artifacts in checked files.
+//! - [`inputs`]: a job's input DAG (the jobs whose artifacts it needs, recursively), shared by submit and
+//!   `sweep solve`.
 //! - [`fsck`]: checks a store and repairs it from its chunk records (`sweep store check|repair`).
 //! - [`auth`]: bearer tokens (worker and admin roles) checked in front of both services, and TLS settings.
 //! - [`limits`]: what one client may make the coordinator hold or store.
@@ -18,6 +20,7 @@
 pub mod auth;
 pub mod fsck;
 pub mod http;
+pub mod inputs;
 pub mod limits;
 pub mod metrics;
 pub mod scheduler;

@@ -13,7 +13,7 @@
 //! Workers whose results fail verification or are outvoted are counted, and after
 //! [`SchedulerConfig::max_bad_results`] they get no more work.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -134,8 +134,9 @@ struct JobSched {
     /// Pending chunks that were leased before (expired, failed, released), handed out before fresh ones.
     retry: VecDeque<u64>,
     counts: ChunkCounts,
-    /// The job whose artifact this one needs and that is not ready yet: no chunk is leased until it is.
-    waiting_for: Option<JobId>,
+    /// The jobs whose artifacts this one needs and that are not ready yet: no chunk is leased until every one
+    /// of them is.
+    waiting_for: BTreeSet<JobId>,
     /// Agreeing results (from distinct workers) a chunk needs; 1 = no replication.
     replicate: u32,
     /// Replicated chunks' votes so far: (worker, digest).
@@ -279,7 +280,7 @@ impl Scheduler {
                 next_fresh: 0,
                 retry: VecDeque::new(),
                 counts,
-                waiting_for: None,
+                waiting_for: BTreeSet::new(),
                 replicate: 1,
                 votes: HashMap::new(),
                 refused: HashMap::new(),
@@ -324,24 +325,27 @@ impl Scheduler {
         self.leases.values().filter(|l| l.worker == worker).count()
     }
 
-    /// Holds `job` back until [`Self::input_ready`] is called for `input`.
+    /// Holds `job` back until [`Self::input_ready`] has been called for `input` (and for every other input it
+    /// waits for).
     pub fn wait_for_input(&mut self, job: JobId, input: JobId) {
         if let Some(j) = self.jobs.get_mut(&job) {
-            j.waiting_for = Some(input);
+            j.waiting_for.insert(input);
         }
     }
 
-    /// `input`'s artifact is stored: every job waiting for it may run.
+    /// `input`'s artifact is stored: jobs waiting for it wait only for their other inputs, if any.
     pub fn input_ready(&mut self, input: JobId) {
         for j in self.jobs.values_mut() {
-            if j.waiting_for == Some(input) {
-                j.waiting_for = None;
-            }
+            j.waiting_for.remove(&input);
         }
     }
 
-    pub fn waiting_for(&self, job: JobId) -> Option<JobId> {
-        self.jobs.get(&job).and_then(|j| j.waiting_for)
+    /// The inputs `job` still waits for, in id order (empty: its chunks may be leased).
+    pub fn waiting_for(&self, job: JobId) -> Vec<JobId> {
+        self.jobs
+            .get(&job)
+            .map(|j| j.waiting_for.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Restores one chunk's stored state at start-up. Leases keep their stored deadline, so a worker that
@@ -464,7 +468,7 @@ impl Scheduler {
         let mut order: Vec<(i32, JobId)> = self
             .jobs
             .iter()
-            .filter(|(_, j)| j.state == JobState::Running && j.waiting_for.is_none())
+            .filter(|(_, j)| j.state == JobState::Running && j.waiting_for.is_empty())
             .map(|(id, j)| (j.priority, *id))
             .collect();
         order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -930,9 +934,180 @@ mod tests {
             s.lease(0, "w", 5).is_empty(),
             "the artifact is not stored yet"
         );
-        assert_eq!(s.waiting_for(2), Some(1));
+        assert_eq!(s.waiting_for(2), vec![1]);
         s.input_ready(1);
         assert_eq!(s.lease(0, "w", 5).len(), 2);
+    }
+
+    #[test]
+    fn a_job_waits_for_every_one_of_its_inputs() {
+        let mut s = sched(100, 3);
+        s.add_job(1, 0, 1, JobState::Running);
+        s.add_job(2, 0, 1, JobState::Running);
+        s.add_job(3, 9, 2, JobState::Running);
+        s.wait_for_input(3, 2);
+        s.wait_for_input(3, 1);
+        s.wait_for_input(3, 1);
+        assert_eq!(s.waiting_for(3), vec![1, 2]);
+        let g = s.lease(0, "w", 5);
+        assert_eq!(g.iter().map(|g| g.job).collect::<Vec<_>>(), vec![1, 2]);
+        for g in &g {
+            s.complete(g.job, g.chunk, g.lease);
+        }
+        s.input_ready(1);
+        assert!(s.lease(0, "w", 5).is_empty(), "input 2 is not stored yet");
+        assert_eq!(s.waiting_for(3), vec![2]);
+        // A job nobody waits for changes nothing.
+        s.input_ready(7);
+        assert_eq!(s.waiting_for(3), vec![2]);
+        s.input_ready(2);
+        assert!(s.waiting_for(3).is_empty());
+        assert_eq!(s.lease(0, "w", 5).len(), 2);
+    }
+
+    /// A DAG of jobs (a chain, a job without inputs, joins of two and of three) through random leases,
+    /// failures, expiries, late merges and two restarts from the durable records, in simulated time: no chunk
+    /// is leased before every input of its job is done and merged, and every chunk is accepted exactly once.
+    #[test]
+    fn a_dag_of_jobs_runs_in_dependency_order_through_chaos_and_restarts() {
+        let inputs: BTreeMap<JobId, Vec<JobId>> = [
+            (1, vec![]),
+            (2, vec![1]),
+            (3, vec![2]),
+            (4, vec![]),
+            (5, vec![3, 4]),
+            (6, vec![5, 1, 4]),
+        ]
+        .into_iter()
+        .collect();
+        let chunks = |job: JobId| 3 + job % 4;
+        let mut accepted: BTreeMap<(JobId, u64), u32> = BTreeMap::new();
+        // What the coordinator would have stored: non-done chunk records, done chunks, merged jobs.
+        let mut records: BTreeMap<(JobId, u64), ChunkRecord> = BTreeMap::new();
+        let mut merged: BTreeSet<JobId> = BTreeSet::new();
+        let mut to_merge: Vec<JobId> = Vec::new();
+        let build = |merged: &BTreeSet<JobId>, records: &BTreeMap<(JobId, u64), ChunkRecord>| {
+            let mut s = sched(50, 1000);
+            for (&job, ins) in &inputs {
+                let done = (0..chunks(job))
+                    .all(|c| matches!(records.get(&(job, c)), Some(ChunkRecord::Done { .. })));
+                let state = if done {
+                    JobState::Done
+                } else {
+                    JobState::Running
+                };
+                s.add_job(job, (job % 3) as i32, chunks(job), state);
+                for &i in ins {
+                    if !merged.contains(&i) {
+                        s.wait_for_input(job, i);
+                    }
+                }
+            }
+            for ((job, chunk), rec) in records {
+                s.restore_chunk(*job, *chunk, rec);
+            }
+            s.finish_restore();
+            s
+        };
+        let mut s = build(&merged, &records);
+        let mut rng = 0x2545f4914f6cdd1du64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut held: Vec<Grant> = Vec::new();
+        let mut now = 0;
+        let mut merged_at_restarts = Vec::new();
+        for _ in 0..40_000 {
+            if merged.len() == inputs.len() {
+                break;
+            }
+            now += next() % 7;
+            // Restarts in the middle of the DAG: after the second and the fourth merge.
+            if [2, 4].contains(&merged.len()) && !merged_at_restarts.contains(&merged.len()) {
+                // Killed and restarted: what was leased restores as leased (and expires), merges not yet
+                // durable are redone.
+                let finished: Vec<JobId> = inputs
+                    .keys()
+                    .copied()
+                    .filter(|j| s.job_state(*j) == Some(JobState::Done) && !merged.contains(j))
+                    .collect();
+                s = build(&merged, &records);
+                to_merge = finished;
+                merged_at_restarts.push(merged.len());
+                continue;
+            }
+            match next() % 8 {
+                0..=2 => {
+                    for g in s.lease(now, "w", (next() % 4) as usize) {
+                        for i in &inputs[&g.job] {
+                            assert!(
+                                merged.contains(i),
+                                "job {} leased before its input {i} was merged",
+                                g.job
+                            );
+                        }
+                        held.push(g);
+                    }
+                }
+                3 | 4 if !held.is_empty() => {
+                    let g = held.swap_remove((next() % held.len() as u64) as usize);
+                    if let Completion::Accepted { job_finished, .. } =
+                        s.complete(g.job, g.chunk, g.lease)
+                    {
+                        *accepted.entry((g.job, g.chunk)).or_default() += 1;
+                        // The caller writes the done record, with the result.
+                        records.insert(
+                            (g.job, g.chunk),
+                            ChunkRecord::Done {
+                                digest: "d".into(),
+                                worker: "w".into(),
+                            },
+                        );
+                        if job_finished == Some(JobState::Done) {
+                            to_merge.push(g.job);
+                        }
+                    }
+                }
+                5 if !held.is_empty() => {
+                    let g = held.swap_remove((next() % held.len() as u64) as usize);
+                    s.fail(g.lease, next() % 2 == 0);
+                }
+                6 if !to_merge.is_empty() => {
+                    let job = to_merge.remove(0);
+                    merged.insert(job);
+                    s.input_ready(job);
+                }
+                _ => {
+                    s.expire(now);
+                }
+            }
+            let dirty = s.take_dirty();
+            for (job, chunk) in dirty.chunks {
+                if let Some(rec) = s.chunk_record(job, chunk) {
+                    records.insert((job, chunk), rec);
+                }
+            }
+        }
+        assert_eq!(merged.len(), inputs.len(), "every job finished and merged");
+        assert!(
+            merged_at_restarts
+                .iter()
+                .any(|&m| m > 0 && m < inputs.len()),
+            "a restart in the middle of the DAG: {merged_at_restarts:?}"
+        );
+        for &job in inputs.keys() {
+            assert_eq!(s.job_state(job), Some(JobState::Done));
+            for chunk in 0..chunks(job) {
+                assert_eq!(
+                    accepted.get(&(job, chunk)),
+                    Some(&1),
+                    "job {job} chunk {chunk}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub struct CoordinatorConfig {
     pub expiry_interval: Duration,
     /// What one client may make the coordinator hold or store (see [`crate::limits`]).
     pub limits: crate::limits::Limits,
+    /// How jobs are rebuilt from (space, parameters): the registry. Tests put spaces of their own here.
+    pub build_job: crate::inputs::JobBuilder,
 }
 
 impl Default for CoordinatorConfig {
@@ -44,6 +46,7 @@ impl Default for CoordinatorConfig {
             scheduler: SchedulerConfig::default(),
             expiry_interval: Duration::from_millis(250),
             limits: crate::limits::Limits::default(),
+            build_job: sweep_puzzles::job_from_params,
         }
     }
 }
@@ -106,8 +109,6 @@ struct Core {
     persisted_next_lease: LeaseId,
     /// Writes waiting for the next group commit, and that commit's sequence number.
     pending: Vec<Op>,
-    /// Jobs whose tally changed since the last commit: written once per commit, not once per completion.
-    tally_dirty: std::collections::BTreeSet<JobId>,
     seq: u64,
     /// Set when the store failed: memory may be ahead of disk, so nothing more is accepted until a restart.
     failed: Option<String>,
@@ -121,6 +122,50 @@ struct Core {
 impl Core {
     /// Moves what the scheduler changed into the pending batch.
     fn stage_dirty(&mut self) {
+        loop {
+            let ended = self.stage_dirty_once();
+            if !self.cancel_readers_of(&ended) {
+                break;
+            }
+        }
+    }
+
+    /// A job whose input ended without a complete artifact (cancelled, or done with poisoned chunks) would wait
+    /// for it for ever: it is cancelled, with a warning naming the input, and the next round of
+    /// [`Core::stage_dirty`] does the same for its own readers. A submit of the same job later creates what
+    /// has to run again (neither kind of input is reused). True if any job was cancelled.
+    fn cancel_readers_of(&mut self, ended: &[JobId]) -> bool {
+        let mut any = false;
+        for &input in ended {
+            let readers: Vec<JobId> = self
+                .jobs
+                .values()
+                .filter(|e| e.record.input_jobs.contains(&input))
+                .map(|e| e.record.id)
+                .collect();
+            for reader in readers {
+                let unfinished = self
+                    .sched
+                    .job_state(reader)
+                    .is_some_and(|s| !s.is_finished());
+                if unfinished && self.sched.cancel(reader).is_ok() {
+                    let why = self.sched.job_state(input).map_or("gone", JobState::as_str);
+                    warn!(
+                        job = reader,
+                        input,
+                        state = why,
+                        "job cancelled: its input ended without a complete artifact"
+                    );
+                    any = true;
+                }
+            }
+        }
+        any
+    }
+
+    /// One round of [`Core::stage_dirty`]; returns the jobs that just ended without a complete artifact.
+    fn stage_dirty_once(&mut self) -> Vec<JobId> {
+        let mut ended = Vec::new();
         let dirty = self.sched.take_dirty();
         for (job, chunk) in dirty.chunks {
             if let Some(mut rec) = self.sched.chunk_record(job, chunk) {
@@ -146,6 +191,8 @@ impl Core {
                     info!(job, state = state.as_str(), "job finished");
                     if state == JobState::Done {
                         self.to_merge.push(job);
+                    } else {
+                        ended.push(job);
                     }
                 }
                 self.pending.push(Op::Job(e.record.clone()));
@@ -156,6 +203,7 @@ impl Core {
             self.persisted_next_lease = next_lease;
             self.pending.push(Op::Meta("next_lease", next_lease));
         }
+        ended
     }
 
     fn check_writable(&self) -> Result<(), Status> {
@@ -227,7 +275,9 @@ impl Core {
             workers: workers.len() as u32,
             completions: e.tally.chunks,
             duplicates: e.record.duplicates,
-            input_job: e.record.input_job.unwrap_or(0),
+            input_job: e.record.input_jobs.first().copied().unwrap_or(0),
+            input_jobs: e.record.input_jobs.clone(),
+            inputs_waiting: self.sched.waiting_for(id).len() as u32,
             artifact_digest: e.record.artifact_digest.clone().unwrap_or_default(),
             replicate: e.record.replicate,
             disagreements: counts.disagreements,
@@ -251,26 +301,33 @@ impl Core {
     }
 
     /// The unfinished (or done) job with the same space, parameters and chunking if `reuse` and there is one,
-    /// else a new job, staged for the next commit. Returns its id and whether it existed.
+    /// else a new job reading `inputs`, staged for the next commit. Returns its id and whether it existed.
+    ///
+    /// An unfinished job is reused only if it reads the same input jobs: one waiting for an input that was
+    /// cancelled since would never run. A job that ended with poisoned chunks is never reused as an `input`
+    /// (it has no complete artifact, so its readers would wait for ever); it runs again as a new job.
     fn find_or_create(
         &mut self,
         job: Arc<dyn Job>,
         plan: &sweep_puzzles::Plan,
         priority: i32,
-        reuse: bool,
-        input: Option<JobId>,
+        reuse: Reuse,
+        inputs: Vec<JobId>,
         replicate: u32,
     ) -> (JobId, bool) {
         // Canonical parameters: equal jobs compare equal however the user spelled them.
         let params = job.params();
         let space = job.space();
-        if reuse {
+        if reuse != Reuse::Never {
             let found = self.jobs.values().find(|e| {
                 e.record.space == space
                     && e.record.params == params
                     && e.record.n_chunks == plan.n_chunks
                     && e.record.replicate == replicate
                     && e.record.state != JobState::Cancelled
+                    && !(reuse == Reuse::AsInput
+                        && e.record.state == JobState::DoneWithPoisonedChunks)
+                    && (e.record.state.is_finished() || e.record.input_jobs == inputs)
             });
             if let Some(e) = found {
                 return (e.record.id, true);
@@ -290,20 +347,17 @@ impl Core {
             finished_ms: 0,
             duplicates: 0,
             digest_mismatches: 0,
-            input_job: input,
+            input_jobs: inputs.clone(),
             artifact_digest: None,
             replicate,
         };
         self.sched
             .add_job(id, priority, plan.n_chunks, JobState::Running);
         self.sched.set_replication(id, replicate);
-        if let Some(input) = input {
-            let ready = self
-                .jobs
-                .get(&input)
-                .is_some_and(|i| i.record.artifact_digest.is_some());
-            if !ready {
-                self.sched.wait_for_input(id, input);
+        let merge = hold_for_inputs(&mut self.sched, &self.jobs, id, &inputs);
+        for input in merge {
+            if !self.to_merge.contains(&input) {
+                self.to_merge.push(input);
             }
         }
         self.pending.push(Op::Job(record.clone()));
@@ -324,7 +378,7 @@ impl Core {
             job = id,
             space,
             chunks = plan.n_chunks,
-            ?input,
+            ?inputs,
             "job submitted"
         );
         (id, false)
@@ -382,6 +436,41 @@ pub struct Coordinator {
     /// Event counters for `/metrics` and the dashboard ([`crate::metrics`]).
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     cfg: CoordinatorConfig,
+}
+
+/// When [`Core::find_or_create`] may answer with an existing job instead of creating one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reuse {
+    /// A submit without `reuse_existing`: always a new job.
+    Never,
+    /// A submit with `reuse_existing`: an equal job in any state but cancelled (one that ended with poisoned
+    /// chunks answers with what it has, and says what is missing).
+    Any,
+    /// An input of another job: only one that has, or will have, a complete artifact.
+    AsInput,
+}
+
+/// Holds job `id` back in the scheduler until each of its `inputs` has its merged artifact stored. Returns the
+/// inputs that are done but have no stored artifact: jobs whose chunks produce none, which only get an (empty)
+/// artifact once some job reads them, so the merger must look at them again.
+fn hold_for_inputs(
+    sched: &mut Scheduler,
+    jobs: &BTreeMap<JobId, JobEntry>,
+    id: JobId,
+    inputs: &[JobId],
+) -> Vec<JobId> {
+    let mut merge = Vec::new();
+    for &input in inputs {
+        let entry = jobs.get(&input);
+        if entry.is_some_and(|i| i.record.artifact_digest.is_some()) {
+            continue;
+        }
+        sched.wait_for_input(id, input);
+        if entry.is_some_and(|i| i.record.state == JobState::Done) {
+            merge.push(input);
+        }
+    }
+    merge
 }
 
 /// The job's merged artifact from its chunk outputs, in chunk order.
@@ -451,7 +540,7 @@ impl Coordinator {
         let mut sched = Scheduler::new(cfg.scheduler, snap.next_lease);
         let mut jobs = BTreeMap::new();
         for rec in snap.jobs {
-            let job = sweep_puzzles::job_from_params(&rec.space, &rec.params).map_err(|e| {
+            let job = (cfg.build_job)(&rec.space, &rec.params).map_err(|e| {
                 ServeError::UnknownStoredJob {
                     job: rec.id,
                     space: rec.space.clone(),
@@ -476,14 +565,9 @@ impl Coordinator {
         }
         let mut to_merge = Vec::new();
         for e in jobs.values() {
-            if let Some(input) = e.record.input_job {
-                let ready = jobs
-                    .get(&input)
-                    .is_some_and(|i| i.record.artifact_digest.is_some());
-                if !ready {
-                    sched.wait_for_input(e.record.id, input);
-                }
-            }
+            // An input done before the crash whose artifact is not stored yet is merged below (every done job
+            // without a digest is), so what `hold_for_inputs` returns is already covered.
+            hold_for_inputs(&mut sched, &jobs, e.record.id, &e.record.input_jobs);
             // Killed between a job's end and the merge of its artifact: merge it now (a no-op for jobs
             // without artifacts).
             if e.record.state == JobState::Done && e.record.artifact_digest.is_none() {
@@ -498,7 +582,7 @@ impl Coordinator {
         sched.finish_restore();
         info!(jobs = jobs.len(), chunk_records = restored, "store loaded");
         let next_lease = sched.next_lease_id();
-        let core = Core {
+        let mut core = Core {
             sched,
             jobs,
             workers: HashMap::new(),
@@ -507,13 +591,28 @@ impl Coordinator {
             next_job: snap.next_job.max(1),
             persisted_next_lease: next_lease,
             pending: Vec::new(),
-            tally_dirty: Default::default(),
             seq: 1,
             failed: None,
             worker_seq: 0,
             to_merge,
             job_changes: watch::channel(0).0,
         };
+        // Stores from before readers were cancelled with their inputs may hold a job waiting for an input that
+        // ended without an artifact: settled now, written with the first commit.
+        let ended: Vec<JobId> = core
+            .jobs
+            .values()
+            .filter(|e| {
+                matches!(
+                    e.record.state,
+                    JobState::Cancelled | JobState::DoneWithPoisonedChunks
+                )
+            })
+            .map(|e| e.record.id)
+            .collect();
+        if core.cancel_readers_of(&ended) {
+            core.stage_dirty();
+        }
         let (committed, _) = watch::channel(Commit {
             seq: 0,
             error: None,
@@ -544,6 +643,18 @@ impl Coordinator {
         self.durable(seq).await
     }
 
+    /// `read` of the coordinator's memory, returned once everything it saw is durable. Read first, wait
+    /// second: memory read *after* the wait could include results staged meanwhile that a crash would lose,
+    /// and a status must not report what a restart takes back.
+    async fn durable_read<T>(&self, read: impl FnOnce(&Core) -> T) -> Result<T, Status> {
+        let (value, seq) = {
+            let core = self.lock();
+            (read(&core), core.seq)
+        };
+        self.durable(seq).await?;
+        Ok(value)
+    }
+
     /// Waits until the batch with sequence `seq` is durable.
     async fn durable(&self, seq: u64) -> Result<(), Status> {
         let mut rx = self.committed.subscribe();
@@ -566,12 +677,6 @@ impl Coordinator {
             let mut core = self.lock();
             let seq = core.seq;
             core.seq += 1;
-            // Taken under the same lock as the batch, so each tally equals the sum of the outputs stored with it.
-            for job in std::mem::take(&mut core.tally_dirty) {
-                if let Some(tally) = core.jobs.get(&job).map(|e| e.tally.clone()) {
-                    core.pending.push(Op::Tally(job, tally));
-                }
-            }
             (std::mem::take(&mut core.pending), seq)
         };
         // Once a write has failed, memory is ahead of the store: nothing more is written, and every waiter
@@ -584,7 +689,9 @@ impl Coordinator {
             None
         } else {
             let store = self.store.clone();
-            let write = tokio::task::spawn_blocking(move || store.write(ops));
+            let write = tokio::task::spawn_blocking(move || {
+                store.write_parts(crate::store::split_commit(ops))
+            });
             // sled can hang in flush after the disk filled up: a write that takes this long counts as failed.
             match tokio::time::timeout(STORE_WRITE_TIMEOUT, write).await {
                 Ok(Ok(Ok(()))) => None,
@@ -678,6 +785,11 @@ impl Coordinator {
         let Some((job, _)) = self.job_and_chunks(id) else {
             return Ok(());
         };
+        // Queued twice (a reader submitted while it was being merged): the chunk artifacts are gone by now, and
+        // merging "nothing" again must not replace the stored artifact with an empty one.
+        if self.has_artifact(id) {
+            return Ok(());
+        }
         self.settle().await.map_err(|e| e.message().to_string())?;
         let store = self.store.clone();
         let merged = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>, String> {
@@ -695,8 +807,12 @@ impl Coordinator {
         })
         .await
         .map_err(|e| format!("merge task: {e}"))??;
-        let Some(bytes) = merged else {
-            return Ok(());
+        // A job whose chunks produce no artifact needs none, unless another job reads it: that one waits for a
+        // stored artifact, so it gets an empty one (the reader binds it like any other).
+        let bytes = match merged {
+            Some(bytes) => bytes,
+            None if self.is_read_by_others(id) && !self.has_artifact(id) => Vec::new(),
+            None => return Ok(()),
         };
         let digest = blake3::hash(&bytes).to_hex().to_string();
         let size = bytes.len();
@@ -756,6 +872,21 @@ impl Coordinator {
             e.artifact = Some(bytes.clone());
         }
         Ok((bytes, digest))
+    }
+
+    fn has_artifact(&self, job: JobId) -> bool {
+        self.lock()
+            .jobs
+            .get(&job)
+            .is_some_and(|e| e.record.artifact_digest.is_some())
+    }
+
+    /// Whether some job names `job` among its inputs.
+    fn is_read_by_others(&self, job: JobId) -> bool {
+        self.lock()
+            .jobs
+            .values()
+            .any(|e| e.record.input_jobs.contains(&job))
     }
 
     fn job_and_chunks(&self, job: JobId) -> Option<(Arc<dyn Job>, u64)> {
@@ -943,13 +1074,29 @@ impl work_server::Work for WorkApi {
                 .iter()
                 .filter_map(|g| {
                     let e = core.jobs.get(&g.job)?;
-                    let input = e.record.input_job;
-                    let input_digest = input
-                        .and_then(|i| core.jobs.get(&i)?.record.artifact_digest.clone())
-                        .unwrap_or_default();
+                    // Leased only once every input's artifact is stored, so each has its digest.
+                    let inputs: Vec<v1::InputArtifact> = e
+                        .record
+                        .input_jobs
+                        .iter()
+                        .map(|&i| v1::InputArtifact {
+                            job_id: i,
+                            digest: core
+                                .jobs
+                                .get(&i)
+                                .and_then(|i| i.record.artifact_digest.clone())
+                                .unwrap_or_default(),
+                        })
+                        .collect();
+                    // Workers older than `inputs` understand a single input.
+                    let (input_job, input_digest) = match inputs.as_slice() {
+                        [one] => (one.job_id, one.digest.clone()),
+                        _ => (0, String::new()),
+                    };
                     Some(v1::ChunkLease {
-                        input_job: input.unwrap_or(0),
+                        input_job,
                         input_digest,
+                        inputs,
                         lease_id: g.lease,
                         job_id: g.job,
                         space: e.record.space.clone(),
@@ -1186,6 +1333,7 @@ impl Coordinator {
                     return reject(format!("no job {job_id}"));
                 };
                 entry.tally.add(&output);
+                let tally = entry.tally.clone();
                 let bytes = crate::limits::output_bytes(&output);
                 self.guards.add_job(job_id, output.solutions.len(), bytes);
                 core.pending.push(Op::Chunk(
@@ -1197,7 +1345,9 @@ impl Coordinator {
                     },
                 ));
                 core.pending.push(Op::Output(job_id, chunk, output));
-                core.tally_dirty.insert(job_id);
+                // The tally right after this result: a group commit may be split after it (see
+                // `store::split_commit`), and every part must carry a tally that sums exactly its done chunks.
+                core.pending.push(Op::Tally(job_id, tally));
                 if let Some(w) = core.workers.get_mut(worker) {
                     w.chunks_done += 1;
                 }
@@ -1329,10 +1479,9 @@ impl jobs_server::Jobs for JobsApi {
     ) -> Result<Response<v1::SubmitResponse>, Status> {
         let req = req.into_inner();
         self.0.guards.check_params(&req.params_json)?;
-        let space = sweep_puzzles::lookup(&req.space).map_err(invalid_input)?;
         let params: serde_json::Value = serde_json::from_str(&req.params_json)
             .map_err(|e| invalid_input(format!("params_json is not JSON: {e}")))?;
-        let job = space.parse_params(&params).map_err(invalid_input)?;
+        let job = (self.0.cfg.build_job)(&req.space, &params).map_err(invalid_input)?;
         if req.replicate > MAX_REPLICATE {
             return Err(Status::invalid_argument(format!(
                 "replicate must be in 1..={MAX_REPLICATE}, got {}",
@@ -1348,39 +1497,54 @@ impl jobs_server::Jobs for JobsApi {
                 plan.n_chunks
             )));
         }
-        // The job whose artifact this one needs (a table): found or submitted first, with its default plan.
-        let input = match job.input() {
-            None => None,
-            Some(inp) => {
-                let space = sweep_puzzles::lookup(&inp.space).map_err(invalid_input)?;
-                let input_job = space
-                    .parse_params(&inp.params)
-                    .map_err(|e| invalid_input(format!("input job: {e}")))?;
-                let input_plan = input_job
-                    .plan(None)
-                    .map_err(|e| invalid_input(format!("input job: {e}")))?;
-                Some((input_job, input_plan))
+        // Every job whose artifact this one needs (a table, the layers of a layered search), recursively: each
+        // found or submitted before the jobs that read it, with its default plan, all in this one batch.
+        let dag =
+            crate::inputs::resolve(job.clone(), self.0.cfg.build_job).map_err(invalid_input)?;
+        let mut plans = Vec::with_capacity(dag.len());
+        let inputs_only = dag.split_last().map_or(&[][..], |(_, rest)| rest);
+        for node in inputs_only {
+            let plan = node.job.plan(None).map_err(|e| {
+                invalid_input(format!(
+                    "input job {}: {e}",
+                    crate::inputs::label(node.job.as_ref())
+                ))
+            })?;
+            if plan.n_chunks > MAX_CHUNKS_PER_JOB {
+                return Err(invalid_input(format!(
+                    "input job {}: {} chunks is more than a coordinator keeps for one job ({MAX_CHUNKS_PER_JOB})",
+                    crate::inputs::label(node.job.as_ref()),
+                    plan.n_chunks
+                )));
             }
-        };
+            plans.push(plan);
+        }
+        plans.push(plan);
         let (info, existing, seq) = {
             let mut core = self.0.lock();
             core.check_writable()?;
-            let input_id = match input {
-                None => None,
-                Some((input_job, input_plan)) => {
-                    let (id, _) =
-                        core.find_or_create(input_job, &input_plan, req.priority, true, None, 1);
-                    Some(id)
-                }
-            };
-            let (id, existing) = core.find_or_create(
-                job,
-                &plan,
-                req.priority,
-                req.reuse_existing,
-                input_id,
-                replicate,
-            );
+            let mut ids: Vec<JobId> = Vec::with_capacity(dag.len());
+            let mut existing = false;
+            for (i, (node, plan)) in dag.into_iter().zip(&plans).enumerate() {
+                let inputs = node
+                    .inputs
+                    .iter()
+                    .filter_map(|&k| ids.get(k).copied())
+                    .collect();
+                let (id, found) = if i + 1 == plans.len() {
+                    let reuse = if req.reuse_existing {
+                        Reuse::Any
+                    } else {
+                        Reuse::Never
+                    };
+                    core.find_or_create(node.job, plan, req.priority, reuse, inputs, replicate)
+                } else {
+                    core.find_or_create(node.job, plan, req.priority, Reuse::AsInput, inputs, 1)
+                };
+                ids.push(id);
+                existing = found;
+            }
+            let id = ids.last().copied().unwrap_or_default();
             (core.job_info(id), existing, core.seq)
         };
         self.0.durable(seq).await?;
@@ -1395,25 +1559,29 @@ impl jobs_server::Jobs for JobsApi {
         _: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
         // Status answers describe what is stored: what it reports survives a crash right after it is read.
-        self.0.settle().await?;
-        let core = self.0.lock();
-        let jobs = core
-            .sched
-            .jobs()
-            .filter_map(|id| core.job_info(id))
-            .collect();
-        Ok(Response::new(v1::ListJobsResponse {
-            jobs,
-            workers: core.live_workers(),
-        }))
+        let (jobs, workers) = self
+            .0
+            .durable_read(|core| {
+                let jobs = core
+                    .sched
+                    .jobs()
+                    .filter_map(|id| core.job_info(id))
+                    .collect();
+                (jobs, core.live_workers())
+            })
+            .await?;
+        Ok(Response::new(v1::ListJobsResponse { jobs, workers }))
     }
 
     async fn job_status(
         &self,
         req: Request<v1::JobRequest>,
     ) -> Result<Response<v1::JobInfo>, Status> {
-        self.0.settle().await?;
-        Ok(Response::new(self.0.info(req.into_inner().job_id)?))
+        let job = req.into_inner().job_id;
+        let info = self.0.durable_read(|core| core.job_info(job)).await?;
+        Ok(Response::new(info.ok_or_else(|| {
+            Status::not_found(format!("no job {job}"))
+        })?))
     }
 
     type WatchStream = ReceiverStream<Result<v1::WatchEvent, Status>>;

@@ -71,9 +71,16 @@ pub struct JobRecord {
     pub duplicates: u64,
     #[serde(default)]
     pub digest_mismatches: u64,
-    /// The job whose merged artifact this one's chunks need.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_job: Option<JobId>,
+    /// The jobs whose merged artifacts this one's chunks need, in the order of the job's `Job::inputs`.
+    /// Records written before jobs could have several inputs hold one `input_job` number instead: it reads as a
+    /// one-element list, and the record is written back in the new form the next time it changes.
+    #[serde(
+        default,
+        alias = "input_job",
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub input_jobs: Vec<JobId>,
     /// blake3 (hex) of the merged artifact, once it is stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact_digest: Option<String>,
@@ -84,6 +91,20 @@ pub struct JobRecord {
 
 fn one() -> u32 {
     1
+}
+
+/// `input_jobs` as a list, or as the single number (or null) that the older `input_job` field held.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<JobId>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(Option<JobId>),
+        Many(Vec<JobId>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(one) => one.into_iter().collect(),
+        OneOrMany::Many(many) => many,
+    })
 }
 
 /// One write of a group commit.
@@ -112,10 +133,18 @@ pub struct Snapshot {
 /// Key-value pairs as a prefix scan returns them, in key order.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// One atomic batch of writes (`None` = remove the key).
+pub type Writes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
 /// The raw key-value layer the two backends implement.
 pub trait Kv: Send + Sync {
     /// Applies every write (`None` = remove the key) atomically and makes it durable before returning.
     fn apply(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StoreError>;
+    /// Applies each part atomically, in order, and makes all durable before returning. A crash part-way
+    /// leaves a prefix of the parts. The default applies them one by one; sled flushes once at the end.
+    fn apply_parts(&self, parts: Vec<Writes>) -> Result<(), StoreError> {
+        parts.into_iter().try_for_each(|p| self.apply(p))
+    }
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     fn scan(&self, prefix: &[u8]) -> Result<Pairs, StoreError>;
 }
@@ -316,14 +345,20 @@ fn hash(bytes: &[u8]) -> Vec<u8> {
 
 impl Kv for SledKv {
     fn apply(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        for (k, v) in writes {
-            match v {
-                Some(v) => batch.insert(k, v),
-                None => batch.remove(k),
+        self.apply_parts(vec![writes])
+    }
+
+    fn apply_parts(&self, parts: Vec<Writes>) -> Result<(), StoreError> {
+        for writes in parts {
+            let mut batch = sled::Batch::default();
+            for (k, v) in writes {
+                match v {
+                    Some(v) => batch.insert(k, v),
+                    None => batch.remove(k),
+                }
             }
+            self.db.apply_batch(batch)?;
         }
-        self.db.apply_batch(batch)?;
         self.db.flush()?;
         Ok(())
     }
@@ -375,6 +410,35 @@ impl Kv for MemKv {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
     }
+}
+
+/// Writes per sled batch at most (about): a group commit under load can hold tens of thousands of writes, and
+/// sled 0.34 holds every node a batch touches, so one huge batch cost the coordinator ~950 MB over 100,000 tiny
+/// chunks (replaying the same writes in parts of 1,000: 48 MB).
+pub const MAX_BATCH_OPS: usize = 1_000;
+
+/// Splits a group commit into parts that are each consistent on their own, so a crash after any prefix of
+/// them (sled recovers a prefix of its batches) leaves a store that opens. Never between a chunk's `Done`
+/// record, its output and the tally that follows them; everything else was staged in causal order, so any
+/// prefix is a state the coordinator passed through.
+pub fn split_commit(ops: Vec<Op>) -> Vec<Vec<Op>> {
+    let mut parts = Vec::with_capacity(ops.len() / MAX_BATCH_OPS + 1);
+    let mut part = Vec::with_capacity(ops.len().min(MAX_BATCH_OPS + 2));
+    for op in ops {
+        let mid_result = matches!(op, Op::Output(..) | Op::Tally(..))
+            || matches!(
+                part.last(),
+                Some(Op::Chunk(_, _, ChunkRecord::Done { .. })) | Some(Op::Output(..))
+            );
+        if part.len() >= MAX_BATCH_OPS && !mid_result {
+            parts.push(std::mem::take(&mut part));
+        }
+        part.push(op);
+    }
+    if !part.is_empty() {
+        parts.push(part);
+    }
+    parts
 }
 
 pub(crate) fn job_key(tag: u8, job: JobId) -> Vec<u8> {
@@ -519,8 +583,32 @@ impl Store {
     /// Writes a group commit atomically and durably: artifact files first, then one sled batch that records
     /// their hashes with everything else.
     pub fn write(&self, ops: Vec<Op>) -> Result<(), StoreError> {
-        let mut writes = Vec::with_capacity(ops.len());
+        self.write_parts(vec![ops])
+    }
+
+    /// [`Store::write`] for a group commit split into parts (see [`Kv::apply_parts`]): each part one atomic
+    /// batch, all durable on return.
+    pub fn write_parts(&self, parts: Vec<Vec<Op>>) -> Result<(), StoreError> {
         let mut superseded = Vec::new();
+        let mut batches = Vec::with_capacity(parts.len());
+        for ops in parts {
+            batches.push(self.encode_part(ops, &mut superseded)?);
+        }
+        self.kv.apply_parts(batches)?;
+        // No longer referenced; a failure here only leaves files that the next start-up removes.
+        for name in superseded {
+            let _ = self.blobs.remove(&name);
+        }
+        Ok(())
+    }
+
+    /// One part's key-value writes; artifact files are written (and synced) here, before their batch.
+    fn encode_part(
+        &self,
+        ops: Vec<Op>,
+        superseded: &mut Vec<String>,
+    ) -> Result<Writes, StoreError> {
+        let mut writes = Vec::with_capacity(ops.len());
         for op in ops {
             match op {
                 Op::Job(rec) => writes.push((job_key(b'j', rec.id), Some(encode(&rec)))),
@@ -550,12 +638,7 @@ impl Store {
                 )),
             }
         }
-        self.kv.apply(writes)?;
-        // No longer referenced; a failure here only leaves files that the next start-up removes.
-        for name in superseded {
-            let _ = self.blobs.remove(&name);
-        }
-        Ok(())
+        Ok(writes)
     }
 
     /// Whether any chunk of `job` stored an artifact (only those jobs need a merge).
@@ -643,6 +726,90 @@ impl Store {
 mod tests {
     use super::*;
 
+    /// A group commit as the coordinator stages it: leases, then per result its `Done` record, output and
+    /// the tally after it, with a job record now and then.
+    fn staged_commit(results: u64) -> Vec<Op> {
+        let mut ops = Vec::new();
+        let mut tally = Tally::default();
+        for chunk in 0..results {
+            ops.push(Op::Chunk(
+                1,
+                chunk + results,
+                ChunkRecord::Leased {
+                    lease: chunk,
+                    worker: "w".into(),
+                    deadline: 9,
+                    attempts: 0,
+                },
+            ));
+            let out = ChunkOutput {
+                nodes: chunk + 1,
+                ..Default::default()
+            };
+            tally.add(&out);
+            ops.push(Op::Chunk(
+                1,
+                chunk,
+                ChunkRecord::Done {
+                    digest: format!("{chunk}"),
+                    worker: "w".into(),
+                },
+            ));
+            ops.push(Op::Output(1, chunk, out));
+            ops.push(Op::Tally(1, tally.clone()));
+            if chunk % 700 == 0 {
+                ops.push(Op::Meta("next_lease", chunk));
+            }
+        }
+        ops
+    }
+
+    #[test]
+    fn a_split_commit_keeps_order_and_never_cuts_a_result() {
+        for results in [0, 1, 333, 334, 2_000] {
+            let ops = staged_commit(results);
+            let n = ops.len();
+            let parts = split_commit(ops);
+            assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), n);
+            for part in &parts {
+                assert!(part.len() <= MAX_BATCH_OPS + 3, "{}", part.len());
+                assert!(!matches!(
+                    part.first(),
+                    Some(Op::Output(..) | Op::Tally(..))
+                ));
+                assert!(!matches!(
+                    part.last(),
+                    Some(Op::Output(..) | Op::Chunk(_, _, ChunkRecord::Done { .. }))
+                ));
+            }
+            if n > MAX_BATCH_OPS {
+                assert!(parts.len() > 1);
+            }
+        }
+    }
+
+    /// sled recovers a prefix of its batches: after every prefix of the parts, each tally must sum exactly the
+    /// done chunks stored with it (the check the coordinator makes at start-up).
+    #[test]
+    fn every_prefix_of_a_split_commit_is_a_consistent_store() {
+        let parts = split_commit(staged_commit(2_500));
+        assert!(parts.len() >= 3);
+        for upto in 1..=parts.len() {
+            let store = Store::in_memory();
+            store.write_parts(parts[..upto].to_vec()).unwrap();
+            let snap = store.load().unwrap();
+            let done = snap
+                .chunks
+                .iter()
+                .filter(|(_, _, r)| matches!(r, ChunkRecord::Done { .. }))
+                .count() as u64;
+            assert_eq!(snap.tallies[&1].chunks, done, "after {upto} parts");
+            let outputs = store.outputs(1).unwrap();
+            let nodes: u128 = outputs.iter().map(|(_, o)| u128::from(o.nodes)).sum();
+            assert_eq!(snap.tallies[&1].nodes, nodes);
+        }
+    }
+
     fn record(id: JobId) -> JobRecord {
         JobRecord {
             id,
@@ -656,7 +823,7 @@ mod tests {
             finished_ms: 0,
             duplicates: 0,
             digest_mismatches: 0,
-            input_job: None,
+            input_jobs: Vec::new(),
             artifact_digest: None,
             replicate: 1,
         }
@@ -846,5 +1013,34 @@ mod tests {
             .unwrap();
         let err = store.load().unwrap_err();
         assert!(err.to_string().contains("damaged record"), "{err}");
+    }
+
+    /// A record as releases before multi-input jobs wrote it (one `input_job` number) loads as a one-element
+    /// input list and is written back in the new form; a list of several inputs survives a round trip.
+    #[test]
+    fn single_input_records_migrate_to_an_input_list() {
+        let store = Store::new(Box::new(MemKv::default()));
+        let old = br#"{"id":2,"space":"brainball","params":{"depth":7},"n_chunks":3,"priority":0,"state":"running","created_ms":1,"input_job":1,"replicate":1}"#;
+        let null = br#"{"id":3,"space":"star","params":{"points":6},"n_chunks":3,"priority":0,"state":"done","created_ms":1,"input_job":null}"#;
+        let mut many = record(4);
+        many.input_jobs = vec![1, 3, 2];
+        store
+            .kv
+            .apply(vec![
+                (job_key(b'j', 2), Some(old.to_vec())),
+                (job_key(b'j', 3), Some(null.to_vec())),
+            ])
+            .unwrap();
+        store.write(vec![Op::Job(many.clone())]).unwrap();
+        let jobs = store.load().unwrap().jobs;
+        assert_eq!(jobs[0].input_jobs, vec![1]);
+        assert!(jobs[1].input_jobs.is_empty());
+        assert_eq!(jobs[2], many);
+        store.write(vec![Op::Job(jobs[0].clone())]).unwrap();
+        let text = store.kv.get(&job_key(b'j', 2)).unwrap().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(v["input_jobs"], serde_json::json!([1]));
+        assert!(v.get("input_job").is_none(), "{v}");
+        assert_eq!(store.load().unwrap().jobs[0].input_jobs, vec![1]);
     }
 }

@@ -298,6 +298,29 @@ pub trait Job: Send + Sync + Debug {
         })
     }
 
+    /// Every job whose merged artifact this job's chunks need, in order. The engine finds or creates each of
+    /// them (recursively: an input may have inputs of its own, so a space can describe a chain or a DAG of
+    /// jobs), runs none of this job's chunks before all of them are done, and hands their artifacts, in this
+    /// order, to [`Job::bind_inputs`]. The default is the single [`Job::input`], if any.
+    fn inputs(&self) -> Vec<JobInput> {
+        self.input().into_iter().collect()
+    }
+
+    /// This job with all its input artifacts loaded, in the order of [`Job::inputs`]. The default serves jobs
+    /// with a single input through [`Job::bind_input`].
+    fn bind_inputs(&self, artifacts: &[&[u8]]) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+        match artifacts {
+            [one] => self.bind_input(one),
+            _ => Err(SpaceError::BadParams {
+                space: self.space(),
+                reason: format!(
+                    "this job takes one input artifact, {} were given",
+                    artifacts.len()
+                ),
+            }),
+        }
+    }
+
     /// Pictures of the merged answer as (file name, SVG text) pairs, written by the CLI's `--svg DIR`. Pure: the
     /// space only draws, the CLI writes. Spaces without pictures keep the default (none).
     fn pictures(&self, _result: &serde_json::Value) -> Vec<(String, String)> {

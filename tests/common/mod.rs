@@ -251,6 +251,54 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// `sweep status --json`: every job's entry, or `None` while the coordinator does not answer (restarting).
+    pub fn try_all_jobs(&self) -> Option<Vec<serde_json::Value>> {
+        let out = self.sweep(&["status", "--json"]);
+        if !out.status.success() {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["jobs"].as_array().cloned()
+    }
+
+    /// Job `top` and every job it reads, directly or not (`input_jobs`), each once, from one status snapshot;
+    /// polls while the coordinator is restarting.
+    pub fn dag_jobs(&self, top: u64) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let all = loop {
+            match self.try_all_jobs() {
+                Some(all) => break all,
+                None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                None => panic!("the coordinator did not answer `sweep status` within 60 s"),
+            }
+        };
+        dag_of(&all, top)
+    }
+}
+
+/// Job `top` and every job it reads, directly or not, among `all` (entries of `sweep status --json`), in id order.
+pub fn dag_of(all: &[serde_json::Value], top: u64) -> Vec<serde_json::Value> {
+    let by_id: std::collections::BTreeMap<u64, &serde_json::Value> = all
+        .iter()
+        .filter_map(|j| Some((j["job"].as_u64()?, j)))
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo = vec![top];
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        if let Some(j) = by_id.get(&id) {
+            let inputs = j["input_jobs"].as_array().cloned().unwrap_or_default();
+            todo.extend(inputs.iter().filter_map(|i| i.as_u64()));
+        }
+    }
+    seen.iter()
+        .filter_map(|id| by_id.get(id).map(|j| (*j).clone()))
+        .collect()
+}
+
 fn start_coordinator(store: &Path, listen: &str, ttl: u64) -> (Proc, String) {
     try_start_coordinator(store, listen, ttl).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -129,11 +129,90 @@ struct State {
     running: HashMap<u64, Arc<Control>>,
     outbox: Vec<v1::ChunkReport>,
     failures: Vec<v1::FailRequest>,
-    jobs: HashMap<(u64, String), Arc<dyn Job>>,
-    /// Input artifacts by digest, shared by every job bound to them.
+    /// Jobs built (and bound to their inputs) so far, with the digests of those inputs and when each was last
+    /// used: see [`State::cache_job`].
+    jobs: HashMap<(u64, String), CachedJob>,
+    /// Input artifacts by digest, shared by every cached job bound to them.
     artifacts: HashMap<String, Arc<Vec<u8>>>,
+    /// Bumped on every use of a cached job: the least recently used bound job is the first to go.
+    uses: u64,
     stats: WorkerStats,
     stopping: bool,
+}
+
+struct CachedJob {
+    job: Arc<dyn Job>,
+    /// Digests of the artifacts it is bound to (empty: a job without inputs).
+    inputs: Vec<String>,
+    last_use: u64,
+}
+
+/// Jobs bound to input artifacts kept at most: a layered search is a DAG of dozens of jobs, each bound to the
+/// previous layer, and a worker that kept every one (and every layer's bytes) would grow for the whole run.
+const MAX_BOUND_JOBS: usize = 8;
+
+impl State {
+    fn cached_job(&mut self, key: &(u64, String)) -> Option<Arc<dyn Job>> {
+        self.uses += 1;
+        let uses = self.uses;
+        self.jobs.get_mut(key).map(|c| {
+            c.last_use = uses;
+            c.job.clone()
+        })
+    }
+
+    /// Keeps `job` for the next chunks of the same job. Past [`MAX_BOUND_JOBS`] bound jobs the least recently
+    /// used one is dropped (chunks running on it hold their own reference), and so are the input artifacts no
+    /// kept job is bound to: a job that needs one again gets it from the disk cache or the coordinator.
+    fn cache_job(&mut self, key: (u64, String), job: Arc<dyn Job>, inputs: Vec<(u64, String)>) {
+        self.uses += 1;
+        let inputs: Vec<String> = inputs.into_iter().map(|(_, d)| d).collect();
+        let bound = !inputs.is_empty();
+        self.jobs.insert(
+            key,
+            CachedJob {
+                job,
+                inputs,
+                last_use: self.uses,
+            },
+        );
+        if !bound {
+            return;
+        }
+        while self.jobs.values().filter(|c| !c.inputs.is_empty()).count() > MAX_BOUND_JOBS {
+            let oldest = self
+                .jobs
+                .iter()
+                .filter(|(_, c)| !c.inputs.is_empty())
+                .min_by_key(|(_, c)| c.last_use)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => {
+                    self.jobs.remove(&k);
+                }
+                None => break,
+            }
+        }
+        let needed: std::collections::HashSet<&String> =
+            self.jobs.values().flat_map(|c| c.inputs.iter()).collect();
+        self.artifacts.retain(|digest, _| needed.contains(digest));
+    }
+}
+
+/// The (input job, artifact digest) pairs a lease's job must be bound to, in order: the list, or the single
+/// input a coordinator older than the list sends.
+fn lease_inputs(lease: &v1::ChunkLease) -> Vec<(u64, String)> {
+    if !lease.inputs.is_empty() {
+        return lease
+            .inputs
+            .iter()
+            .map(|i| (i.job_id, i.digest.clone()))
+            .collect();
+    }
+    if lease.input_job != 0 {
+        return vec![(lease.input_job, lease.input_digest.clone())];
+    }
+    Vec::new()
 }
 
 struct Shared {
@@ -145,7 +224,7 @@ struct Shared {
     room: Notify,
     outbox_ready: Notify,
     heartbeat: Duration,
-    /// Held while a job is bound to its input artifact (fetch, then parse): see [`Shared::job`].
+    /// Held while a job is bound to its input artifacts (fetch, then parse): see [`Shared::job`].
     binding: tokio::sync::Mutex<()>,
     /// Signalled when the coordinator asks this worker to drain: it then stops as on a shutdown signal.
     drained: Notify,
@@ -156,39 +235,51 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The job a lease belongs to, built once per job and, if it needs an input artifact, bound to it.
+    /// The job a lease belongs to, built once per job and, if it needs input artifacts, bound to them.
     async fn job(&self, lease: &v1::ChunkLease) -> Result<Arc<dyn Job>, PrepError> {
         let key = (lease.job_id, lease.params_json.clone());
-        if let Some(j) = self.lock().jobs.get(&key) {
-            return Ok(j.clone());
+        if let Some(j) = self.lock().cached_job(&key) {
+            return Ok(j);
         }
         let params: serde_json::Value = serde_json::from_str(&lease.params_json)
             .map_err(|e| PrepError::Fatal(format!("the lease's params are not JSON: {e}")))?;
         let mut job = sweep_puzzles::job_from_params(&lease.space, &params)
             .map_err(|e| PrepError::Fatal(format!("cannot build the job: {e}")))?;
-        if lease.input_job != 0 {
+        let inputs = lease_inputs(lease);
+        if !inputs.is_empty() {
             // One binding at a time: executors that start on the same job together wait here and then find
-            // it bound, instead of each parsing the same large table.
+            // it bound, instead of each parsing the same large tables.
             let _one_at_a_time = self.binding.lock().await;
-            if let Some(j) = self.lock().jobs.get(&key) {
-                return Ok(j.clone());
+            if let Some(j) = self.lock().cached_job(&key) {
+                return Ok(j);
             }
-            let artifact = self
-                .input_artifact(lease.input_job, &lease.input_digest)
-                .await
-                .map_err(PrepError::Transient)?;
-            let input = lease.input_job;
-            // Binding parses and checks the whole artifact: CPU work, kept off the async runtime.
-            job = tokio::task::spawn_blocking(move || job.bind_input(&artifact))
-                .await
-                .map_err(|e| {
-                    PrepError::Fatal(format!("binding the input of job {input} crashed: {e}"))
-                })?
-                .map_err(|e| {
-                    PrepError::Fatal(format!("cannot load the input of job {input}: {e}"))
-                })?;
+            let mut artifacts = Vec::with_capacity(inputs.len());
+            for (input, digest) in &inputs {
+                artifacts.push(
+                    self.input_artifact(*input, digest)
+                        .await
+                        .map_err(PrepError::Transient)?,
+                );
+            }
+            let names = inputs
+                .iter()
+                .map(|(i, _)| i.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            // Binding parses and checks every artifact: CPU work, kept off the async runtime.
+            job = tokio::task::spawn_blocking(move || {
+                let views: Vec<&[u8]> = artifacts.iter().map(|a| a.as_slice()).collect();
+                job.bind_inputs(&views)
+            })
+            .await
+            .map_err(|e| {
+                PrepError::Fatal(format!("binding the inputs of jobs {names} crashed: {e}"))
+            })?
+            .map_err(|e| {
+                PrepError::Fatal(format!("cannot load the inputs of jobs {names}: {e}"))
+            })?;
         }
-        self.lock().jobs.insert(key, job.clone());
+        self.lock().cache_job(key, job.clone(), inputs);
         Ok(job)
     }
 
@@ -732,5 +823,84 @@ async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         } else {
             backoff.wait().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(input_job: u64, inputs: &[(u64, &str)]) -> v1::ChunkLease {
+        v1::ChunkLease {
+            input_job,
+            input_digest: if input_job != 0 {
+                "old".into()
+            } else {
+                String::new()
+            },
+            inputs: inputs
+                .iter()
+                .map(|(j, d)| v1::InputArtifact {
+                    job_id: *j,
+                    digest: d.to_string(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_lease_names_its_inputs_in_order_or_the_single_one_of_older_coordinators() {
+        assert!(lease_inputs(&lease(0, &[])).is_empty());
+        assert_eq!(lease_inputs(&lease(4, &[])), [(4, "old".to_string())]);
+        assert_eq!(
+            lease_inputs(&lease(0, &[(7, "b"), (3, "a"), (7, "b")])),
+            [
+                (7, "b".to_string()),
+                (3, "a".to_string()),
+                (7, "b".to_string())
+            ]
+        );
+        // The list wins when both are there.
+        assert_eq!(lease_inputs(&lease(4, &[(5, "x")])), [(5, "x".to_string())]);
+    }
+
+    #[test]
+    fn bound_jobs_are_kept_least_recently_used_first_out_with_their_artifacts() {
+        let job = sweep_puzzles::job_from_params(
+            "star",
+            &serde_json::json!({"points": 6, "method": "brute"}),
+        )
+        .unwrap();
+        let mut st = State::default();
+        let key = |j: u64| (j, String::new());
+        // A job without inputs stays whatever happens.
+        st.cache_job(key(100), job.clone(), Vec::new());
+        for j in 0..MAX_BOUND_JOBS as u64 {
+            let digest = format!("d{j}");
+            st.artifacts.insert(digest.clone(), Arc::new(vec![j as u8]));
+            st.cache_job(key(j), job.clone(), vec![(j + 1000, digest)]);
+        }
+        // Job 0 is used again, so job 1 is now the least recently used.
+        assert!(st.cached_job(&key(0)).is_some());
+        st.artifacts.insert("new".into(), Arc::new(vec![9]));
+        st.cache_job(
+            key(50),
+            job.clone(),
+            vec![(2000, "new".into()), (1000, "d0".into())],
+        );
+        assert!(
+            st.cached_job(&key(1)).is_none(),
+            "the least recently used went"
+        );
+        assert!(!st.artifacts.contains_key("d1"), "and so did its artifact");
+        for j in [0, 2, 50, 100] {
+            assert!(st.cached_job(&key(j)).is_some(), "job {j}");
+        }
+        assert!(st.artifacts.contains_key("d0") && st.artifacts.contains_key("new"));
+        assert_eq!(
+            st.jobs.values().filter(|c| !c.inputs.is_empty()).count(),
+            MAX_BOUND_JOBS
+        );
     }
 }

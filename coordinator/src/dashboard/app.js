@@ -122,11 +122,22 @@ function renderTiles(s) {
   ].join(' · '));
 }
 
+// A job's inputs in a few words: every id for a short list, a count for a layered search's long one.
+function inputsNote(j) {
+  const ids = j.input_jobs || [];
+  if (ids.length === 0) return '';
+  const waiting = j.inputs_waiting ? ', waiting for ' + j.inputs_waiting : '';
+  if (ids.length <= 3) {
+    return ' (input' + (ids.length > 1 ? 's: jobs ' : ': job ') + ids.join(', ') + waiting + ')';
+  }
+  return ' (inputs: ' + ids.length + ' jobs' + waiting + ')';
+}
+
 function renderJobs(s) {
   const body = document.querySelector('#jobs tbody');
   const rows = s.jobs.slice().sort((a, b) => b.id - a.id).map((j) => {
     const params = fmtParams(j.params);
-    const input = j.input_job ? ' (input: job ' + j.input_job + ')' : '';
+    const input = inputsNote(j);
     return el('tr', { 'data-job': String(j.id), 'data-state': j.state },
       el('td', { class: 'num' }, String(j.id)),
       el('td', null, j.space),

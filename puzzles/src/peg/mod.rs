@@ -2,24 +2,30 @@
 //!
 //! A position is a `u64` bitboard (see [`board`] for the bit layout and the hole names `ROW,COL` counted from 1
 //! at the top left). Three modes:
-//! - `solve` ([`solve`]): one winning sequence by a forward DFS with a seeded move order and a set of failed
-//!   positions canonical under symmetry; impossible start/goal pairs are reported with the position-class reason
-//!   when the classes differ, or after an exhaustive search otherwise. One chunk.
-//! - `count` ([`count`]): the exact number of winning move sequences (u128, printed as a decimal string), split
-//!   into chunks by the position classes at a fixed depth; each chunk multiplies its own prefix counts by a
-//!   memoised count of winning continuations, so the merge is a plain sum.
-//! - `positions` ([`positions`]): reachable positions per peg count, raw and up to symmetry, and those on a path
-//!   to the goal; each canonical position is counted by exactly one chunk (owner = a hash of it).
+//! - `solve` ([`solve`]): one winning sequence: a budgeted forward DFS, then beam searches down to an exact
+//!   endgame table, then a complete DFS; impossible start/goal pairs are reported with the position-class reason
+//!   when the classes differ, a pagoda function's figures when one separates them (including functions derived
+//!   by a linear program for this start), or after an exhaustive search otherwise. One chunk.
+//! - `count`: the exact number of winning move sequences (u128, printed as a decimal string).
+//! - `positions`: reachable positions per peg count, raw and up to symmetry, and those on a path to the goal.
+//!
+//! Both run as a DAG of jobs ([`dag`], kernels in [`layers`]): one job per layer of a breadth-first search over
+//! canonical positions, split into shards that each expand their own part of the previous layer, so every
+//! position is expanded once whatever the number of chunks. The single-chunk methods of [`count`] and
+//! [`positions`] stay as the independent cross-check of the tests.
 //!
 //! "Up to symmetry" means up to the board symmetries that keep both the start hole and the goal (all eight on
 //! the English centre game): only those map the reachable set and the winning set onto themselves.
 
 pub mod board;
 pub mod count;
+pub mod dag;
 pub mod game;
+pub mod layers;
 pub mod pagoda;
 pub mod positions;
 pub mod solve;
+mod solve_beam;
 
 use std::fmt::Write;
 
@@ -64,6 +70,19 @@ pub struct PegParams {
     /// What to compute.
     #[arg(long, value_enum, default_value_t = Mode::Solve)]
     pub mode: Mode,
+    /// Internal: a stage of the `count`/`positions` job DAG (see [`dag`]); set by the DAG, not by people.
+    #[arg(long, value_enum, hide = true)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<dag::Stage>,
+    /// Internal: the stage's layer (jumps from the start).
+    #[arg(long, hide = true)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<u32>,
+    /// Chunks per step of the `count`/`positions` DAG: more workers want more shards (default: 16 on the large
+    /// boards, 4 on the triangle).
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
 }
 
 /// Default chunk count of a `count` job. Chunks share subtrees that each expands again (see [`count`]): on the
@@ -119,17 +138,20 @@ impl SearchSpace for Peg {
             }),
             ..params
         };
-        Ok(PegJob {
-            params,
-            game: Game::new(board, start_hole, goal),
-        })
+        let params = dag::canonical(params);
+        let game = Game::new(board, start_hole, goal);
+        let dag = dag::Dag::new(&params, &game)?;
+        Ok(PegJob { params, game, dag })
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PegJob {
     params: PegParams,
     game: Game,
+    /// `count`, `positions` and their internal stages run as a DAG of jobs ([`dag`]); `None` for `solve`, and
+    /// for the single-chunk methods the tests keep as an independent cross-check.
+    dag: Option<dag::Dag>,
 }
 
 impl PegJob {
@@ -143,8 +165,12 @@ impl PegJob {
                 goal: None,
                 seed,
                 mode,
+                stage: None,
+                layer: None,
+                shards: None,
             },
             game,
+            dag: None,
         }
     }
 
@@ -215,6 +241,9 @@ impl Job for PegJob {
     }
 
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
+        if let Some(d) = &self.dag {
+            return d.plan(&self.game, requested);
+        }
         let n_chunks = match self.params.mode {
             Mode::Solve => check_requested(requested, 1, 1)?,
             Mode::Count => {
@@ -234,6 +263,9 @@ impl Job for PegJob {
         chunk: u64,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
+        if let Some(d) = &self.dag {
+            return d.run_chunk(&self.game, n_chunks, chunk, ctl);
+        }
         if chunk >= n_chunks {
             return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
         }
@@ -294,6 +326,9 @@ impl Job for PegJob {
     }
 
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        if let Some(d) = self.dag.as_ref().filter(|d| d.is_stage()) {
+            return d.verify_stage(&self.game, n_chunks, chunk, out);
+        }
         if chunk >= n_chunks {
             return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
         }
@@ -341,7 +376,7 @@ impl Job for PegJob {
                     ));
                 }
                 if out.counters.contains_key("impossible_pagoda")
-                    && self.game.pagoda_obstruction().is_none()
+                    && solve::pagoda_obstruction(&self.game).is_none()
                 {
                     return Err(SpaceError::Verification(
                         "impossible by a pagoda function claimed, but none separates start and goal"
@@ -388,7 +423,40 @@ impl Job for PegJob {
         Ok(())
     }
 
+    fn inputs(&self) -> Vec<crate::space::JobInput> {
+        match &self.dag {
+            Some(d) => d.inputs(&self.params, &self.game),
+            None => Vec::new(),
+        }
+    }
+
+    fn bind_inputs(&self, artifacts: &[&[u8]]) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+        let Some(d) = &self.dag else {
+            return Err(SpaceError::BadParams {
+                space: Peg::NAME,
+                reason: "a solve job takes no input artifacts".into(),
+            });
+        };
+        Ok(std::sync::Arc::new(PegJob {
+            dag: Some(d.bind(&self.params, &self.game, artifacts)?),
+            ..self.clone()
+        }))
+    }
+
+    fn merge_artifacts(
+        &self,
+        artifacts: &mut dyn Iterator<Item = &[u8]>,
+    ) -> Result<Vec<u8>, SpaceError> {
+        match &self.dag {
+            Some(d) => d.merge(artifacts),
+            None => Ok(Vec::new()),
+        }
+    }
+
     fn result(&self, answer: &Answer) -> Value {
+        if let Some(d) = self.dag.as_ref().filter(|d| d.is_stage()) {
+            return d.stage_result(&self.game, answer);
+        }
         let b = &self.game.board;
         let mut head = json!({
             "board": self.params.board,
@@ -416,7 +484,7 @@ impl Job for PegJob {
                 let impossible = if answer.tally.counter("impossible_class") > 0 {
                     self.game.class_obstruction()
                 } else if answer.tally.counter("impossible_pagoda") > 0 {
-                    self.game.pagoda_obstruction()
+                    solve::pagoda_obstruction(&self.game)
                 } else if answer.tally.counter("impossible_search") > 0 {
                     Some("exhaustive search: no reachable position leads to the goal".into())
                 } else {
@@ -487,6 +555,9 @@ impl Job for PegJob {
     }
 
     fn render_text(&self, result: &Value) -> String {
+        if self.dag.as_ref().is_some_and(|d| d.is_stage()) {
+            return dag::Dag::stage_text(result);
+        }
         let b = &self.game.board;
         let mut s = String::new();
         let _ = writeln!(
@@ -580,5 +651,7 @@ impl Job for PegJob {
     }
 }
 
+#[cfg(test)]
+mod dag_tests;
 #[cfg(test)]
 mod tests;

@@ -1,27 +1,33 @@
-//! `solve`: one winning move sequence, found by a forward depth-first search.
+//! `solve`: one winning move sequence, as fast as possible on every board, with impossibility only ever
+//! reported with a proof.
 //!
-//! Why forward and not the seed's backward search: forward from the start, every position visited is reachable,
-//! and a position from which the goal cannot be reached is remembered (canonical under the symmetries that keep
-//! the goal, so one failure rules out all its images). The seed remembers every board seen backwards from the
-//! goal, most of which are not reachable from the start at all. Before searching, the position-class invariant
-//! rules out start/goal pairs that can never meet (e.g. the centre game on the European board) in microseconds.
+//! Phases, cheapest first (each stops as soon as it has an answer):
+//! 1. Invariants: the position classes (`Game::class_obstruction`) and the game's generic pagoda functions
+//!    rule out a start/goal pair in microseconds.
+//! 2. A depth-first search forward from the start on a small node budget (2^16): children in the order of a
+//!    score (isolated pegs first, then distance from the goal) after a seeded shuffle, pruned by the generic
+//!    pagodas, with a set of failed positions canonical under the goal's symmetries. Forward, every position
+//!    visited is reachable; the seed's backward search remembers boards that are not. The English board is
+//!    solved here for every seed measured (tests check seeds 0..100), in a few milliseconds.
+//! 3. Stronger pruning: per hole where the last peg may end, the pagoda function from a linear program tuned to
+//!    this start ([`pagoda::tightest_for`], signed weights, verified exactly in integers). If it rules out the
+//!    start for every such hole, the pair is impossible by that function (a proof `verify` recomputes).
+//! 4. The exact endgame table backwards from the goal ([`Endgame`], complete layers up to about 32 k
+//!    positions), then beam searches of growing width down to it ([`super::solve_beam`]): the answer for the
+//!    45- and 41-hole boards, where a depth-first search gets lost in dead regions far too large for any
+//!    failed set. `--seed` breaks ties among equally ranked positions there.
+//! 5. The complete search: the depth-first search again with the strong pruning, the endgame table, restarts
+//!    with doubling budgets and reshuffled orders (the failed set is kept, so no work is lost), and a linear
+//!    program at nodes near the root that may find a new function proving a whole subtree dead. Only this phase
+//!    may conclude "impossible by search", and only once it has exhausted the reachable positions.
 //!
-//! Children are tried in order of a score (isolated pegs first, then distance from the goal), which keeps the
-//! English board at about 43 k nodes for every seed; `--seed S` shuffles the move list (splitmix64 +
-//! Fisher-Yates) before the stable sort, so it decides among equal scores, reproducibly. A node budget with
-//! restarts (doubling budgets, reshuffled order, failed set kept) bounds the heavy tail a fixed order has.
-//!
-//! Pruning: every node is checked against the goal's pagoda functions ([`super::pagoda`]; for `--goal any`, a
-//! position is dead when the functions of every class-compatible last hole rule it out), and a start that a
-//! pagoda already rules out is reported impossible without search. When the first attempt's budget runs out,
-//! an endgame table is built backwards from the goal (complete layers, up to about 32 k positions): from then on
-//! positions with few pegs are decided exactly by a lookup, and the last moves are walked through the table.
-//! The English board is solved within the first attempt (2-30 ms for every seed measured), so it never pays
-//! for the table. Measured weakness: the generated pagodas are generic (soldier weights, parity sub-lattice,
-//! lines mod 3) and prune little on the larger boards; european from 1,3 or 2,4 to any hole takes 0.3-4 s
-//! for some seeds, and wiegleb's and diamond's solvable games can take more than a minute.
+//! Measured weakness: on the diamond, starts 1,5 and 4,5 with goal `any` are neither solved by the beams nor
+//! ruled out by any pagoda, and the complete search does not finish in minutes (`benches/peg.rs` shows it).
 
+use super::board::bits;
 use super::game::{Game, Goal, PosSet};
+use super::pagoda::{self, Pruner};
+use super::solve_beam::{beam, BeamEnv, Ranking};
 use crate::space::{Control, SpaceError};
 
 /// An isolated peg outweighs any distance sum (at most 64 pegs * 8).
@@ -83,9 +89,13 @@ pub struct Solver<'a> {
     budget: u64,
     /// From the second attempt on, a small random term in each score varies the order between attempts.
     jitter: Option<SplitMix>,
-    /// The endgame table: `endgame[j]` holds every position with `j + 1` pegs (canonical under `goal_group`)
-    /// from which the goal can be reached.
-    endgame: Vec<PosSet>,
+    /// The exact endgame table, built once the first attempt fails.
+    endgame: Endgame,
+    /// The stronger pruning (generic functions plus the linear program's), built once the first attempt
+    /// fails; until then the game's generic functions.
+    prune: Option<Pruner>,
+    /// Linear programs the complete search may still solve at its nodes (see [`Solver::lp_dead`]).
+    lp_left: u32,
 }
 
 /// Why a search stopped without an answer.
@@ -106,7 +116,24 @@ impl From<SpaceError> for Stop {
 const ENDGAME_CAP: usize = 1 << 15;
 
 /// The first attempt's node budget; each restart doubles it, so the total stays within twice the last budget.
-const FIRST_BUDGET: u64 = 1 << 17;
+const FIRST_BUDGET: u64 = 1 << 16;
+
+/// Linear programs the complete search solves at most (each takes milliseconds on the big boards).
+const LP_CALLS: u32 = 64;
+/// The complete search solves them at nodes at most this many moves from the start.
+const LP_DEPTH: u32 = 6;
+/// Functions kept per last hole: each costs a few popcounts at every node.
+const MAX_FUNCTIONS_PER_HOLE: usize = 32;
+const LP_SHAPE: &str = "signed weights from a linear program";
+
+/// Beam widths tried one after the other before the complete search; at each width every ranking.
+const BEAM_WIDTHS: [usize; 4] = [256, 2048, 16_384, 65_536];
+
+/// Weights of the beam's ranking terms (isolated peg, peg/hole contact, distance from the goal). No single
+/// ranking suits every board: measured at width 512, "packed" (contacts and distance only) solves every
+/// wiegleb start and no diamond one, "loose" (isolated pegs and distance) the diamond's 3,5 and not wiegleb's
+/// 3,5; trying each at a small width before any larger one is much cheaper than a wide beam of one ranking.
+const RANKINGS: [[u32; 3]; 3] = [[0, 4, 1], [64, 4, 1], [64, 1, 1]];
 
 impl<'a> Solver<'a> {
     pub fn new(game: &'a Game, seed: u64, ctl: &'a Control) -> Solver<'a> {
@@ -139,41 +166,10 @@ impl<'a> Solver<'a> {
             far,
             budget: FIRST_BUDGET,
             jitter: None,
-            endgame: Vec::new(),
+            endgame: Endgame::default(),
+            prune: None,
+            lp_left: 0,
         }
-    }
-
-    /// Builds the endgame table backwards from the goal: a reverse move needs a peg on `to` and both `from` and
-    /// `over` empty. Layers are added while the table holds fewer than `ENDGAME_CAP` positions; each layer is
-    /// complete, so membership is exact: a position with few enough pegs reaches the goal iff it is in the table.
-    fn build_endgame(&mut self) -> Result<(), SpaceError> {
-        let g = self.game;
-        let group = &g.goal_group;
-        let mut layer: PosSet = match g.goal {
-            Goal::Hole(h) => [1u64 << h].into_iter().collect(),
-            Goal::Any => super::board::bits(g.board.holes)
-                .map(|h| g.canon(group, 1u64 << h))
-                .collect(),
-        };
-        let mut total = layer.len();
-        let last = g.start.count_ones() as usize;
-        self.endgame.clear();
-        while self.endgame.len() + 1 < last && total <= ENDGAME_CAP {
-            let mut next = PosSet::default();
-            for &pos in &layer {
-                for m in &g.board.moves {
-                    if pos & m.flip == 1u64 << m.to {
-                        next.insert(g.canon(group, pos ^ m.flip));
-                    }
-                }
-            }
-            self.table_nodes += layer.len() as u64;
-            self.ctl.checkpoint(layer.len() as u64)?;
-            total += next.len();
-            self.endgame.push(std::mem::replace(&mut layer, next));
-        }
-        self.endgame.push(layer);
-        Ok(())
     }
 
     pub fn solve(&mut self) -> Result<Outcome, SpaceError> {
@@ -183,37 +179,102 @@ impl<'a> Solver<'a> {
         if let Some(why) = self.game.pagoda_obstruction() {
             return Ok(Outcome::ImpossibleByPagoda(why));
         }
-        // Restarts: a depth-first search with a fixed order has a heavy-tailed run time (one early move into a
-        // large dead region costs everything); restarting with a varied order and a doubled budget cuts the tail.
-        // Positions proved dead stay in the failed set, so no attempt's work is lost, and the last attempt's
-        // budget grows without bound, so an impossible game still ends with a full search.
-        let mut attempt = 0u64;
-        let found = loop {
-            self.path.clear();
-            match self.dfs(self.game.start, self.game.start.count_ones()) {
-                Ok(found) => break found,
-                Err(Stop::Err(e)) => return Err(e),
-                Err(Stop::Budget) => {
-                    attempt += 1;
-                    if attempt == 1 {
-                        // A board the first budget does not solve gets the endgame table; the English board
-                        // with any seed never needs it (it is solved within the first budget).
-                        self.build_endgame()?;
-                    }
-                    self.budget = FIRST_BUDGET << attempt.min(40);
-                    let mut rng =
-                        SplitMix::new(self.seed ^ attempt.wrapping_mul(0xA076_1D64_78BD_642F));
-                    self.order = rng.permutation(self.game.board.moves.len());
-                    self.jitter = Some(rng);
+        let outcome = self.search()?;
+        self.ctl.add_nodes(self.nodes % CHECK_EVERY);
+        Ok(outcome)
+    }
+
+    /// The phases, cheapest first; only the last is complete, and only it may conclude "impossible" by search.
+    fn search(&mut self) -> Result<Outcome, SpaceError> {
+        // Phase 2: a depth-first attempt on a small budget: the English board with any seed ends here.
+        match self.dfs(self.game.start, self.game.start.count_ones()) {
+            Ok(true) => return Ok(Outcome::Solved(std::mem::take(&mut self.path))),
+            Ok(false) => return Ok(Outcome::ImpossibleBySearch),
+            Err(Stop::Err(e)) => return Err(e),
+            Err(Stop::Budget) => {}
+        }
+        // Phases 3 and 4: stronger pruning, which may prove the game impossible outright; the exact endgame
+        // table, then beams of growing width down to it.
+        let prune = strong_pruner(self.game);
+        if prune.dead(self.game.start) {
+            if let Some(why) = obstruction_text(self.game, &prune) {
+                return Ok(Outcome::ImpossibleByPagoda(why));
+            }
+        }
+        self.prune = Some(prune);
+        self.endgame = Endgame::build(self.game, ENDGAME_CAP, self.ctl, &mut self.table_nodes)?;
+        let no_prune = Pruner::default();
+        let env = BeamEnv {
+            game: self.game,
+            table: &self.endgame,
+            prune: self.prune.as_ref().unwrap_or(&no_prune),
+            ctl: self.ctl,
+            order: &self.order,
+        };
+        for width in BEAM_WIDTHS {
+            for weights in RANKINGS {
+                let rank = Ranking::new(self.game, weights);
+                if let Some(moves) = beam(&env, &rank, width, self.seed, &mut self.nodes)? {
+                    return Ok(Outcome::Solved(moves));
                 }
             }
+        }
+        // Phase 5: the complete search. Restarts: a depth-first search with a fixed order has a heavy-tailed run time
+        // (one early move into a large dead region costs everything); restarting with a varied order and a
+        // doubled budget cuts the tail. Positions proved dead stay in the failed set, so no attempt's work is
+        // lost, and the budgets grow without bound, so an impossible game still ends with a full search.
+        self.lp_left = LP_CALLS;
+        let mut attempt = 0u64;
+        loop {
+            attempt += 1;
+            self.budget = FIRST_BUDGET << attempt.min(40);
+            let mut rng = SplitMix::new(self.seed ^ attempt.wrapping_mul(0xA076_1D64_78BD_642F));
+            self.order = rng.permutation(self.game.board.moves.len());
+            self.jitter = Some(rng);
+            self.path.clear();
+            match self.dfs(self.game.start, self.game.start.count_ones()) {
+                Ok(true) => return Ok(Outcome::Solved(std::mem::take(&mut self.path))),
+                Ok(false) => return Ok(Outcome::ImpossibleBySearch),
+                Err(Stop::Err(e)) => return Err(e),
+                Err(Stop::Budget) => {}
+            }
+        }
+    }
+
+    /// Looks for a pagoda function that rules out `pos` for every last hole, by the linear program tuned to
+    /// `pos`; each one found joins the pruning for the rest of the search, where it rules out many similar
+    /// positions for the cost of a few popcounts. Used near the root of the complete search only, where one
+    /// proof removes a whole subtree and the programs (milliseconds each) are few.
+    fn lp_dead(&mut self, pos: u64) -> bool {
+        let Some(prune) = self.prune.as_mut() else {
+            return false;
         };
-        self.ctl.add_nodes(self.nodes % CHECK_EVERY);
-        Ok(if found {
-            Outcome::Solved(std::mem::take(&mut self.path))
-        } else {
-            Outcome::ImpossibleBySearch
-        })
+        for (h, set) in prune.sets.iter_mut() {
+            if set.iter().any(|p| p.dead(pos)) {
+                continue;
+            }
+            if self.lp_left == 0 {
+                return false;
+            }
+            self.lp_left -= 1;
+            match pagoda::tightest_for(&self.game.board, *h, pos, LP_SHAPE) {
+                Some(p) if p.dead(pos) => {
+                    if set.len() < MAX_FUNCTIONS_PER_HOLE {
+                        set.push(p);
+                    }
+                }
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    #[inline]
+    fn dead(&self, pos: u64) -> bool {
+        match &self.prune {
+            Some(p) => p.dead(pos),
+            None => self.game.pagoda_dead(pos),
+        }
     }
 
     /// How promising a child is (lower is tried first): pegs with no neighbour first, as a peg that cannot be
@@ -239,12 +300,12 @@ impl<'a> Solver<'a> {
         if pegs == 1 {
             return Ok(self.game.is_goal(pos));
         }
-        if let Some(table) = self.endgame.get(pegs as usize - 1) {
+        if self.endgame.covers(pegs) {
             // Exact from here on: walk down through table members only.
-            if !table.contains(&self.game.canon(&self.game.goal_group, pos)) {
+            if !self.endgame.contains(self.game, pos) {
                 return Ok(false);
             }
-        } else if self.game.pagoda_dead(pos) {
+        } else if self.dead(pos) {
             return Ok(false);
         }
         if self.budget == 0 {
@@ -257,6 +318,11 @@ impl<'a> Solver<'a> {
         }
         let key = self.game.canon(&self.game.goal_group, pos);
         if self.failed.contains(&key) {
+            return Ok(false);
+        }
+        if self.lp_left > 0 && pegs + LP_DEPTH >= self.game.start.count_ones() && self.lp_dead(pos)
+        {
+            self.failed.insert(key);
             return Ok(false);
         }
         let moves = &self.game.board.moves;
@@ -281,4 +347,143 @@ impl<'a> Solver<'a> {
         self.failed.insert(key);
         Ok(false)
     }
+}
+
+/// The exact endgame table, built backwards from the goal: `layers[j]` holds every position with `j + 1` pegs
+/// (canonical under `goal_group`) from which the goal can be reached. A reverse move needs a peg on `to` and both
+/// `from` and `over` empty. Layers are added while the table holds at most the cap; each layer is complete, so
+/// membership is exact: a position with few enough pegs reaches the goal iff it is in the table.
+#[derive(Default)]
+pub struct Endgame {
+    layers: Vec<PosSet>,
+}
+
+impl Endgame {
+    pub fn build(
+        game: &Game,
+        cap: usize,
+        ctl: &Control,
+        nodes: &mut u64,
+    ) -> Result<Endgame, SpaceError> {
+        let group = &game.goal_group;
+        let mut layer: PosSet = match game.goal {
+            Goal::Hole(h) => [1u64 << h].into_iter().collect(),
+            Goal::Any => super::board::bits(game.board.holes)
+                .map(|h| game.canon(group, 1u64 << h))
+                .collect(),
+        };
+        let mut total = layer.len();
+        let last = game.start.count_ones() as usize;
+        let mut layers = Vec::new();
+        while layers.len() + 1 < last && total <= cap {
+            let mut next = PosSet::default();
+            for &pos in &layer {
+                for m in &game.board.moves {
+                    if pos & m.flip == 1u64 << m.to {
+                        next.insert(game.canon(group, pos ^ m.flip));
+                    }
+                }
+            }
+            *nodes += layer.len() as u64;
+            ctl.checkpoint(layer.len() as u64)?;
+            total += next.len();
+            layers.push(std::mem::replace(&mut layer, next));
+        }
+        layers.push(layer);
+        Ok(Endgame { layers })
+    }
+
+    /// Whether positions with `pegs` pegs are decided by the table.
+    #[inline]
+    pub fn covers(&self, pegs: u32) -> bool {
+        pegs >= 1 && pegs as usize <= self.layers.len()
+    }
+
+    /// Whether `pos` (with a covered peg count) reaches the goal.
+    #[inline]
+    pub fn contains(&self, game: &Game, pos: u64) -> bool {
+        let pegs = pos.count_ones() as usize;
+        pegs >= 1
+            && self
+                .layers
+                .get(pegs - 1)
+                .is_some_and(|l| l.contains(&game.canon(&game.goal_group, pos)))
+    }
+
+    /// The moves from a member `pos` to the goal: each step goes to a member of the next layer, which exists
+    /// because every member was generated by a reverse move from one. Moves are tried in `order` (the seed's
+    /// shuffle of the move indices), so the seed varies the ending too.
+    pub fn walk(&self, game: &Game, mut pos: u64, order: &[usize]) -> Vec<usize> {
+        let moves = &game.board.moves;
+        let mut path = Vec::new();
+        while pos.count_ones() > 1 {
+            let Some(&mi) = order
+                .iter()
+                .find(|&&mi| moves[mi].applies(pos) && self.contains(game, pos ^ moves[mi].flip))
+            else {
+                break;
+            };
+            path.push(mi);
+            pos ^= moves[mi].flip;
+        }
+        path
+    }
+}
+
+/// The holes where the last peg may end: the goal, or for `any` every hole of the start's position class.
+pub fn last_holes(game: &Game) -> Vec<u8> {
+    match game.goal {
+        Goal::Hole(g) => vec![g],
+        Goal::Any => {
+            let class = game.board.class(game.start);
+            bits(game.board.holes)
+                .filter(|&h| game.board.class(1u64 << h) == class)
+                .collect()
+        }
+    }
+}
+
+/// Per last hole: the generic functions and the linear program's tightest one for this start.
+pub fn strong_pruner(game: &Game) -> Pruner {
+    let sets = last_holes(game)
+        .into_iter()
+        .map(|h| {
+            let mut set = pagoda::for_goal(&game.board, h);
+            if let Some(p) = pagoda::tightest_for(&game.board, h, game.start, LP_SHAPE) {
+                set.push(p);
+            }
+            (h, set)
+        })
+        .collect();
+    Pruner { sets }
+}
+
+fn obstruction_text(game: &Game, prune: &Pruner) -> Option<String> {
+    let b = &game.board;
+    let parts: Vec<String> = prune
+        .sets
+        .iter()
+        .map(|(h, set)| {
+            let p = set.iter().find(|p| p.dead(game.start))?;
+            Some(format!(
+                "for a last peg on {}, {} give {} at the start and {} for the goal",
+                b.name(*h),
+                p.shape,
+                p.value(game.start),
+                p.threshold
+            ))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(format!(
+        "pagoda function: no move raises a weighted peg sum whose weights satisfy w(to) <= w(from) + w(over) \
+         for every jump; {}",
+        parts.join("; ")
+    ))
+}
+
+/// Why a pagoda function proves start and goal apart, if one does: the game's generic functions, then the
+/// linear program's (recomputed deterministically, so a claimed obstruction can be verified).
+pub fn pagoda_obstruction(game: &Game) -> Option<String> {
+    game.pagoda_obstruction()
+        .or_else(|| obstruction_text(game, &strong_pruner(game)))
 }

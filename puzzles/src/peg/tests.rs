@@ -78,11 +78,15 @@ fn english_solutions_replay_for_many_seeds() {
 
 #[test]
 fn solutions_replay_on_every_board() {
-    // The larger boards take seconds for some seeds (see the module docs); these seeds are quick ones.
+    // One quick combination or more per board; wiegleb and diamond go through the beam search.
     for (board, start, goal, seeds) in [
         ("english", "centre", "centre", 0..5u64),
         ("english", "1,3", "any", 0..5),
-        ("european", "2,4", "any", 0..1),
+        ("european", "2,4", "any", 0..3),
+        ("european", "1,3", "any", 0..2),
+        ("wiegleb", "centre", "centre", 0..2),
+        ("wiegleb", "1,4", "any", 0..2),
+        ("diamond", "3,5", "any", 0..2),
         ("triangle", "1,1", "any", 0..20),
         ("triangle", "1,1", "1,1", 0..20),
         ("triangle", "3,2", "any", 0..20),
@@ -100,6 +104,49 @@ fn solutions_replay_on_every_board() {
             replay_json(&j, &res);
         }
     }
+}
+
+/// Solves `game` with `seed` and checks that the moves replay from the start to the goal.
+fn solve_and_replay(game: &Game, seed: u64) -> Result<usize, String> {
+    let ctl = Control::new();
+    let mut solver = Solver::new(game, seed, &ctl);
+    match solver.solve() {
+        Ok(Outcome::Solved(moves)) => {
+            let triples: Vec<(u8, u8, u8)> = moves
+                .iter()
+                .map(|&i| {
+                    let m = game.board.moves[i];
+                    (m.from, m.over, m.to)
+                })
+                .collect();
+            game.replay(&triples)?;
+            Ok(moves.len())
+        }
+        other => Err(format!("{other:?}")),
+    }
+}
+
+/// Combinations that every seed must solve quickly, one or two per board (wiegleb and diamond by the beam).
+const QUICK_GAMES: [(BoardKind, &str, &str); 7] = [
+    (BoardKind::English, "4,4", "4,4"),
+    (BoardKind::English, "3,4", "any"),
+    (BoardKind::European, "1,3", "any"),
+    (BoardKind::Wiegleb, "4,5", "any"),
+    (BoardKind::Wiegleb, "5,5", "5,5"),
+    (BoardKind::Diamond, "2,4", "any"),
+    (BoardKind::Triangle, "3,1", "any"),
+];
+
+fn quick_game(i: usize) -> Game {
+    let (kind, start, goal) = QUICK_GAMES[i % QUICK_GAMES.len()];
+    let board = Board::new(kind);
+    let start = board.parse_hole(start).expect("hole");
+    let goal = if goal == "any" {
+        Goal::Any
+    } else {
+        Goal::Hole(board.parse_hole(goal).expect("hole"))
+    };
+    Game::new(board, start, goal)
 }
 
 /// The seed's latest head searched for the goal peg one hole below the centre: check that the last peg sits on
@@ -333,8 +380,9 @@ fn count_matches_naive_enumeration_for_every_split() {
 #[test]
 fn triangle_count_is_the_known_figure() {
     // The 15-hole triangle with the apex empty: 29760 winning sequences ending anywhere (a classic figure).
-    let j = job(&["--board", "triangle", "--goal", "any", "--mode", "count"]).expect("valid");
-    let ans = run_all(j.as_ref(), 1);
+    // The single-chunk method; the jobs of `--mode count` run it as a DAG (`dag_tests.rs`).
+    let tri = Game::new(Board::new(BoardKind::Triangle), 0, Goal::Any);
+    let ans = run_all(&PegJob::from_game(tri, Mode::Count, 0), 1);
     assert_eq!(ans.tally.counter("count"), 29760);
 }
 
@@ -367,6 +415,18 @@ fn every_board_has_the_same_class_basis_size_as_its_group_of_classes() {
         BoardKind::Diamond,
     ] {
         assert_eq!(Board::new(kind).class_basis.len(), 4, "{kind:?}");
+    }
+}
+
+proptest! {
+    // Each case is one solve of up to a few hundred milliseconds on the big boards: a dozen cases.
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    #[test]
+    fn any_seed_solves_every_board_and_replays(seed in any::<u64>(), game in 0usize..QUICK_GAMES.len()) {
+        let g = quick_game(game);
+        let moves = solve_and_replay(&g, seed);
+        prop_assert!(moves.is_ok(), "{:?} seed {}: {:?}", QUICK_GAMES[game], seed, moves);
+        prop_assert_eq!(moves.unwrap_or(0) as u32, g.depth());
     }
 }
 
@@ -413,8 +473,10 @@ proptest! {
 #[test]
 #[ignore]
 fn english_count_is_the_published_figure() {
-    let j = job(&["--mode", "count"]).expect("valid");
-    let ans = run_all(j.as_ref(), 2);
+    // The single-chunk methods (`--mode count` runs the DAG of `dag_tests.rs`).
+    let english = Game::new(Board::new(BoardKind::English), 24, Goal::Hole(24));
+    let j = PegJob::from_game(english, Mode::Count, 0);
+    let ans = run_all(&j, 2);
     assert_eq!(ans.tally.counter("count"), 40_861_647_040_079_968);
 }
 
@@ -422,8 +484,9 @@ fn english_count_is_the_published_figure() {
 #[test]
 #[ignore]
 fn english_positions_are_the_published_figures() {
-    let j = job(&["--mode", "positions"]).expect("valid");
-    let res = j.result(&run_all(j.as_ref(), 1));
+    let english = Game::new(Board::new(BoardKind::English), 24, Goal::Hole(24));
+    let j = PegJob::from_game(english, Mode::Positions, 0);
+    let res = j.result(&run_all(&j, 1));
     let t = &res["positions"]["totals"];
     assert_eq!(t["reachable"], 23_475_688u64, "{res}");
     assert_eq!(t["on_path"], 1_679_072u64, "{res}");
@@ -522,4 +585,190 @@ fn pagodas_never_prune_a_winning_position() {
             assert!(pruned > 0, "{:?}", game.goal);
         }
     }
+}
+
+// ---- solve: impossibility proofs, the linear program's pagodas, the English fast path -----------------------
+
+/// Class-compatible pairs that a signed pagoda from the linear program proves impossible: reported with the
+/// function's figures, and accepted by `verify`, which recomputes the proof.
+#[test]
+fn diamond_pairs_are_impossible_by_a_signed_pagoda() {
+    for (start, goal) in [("3,5", "4,5"), ("4,5", "3,5"), ("4,5", "6,5")] {
+        let j = peg_job(&["--board", "diamond", "--start", start, "--goal", goal]);
+        assert_eq!(j.game.class_obstruction(), None, "{start} {goal}");
+        let ans = run_all(&j, 1);
+        assert_eq!(ans.tally.counter("impossible_pagoda"), 1, "{start} {goal}");
+        let res = j.result(&ans);
+        assert_eq!(res["solved"], false);
+        let why = res["impossible"].as_str().expect("a reason");
+        assert!(why.contains("linear program"), "{why}");
+        assert!(why.contains(goal), "{why}");
+    }
+}
+
+/// `verify` rejects a pagoda claim that no function backs (a solvable game).
+#[test]
+fn verify_rejects_an_unfounded_pagoda_claim() {
+    let j = peg_job(&["--board", "wiegleb"]);
+    let mut out = ChunkOutput::default();
+    out.count("impossible_pagoda", 1);
+    assert!(j.verify(1, 0, &out).is_err());
+}
+
+/// Every function the linear program yields satisfies the pagoda inequality on every jump of the board,
+/// checked exactly in integers on the move's three holes, for every board and a spread of start/goal pairs.
+#[test]
+fn linear_program_pagodas_hold_on_every_jump() {
+    for kind in [
+        BoardKind::English,
+        BoardKind::European,
+        BoardKind::Wiegleb,
+        BoardKind::Diamond,
+        BoardKind::Triangle,
+    ] {
+        let b = Board::new(kind);
+        let holes: Vec<u8> = board::bits(b.holes).collect();
+        let mut found = 0;
+        for (i, &start) in holes.iter().enumerate().step_by(5) {
+            let pos = b.holes & !(1u64 << start);
+            for &goal in holes.iter().skip(i % 3).step_by(7) {
+                let Some(p) = pagoda::tightest_for(&b, goal, pos, "test") else {
+                    continue;
+                };
+                found += 1;
+                let w = pagoda::weights(&p);
+                assert!(pagoda::is_pagoda(&b, &w), "{kind:?}");
+                assert_eq!(p.threshold, w[goal as usize]);
+                for m in &b.moves {
+                    assert!(
+                        p.value(1u64 << m.to) <= p.value(m.need),
+                        "{kind:?} goal {}: jump {}>{}>{}",
+                        b.name(goal),
+                        b.name(m.from),
+                        b.name(m.over),
+                        b.name(m.to)
+                    );
+                }
+            }
+        }
+        assert!(found > 0, "{kind:?}");
+    }
+}
+
+/// The solver's pruning (generic functions plus the linear program's for this start) never rules out a
+/// position that can still win, checked against the naive winning set on the small games.
+#[test]
+fn strong_pruning_never_prunes_a_winning_position() {
+    for game in games_for_cross_checks() {
+        let prune = solve::strong_pruner(&game);
+        let mut seen: HashSet<u64> = HashSet::new();
+        let mut stack = vec![game.start];
+        seen.insert(game.start);
+        while let Some(p) = stack.pop() {
+            for m in &game.board.moves {
+                if m.applies(p) && seen.insert(p ^ m.flip) {
+                    stack.push(p ^ m.flip);
+                }
+            }
+        }
+        let mut memo = HashMap::new();
+        fn wins(game: &Game, p: u64, memo: &mut HashMap<u64, bool>) -> bool {
+            if p.count_ones() == 1 {
+                return game.is_goal(p);
+            }
+            if let Some(&w) = memo.get(&p) {
+                return w;
+            }
+            let w = game
+                .board
+                .moves
+                .iter()
+                .any(|m| m.applies(p) && wins(game, p ^ m.flip, memo));
+            memo.insert(p, w);
+            w
+        }
+        for &p in &seen {
+            if prune.dead(p) {
+                assert!(!wins(&game, p, &mut memo), "pruned a winning position");
+            }
+        }
+    }
+}
+
+/// The English board is solved by the first, budgeted depth-first attempt for every seed: the endgame table
+/// (and the beam) are never needed, which is what keeps it far under 50 ms.
+#[test]
+fn english_needs_only_the_first_attempt_for_seeds_0_to_100() {
+    let game = Game::new(Board::new(BoardKind::English), 24, Goal::Hole(24));
+    for seed in 0..100u64 {
+        let ctl = Control::new();
+        let mut solver = Solver::new(&game, seed, &ctl);
+        assert!(
+            matches!(solver.solve(), Ok(Outcome::Solved(_))),
+            "seed {seed}"
+        );
+        assert_eq!(
+            solver.table_nodes, 0,
+            "seed {seed} needed the endgame table"
+        );
+    }
+}
+
+/// The endgame table's walk ends on the goal from every member of its top layer (here the triangle's, small
+/// enough to build completely).
+#[test]
+fn endgame_walk_reaches_the_goal_from_members() {
+    let board = Board::new(BoardKind::Triangle);
+    let game = Game::new(board, 0, Goal::Hole(0));
+    let ctl = Control::new();
+    let mut nodes = 0;
+    let table = solve::Endgame::build(&game, 1 << 12, &ctl, &mut nodes).expect("builds");
+    let mut checked = 0;
+    for pegs in 2..=game.start.count_ones() {
+        if !table.covers(pegs) {
+            break;
+        }
+        // Members reached forward from the start: walk each to the goal.
+        let mut layer = vec![game.start];
+        for _ in 0..game.start.count_ones() - pegs {
+            let mut next = Vec::new();
+            for &p in &layer {
+                for m in &game.board.moves {
+                    if m.applies(p) && !next.contains(&(p ^ m.flip)) {
+                        next.push(p ^ m.flip);
+                    }
+                }
+            }
+            layer = next;
+        }
+        for &p in layer.iter().filter(|&&p| table.contains(&game, p)) {
+            let mut pos = p;
+            for mi in table.walk(&game, p, &(0..game.board.moves.len()).collect::<Vec<_>>()) {
+                let m = game.board.moves[mi];
+                assert!(m.applies(pos));
+                pos ^= m.flip;
+            }
+            assert!(game.is_goal(pos));
+            checked += 1;
+        }
+    }
+    assert!(checked > 0);
+}
+
+/// `--seed` changes the solution deterministically on the beam-solved boards too: the same seed gives the same
+/// moves, different seeds give different ones.
+#[test]
+fn seeds_vary_beam_solutions_reproducibly() {
+    let game = quick_game(5); // diamond 2,4 -> any
+    let solve = |seed: u64| {
+        let ctl = Control::new();
+        match Solver::new(&game, seed, &ctl).solve() {
+            Ok(Outcome::Solved(m)) => m,
+            other => panic!("seed {seed}: {other:?}"),
+        }
+    };
+    let first = solve(0);
+    assert_eq!(first, solve(0));
+    let distinct: HashSet<Vec<usize>> = (0..4).map(solve).collect();
+    assert!(distinct.len() > 1, "every seed gave the same moves");
 }

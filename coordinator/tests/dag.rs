@@ -1,0 +1,653 @@
+//! Jobs with several inputs and input DAGs of several levels, through a real coordinator on loopback.
+//!
+//! The jobs come from a test space of this file (the coordinator's `build_job` hook), whose graph is a table: a
+//! diamond (d reads b, c and a; b and c read a), a job whose chunks produce no artifact read by another, a
+//! cycle, an unbounded chain and an input with bad parameters. A hand-written worker leases, fetches every input
+//! artifact (checking its digest), binds, runs and reports; the coordinator is restarted in the middle. The
+//! answer must equal the one computed in this process from the same DAG, with every chunk counted once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sweep_coordinator::inputs;
+use sweep_coordinator::scheduler::SchedulerConfig;
+use sweep_coordinator::store::Store;
+use sweep_coordinator::{serve, Coordinator, CoordinatorConfig};
+use sweep_proto::v1::{self, jobs_client::JobsClient, work_client::WorkClient};
+use sweep_puzzles::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SpaceError};
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+
+/// name -> (inputs, chunks). Names missing here fail to build, like bad parameters.
+fn graph(name: &str) -> Option<(Vec<String>, u64)> {
+    let table: &[(&str, &[&str], u64)] = &[
+        ("a", &[], 3),
+        ("b", &["a"], 2),
+        ("c", &["a"], 4),
+        ("d", &["b", "c", "a"], 3),
+        // Its chunks produce no artifact: its reader still gets one (empty).
+        ("quiet", &[], 2),
+        ("e", &["d", "quiet"], 5),
+        ("loop1", &["loop2"], 1),
+        ("loop2", &["loop1"], 1),
+    ];
+    if let Some(n) = name.strip_prefix("grow") {
+        let n: u64 = n.parse().ok()?;
+        return Some((vec![format!("grow{}", n + 1)], 1));
+    }
+    table
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, i, c)| (i.iter().map(|s| s.to_string()).collect(), *c))
+}
+
+#[derive(Debug)]
+struct DagJob {
+    name: String,
+    inputs: Vec<String>,
+    chunks: u64,
+    /// The input artifacts, once bound.
+    bound: Option<Vec<Vec<u8>>>,
+}
+
+fn build(space: &str, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
+    if space == "broken" {
+        // Reads a job whose parameters are ill-typed.
+        return Ok(Arc::new(DagJob {
+            name: "broken".into(),
+            inputs: vec!["a".into(), "5".into()],
+            chunks: 1,
+            bound: None,
+        }));
+    }
+    if space != "dag" {
+        return sweep_puzzles::job_from_params(space, params);
+    }
+    let name =
+        params
+            .get("node")
+            .and_then(|n| n.as_str())
+            .ok_or_else(|| SpaceError::BadParams {
+                space: "dag",
+                reason: format!("node: expected a string, got {params}"),
+            })?;
+    let (inputs, chunks) = graph(name).ok_or_else(|| SpaceError::BadParams {
+        space: "dag",
+        reason: format!("no node `{name}`"),
+    })?;
+    Ok(Arc::new(DagJob {
+        name: name.to_string(),
+        inputs,
+        chunks,
+        bound: None,
+    }))
+}
+
+fn params(node: &str) -> serde_json::Value {
+    serde_json::json!({ "node": node })
+}
+
+impl Job for DagJob {
+    fn space(&self) -> &'static str {
+        "dag"
+    }
+    fn params(&self) -> serde_json::Value {
+        params(&self.name)
+    }
+    fn plan(&self, _: Option<u64>) -> Result<Plan, SpaceError> {
+        Ok(Plan {
+            n_chunks: self.chunks,
+            total_nodes: None,
+        })
+    }
+    fn run_chunk(&self, n: u64, chunk: u64, _: &Control) -> Result<ChunkOutput, SpaceError> {
+        let bound: &[Vec<u8>] = match &self.bound {
+            Some(b) => b,
+            None if self.inputs.is_empty() => &[],
+            None => {
+                return Err(SpaceError::BadParams {
+                    space: "dag",
+                    reason: "run before its inputs were bound".into(),
+                })
+            }
+        };
+        let mut out = ChunkOutput {
+            nodes: 1,
+            ..Default::default()
+        };
+        out.count("input_bytes", bound.iter().map(|a| a.len() as u128).sum());
+        if self.name != "quiet" {
+            // Depends on every input's bytes, in order: a wrong or reordered input changes the answer.
+            let mut h = blake3::Hasher::new();
+            h.update(self.name.as_bytes());
+            for a in bound {
+                h.update(&(a.len() as u64).to_le_bytes());
+                h.update(a);
+            }
+            h.update(&n.to_le_bytes());
+            h.update(&chunk.to_le_bytes());
+            out.artifact = h.finalize().as_bytes()[..8].to_vec();
+        }
+        Ok(out)
+    }
+    fn verify(&self, _: u64, _: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        let want = if self.name == "quiet" { 0 } else { 8 };
+        if out.artifact.len() != want {
+            return Err(SpaceError::Verification(
+                "artifact of the wrong size".into(),
+            ));
+        }
+        Ok(())
+    }
+    fn merge_artifacts(
+        &self,
+        artifacts: &mut dyn Iterator<Item = &[u8]>,
+    ) -> Result<Vec<u8>, SpaceError> {
+        Ok(artifacts.flatten().copied().collect())
+    }
+    fn result(&self, answer: &Answer) -> serde_json::Value {
+        serde_json::json!({
+            "artifact": blake3::hash(&answer.artifact).to_hex().to_string(),
+            "input_bytes": answer.tally.counter("input_bytes").to_string(),
+            "chunks": answer.tally.chunks,
+        })
+    }
+    fn render_text(&self, result: &serde_json::Value) -> String {
+        result.to_string()
+    }
+    fn inputs(&self) -> Vec<JobInput> {
+        self.inputs
+            .iter()
+            .map(|n| JobInput {
+                space: "dag".into(),
+                params: if n == "5" {
+                    serde_json::json!({ "node": 5 })
+                } else {
+                    params(n)
+                },
+            })
+            .collect()
+    }
+    fn bind_inputs(&self, artifacts: &[&[u8]]) -> Result<Arc<dyn Job>, SpaceError> {
+        if artifacts.len() != self.inputs.len() {
+            return Err(SpaceError::BadParams {
+                space: "dag",
+                reason: format!(
+                    "{} artifacts for {} inputs",
+                    artifacts.len(),
+                    self.inputs.len()
+                ),
+            });
+        }
+        Ok(Arc::new(DagJob {
+            name: self.name.clone(),
+            inputs: self.inputs.clone(),
+            chunks: self.chunks,
+            bound: Some(artifacts.iter().map(|a| a.to_vec()).collect()),
+        }))
+    }
+}
+
+/// The answer `sweep solve` would give: the DAG run in this process, inputs first.
+fn solve_here(root: &str) -> serde_json::Value {
+    let dag = inputs::resolve(build("dag", &params(root)).unwrap(), build).unwrap();
+    let mut artifacts: Vec<Vec<u8>> = Vec::new();
+    let mut last = serde_json::Value::Null;
+    for node in dag {
+        let views: Vec<&[u8]> = node
+            .inputs
+            .iter()
+            .map(|&k| artifacts[k].as_slice())
+            .collect();
+        let job = if views.is_empty() {
+            node.job
+        } else {
+            node.job.bind_inputs(&views).unwrap()
+        };
+        let n = job.plan(None).unwrap().n_chunks;
+        let outputs: Vec<ChunkOutput> = (0..n)
+            .map(|c| job.run_chunk(n, c, &Control::new()).unwrap())
+            .collect();
+        let mut answer = Answer::from_outputs(&outputs);
+        let mut it = outputs.iter().map(|o| o.artifact.as_slice());
+        answer.artifact = job.merge_artifacts(&mut it).unwrap();
+        last = job.result(&answer);
+        artifacts.push(answer.artifact);
+    }
+    last
+}
+
+struct Server {
+    url: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(store: Store) -> Server {
+        let cfg = CoordinatorConfig {
+            scheduler: SchedulerConfig {
+                lease_ttl_ms: 60_000,
+                ..SchedulerConfig::default()
+            },
+            expiry_interval: Duration::from_millis(50),
+            build_job: build,
+            ..CoordinatorConfig::default()
+        };
+        let coord = Coordinator::open(store, cfg).expect("open coordinator");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            serve(listener, coord, Default::default(), async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("serve");
+        });
+        Server {
+            url,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn clients(&self) -> (WorkClient<Channel>, JobsClient<Channel>) {
+        let ch = Channel::from_shared(self.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        (WorkClient::new(ch.clone()), JobsClient::new(ch))
+    }
+
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("server stops")
+            .expect("server task");
+    }
+}
+
+fn submit(node: &str, reuse: bool) -> v1::SubmitRequest {
+    v1::SubmitRequest {
+        space: "dag".into(),
+        params_json: params(node).to_string(),
+        chunks: 0,
+        priority: 0,
+        reuse_existing: reuse,
+        replicate: 0,
+    }
+}
+
+async fn all_jobs(jobs: &mut JobsClient<Channel>) -> BTreeMap<String, v1::JobInfo> {
+    jobs.list_jobs(v1::ListJobsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs
+        .into_iter()
+        .map(|j| {
+            let p: serde_json::Value = serde_json::from_str(&j.params_json).unwrap();
+            (p["node"].as_str().unwrap_or_default().to_string(), j)
+        })
+        .collect()
+}
+
+async fn fetch(work: &mut WorkClient<Channel>, job: u64, digest: &str) -> Vec<u8> {
+    let mut stream = work
+        .fetch_artifact(v1::FetchArtifactRequest {
+            worker_id: "w".into(),
+            job_id: job,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut bytes = Vec::new();
+    while let Some(piece) = stream.message().await.unwrap() {
+        assert_eq!(piece.digest, digest);
+        bytes.extend_from_slice(&piece.data);
+    }
+    assert_eq!(blake3::hash(&bytes).to_hex().as_str(), digest);
+    bytes
+}
+
+/// Leases up to `max` chunks, checks that every input of their jobs is done with the digest the lease names, and
+/// runs them; returns the reports without sending them.
+async fn lease_and_run(
+    work: &mut WorkClient<Channel>,
+    jobs: &mut JobsClient<Channel>,
+    max: u32,
+) -> Vec<v1::ChunkReport> {
+    let leases = work
+        .lease(v1::LeaseRequest {
+            worker_id: "w".into(),
+            max_chunks: max,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .leases;
+    let mut reports = Vec::new();
+    for l in leases {
+        let params: serde_json::Value = serde_json::from_str(&l.params_json).unwrap();
+        let mut job = build(&l.space, &params).unwrap();
+        assert_eq!(l.inputs.len(), job.inputs().len(), "job {}", l.job_id);
+        if l.inputs.len() == 1 {
+            assert_eq!(
+                (l.input_job, l.input_digest.as_str()),
+                (l.inputs[0].job_id, l.inputs[0].digest.as_str())
+            );
+        } else {
+            assert_eq!(l.input_job, 0, "older workers would bind only one input");
+        }
+        let mut artifacts = Vec::new();
+        for (input, want) in l.inputs.iter().zip(job.inputs()) {
+            let info = jobs
+                .job_status(v1::JobRequest {
+                    job_id: input.job_id,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(
+                info.state, "done",
+                "job {} leased before its inputs",
+                l.job_id
+            );
+            assert_eq!(info.artifact_digest, input.digest);
+            assert_eq!(info.params_json, want.params.to_string());
+            artifacts.push(fetch(work, input.job_id, &input.digest).await);
+        }
+        if !artifacts.is_empty() {
+            let views: Vec<&[u8]> = artifacts.iter().map(|a| a.as_slice()).collect();
+            job = job.bind_inputs(&views).unwrap();
+        }
+        let out = job.run_chunk(l.n_chunks, l.chunk, &Control::new()).unwrap();
+        reports.push(v1::ChunkReport {
+            lease_id: l.lease_id,
+            job_id: l.job_id,
+            chunk: l.chunk,
+            output: Some((&out).into()),
+            elapsed_s: 0.0,
+        });
+    }
+    reports
+}
+
+async fn report(work: &mut WorkClient<Channel>, reports: Vec<v1::ChunkReport>) {
+    if reports.is_empty() {
+        return;
+    }
+    let acks = work
+        .complete(v1::CompleteRequest {
+            worker_id: "w".into(),
+            reports,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .acks;
+    for a in acks {
+        assert_eq!(a.status(), v1::AckStatus::Accepted, "{}", a.message);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let server = Server::start(Store::open(&path).unwrap()).await;
+    let (mut work, mut jobs) = server.clients().await;
+    work.register(v1::RegisterRequest {
+        name: "w".into(),
+        threads: 1,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    // One submit creates the whole DAG, each job once, inputs before their readers.
+    let top = jobs.submit(submit("e", true)).await.unwrap().into_inner();
+    assert!(!top.existing);
+    let all = all_jobs(&mut jobs).await;
+    assert_eq!(
+        all.keys().collect::<Vec<_>>(),
+        ["a", "b", "c", "d", "e", "quiet"]
+    );
+    let id = |n: &str| all[n].id;
+    let top = top.job.unwrap();
+    assert_eq!(top.id, id("e"));
+    assert_eq!(top.input_jobs, [id("d"), id("quiet")]);
+    assert_eq!(top.input_job, id("d"));
+    assert_eq!(top.inputs_waiting, 2);
+    assert_eq!(all["d"].input_jobs, [id("b"), id("c"), id("a")]);
+    assert_eq!(all["d"].inputs_waiting, 3);
+    assert_eq!(all["b"].input_jobs, [id("a")]);
+    assert!(all["a"].input_jobs.is_empty());
+    for (name, j) in &all {
+        assert!(j.input_jobs.iter().all(|&i| i < j.id), "{name}");
+    }
+
+    // Submitting again (or a job inside the DAG) finds what exists.
+    let again = jobs.submit(submit("e", true)).await.unwrap().into_inner();
+    assert!(again.existing);
+    assert_eq!(again.job.unwrap().id, id("e"));
+    let inner = jobs.submit(submit("d", true)).await.unwrap().into_inner();
+    assert!(inner.existing);
+    assert_eq!(inner.job.unwrap().id, id("d"));
+
+    // DAGs that cannot run are refused, naming why, and create nothing.
+    for (req, needles) in [
+        (
+            submit("loop1", true),
+            vec![
+                "cycle",
+                r#"dag {"node":"loop1"} -> dag {"node":"loop2"} -> dag {"node":"loop1"}"#,
+            ],
+        ),
+        (submit("grow0", true), vec!["more than 4096 jobs"]),
+        (
+            v1::SubmitRequest {
+                space: "broken".into(),
+                params_json: "{}".into(),
+                ..submit("a", true)
+            },
+            vec!["input 1", "node: expected a string"],
+        ),
+    ] {
+        let err = jobs.submit(req).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        for n in needles {
+            assert!(err.message().contains(n), "{n}: {}", err.message());
+        }
+    }
+    assert_eq!(all_jobs(&mut jobs).await.len(), 6);
+
+    // Run until b is done (chunks go out by job id, so c has not started), keep two of c's chunks leased but
+    // unreported, and restart the coordinator on the same store.
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        let now = all_jobs(&mut jobs).await;
+        if now["b"].state == "done" {
+            if now["b"].artifact_digest.len() == 64 {
+                held = lease_and_run(&mut work, &mut jobs, 2).await;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        let reports = lease_and_run(&mut work, &mut jobs, 1).await;
+        if reports.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        report(&mut work, reports).await;
+    }
+    assert_eq!(
+        held.iter().map(|r| r.job_id).collect::<Vec<_>>(),
+        [id("c"), id("c")]
+    );
+    drop((work, jobs));
+    server.stop().await;
+
+    let server = Server::start(Store::open(&path).unwrap()).await;
+    let (mut work, mut jobs) = server.clients().await;
+    let restored = all_jobs(&mut jobs).await;
+    assert_eq!(restored["d"].input_jobs, [id("b"), id("c"), id("a")]);
+    assert_eq!(
+        restored["d"].inputs_waiting, 1,
+        "a and b are done and merged, c is not"
+    );
+    // d is not done; quiet (no inputs) may have run while a was being merged, and then has its empty artifact.
+    let quiet_ready = !restored["quiet"].artifact_digest.is_empty();
+    assert_eq!(
+        restored["e"].inputs_waiting,
+        if quiet_ready { 1 } else { 2 }
+    );
+    // The leases held across the restart still count (late results are accepted once).
+    report(&mut work, held).await;
+    for _ in 0..500 {
+        let reports = lease_and_run(&mut work, &mut jobs, 3).await;
+        if reports.is_empty() {
+            if all_jobs(&mut jobs).await["e"].state == "done" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        report(&mut work, reports).await;
+    }
+    let done = all_jobs(&mut jobs).await;
+    for (name, j) in &done {
+        assert_eq!(j.state, "done", "{name}");
+        assert_eq!(
+            j.completions, j.chunks_total,
+            "{name}: every chunk counted once"
+        );
+        assert_eq!(j.duplicates, 0, "{name}");
+        assert_eq!(j.inputs_waiting, 0, "{name}");
+    }
+    // The quiet job's artifact is empty but stored, because e reads it.
+    assert_eq!(
+        done["quiet"].artifact_digest,
+        blake3::hash(b"").to_hex().to_string()
+    );
+    let r = jobs
+        .results(v1::JobRequest { job_id: id("e") })
+        .await
+        .unwrap()
+        .into_inner();
+    let got: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
+    assert_eq!(got, solve_here("e"));
+    // Each of e's 5 chunks read d's artifact (3 chunks of 8 bytes) and quiet's (empty).
+    assert_eq!(got["input_bytes"], (5 * 3 * 8).to_string());
+    drop((work, jobs));
+    server.stop().await;
+}
+
+/// A job whose chunks produce no artifact, already done when a reader is submitted, gets its (empty) artifact
+/// then: the reader does not wait for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
+    let server = Server::start(Store::in_memory()).await;
+    let (mut work, mut jobs) = server.clients().await;
+    jobs.submit(submit("quiet", true)).await.unwrap();
+    for _ in 0..100 {
+        let reports = lease_and_run(&mut work, &mut jobs, 4).await;
+        if reports.is_empty() {
+            break;
+        }
+        report(&mut work, reports).await;
+    }
+    // Done, and nobody reads it yet: no artifact stored.
+    let quiet = all_jobs(&mut jobs).await["quiet"].clone();
+    assert_eq!(quiet.state, "done");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(all_jobs(&mut jobs).await["quiet"].artifact_digest, "");
+    let e = jobs
+        .submit(submit("e", true))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    assert_eq!(e.input_jobs[1], quiet.id, "the finished job is reused");
+    for _ in 0..500 {
+        let reports = lease_and_run(&mut work, &mut jobs, 4).await;
+        if reports.is_empty() {
+            if all_jobs(&mut jobs).await["e"].state == "done" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        report(&mut work, reports).await;
+    }
+    let r = jobs
+        .results(v1::JobRequest { job_id: e.id })
+        .await
+        .unwrap()
+        .into_inner();
+    let got: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
+    assert_eq!(got, solve_here("e"));
+    drop((work, jobs));
+    server.stop().await;
+}
+
+/// A cancelled input takes its readers with it, transitively (they could never run), and leaves the rest of
+/// the DAG alone; submitted again, the top job gets new jobs for what must run again and reuses the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_again() {
+    let server = Server::start(Store::in_memory()).await;
+    let (mut work, mut jobs) = server.clients().await;
+    jobs.submit(submit("e", true)).await.unwrap();
+    let before = all_jobs(&mut jobs).await;
+    jobs.cancel(v1::JobRequest {
+        job_id: before["b"].id,
+    })
+    .await
+    .unwrap();
+    let after = all_jobs(&mut jobs).await;
+    for (name, state) in [
+        ("a", "running"),
+        ("b", "cancelled"),
+        ("c", "running"),
+        ("d", "cancelled"),
+        ("quiet", "running"),
+        ("e", "cancelled"),
+    ] {
+        assert_eq!(after[name].state, state, "{name}");
+    }
+    let again = jobs.submit(submit("e", true)).await.unwrap().into_inner();
+    assert!(!again.existing, "a cancelled job is not reused");
+    let now = all_jobs(&mut jobs).await;
+    for name in ["a", "c", "quiet"] {
+        assert_eq!(now[name].id, before[name].id, "{name} is reused");
+    }
+    for name in ["b", "d", "e"] {
+        assert!(now[name].id > before["e"].id, "{name} is created again");
+    }
+    for _ in 0..500 {
+        let reports = lease_and_run(&mut work, &mut jobs, 4).await;
+        if reports.is_empty() {
+            if all_jobs(&mut jobs).await["e"].state == "done" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        report(&mut work, reports).await;
+    }
+    let r = jobs
+        .results(v1::JobRequest {
+            job_id: now["e"].id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let got: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
+    assert_eq!(got, solve_here("e"));
+    drop((work, jobs));
+    server.stop().await;
+}
