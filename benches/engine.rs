@@ -14,7 +14,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SWEEP: &str = env!("CARGO_BIN_EXE_sweep");
+/// The binary under test: this build, or `SWEEP_BENCH_BIN` (to compare two builds side by side).
+fn sweep_bin() -> String {
+    std::env::var("SWEEP_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sweep").to_string())
+}
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -25,7 +28,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 fn timed(args: &[&str]) -> f64 {
     let t = Instant::now();
-    let out = Command::new(SWEEP)
+    let out = Command::new(sweep_bin())
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -69,7 +72,7 @@ fn overhead() {
 /// Starts a coordinator on `store`, at `listen`; returns it and its URL once it is serving (after it has loaded
 /// the whole store: the listening line is printed only then).
 fn start_coordinator(store: &std::path::Path, listen: &str) -> (std::process::Child, String) {
-    let mut coord = Command::new(SWEEP)
+    let mut coord = Command::new(sweep_bin())
         .args(["coordinator", "--listen", listen, "--data"])
         .arg(store)
         .stdout(Stdio::piped())
@@ -90,12 +93,21 @@ fn start_coordinator(store: &std::path::Path, listen: &str) -> (std::process::Ch
 }
 
 fn status(url: &str) -> serde_json::Value {
-    let out = Command::new(SWEEP)
+    let out = Command::new(sweep_bin())
         .args(["status", "1", "--json", "--coordinator", url])
         .output()
         .expect("status");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v["jobs"][0].clone()
+    match serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+        Ok(v) => v["jobs"][0].clone(),
+        Err(_) => {
+            // Counted as no progress this time; said once per failure so a run that never kills says why.
+            eprintln!(
+                "status failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            serde_json::Value::Null
+        }
+    }
 }
 
 fn peak_rss_mb(pid: u32) -> u64 {
@@ -119,7 +131,7 @@ fn throughput() {
     let store = dir.path().join("store");
     let (mut coord, url) = start_coordinator(&store, "127.0.0.1:0");
     let chunks_s = chunks.to_string();
-    let out = Command::new(SWEEP)
+    let out = Command::new(sweep_bin())
         .args([
             "submit", "star", "--points", "5", "--method", "brute", "--chunks", &chunks_s,
         ])
@@ -134,7 +146,7 @@ fn throughput() {
     let started = Instant::now();
     let mut ws: Vec<_> = (0..workers)
         .map(|i| {
-            Command::new(SWEEP)
+            Command::new(sweep_bin())
                 .args([
                     "worker",
                     "--connect",

@@ -488,9 +488,10 @@ fn sled_store_survives_repeated_sigkill_during_heavy_completion_traffic() {
         jobs.len(),
         t0.elapsed().as_secs_f64()
     );
-    // A durable acknowledgement must survive a crash. With sled 0.34.7 it does not always (observed here):
-    // the restarted store is an older, consistent state, so answers stay exact, but acknowledged work is redone
-    // and acknowledged state changes (a job's end, a submitted job) can be rolled back.
+    // A durable acknowledgement must survive a crash. This study once reported losses here; they were the
+    // status handler's, not sled's: it read memory *after* waiting for the commit, so it counted results
+    // staged during the wait that were not durable yet (fixed by `durable_read`). With that fixed, 50 kills
+    // lost nothing with sled 0.34.7 flushed per group commit.
     assert!(
         losses.is_empty(),
         "acknowledged completions lost after SIGKILL (kill number, completions lost): {losses:?}"
