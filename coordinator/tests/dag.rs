@@ -5,18 +5,19 @@
 //! cycle, an unbounded chain and an input with bad parameters. A hand-written worker leases, fetches every input
 //! artifact (checking its digest), binds, runs and reports; the coordinator is restarted in the middle. The
 //! answer must equal the one computed in this process from the same DAG, with every chunk counted once.
+mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::Server;
 use sweep_coordinator::inputs;
 use sweep_coordinator::scheduler::SchedulerConfig;
 use sweep_coordinator::store::Store;
-use sweep_coordinator::{serve, Coordinator, CoordinatorConfig};
+use sweep_coordinator::CoordinatorConfig;
 use sweep_proto::v1::{self, jobs_client::JobsClient, work_client::WorkClient};
 use sweep_puzzles::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SpaceError};
-use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
 /// name -> (inputs, chunks). Names missing here fail to build, like bad parameters.
@@ -218,59 +219,21 @@ fn solve_here(root: &str) -> serde_json::Value {
     last
 }
 
-struct Server {
-    url: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+/// The coordinator configuration this file's tests run with.
+fn config() -> CoordinatorConfig {
+    CoordinatorConfig {
+        scheduler: SchedulerConfig {
+            lease_ttl_ms: 60_000,
+            ..SchedulerConfig::default()
+        },
+        expiry_interval: Duration::from_millis(50),
+        build_job: build,
+        ..CoordinatorConfig::default()
+    }
 }
 
-impl Server {
-    async fn start(store: Store) -> Server {
-        let cfg = CoordinatorConfig {
-            scheduler: SchedulerConfig {
-                lease_ttl_ms: 60_000,
-                ..SchedulerConfig::default()
-            },
-            expiry_interval: Duration::from_millis(50),
-            build_job: build,
-            ..CoordinatorConfig::default()
-        };
-        let coord = Coordinator::open(store, cfg).expect("open coordinator");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            serve(listener, coord, Default::default(), async {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("serve");
-        });
-        Server {
-            url,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    async fn clients(&self) -> (WorkClient<Channel>, JobsClient<Channel>) {
-        let ch = Channel::from_shared(self.url.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        (WorkClient::new(ch.clone()), JobsClient::new(ch))
-    }
-
-    async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .expect("server stops")
-            .expect("server task");
-    }
+async fn start(store: Store) -> Server {
+    Server::start(store, config()).await
 }
 
 fn submit(node: &str, reuse: bool) -> v1::SubmitRequest {
@@ -401,7 +364,7 @@ async fn report(work: &mut WorkClient<Channel>, reports: Vec<v1::ChunkReport>) {
 async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
-    let server = Server::start(Store::open(&path).unwrap()).await;
+    let server = start(Store::open(&path).unwrap()).await;
     let (mut work, mut jobs) = server.clients().await;
     work.register(v1::RegisterRequest {
         name: "w".into(),
@@ -494,7 +457,7 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     drop((work, jobs));
     server.stop().await;
 
-    let server = Server::start(Store::open(&path).unwrap()).await;
+    let server = start(Store::open(&path).unwrap()).await;
     let (mut work, mut jobs) = server.clients().await;
     let restored = all_jobs(&mut jobs).await;
     assert_eq!(restored["d"].input_jobs, [id("b"), id("c"), id("a")]);
@@ -552,7 +515,7 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
 /// then: the reader does not wait for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
-    let server = Server::start(Store::in_memory()).await;
+    let server = start(Store::in_memory()).await;
     let (mut work, mut jobs) = server.clients().await;
     jobs.submit(submit("quiet", true)).await.unwrap();
     for _ in 0..100 {
@@ -600,7 +563,7 @@ async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
 /// the DAG alone; submitted again, the top job gets new jobs for what must run again and reuses the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_again() {
-    let server = Server::start(Store::in_memory()).await;
+    let server = start(Store::in_memory()).await;
     let (mut work, mut jobs) = server.clients().await;
     jobs.submit(submit("e", true)).await.unwrap();
     let before = all_jobs(&mut jobs).await;

@@ -6,10 +6,12 @@
 //! `SWEEP_FUZZ_CASES` cases per target (default [`DEFAULT_CASES`]); the full run is
 //! `SWEEP_FUZZ_CASES=100000 cargo test --release -p sweep-coordinator --test fuzz_rpc`.
 //! Every call is bounded ([`CALL_LIMIT`]): a handler that never answers fails the run.
+mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::Server;
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -17,9 +19,8 @@ use prost::bytes::{Buf, BufMut};
 use prost::Message;
 use sweep_coordinator::scheduler::SchedulerConfig;
 use sweep_coordinator::store::Store;
-use sweep_coordinator::{serve, Coordinator, CoordinatorConfig};
+use sweep_coordinator::CoordinatorConfig;
 use sweep_proto::v1::{self, jobs_client::JobsClient, work_client::WorkClient};
-use tokio::sync::oneshot;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
@@ -37,59 +38,22 @@ fn cases() -> u32 {
         .unwrap_or(DEFAULT_CASES)
 }
 
-struct Server {
-    url: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+/// The coordinator configuration this file's tests run with.
+fn config() -> CoordinatorConfig {
+    CoordinatorConfig {
+        scheduler: SchedulerConfig {
+            // Fuzzed leases that nobody completes come back quickly.
+            lease_ttl_ms: 1_000,
+            max_attempts: 3,
+            ..SchedulerConfig::default()
+        },
+        expiry_interval: Duration::from_millis(50),
+        ..CoordinatorConfig::default()
+    }
 }
 
-impl Server {
-    async fn start(store: Store) -> Server {
-        let cfg = CoordinatorConfig {
-            scheduler: SchedulerConfig {
-                // Fuzzed leases that nobody completes come back quickly.
-                lease_ttl_ms: 1_000,
-                max_attempts: 3,
-                ..SchedulerConfig::default()
-            },
-            expiry_interval: Duration::from_millis(50),
-            ..CoordinatorConfig::default()
-        };
-        let coord = Coordinator::open(store, cfg).expect("open coordinator");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            serve(listener, coord, Default::default(), async {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("serve");
-        });
-        Server {
-            url,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    async fn channel(&self) -> Channel {
-        Channel::from_shared(self.url.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap()
-    }
-
-    async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        tokio::time::timeout(Duration::from_secs(20), self.task)
-            .await
-            .expect("server stops")
-            .expect("server task");
-    }
+async fn start(store: Store) -> Server {
+    Server::start(store, config()).await
 }
 
 /// Sends bytes as they are: the body of a gRPC call that the server decodes itself.
@@ -319,8 +283,7 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
     assert!(list.jobs.iter().any(|j| j.id == real.id));
     server.stop().await;
 
-    let server =
-        Server::start(Store::open(path).expect("the store reopens after the fuzzing")).await;
+    let server = start(Store::open(path).expect("the store reopens after the fuzzing")).await;
     let ch = server.channel().await;
     let mut jobs = JobsClient::new(ch.clone());
     let mut work = WorkClient::new(ch);
@@ -442,7 +405,7 @@ fn fuzz_raw_bytes_to_every_method() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
-    let server = rt.block_on(Server::start(Store::open(&path).unwrap()));
+    let server = rt.block_on(start(Store::open(&path).unwrap()));
     let ch = rt.block_on(server.channel());
     let real = rt.block_on(prepare(ch.clone()));
     let samples: Vec<Vec<u8>> = vec![
@@ -752,7 +715,7 @@ fn fuzz_messages_with_lying_fields() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
-    let server = rt.block_on(Server::start(Store::open(&path).unwrap()));
+    let server = rt.block_on(start(Store::open(&path).unwrap()));
     let ch = rt.block_on(server.channel());
     let real = rt.block_on(prepare(ch.clone()));
     let work = WorkClient::new(ch.clone())
@@ -904,9 +867,7 @@ fn fuzz_messages_with_lying_fields() {
 fn regression_long_input_is_refused_with_a_clipped_message() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let server = rt.block_on(Server::start(
-        Store::open(&dir.path().join("store")).unwrap(),
-    ));
+    let server = rt.block_on(start(Store::open(&dir.path().join("store")).unwrap()));
     let ch = rt.block_on(server.channel());
     let mut jobs = JobsClient::new(ch);
     for (space, params) in [

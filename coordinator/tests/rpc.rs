@@ -1,68 +1,31 @@
 //! The coordinator's gRPC services driven by a raw client on loopback: garbled and hostile requests are refused
 //! with a clear status, never a panic, and never cost stored progress.
 
+mod common;
+
 use std::time::Duration;
 
+use common::Server;
 use sweep_coordinator::scheduler::SchedulerConfig;
 use sweep_coordinator::store::Store;
-use sweep_coordinator::{serve, Coordinator, CoordinatorConfig};
-use sweep_proto::v1::{self, jobs_client::JobsClient, work_client::WorkClient};
-use tokio::sync::oneshot;
-use tonic::transport::Channel;
+use sweep_coordinator::CoordinatorConfig;
+use sweep_proto::v1;
 
-struct Server {
-    url: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+/// The coordinator configuration this file's tests run with.
+fn config() -> CoordinatorConfig {
+    CoordinatorConfig {
+        scheduler: SchedulerConfig {
+            lease_ttl_ms: 60_000,
+            max_attempts: 2,
+            ..SchedulerConfig::default()
+        },
+        expiry_interval: Duration::from_millis(50),
+        ..CoordinatorConfig::default()
+    }
 }
 
-impl Server {
-    async fn start(store: Store) -> Server {
-        let cfg = CoordinatorConfig {
-            scheduler: SchedulerConfig {
-                lease_ttl_ms: 60_000,
-                max_attempts: 2,
-                ..SchedulerConfig::default()
-            },
-            expiry_interval: Duration::from_millis(50),
-            ..CoordinatorConfig::default()
-        };
-        let coord = Coordinator::open(store, cfg).expect("open coordinator");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            serve(listener, coord, Default::default(), async {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("serve");
-        });
-        Server {
-            url,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    async fn clients(&self) -> (WorkClient<Channel>, JobsClient<Channel>) {
-        let ch = Channel::from_shared(self.url.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        (WorkClient::new(ch.clone()), JobsClient::new(ch))
-    }
-
-    async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .expect("server stops")
-            .expect("server task");
-    }
+async fn start(store: Store) -> Server {
+    Server::start(store, config()).await
 }
 
 fn submit_req(space: &str, params: &str, chunks: u64) -> v1::SubmitRequest {
@@ -90,7 +53,7 @@ fn report(lease: &v1::ChunkLease, output: v1::ChunkOutput) -> v1::ChunkReport {
 async fn hostile_requests_are_refused_and_progress_survives() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
-    let server = Server::start(Store::open(&path).unwrap()).await;
+    let server = start(Store::open(&path).unwrap()).await;
     let (mut work, mut jobs) = server.clients().await;
 
     // Submissions that make no sense.
@@ -231,7 +194,7 @@ async fn hostile_requests_are_refused_and_progress_survives() {
     server.stop().await;
 
     // A restart on the same store still has the one accepted result, and only it.
-    let server = Server::start(Store::open(&path).unwrap()).await;
+    let server = start(Store::open(&path).unwrap()).await;
     let (_, mut jobs) = server.clients().await;
     let info = jobs
         .job_status(v1::JobRequest { job_id: job.id })
@@ -282,7 +245,7 @@ async fn results_wait_for_the_last_result_to_be_durable() {
         inner: Default::default(),
         delay: Duration::from_millis(300),
     }));
-    let server = Server::start(store).await;
+    let server = start(store).await;
     let (mut work, mut jobs) = server.clients().await;
     let job = jobs
         .submit(submit_req("star", r#"{"points": 6, "method": "brute"}"#, 1))
