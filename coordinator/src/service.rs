@@ -26,6 +26,8 @@ const MAX_LEASE_REQUEST: u32 = 4096;
 const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;
 /// A group commit that takes longer than this is treated as failed (see `commit_once`).
 const STORE_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a lease request that found nothing to do waits for work to appear before answering empty.
+const LEASE_HOLD: Duration = Duration::from_millis(200);
 /// More replicas than this buys no extra trust and multiplies the work.
 const MAX_REPLICATE: u32 = 16;
 
@@ -428,6 +430,9 @@ pub struct Coordinator {
     kick: Notify,
     /// Wakes the artifact merger when a job finishes.
     merge_kick: Notify,
+    /// Wakes lease requests that found nothing to do (see [`LEASE_HOLD`]) when work may have appeared: a job
+    /// submitted, an input merged.
+    work_ready: Notify,
     committed: watch::Sender<Commit>,
     /// Set when the server begins to shut down: long-lived streams (`Watch`) end, so graceful shutdown does not
     /// wait forever for a client that never hangs up.
@@ -622,6 +627,7 @@ impl Coordinator {
             store: Arc::new(store),
             kick: Notify::new(),
             merge_kick: Notify::new(),
+            work_ready: Notify::new(),
             committed,
             stopping: watch::channel(false).0,
             guards: crate::limits::Guards::new(cfg.limits.clone()),
@@ -837,8 +843,97 @@ impl Coordinator {
             let mut core = self.lock();
             core.sched.input_ready(id);
         }
+        self.work_ready.notify_waiters();
         info!(job = id, bytes = size, digest = %digest, "artifact merged and stored");
         Ok(())
+    }
+
+    /// One lease attempt: the chunks `req` may have now (none when there is nothing to do).
+    fn lease_once(&self, req: &v1::LeaseRequest) -> Result<v1::LeaseResponse, Status> {
+        if req.worker_id.is_empty() {
+            return Err(Status::invalid_argument(
+                "worker_id is empty: register first",
+            ));
+        }
+        if req.max_chunks == 0 || req.max_chunks > MAX_LEASE_REQUEST {
+            return Err(Status::invalid_argument(format!(
+                "max_chunks must be in 1..={MAX_LEASE_REQUEST}, got {}",
+                req.max_chunks
+            )));
+        }
+        let leases = {
+            let mut core = self.lock();
+            core.check_writable()?;
+            core.touch_worker(&req.worker_id);
+            if core.sched.is_banned(&req.worker_id) {
+                return Err(Status::permission_denied(format!(
+                    "worker {} is refused work: {} of its results failed verification or lost a replication vote",
+                    req.worker_id,
+                    core.sched.bad_results(&req.worker_id)
+                )));
+            }
+            if core.sched.is_draining(&req.worker_id) {
+                return Ok(v1::LeaseResponse {
+                    leases: Vec::new(),
+                    retry_after_ms: 1000,
+                    drain: true,
+                });
+            }
+            let grants = core
+                .sched
+                .lease(now_ms(), &req.worker_id, req.max_chunks as usize);
+            let leases: Vec<v1::ChunkLease> = grants
+                .iter()
+                .filter_map(|g| {
+                    let e = core.jobs.get(&g.job)?;
+                    // Leased only once every input's artifact is stored, so each has its digest.
+                    let inputs: Vec<v1::InputArtifact> = e
+                        .record
+                        .input_jobs
+                        .iter()
+                        .map(|&i| v1::InputArtifact {
+                            job_id: i,
+                            digest: core
+                                .jobs
+                                .get(&i)
+                                .and_then(|i| i.record.artifact_digest.clone())
+                                .unwrap_or_default(),
+                        })
+                        .collect();
+                    // Workers older than `inputs` understand a single input.
+                    let (input_job, input_digest) = match inputs.as_slice() {
+                        [one] => (one.job_id, one.digest.clone()),
+                        _ => (0, String::new()),
+                    };
+                    Some(v1::ChunkLease {
+                        input_job,
+                        input_digest,
+                        inputs,
+                        lease_id: g.lease,
+                        job_id: g.job,
+                        space: e.record.space.clone(),
+                        params_json: e.params_json.clone(),
+                        n_chunks: e.record.n_chunks,
+                        chunk: g.chunk,
+                        deadline_unix_ms: g.deadline,
+                    })
+                })
+                .collect();
+            core.stage_dirty();
+            leases
+        };
+        // Lease records are written with the next group commit but not waited for: a lease the store never saw
+        // is only a chunk that restarts as pending and may run twice, and a second result is never counted
+        // (completion is keyed by chunk, not by lease). Waiting would put an fsync on every lease round trip.
+        if !leases.is_empty() {
+            self.kick.notify_one();
+        }
+        let retry_after_ms = if leases.is_empty() { 200 } else { 0 };
+        Ok(v1::LeaseResponse {
+            leases,
+            retry_after_ms,
+            drain: false,
+        })
     }
 
     /// A finished job's merged artifact: from memory, else from the store (then kept in memory).
@@ -1038,90 +1133,24 @@ impl work_server::Work for WorkApi {
         req: Request<v1::LeaseRequest>,
     ) -> Result<Response<v1::LeaseResponse>, Status> {
         let req = req.into_inner();
-        if req.worker_id.is_empty() {
-            return Err(Status::invalid_argument(
-                "worker_id is empty: register first",
-            ));
+        // Registered before the first try, so work that appears in between still wakes this request.
+        let ready = self.0.work_ready.notified();
+        tokio::pin!(ready);
+        ready.as_mut().enable();
+        let first = self.0.lease_once(&req)?;
+        if !first.leases.is_empty() || first.drain {
+            return Ok(Response::new(first));
         }
-        if req.max_chunks == 0 || req.max_chunks > MAX_LEASE_REQUEST {
-            return Err(Status::invalid_argument(format!(
-                "max_chunks must be in 1..={MAX_LEASE_REQUEST}, got {}",
-                req.max_chunks
-            )));
+        // Nothing to do now: hold the request a moment instead of letting the worker poll. A layered DAG (peg
+        // count: 18 jobs) otherwise waits up to a poll interval at every step.
+        if tokio::time::timeout(LEASE_HOLD, ready).await.is_err() {
+            // Held the whole time: ask again at once, so a worker is almost always waiting here.
+            return Ok(Response::new(v1::LeaseResponse {
+                retry_after_ms: 0,
+                ..first
+            }));
         }
-        let leases = {
-            let mut core = self.0.lock();
-            core.check_writable()?;
-            core.touch_worker(&req.worker_id);
-            if core.sched.is_banned(&req.worker_id) {
-                return Err(Status::permission_denied(format!(
-                    "worker {} is refused work: {} of its results failed verification or lost a replication vote",
-                    req.worker_id,
-                    core.sched.bad_results(&req.worker_id)
-                )));
-            }
-            if core.sched.is_draining(&req.worker_id) {
-                return Ok(Response::new(v1::LeaseResponse {
-                    leases: Vec::new(),
-                    retry_after_ms: 1000,
-                    drain: true,
-                }));
-            }
-            let grants = core
-                .sched
-                .lease(now_ms(), &req.worker_id, req.max_chunks as usize);
-            let leases: Vec<v1::ChunkLease> = grants
-                .iter()
-                .filter_map(|g| {
-                    let e = core.jobs.get(&g.job)?;
-                    // Leased only once every input's artifact is stored, so each has its digest.
-                    let inputs: Vec<v1::InputArtifact> = e
-                        .record
-                        .input_jobs
-                        .iter()
-                        .map(|&i| v1::InputArtifact {
-                            job_id: i,
-                            digest: core
-                                .jobs
-                                .get(&i)
-                                .and_then(|i| i.record.artifact_digest.clone())
-                                .unwrap_or_default(),
-                        })
-                        .collect();
-                    // Workers older than `inputs` understand a single input.
-                    let (input_job, input_digest) = match inputs.as_slice() {
-                        [one] => (one.job_id, one.digest.clone()),
-                        _ => (0, String::new()),
-                    };
-                    Some(v1::ChunkLease {
-                        input_job,
-                        input_digest,
-                        inputs,
-                        lease_id: g.lease,
-                        job_id: g.job,
-                        space: e.record.space.clone(),
-                        params_json: e.params_json.clone(),
-                        n_chunks: e.record.n_chunks,
-                        chunk: g.chunk,
-                        deadline_unix_ms: g.deadline,
-                    })
-                })
-                .collect();
-            core.stage_dirty();
-            leases
-        };
-        // Lease records are written with the next group commit but not waited for: a lease the store never saw
-        // is only a chunk that restarts as pending and may run twice, and a second result is never counted
-        // (completion is keyed by chunk, not by lease). Waiting would put an fsync on every lease round trip.
-        if !leases.is_empty() {
-            self.0.kick.notify_one();
-        }
-        let retry_after_ms = if leases.is_empty() { 200 } else { 0 };
-        Ok(Response::new(v1::LeaseResponse {
-            leases,
-            retry_after_ms,
-            drain: false,
-        }))
+        Ok(Response::new(self.0.lease_once(&req)?))
     }
 
     async fn heartbeat(
@@ -1548,6 +1577,7 @@ impl jobs_server::Jobs for JobsApi {
             (core.job_info(id), existing, core.seq)
         };
         self.0.durable(seq).await?;
+        self.0.work_ready.notify_waiters();
         Ok(Response::new(v1::SubmitResponse {
             job: info,
             existing,
