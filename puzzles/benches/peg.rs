@@ -1,6 +1,6 @@
 //! Peg solitaire: the seed's solver against sweep's `solve` on the English centre game, same seeds, same run;
 //! the previous `solve` against today's on the larger boards (wiegleb, diamond, european); then the exhaustive modes (`count`, `positions`) on the triangle, and on the English board when
-//! `PEG_BENCH_ENGLISH=1` (minutes).
+//! `PEG_BENCH_ENGLISH=1` (minutes), and the diamond's proofs of impossibility when `PEG_BENCH_PROOFS=1` (minutes).
 //!
 //! Run: `cargo bench -p sweep-puzzles --bench peg`.
 
@@ -404,7 +404,6 @@ larger boards: previous solve (DFS + generic pagodas + failed set + endgame tabl
         (BoardKind::Wiegleb, "1,4", None),
         (BoardKind::Diamond, "2,4", None),
         (BoardKind::Diamond, "3,5", None),
-        (BoardKind::Diamond, "1,5", None),
         (BoardKind::European, "1,3", None),
     ] {
         let board = Board::new(kind);
@@ -442,6 +441,53 @@ larger boards: previous solve (DFS + generic pagodas + failed set + endgame tabl
                 "  {kind:?} {start} -> {goal_name} seed {seed}: previous {old_text}; sweep {what} in {el:.2?} ({nodes} nodes){ratio}"
             );
         }
+    }
+}
+
+/// The diamond games that no single function rules out and no beam solves: the previous solver (stopped after
+/// `PEG_BENCH_LIMIT_S`) against sweep's solve, whose complete search is breadth first with learned functions and
+/// runs to the end (minutes; opt in with `PEG_BENCH_PROOFS=1`).
+fn proofs(limit: Duration) {
+    println!("\ndiamond proofs of impossibility: previous solve (stopped after {limit:?}) vs sweep solve (no limit):");
+    for (start, goal) in [
+        ("1,5", Some("3,5")),
+        ("1,5", Some("9,5")),
+        ("1,5", None),
+        ("4,5", None),
+    ] {
+        let board = Board::new(BoardKind::Diamond);
+        let (Ok(s), goal) = (
+            board.parse_hole(start),
+            match goal.map(|g| board.parse_hole(g)) {
+                Some(Ok(h)) => Goal::Hole(h),
+                _ => Goal::Any,
+            },
+        ) else {
+            continue;
+        };
+        let game = Game::new(board, s, goal);
+        let goal_name = match goal {
+            Goal::Hole(h) => game.board.name(h),
+            Goal::Any => "any".into(),
+        };
+        let t = Instant::now();
+        let mut old = OldSolver::new(&game, 0, limit);
+        let old_out = old.solve(0);
+        let old_el = t.elapsed();
+        let old_text = match old_out {
+            Some(true) => format!("solved in {old_el:.2?}"),
+            Some(false) => format!("impossible in {old_el:.2?}"),
+            None => format!("did not finish within {limit:?} ({} nodes)", old.nodes),
+        };
+        let (el, nodes, what) = sweep_solve_limited(&game, 0, Duration::from_secs(24 * 3600));
+        let ratio = match old_out {
+            Some(_) => format!("  ratio {:.1}x", old_el.as_secs_f64() / el.as_secs_f64()),
+            None if el < limit => {
+                format!("  ratio > {:.1}x", limit.as_secs_f64() / el.as_secs_f64())
+            }
+            None => String::new(),
+        };
+        println!("  diamond {start} -> {goal_name}: previous {old_text}; sweep {what} in {el:.2?} ({nodes} nodes){ratio}");
     }
 }
 
@@ -518,6 +564,16 @@ fn main() {
 
     // The solve comparison first: the exhaustive modes below may take minutes.
     big_boards();
+    if std::env::var("PEG_BENCH_PROOFS").as_deref() == Ok("1") {
+        proofs(Duration::from_secs_f64(
+            std::env::var("PEG_BENCH_LIMIT_S")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(60.0),
+        ));
+    } else {
+        println!("(set PEG_BENCH_PROOFS=1 for the diamond proofs of impossibility, minutes each)");
+    }
 
     for args in [
         &["--board", "triangle", "--goal", "any", "--mode", "count"][..],

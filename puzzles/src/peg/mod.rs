@@ -26,13 +26,14 @@ pub mod pagoda;
 pub mod positions;
 pub mod solve;
 mod solve_beam;
+pub mod solve_layers;
 
 use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+use crate::space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, Tally};
 use board::{Board, BoardKind};
 use game::{Game, Goal};
 use solve::{Outcome, Solver};
@@ -229,6 +230,34 @@ fn layer_counter(pegs: usize, what: &str) -> String {
     format!("p{pegs:02}_{what}")
 }
 
+/// A solve chunk's outcome: exactly one of these counters, set to 1.
+const OUTCOMES: [&str; 4] = [
+    "solved",
+    "impossible_class",
+    "impossible_pagoda",
+    "impossible_search",
+];
+/// The size of an impossible-by-search proof ([`solve_layers::SearchProof`]).
+const PROOF_POSITIONS: &str = "search_positions";
+const PROOF_AFTER: &str = "search_emptied_after";
+const PROOF_FUNCTIONS: &str = "search_functions";
+const PROOF_FIGURES: [&str; 3] = [PROOF_POSITIONS, PROOF_AFTER, PROOF_FUNCTIONS];
+
+fn search_proof_text(tally: &Tally) -> String {
+    let positions = tally.counter(PROOF_POSITIONS);
+    if positions == 0 {
+        return "exhaustive search: no reachable position leads to the goal".into();
+    }
+    format!(
+        "exhaustive search, breadth first: no position after {} jumps can still lead to the goal ({} \
+         canonical positions kept on the way; every other one ruled out by one of {} pagoda functions, \
+         proven by linear programs and checked exactly, or by the exact endgame table)",
+        tally.counter(PROOF_AFTER),
+        positions,
+        tally.counter(PROOF_FUNCTIONS)
+    )
+}
+
 const LAYER_FIELDS: [&str; 4] = ["reachable", "reachable_raw", "on_path", "on_path_raw"];
 
 impl Job for PegJob {
@@ -283,7 +312,14 @@ impl Job for PegJob {
                     }
                     Outcome::ImpossibleByClass(_) => out.count("impossible_class", 1),
                     Outcome::ImpossibleByPagoda(_) => out.count("impossible_pagoda", 1),
-                    Outcome::ImpossibleBySearch => out.count("impossible_search", 1),
+                    Outcome::ImpossibleBySearch => {
+                        out.count("impossible_search", 1);
+                        if let Some(p) = solver.proof {
+                            out.count(PROOF_POSITIONS, u128::from(p.positions));
+                            out.count(PROOF_AFTER, u128::from(p.emptied_after));
+                            out.count(PROOF_FUNCTIONS, u128::from(p.functions));
+                        }
+                    }
                 }
                 out.nodes = solver.nodes + solver.table_nodes;
             }
@@ -341,18 +377,21 @@ impl Job for PegJob {
         match self.params.mode {
             Mode::Solve => {
                 for k in out.counters.keys() {
-                    if ![
-                        "solved",
-                        "impossible_class",
-                        "impossible_pagoda",
-                        "impossible_search",
-                    ]
-                    .contains(&k.as_str())
-                    {
+                    if !OUTCOMES.contains(&k.as_str()) && !PROOF_FIGURES.contains(&k.as_str()) {
                         return Err(bad_counter(k));
                     }
                 }
-                if out.counters.values().sum::<u128>() != 1 {
+                let outcomes: u128 = OUTCOMES
+                    .iter()
+                    .map(|k| out.counters.get(*k).copied().unwrap_or(0))
+                    .sum();
+                let figures = PROOF_FIGURES.iter().any(|k| out.counters.contains_key(*k));
+                if figures && !out.counters.contains_key("impossible_search") {
+                    return Err(SpaceError::Verification(
+                        "search figures belong to an impossible-by-search outcome".into(),
+                    ));
+                }
+                if outcomes != 1 {
                     return Err(SpaceError::Verification(
                         "a solve chunk reports exactly one outcome".into(),
                     ));
@@ -486,7 +525,7 @@ impl Job for PegJob {
                 } else if answer.tally.counter("impossible_pagoda") > 0 {
                     solve::pagoda_obstruction(&self.game)
                 } else if answer.tally.counter("impossible_search") > 0 {
-                    Some("exhaustive search: no reachable position leads to the goal".into())
+                    Some(search_proof_text(&answer.tally))
                 } else {
                     None
                 };

@@ -16,18 +16,19 @@
 //!    positions), then beam searches of growing width down to it ([`super::solve_beam`]): the answer for the
 //!    45- and 41-hole boards, where a depth-first search gets lost in dead regions far too large for any
 //!    failed set. `--seed` breaks ties among equally ranked positions there.
-//! 5. The complete search: the depth-first search again with the strong pruning, the endgame table, restarts
-//!    with doubling budgets and reshuffled orders (the failed set is kept, so no work is lost), and a linear
-//!    program at nodes near the root that may find a new function proving a whole subtree dead. Only this phase
-//!    may conclude "impossible by search", and only once it has exhausted the reachable positions.
+//! 5. The complete search ([`super::solve_layers`]): breadth first, one layer per jump, each layer filtered by
+//!    the pruning of phase 3 plus functions that linear programs find on a sample of the layer, and by the
+//!    endgame table where it is exact. Only this phase may conclude "impossible by search", and only once a
+//!    layer comes out empty.
 //!
-//! Measured weakness: on the diamond, starts 1,5 and 4,5 with goal `any` are neither solved by the beams nor
-//! ruled out by any pagoda, and the complete search does not finish in minutes (`benches/peg.rs` shows it).
+//! The diamond's starts 1,5 and 4,5 with goal `any` are neither solved by the beams nor ruled out by any single
+//! function; they end in phase 5 (`benches/peg.rs` times them).
 
 use super::board::bits;
 use super::game::{Game, Goal, PosSet};
 use super::pagoda::{self, Pruner};
 use super::solve_beam::{beam, BeamEnv, Ranking};
+use super::solve_layers::{LayerOutcome, LayerSearch, SearchProof};
 use crate::space::{Control, SpaceError};
 
 /// An isolated peg outweighs any distance sum (at most 64 pegs * 8).
@@ -87,15 +88,13 @@ pub struct Solver<'a> {
     far: Vec<u32>,
     /// Nodes left in the current attempt.
     budget: u64,
-    /// From the second attempt on, a small random term in each score varies the order between attempts.
-    jitter: Option<SplitMix>,
     /// The exact endgame table, built once the first attempt fails.
     endgame: Endgame,
     /// The stronger pruning (generic functions plus the linear program's), built once the first attempt
     /// fails; until then the game's generic functions.
     prune: Option<Pruner>,
-    /// Linear programs the complete search may still solve at its nodes (see [`Solver::lp_dead`]).
-    lp_left: u32,
+    /// What the complete search examined, when it proved the game impossible.
+    pub proof: Option<SearchProof>,
 }
 
 /// Why a search stopped without an answer.
@@ -118,12 +117,6 @@ const ENDGAME_CAP: usize = 1 << 15;
 /// The first attempt's node budget; each restart doubles it, so the total stays within twice the last budget.
 const FIRST_BUDGET: u64 = 1 << 16;
 
-/// Linear programs the complete search solves at most (each takes milliseconds on the big boards).
-const LP_CALLS: u32 = 64;
-/// The complete search solves them at nodes at most this many moves from the start.
-const LP_DEPTH: u32 = 6;
-/// Functions kept per last hole: each costs a few popcounts at every node.
-const MAX_FUNCTIONS_PER_HOLE: usize = 32;
 const LP_SHAPE: &str = "signed weights from a linear program";
 
 /// Beam widths tried one after the other before the complete search; at each width every ranking.
@@ -165,10 +158,9 @@ impl<'a> Solver<'a> {
             neighbours,
             far,
             budget: FIRST_BUDGET,
-            jitter: None,
             endgame: Endgame::default(),
             prune: None,
-            lp_left: 0,
+            proof: None,
         }
     }
 
@@ -219,54 +211,22 @@ impl<'a> Solver<'a> {
                 }
             }
         }
-        // Phase 5: the complete search. Restarts: a depth-first search with a fixed order has a heavy-tailed run time
-        // (one early move into a large dead region costs everything); restarting with a varied order and a
-        // doubled budget cuts the tail. Positions proved dead stay in the failed set, so no attempt's work is
-        // lost, and the budgets grow without bound, so an impossible game still ends with a full search.
-        self.lp_left = LP_CALLS;
-        let mut attempt = 0u64;
-        loop {
-            attempt += 1;
-            self.budget = FIRST_BUDGET << attempt.min(40);
-            let mut rng = SplitMix::new(self.seed ^ attempt.wrapping_mul(0xA076_1D64_78BD_642F));
-            self.order = rng.permutation(self.game.board.moves.len());
-            self.jitter = Some(rng);
-            self.path.clear();
-            match self.dfs(self.game.start, self.game.start.count_ones()) {
-                Ok(true) => return Ok(Outcome::Solved(std::mem::take(&mut self.path))),
-                Ok(false) => return Ok(Outcome::ImpossibleBySearch),
-                Err(Stop::Err(e)) => return Err(e),
-                Err(Stop::Budget) => {}
+        // Phase 5: the complete search, breadth first with functions learned on the way (see
+        // [`super::solve_layers`]); the only phase that may conclude "impossible" by search.
+        let mut layered = LayerSearch::new(
+            self.game,
+            self.prune.as_ref().unwrap_or(&no_prune),
+            self.ctl,
+        );
+        let outcome = layered.run(&self.endgame, &self.order);
+        self.nodes += layered.nodes;
+        match outcome? {
+            LayerOutcome::Solved(moves) => Ok(Outcome::Solved(moves)),
+            LayerOutcome::Impossible(proof) => {
+                self.proof = Some(proof);
+                Ok(Outcome::ImpossibleBySearch)
             }
         }
-    }
-
-    /// Looks for a pagoda function that rules out `pos` for every last hole, by the linear program tuned to
-    /// `pos`; each one found joins the pruning for the rest of the search, where it rules out many similar
-    /// positions for the cost of a few popcounts. Used near the root of the complete search only, where one
-    /// proof removes a whole subtree and the programs (milliseconds each) are few.
-    fn lp_dead(&mut self, pos: u64) -> bool {
-        let Some(prune) = self.prune.as_mut() else {
-            return false;
-        };
-        for (h, set) in prune.sets.iter_mut() {
-            if set.iter().any(|p| p.dead(pos)) {
-                continue;
-            }
-            if self.lp_left == 0 {
-                return false;
-            }
-            self.lp_left -= 1;
-            match pagoda::tightest_for(&self.game.board, *h, pos, LP_SHAPE) {
-                Some(p) if p.dead(pos) => {
-                    if set.len() < MAX_FUNCTIONS_PER_HOLE {
-                        set.push(p);
-                    }
-                }
-                _ => return false,
-            }
-        }
-        true
     }
 
     #[inline]
@@ -280,7 +240,7 @@ impl<'a> Solver<'a> {
     /// How promising a child is (lower is tried first): pegs with no neighbour first, as a peg that cannot be
     /// jumped over or jump is what most dead ends consist of, then the total distance from the centre, so the
     /// rim is cleared before the centre.
-    fn score(&mut self, pos: u64) -> u32 {
+    fn score(&self, pos: u64) -> u32 {
         let mut isolated = 0;
         let mut far = 0;
         for b in super::board::bits(pos) {
@@ -289,11 +249,7 @@ impl<'a> Solver<'a> {
             }
             far += self.far[b as usize];
         }
-        let noise = self
-            .jitter
-            .as_mut()
-            .map_or(0, |r| (r.next_u64() % 4) as u32);
-        isolated * ISOLATED_WEIGHT + far + noise
+        isolated * ISOLATED_WEIGHT + far
     }
 
     fn dfs(&mut self, pos: u64, pegs: u32) -> Result<bool, Stop> {
@@ -318,11 +274,6 @@ impl<'a> Solver<'a> {
         }
         let key = self.game.canon(&self.game.goal_group, pos);
         if self.failed.contains(&key) {
-            return Ok(false);
-        }
-        if self.lp_left > 0 && pegs + LP_DEPTH >= self.game.start.count_ones() && self.lp_dead(pos)
-        {
-            self.failed.insert(key);
             return Ok(false);
         }
         let moves = &self.game.board.moves;

@@ -615,6 +615,36 @@ fn verify_rejects_an_unfounded_pagoda_claim() {
     assert!(j.verify(1, 0, &out).is_err());
 }
 
+/// The size of a search proof travels with an impossible-by-search outcome only, and shows in its reason.
+#[test]
+fn search_proof_figures_go_with_the_search_outcome_only() {
+    let j = peg_job(&["--board", "diamond", "--start", "1,5", "--goal", "9,5"]);
+    let mut proof = ChunkOutput::default();
+    proof.count("impossible_search", 1);
+    proof.count("search_positions", 78_557_648);
+    proof.count("search_emptied_after", 31);
+    proof.count("search_functions", 275);
+    j.verify(1, 0, &proof)
+        .expect("a proof's figures are accepted");
+    let answer = Answer::from_outputs([&proof]);
+    let why = j.result(&answer)["impossible"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_default();
+    assert!(
+        why.contains("78557648") && why.contains("31 jumps"),
+        "{why}"
+    );
+
+    let mut stray = ChunkOutput::default();
+    stray.count("impossible_class", 1);
+    stray.count("search_positions", 5);
+    assert!(j.verify(1, 0, &stray).is_err());
+    let mut two = proof.clone();
+    two.count("solved", 1);
+    assert!(j.verify(1, 0, &two).is_err());
+}
+
 /// Every function the linear program yields satisfies the pagoda inequality on every jump of the board,
 /// checked exactly in integers on the move's three holes, for every board and a spread of start/goal pairs.
 #[test]
