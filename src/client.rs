@@ -213,8 +213,9 @@ pub fn coordinator(a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
             .await
             .map_err(|e| usage(format!("cannot listen on {}: {e}", a.listen)))?;
         let addr = listener.local_addr()?;
-        // Tests and scripts read the chosen port from this line.
-        println!("sweep coordinator listening on {addr}");
+        // Tests and scripts read the chosen port from this line. Never fail on it: after a restart in place
+        // (see `recover`), whoever started us may long have stopped reading.
+        let _ = writeln!(std::io::stdout(), "sweep coordinator listening on {addr}");
         let _ = std::io::stdout().flush();
         if security.auth.is_none() && !addr.ip().is_loopback() {
             tracing::warn!(%addr, "no token files: anyone who reaches this address may submit and run jobs");
@@ -223,8 +224,21 @@ pub fn coordinator(a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
             Some(http) => Some(start_dashboard(http, coord.clone()).await?),
             None => None,
         };
-        let served = sweep_coordinator::serve(listener, coord, security, shutdown_signal()).await;
-        if let Some((stop, task)) = dashboard {
+        let recovery = tokio::spawn(crate::recover::restart_when_space_returns(
+            coord.clone(),
+            a.data.clone(),
+            addr,
+            dashboard.as_ref().map(|d| d.2),
+        ));
+        let served = sweep_coordinator::serve(listener, coord, security, async {
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                // Only returns when the restart could not happen: stop, as on a signal, and say why.
+                Ok(e) = recovery => tracing::error!(error = %e, "cannot restart after the disk filled"),
+            }
+        })
+        .await;
+        if let Some((stop, task, _)) = dashboard {
             let _ = stop.send(());
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
@@ -234,13 +248,14 @@ pub fn coordinator(a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Binds `--http ADDR`, prints the dashboard's address (the line after the gRPC one) and serves it until the
-/// returned sender fires.
+/// returned sender fires; also returns the address bound.
 async fn start_dashboard(
     addr: &str,
     coord: std::sync::Arc<Coordinator>,
 ) -> anyhow::Result<(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
+    std::net::SocketAddr,
 )> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -257,7 +272,7 @@ async fn start_dashboard(
             let _ = stopped.await;
         },
     ));
-    Ok((stop, task))
+    Ok((stop, task, bound))
 }
 
 fn default_worker_name() -> String {

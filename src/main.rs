@@ -8,6 +8,7 @@ mod client;
 mod local;
 mod output;
 mod progress;
+mod recover;
 mod security;
 mod store_cmd;
 

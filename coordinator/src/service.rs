@@ -1463,6 +1463,11 @@ impl Coordinator {
             .ok_or_else(|| Status::not_found(format!("no job {job}")))
     }
 
+    /// Why the store failed, once it has: from then on the coordinator accepts no changes (see `check_writable`).
+    pub fn store_failure(&self) -> Option<String> {
+        self.lock().failed.clone()
+    }
+
     /// One consistent snapshot of jobs and workers for the dashboard and `/metrics` ([`crate::http`]), taken
     /// under one short lock. It reads memory only: what it shows may be ahead of the store by one commit.
     pub fn observe(&self) -> crate::http::Observation {
