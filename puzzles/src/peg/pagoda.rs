@@ -47,7 +47,7 @@ impl Pagoda {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn value(&self, pos: u64) -> i32 {
         self.levels
             .iter()

@@ -20,6 +20,7 @@
 //! answer reports. When the last layer holds a goal, the layers are walked back to mark the positions on a
 //! winning line and forward again to pick a line, in the seed's move order.
 
+use super::board::Board;
 use super::game::Game;
 use super::pagoda::{self, Pagoda, Pruner};
 use super::solve::Endgame;
@@ -66,20 +67,6 @@ struct HoleSet {
 }
 
 impl HoleSet {
-    #[inline]
-    fn kills(&mut self, pos: u64) -> bool {
-        match self.functions.iter().position(|p| p.dead(pos)) {
-            Some(i) => {
-                self.kills[i] += 1;
-                true
-            }
-            None => {
-                self.passed += 1;
-                false
-            }
-        }
-    }
-
     /// Most useful first; over the cap, drop what ruled out nothing.
     fn reorder(&mut self) {
         let mut pairs: Vec<(u64, Pagoda)> =
@@ -95,6 +82,146 @@ impl HoleSet {
         }
         self.passed = 0;
     }
+}
+
+/// Every hole's functions laid out for the expansion's inner loop. A child differs from its parent by one move,
+/// so its value under a function is the parent's plus the move's change: one add and one compare instead of a
+/// popcount per weight level. A parent's value is computed only when one of its children first needs it.
+/// Testing the children before their canonical form is taken is sound: a position and its images under the
+/// game's symmetries win or lose together.
+struct Flat {
+    functions: Vec<Pagoda>,
+    /// Per hole, the range of its functions, most useful first.
+    ranges: Vec<std::ops::Range<usize>>,
+    threshold: Vec<i32>,
+    /// `delta[m * n + f]`: what move `m` adds to function `f`: `w(to) - w(from) - w(over)`.
+    delta: Vec<i32>,
+    /// The current parent's values, valid where `stamp` holds its number.
+    value: Vec<i32>,
+    stamp: Vec<u64>,
+    kills: Vec<u64>,
+    passed: Vec<u64>,
+}
+
+impl Flat {
+    fn new(sets: &[HoleSet], board: &Board) -> Flat {
+        let mut functions = Vec::new();
+        let mut ranges = Vec::with_capacity(sets.len());
+        for set in sets {
+            let start = functions.len();
+            functions.extend(set.functions.iter().cloned());
+            ranges.push(start..functions.len());
+        }
+        let n = functions.len();
+        let mut delta = vec![0i32; board.moves.len() * n];
+        for (mi, m) in board.moves.iter().enumerate() {
+            for (f, p) in functions.iter().enumerate() {
+                delta[mi * n + f] = p.weight(m.to) - p.weight(m.from) - p.weight(m.over);
+            }
+        }
+        Flat {
+            threshold: functions.iter().map(|p| p.threshold).collect(),
+            ranges,
+            delta,
+            value: vec![0; n],
+            stamp: vec![u64::MAX; n],
+            kills: vec![0; n],
+            passed: vec![0; sets.len()],
+            functions,
+        }
+    }
+
+    /// Whether the child `parent ^ moves[mi].flip` is dead; `tick` numbers the parent.
+    #[inline(always)]
+    fn dead_child(&mut self, parent: u64, tick: u64, mi: usize) -> bool {
+        if self.ranges.is_empty() {
+            return false;
+        }
+        let n = self.functions.len();
+        let delta = &self.delta[mi * n..(mi + 1) * n];
+        for (s, range) in self.ranges.iter().enumerate() {
+            let mut killed = false;
+            for f in range.clone() {
+                if self.stamp[f] != tick {
+                    self.value[f] = self.functions[f].value(parent);
+                    self.stamp[f] = tick;
+                }
+                if self.value[f] + delta[f] < self.threshold[f] {
+                    self.kills[f] += 1;
+                    killed = true;
+                    break;
+                }
+            }
+            if !killed {
+                self.passed[s] += 1;
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Hands the counts back to the hole sets, whose functions are in the same order.
+    fn settle(self, sets: &mut [HoleSet]) {
+        for (set, (range, passed)) in sets.iter_mut().zip(self.ranges.iter().zip(&self.passed)) {
+            for (k, f) in set.kills.iter_mut().zip(range.clone()) {
+                *k += self.kills[f];
+            }
+            set.passed += passed;
+        }
+    }
+}
+
+/// The children of `parents` that no function rules out (all of them when `exact`), canonical, into `block`.
+#[inline(always)]
+fn expand_inner(
+    game: &Game,
+    flat: &mut Flat,
+    parents: &[u64],
+    exact: bool,
+    tick: &mut u64,
+    block: &mut Vec<u64>,
+) {
+    for &pos in parents {
+        *tick += 1;
+        for (mi, m) in game.board.moves.iter().enumerate() {
+            if m.applies(pos) && (exact || !flat.dead_child(pos, *tick, mi)) {
+                block.push(game.canon(&game.game_group, pos ^ m.flip));
+            }
+        }
+    }
+}
+
+/// [`expand_inner`] compiled for CPUs with a popcount instruction: a function's value is a popcount per weight
+/// level, and the portable build (x86-64 without it) emulates each one with a dozen vector instructions, which
+/// was most of the search's time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt")]
+fn expand_popcnt(
+    game: &Game,
+    flat: &mut Flat,
+    parents: &[u64],
+    exact: bool,
+    tick: &mut u64,
+    block: &mut Vec<u64>,
+) {
+    expand_inner(game, flat, parents, exact, tick, block)
+}
+
+fn expand(
+    game: &Game,
+    flat: &mut Flat,
+    parents: &[u64],
+    exact: bool,
+    tick: &mut u64,
+    block: &mut Vec<u64>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("popcnt") {
+        // SAFETY: `expand_popcnt` only needs the popcnt instruction, which the CPU was just found to have.
+        unsafe { expand_popcnt(game, flat, parents, exact, tick, block) };
+        return;
+    }
+    expand_inner(game, flat, parents, exact, tick, block)
 }
 
 pub struct LayerSearch<'a> {
@@ -127,14 +254,6 @@ impl<'a> LayerSearch<'a> {
             nodes: 0,
             programs: 0,
         }
-    }
-
-    /// Dead when, for every hole where the last peg may end, a function rules the position out. A live position
-    /// stops at the first hole none of whose functions rules it out, so the holes that most often let
-    /// positions through go first (see [`LayerSearch::next_layer`]).
-    #[inline]
-    fn dead(&mut self, pos: u64) -> bool {
-        !self.sets.is_empty() && self.sets.iter_mut().all(|s| s.kills(pos))
     }
 
     /// Runs the linear program on a sample of the next layer and keeps every exact function that rules out a
@@ -186,28 +305,21 @@ impl<'a> LayerSearch<'a> {
         pegs: u32,
     ) -> Result<Vec<u64>, SpaceError> {
         let game = self.game;
-        let group = &game.game_group;
         let exact = endgame.covers(pegs);
         if !exact {
             self.learn(layer);
         }
+        let mut flat = Flat::new(&self.sets, &game.board);
         let mut kept: Vec<u64> = Vec::new();
         let mut block: Vec<u64> = Vec::new();
+        let mut tick = 0u64;
         for parents in layer.chunks(BLOCK) {
             block.clear();
-            for &pos in parents {
-                for m in &game.board.moves {
-                    if m.applies(pos) {
-                        block.push(game.canon(group, pos ^ m.flip));
-                    }
-                }
-            }
+            expand(game, &mut flat, parents, exact, &mut tick, &mut block);
             block.sort_unstable();
             block.dedup();
             if exact {
                 block.retain(|&p| endgame.contains(game, p));
-            } else {
-                block.retain(|&p| !self.dead(p));
             }
             kept.extend_from_slice(&block);
             self.nodes += parents.len() as u64;
@@ -216,6 +328,7 @@ impl<'a> LayerSearch<'a> {
         kept.sort_unstable();
         kept.dedup();
         kept.shrink_to_fit();
+        flat.settle(&mut self.sets);
         self.sets.sort_by_key(|s| std::cmp::Reverse(s.passed));
         for s in &mut self.sets {
             s.reorder();
