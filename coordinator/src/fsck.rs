@@ -6,6 +6,11 @@
 //! artifact whose chunk artifacts are gone means the job's chunks run again. Repair therefore only ever moves
 //! chunks back to pending (work is repeated, never invented), which keeps the final answer exact.
 //!
+//! Chunk records and outputs are read through `Store::scan_chunks`, which shows those held in blocks (format 3)
+//! under their per-chunk keys like format 2's own keys; a block that does not decode is named and its chunks run
+//! again, and repair writes chunk keys through `Store::apply_chunk_writes`, which reaches a chunk wherever it
+//! lives.
+//!
 //! The coordinator runs the cheap part of [`check`] at start-up (every record decodes, tallies agree with the
 //! done chunks) and refuses to start on a damaged store, naming the problem and `sweep store repair`.
 
@@ -14,7 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use sweep_puzzles::{ChunkOutput, Tally};
 
 use crate::scheduler::{ChunkRecord, JobId, JobState};
-use crate::store::{be_u64, chunk_key, decode, job_key, key_text, JobRecord, Store, StoreError};
+use crate::store::{
+    be_u64, chunk_key, decode, job_key, key_text, JobRecord, Store, StoreError, BLOCK,
+};
 
 /// One thing wrong with a store, and what repair does about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,7 +90,35 @@ pub fn check(store: &Store, deep: bool) -> Result<Report, StoreError> {
     }
     r.jobs = jobs.len();
     let mut done: BTreeMap<JobId, BTreeSet<u64>> = BTreeMap::new();
-    for (k, v) in store.kv().scan(b"c/")? {
+    // Chunk records wherever they live: in blocks (format 3) or in keys of their own (format 2), each under
+    // its per-chunk key. A block that does not decode loses all its chunks: they run again.
+    let (records, damaged_blocks) = store.scan_chunks(b'c', None)?;
+    let mut damaged_jobs = BTreeSet::new();
+    for (bkey, e) in damaged_blocks {
+        let job = bkey
+            .get(2..10)
+            .and_then(|b| Some(JobId::from_be_bytes(b.try_into().ok()?)));
+        let first = bkey
+            .get(10..)
+            .and_then(|b| u64::from_be_bytes(b.try_into().ok()?).checked_mul(BLOCK));
+        let known = job.and_then(|j| Some((j, jobs.get(&j)?.n_chunks)));
+        r.problems.push(Problem {
+            job,
+            what: match known {
+                Some(_) => format!("{e}; its chunks run again"),
+                None => format!("{e}; removed"),
+            },
+        });
+        // Dropped; chunks of a stored job are written back as pending (the rewrite replaces the block).
+        r.drop_keys.push(bkey);
+        if let (Some((job, n)), Some(first)) = (known, first) {
+            damaged_jobs.insert(job);
+            let fix = r.fixes.entry(job).or_default();
+            fix.rerun.extend(first..first.saturating_add(BLOCK).min(n));
+        }
+    }
+    for found in records {
+        let k = found.key.clone();
         r.chunk_records += 1;
         let (Ok(job), Ok(chunk)) = (
             be_u64(&k, k.get(2..10).unwrap_or(&[])),
@@ -115,7 +150,7 @@ pub fn check(store: &Store, deep: bool) -> Result<Report, StoreError> {
             r.drop_keys.push(k);
             continue;
         }
-        match decode::<ChunkRecord>(&k, &v) {
+        match found.decode::<ChunkRecord>() {
             Ok(ChunkRecord::Done { .. }) => {
                 done.entry(job).or_default().insert(chunk);
             }
@@ -138,7 +173,9 @@ pub fn check(store: &Store, deep: bool) -> Result<Report, StoreError> {
             .unwrap_or_default();
         // Each done chunk's contribution, so the expected tally is their sum over the chunks that stay done.
         let mut contributions: BTreeMap<u64, ChunkOutput> = BTreeMap::new();
-        for (k, v) in store.kv().scan(&job_key(b'o', id))? {
+        // Damaged blocks were reported with the records above.
+        for found in store.scan_chunks(b'o', Some(id))?.0 {
+            let k = found.key.clone();
             r.outputs += 1;
             let Ok(chunk) = be_u64(&k, k.get(10..).unwrap_or(&[])) else {
                 r.problems.push(Problem {
@@ -161,7 +198,7 @@ pub fn check(store: &Store, deep: bool) -> Result<Report, StoreError> {
                 r.fixes.entry(id).or_default().drop_outputs.insert(chunk);
                 continue;
             }
-            match decode::<ChunkOutput>(&k, &v) {
+            match found.decode::<ChunkOutput>() {
                 Ok(mut out) => {
                     // Only the counting fields matter here; solutions can be many.
                     out.solutions = Vec::new();
@@ -218,7 +255,9 @@ pub fn check(store: &Store, deep: bool) -> Result<Report, StoreError> {
             // Chunks that run again leave the tally: it must equal the sum of the chunks that stay done.
             r.fixes.entry(id).or_default().tally = Some(expected);
         }
-        check_artifacts(store, id, rec, deep, &mut r)?;
+        // Reading the outputs of a job with a damaged block fails on that block, already dealt with above.
+        let deep_outputs = deep && !damaged_jobs.contains(&id);
+        check_artifacts(store, id, rec, deep, deep_outputs, &mut r)?;
         check_inputs(id, rec, &jobs, &mut r);
     }
     Ok(r)
@@ -263,6 +302,7 @@ fn check_artifacts(
     id: JobId,
     rec: &JobRecord,
     deep: bool,
+    deep_outputs: bool,
     r: &mut Report,
 ) -> Result<(), StoreError> {
     if let Some(digest) = &rec.artifact_digest {
@@ -282,7 +322,7 @@ fn check_artifacts(
             });
             r.fixes.entry(id).or_default().rerun_all = true;
         }
-    } else if deep {
+    } else if deep_outputs {
         if let Err(e) = store.outputs(id) {
             r.problems.push(Problem {
                 job: Some(id),
@@ -356,7 +396,8 @@ pub fn repair(store: &Store, report: &Report) -> Result<usize, StoreError> {
             Some(serde_json::to_vec(&rec).unwrap_or_default()),
         ));
     }
-    store.kv().apply(writes)?;
+    // Chunk keys reach the chunk wherever it lives (a block or a key of its own).
+    store.apply_chunk_writes(writes)?;
     Ok(report.problems.len())
 }
 
@@ -424,8 +465,7 @@ mod tests {
     fn a_lost_output_reruns_its_chunk_and_fixes_the_tally() {
         let store = healthy();
         store
-            .kv()
-            .apply(vec![(chunk_key(b'o', 1, 1), None)])
+            .apply_chunk_writes(vec![(chunk_key(b'o', 1, 1), None)])
             .unwrap();
         let r = check(&store, false).unwrap();
         assert!(
@@ -459,9 +499,9 @@ mod tests {
             nodes: 999,
             ..Default::default()
         };
+        // Through the chunk view: the garbage lands in chunk 2's entry of its block; the short `c/` key is raw.
         store
-            .kv()
-            .apply(vec![
+            .apply_chunk_writes(vec![
                 (c2, Some(b"\xff garbage".to_vec())),
                 (
                     job_key(b't', 1),
@@ -485,6 +525,62 @@ mod tests {
         assert!(check(&store, false).unwrap().is_clean());
         let snap = store.load().unwrap();
         assert_eq!(snap.tallies[&1].nodes, 10 + 11);
+    }
+
+    /// A block that does not decode loses its chunks: named, dropped and its chunks written back as pending, the
+    /// tally rebuilt from the chunks that stay done (none here), the job running again.
+    #[test]
+    fn a_damaged_block_is_named_and_its_chunks_run_again() {
+        let store = healthy();
+        store
+            .kv()
+            .apply(vec![(
+                chunk_key(b'b', 1, 0),
+                Some(b"\x01\x00\x00".to_vec()),
+            )])
+            .unwrap();
+        let err = store.load().unwrap_err().to_string();
+        assert!(err.contains("damaged record `b/"), "{err}");
+        for deep in [false, true] {
+            let r = check(&store, deep).unwrap();
+            let text: Vec<String> = r.problems.iter().map(|p| p.to_string()).collect();
+            assert!(
+                text.iter()
+                    .any(|t| t.starts_with("job 1: damaged record `b/")
+                        && t.contains("truncated")
+                        && t.ends_with("its chunks run again")),
+                "{text:?}"
+            );
+        }
+        let r = check(&store, true).unwrap();
+        repair(&store, &r).unwrap();
+        assert!(check(&store, true).unwrap().is_clean());
+        let snap = store.load().unwrap();
+        assert_eq!(snap.jobs[0].state, JobState::Running);
+        assert_eq!(snap.tallies[&1], Tally::default());
+        assert!(snap.done.is_empty());
+        assert_eq!(
+            snap.chunks,
+            (0..3)
+                .map(|c| (1, c, ChunkRecord::Pending { attempts: 0 }))
+                .collect::<Vec<_>>()
+        );
+        // A damaged block of a job that is not stored is just removed.
+        store
+            .kv()
+            .apply(vec![(chunk_key(b'b', 7, 2), Some(vec![0]))])
+            .unwrap();
+        let r = check(&store, false).unwrap();
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.job == Some(7) && p.what.ends_with("removed")),
+            "{:?}",
+            r.problems
+        );
+        repair(&store, &r).unwrap();
+        assert!(check(&store, true).unwrap().is_clean());
+        assert!(store.kv().get(&chunk_key(b'b', 7, 2)).unwrap().is_none());
     }
 
     #[test]

@@ -527,10 +527,8 @@ impl Coordinator {
         // A tally is written in the same batch as the outputs it sums, so it must count exactly the done chunks;
         // if it does not, the store was damaged and the answer would be wrong: refuse, never guess.
         let mut done: HashMap<JobId, u64> = HashMap::new();
-        for (job, _, rec) in &snap.chunks {
-            if matches!(rec, ChunkRecord::Done { .. }) {
-                *done.entry(*job).or_default() += 1;
-            }
+        for (job, _) in &snap.done {
+            *done.entry(*job).or_default() += 1;
         }
         for rec in &snap.jobs {
             let tallied = snap.tallies.get(&rec.id).map_or(0, |t| t.chunks);
@@ -582,6 +580,15 @@ impl Coordinator {
         let mut restored = 0u64;
         for (job, chunk, rec) in &snap.chunks {
             sched.restore_chunk(*job, *chunk, rec);
+            restored += 1;
+        }
+        // The scheduler keeps no digest: a duplicate result's is read from the store when one arrives.
+        let done = ChunkRecord::Done {
+            digest: String::new(),
+            worker: String::new(),
+        };
+        for (job, chunk) in &snap.done {
+            sched.restore_chunk(*job, *chunk, &done);
             restored += 1;
         }
         sched.finish_restore();
