@@ -86,7 +86,7 @@ pub struct Solver<'a> {
     seed: u64,
     neighbours: Vec<u64>,
     far: Vec<u32>,
-    /// Nodes left in the current attempt.
+    /// Nodes left to the depth-first attempt of phase 2.
     budget: u64,
     /// The exact endgame table, built once the first attempt fails.
     endgame: Endgame,
@@ -99,7 +99,7 @@ pub struct Solver<'a> {
 
 /// Why a search stopped without an answer.
 enum Stop {
-    /// The attempt's node budget ran out: restart with another order (the failed set is kept).
+    /// The attempt's node budget ran out: go on with the later phases.
     Budget,
     Err(SpaceError),
 }
@@ -114,7 +114,7 @@ impl From<SpaceError> for Stop {
 /// building, and it makes the last ten to fifteen moves of every search exact.
 const ENDGAME_CAP: usize = 1 << 15;
 
-/// The first attempt's node budget; each restart doubles it, so the total stays within twice the last budget.
+/// The depth-first attempt's node budget: enough for the English board with any seed, small next to the beams.
 const FIRST_BUDGET: u64 = 1 << 16;
 
 const LP_SHAPE: &str = "signed weights from a linear program";
