@@ -406,38 +406,12 @@ mod tests {
     use crate::peg::board::{bits, Board, BoardKind};
     use crate::peg::game::Goal;
     use crate::peg::solve::{self, Solver};
-
-    /// Whether `pos` can reach the goal, by a plain memoised search (no symmetry, no pruning).
-    fn wins(game: &Game, pos: u64, memo: &mut HashMap<u64, bool>) -> bool {
-        if pos.count_ones() == 1 {
-            return game.is_goal(pos);
-        }
-        if let Some(&w) = memo.get(&pos) {
-            return w;
-        }
-        let w = game
-            .board
-            .moves
-            .iter()
-            .any(|m| m.applies(pos) && wins(game, pos ^ m.flip, memo));
-        memo.insert(pos, w);
-        w
-    }
-
-    /// A 16-hole board with few symmetries (the same shape as the cross-checks of `tests.rs`).
-    fn lopsided() -> Board {
-        Board::custom(5, |r, c| {
-            let inner = (1..4).contains(&r) && (1..4).contains(&c);
-            let arm = (r == 2 && (c == 0 || c == 4)) || (c == 2 && (r == 0 || r == 4));
-            let extra = (r == 0 && c == 1) || (r == 3 && c == 4) || (r == 4 && c == 3);
-            inner || arm || extra
-        })
-    }
+    use crate::peg::tests::{custom_board, naive_wins};
 
     fn games() -> Vec<Game> {
         let mut games = Vec::new();
         // Every start of the triangle; a third of the other board's (each has 17 goals).
-        for (board, every) in [(Board::new(BoardKind::Triangle), 1), (lopsided(), 3)] {
+        for (board, every) in [(Board::new(BoardKind::Triangle), 1), (custom_board(), 3)] {
             for start in bits(board.holes).step_by(every) {
                 games.push(Game::new(board.clone(), start, Goal::Any));
                 for goal in bits(board.holes) {
@@ -455,7 +429,7 @@ mod tests {
         let ctl = Control::new();
         let (mut solved, mut impossible) = (0, 0);
         for game in games() {
-            let truth = wins(&game, game.start, &mut HashMap::new());
+            let truth = naive_wins(&game, game.start, &mut HashMap::new());
             let prune = solve::strong_pruner(&game);
             let mut nodes = 0;
             let tables = [

@@ -278,21 +278,6 @@ fn naive_positions(game: &Game) -> HashMap<u32, [u64; 4]> {
             }
         }
     }
-    fn wins(game: &Game, p: u64, memo: &mut HashMap<u64, bool>) -> bool {
-        if p.count_ones() == 1 {
-            return game.is_goal(p);
-        }
-        if let Some(&w) = memo.get(&p) {
-            return w;
-        }
-        let w = game
-            .board
-            .moves
-            .iter()
-            .any(|m| p & m.flip == m.need && wins(game, p ^ m.flip, memo));
-        memo.insert(p, w);
-        w
-    }
     let mut memo = HashMap::new();
     let canon = |p: u64| {
         game.game_group
@@ -310,7 +295,7 @@ fn naive_positions(game: &Game) -> HashMap<u32, [u64; 4]> {
         if classes.insert(canon(p)) {
             e[1] += 1;
         }
-        if wins(game, p, &mut memo) {
+        if naive_wins(game, p, &mut memo) {
             e[2] += 1;
             if good_classes.insert(canon(p)) {
                 e[3] += 1;
@@ -320,15 +305,37 @@ fn naive_positions(game: &Game) -> HashMap<u32, [u64; 4]> {
     out
 }
 
-fn custom_game(goal_any: bool) -> Game {
-    // A 5x5 grid without its corners' outer cells: 4,4-ish cross with filled inner square (21 holes would be
-    // too many for the naive count; this keeps 16).
-    let board = Board::custom(5, |r, c| {
+/// Whether `pos` can reach the game's goal, by a plain memoised search (no symmetry, no pruning): the
+/// independent truth the cross-checks compare with.
+pub(super) fn naive_wins(game: &Game, pos: u64, memo: &mut HashMap<u64, bool>) -> bool {
+    if pos.count_ones() == 1 {
+        return game.is_goal(pos);
+    }
+    if let Some(&w) = memo.get(&pos) {
+        return w;
+    }
+    let w = game
+        .board
+        .moves
+        .iter()
+        .any(|m| m.applies(pos) && naive_wins(game, pos ^ m.flip, memo));
+    memo.insert(pos, w);
+    w
+}
+
+/// A 5x5 grid without its corners' outer cells: 4,4-ish cross with filled inner square and three extra holes
+/// that break most symmetries (21 holes would be too many for the naive count; this keeps 16).
+pub(super) fn custom_board() -> Board {
+    Board::custom(5, |r, c| {
         let inner = (1..4).contains(&r) && (1..4).contains(&c);
         let arm = (r == 2 && (c == 0 || c == 4)) || (c == 2 && (r == 0 || r == 4));
         let extra = (r == 0 && c == 1) || (r == 3 && c == 4) || (r == 4 && c == 3);
         inner || arm || extra
-    });
+    })
+}
+
+fn custom_game(goal_any: bool) -> Game {
+    let board = custom_board();
     let start = board.bit_at[2 * 5 + 2].expect("centre hole");
     let goal = if goal_any {
         Goal::Any
@@ -702,24 +709,9 @@ fn strong_pruning_never_prunes_a_winning_position() {
             }
         }
         let mut memo = HashMap::new();
-        fn wins(game: &Game, p: u64, memo: &mut HashMap<u64, bool>) -> bool {
-            if p.count_ones() == 1 {
-                return game.is_goal(p);
-            }
-            if let Some(&w) = memo.get(&p) {
-                return w;
-            }
-            let w = game
-                .board
-                .moves
-                .iter()
-                .any(|m| m.applies(p) && wins(game, p ^ m.flip, memo));
-            memo.insert(p, w);
-            w
-        }
         for &p in &seen {
             if prune.dead(p) {
-                assert!(!wins(&game, p, &mut memo), "pruned a winning position");
+                assert!(!naive_wins(&game, p, &mut memo), "pruned a winning position");
             }
         }
     }
