@@ -711,7 +711,10 @@ fn strong_pruning_never_prunes_a_winning_position() {
         let mut memo = HashMap::new();
         for &p in &seen {
             if prune.dead(p) {
-                assert!(!naive_wins(&game, p, &mut memo), "pruned a winning position");
+                assert!(
+                    !naive_wins(&game, p, &mut memo),
+                    "pruned a winning position"
+                );
             }
         }
     }
