@@ -83,14 +83,10 @@ fn sweep_solve(game: &Game, seed: u64) -> u64 {
     let mut solver = Solver::new(game, seed, &ctl);
     match solver.solve() {
         Ok(Outcome::Solved(moves)) => {
-            let triples: Vec<(u8, u8, u8)> = moves
-                .iter()
-                .map(|&i| {
-                    let m = game.board.moves[i];
-                    (m.from, m.over, m.to)
-                })
-                .collect();
-            assert!(game.replay(&triples).is_ok(), "sweep solution replays");
+            assert!(
+                game.replay_indices(&moves).is_ok(),
+                "sweep solution replays"
+            );
         }
         other => panic!("sweep did not solve: {other:?}"),
     }
@@ -255,14 +251,10 @@ impl OldSolver<'_> {
             match self.dfs(self.game.start, self.game.start.count_ones(), &mut path) {
                 Ok(found) => {
                     if found {
-                        let triples: Vec<(u8, u8, u8)> = path
-                            .iter()
-                            .map(|&i: &usize| {
-                                let m = self.game.board.moves[i];
-                                (m.from, m.over, m.to)
-                            })
-                            .collect();
-                        assert!(self.game.replay(&triples).is_ok(), "old solution replays");
+                        assert!(
+                            self.game.replay_indices(&path).is_ok(),
+                            "old solution replays"
+                        );
                     }
                     return Some(found);
                 }
@@ -367,14 +359,10 @@ fn sweep_solve_limited(game: &Game, seed: u64, limit: Duration) -> (Duration, u6
     let _ = watcher.join();
     let what = match out {
         Ok(Outcome::Solved(moves)) => {
-            let triples: Vec<(u8, u8, u8)> = moves
-                .iter()
-                .map(|&i| {
-                    let m = game.board.moves[i];
-                    (m.from, m.over, m.to)
-                })
-                .collect();
-            assert!(game.replay(&triples).is_ok(), "sweep solution replays");
+            assert!(
+                game.replay_indices(&moves).is_ok(),
+                "sweep solution replays"
+            );
             "solved".to_string()
         }
         Ok(Outcome::ImpossibleByClass(_)) => "impossible (class)".into(),

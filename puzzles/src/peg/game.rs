@@ -213,6 +213,22 @@ impl Game {
         }
     }
 
+    /// [`Game::replay`] for moves given as indices into `board.moves`, as the solvers return them.
+    pub fn replay_indices(&self, moves: &[usize]) -> Result<Vec<u64>, String> {
+        let triples = moves
+            .iter()
+            .map(|&i| {
+                let m = self
+                    .board
+                    .moves
+                    .get(i)
+                    .ok_or_else(|| format!("move index {i} is not a jump of this board"))?;
+                Ok((m.from, m.over, m.to))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        self.replay(&triples)
+    }
+
     /// Replays `moves` from the start: each must apply; the last position must be the goal.
     pub fn replay(&self, moves: &[(u8, u8, u8)]) -> Result<Vec<u64>, String> {
         let mut pos = self.start;

@@ -450,14 +450,7 @@ mod tests {
                 match search.run(table, &order).expect("search") {
                     LayerOutcome::Solved(moves) => {
                         assert!(truth, "{what}: solved an impossible game");
-                        let triples: Vec<(u8, u8, u8)> = moves
-                            .iter()
-                            .map(|&i| {
-                                let m = game.board.moves[i];
-                                (m.from, m.over, m.to)
-                            })
-                            .collect();
-                        game.replay(&triples)
+                        game.replay_indices(&moves)
                             .unwrap_or_else(|e| panic!("{what}: {e}"));
                         solved += 1;
                     }

@@ -112,14 +112,7 @@ fn solve_and_replay(game: &Game, seed: u64) -> Result<usize, String> {
     let mut solver = Solver::new(game, seed, &ctl);
     match solver.solve() {
         Ok(Outcome::Solved(moves)) => {
-            let triples: Vec<(u8, u8, u8)> = moves
-                .iter()
-                .map(|&i| {
-                    let m = game.board.moves[i];
-                    (m.from, m.over, m.to)
-                })
-                .collect();
-            game.replay(&triples)?;
+            game.replay_indices(&moves)?;
             Ok(moves.len())
         }
         other => Err(format!("{other:?}")),
@@ -464,11 +457,7 @@ proptest! {
         let mut solver = Solver::new(&game, seed, &ctl);
         match solver.solve() {
             Ok(Outcome::Solved(moves)) => {
-                let triples: Vec<(u8, u8, u8)> = moves
-                    .iter()
-                    .map(|&i| { let m = game.board.moves[i]; (m.from, m.over, m.to) })
-                    .collect();
-                prop_assert!(game.replay(&triples).is_ok());
+                prop_assert!(game.replay_indices(&moves).is_ok());
             }
             other => prop_assert!(false, "triangle start {} gave {:?}", hole, other),
         }
