@@ -232,8 +232,6 @@ pub struct LayerSearch<'a> {
     sets: Vec<HoleSet>,
     /// Positions expanded (a progress figure).
     pub nodes: u64,
-    /// Linear programs solved while learning.
-    pub programs: u64,
 }
 
 impl<'a> LayerSearch<'a> {
@@ -254,7 +252,6 @@ impl<'a> LayerSearch<'a> {
             ctl,
             sets,
             nodes: 0,
-            programs: 0,
         }
     }
 
@@ -283,7 +280,6 @@ impl<'a> LayerSearch<'a> {
                 if set.functions.iter().any(|p| p.dead(pos)) {
                     continue;
                 }
-                self.programs += 1;
                 match pagoda::tightest_for(&game.board, set.hole, pos, LEARNED_SHAPE) {
                     Some(p) if p.dead(pos) => {
                         set.functions.push(p);
