@@ -58,32 +58,11 @@ pub enum LayerOutcome {
     Impossible(SearchProof),
 }
 
-/// One last hole's functions, with how many positions each ruled out in the current layer (most useful first
-/// after every layer, so that a dead position is usually recognised by the first function or two).
+/// One last hole's functions, most useful first (see [`Flat::reorder`]), so that a dead position is usually
+/// recognised by the first function or two.
 struct HoleSet {
     hole: u8,
     functions: Vec<Pagoda>,
-    kills: Vec<u64>,
-    /// Positions none of the functions ruled out in the current layer.
-    passed: u64,
-}
-
-impl HoleSet {
-    /// Most useful first; over the cap, drop what ruled out nothing.
-    fn reorder(&mut self) {
-        let mut pairs: Vec<(u64, Pagoda)> =
-            self.kills.drain(..).zip(self.functions.drain(..)).collect();
-        pairs.sort_by_key(|p| std::cmp::Reverse(p.0));
-        if pairs.len() > MAX_FUNCTIONS {
-            pairs.retain(|(k, _)| *k > 0);
-            pairs.truncate(MAX_FUNCTIONS);
-        }
-        for (_, p) in pairs {
-            self.functions.push(p);
-            self.kills.push(0);
-        }
-        self.passed = 0;
-    }
 }
 
 /// Every hole's functions laid out for the expansion's inner loop. A child differs from its parent by one move,
@@ -162,14 +141,33 @@ impl Flat {
         true
     }
 
-    /// Hands the counts back to the hole sets, whose functions are in the same order.
-    fn settle(self, sets: &mut [HoleSet]) {
-        for (set, (range, passed)) in sets.iter_mut().zip(self.ranges.iter().zip(&self.passed)) {
-            for (k, f) in set.kills.iter_mut().zip(range.clone()) {
-                *k += self.kills[f];
+    /// Puts each hole's functions that ruled out most in this layer first (over the cap, drops those that ruled
+    /// out nothing), and the holes that let most positions through first: a live position stops at the first
+    /// hole none of whose functions rules it out.
+    fn reorder(self, sets: &mut Vec<HoleSet>) {
+        let mut ranked: Vec<(u64, HoleSet)> = Vec::with_capacity(sets.len());
+        for (set, (range, &passed)) in sets.drain(..).zip(self.ranges.iter().zip(&self.passed)) {
+            let mut pairs: Vec<(u64, Pagoda)> = self.kills[range.clone()]
+                .iter()
+                .copied()
+                .zip(set.functions)
+                .collect();
+            pairs.sort_by_key(|p| std::cmp::Reverse(p.0));
+            if pairs.len() > MAX_FUNCTIONS {
+                pairs.retain(|(k, _)| *k > 0);
+                pairs.truncate(MAX_FUNCTIONS);
             }
-            set.passed += passed;
+            let functions = pairs.into_iter().map(|(_, p)| p).collect();
+            ranked.push((
+                passed,
+                HoleSet {
+                    hole: set.hole,
+                    functions,
+                },
+            ));
         }
+        ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
+        sets.extend(ranked.into_iter().map(|(_, set)| set));
     }
 }
 
@@ -243,8 +241,6 @@ impl<'a> LayerSearch<'a> {
             .map(|(h, f)| HoleSet {
                 hole: *h,
                 functions: f.clone(),
-                kills: vec![0; f.len()],
-                passed: 0,
             })
             .collect();
         LayerSearch {
@@ -283,7 +279,6 @@ impl<'a> LayerSearch<'a> {
                 match pagoda::tightest_for(&game.board, set.hole, pos, LEARNED_SHAPE) {
                     Some(p) if p.dead(pos) => {
                         set.functions.push(p);
-                        set.kills.push(0);
                     }
                     // Alive for this hole: the other holes' programs cannot make it dead.
                     _ => break,
@@ -326,11 +321,7 @@ impl<'a> LayerSearch<'a> {
         kept.sort_unstable();
         kept.dedup();
         kept.shrink_to_fit();
-        flat.settle(&mut self.sets);
-        self.sets.sort_by_key(|s| std::cmp::Reverse(s.passed));
-        for s in &mut self.sets {
-            s.reorder();
-        }
+        flat.reorder(&mut self.sets);
         Ok(kept)
     }
 
