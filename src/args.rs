@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::Parser;
-use sweep_puzzles::{Job, SpaceError};
+use sweep_space::{FileRead, Job, Registry, Space, SpaceError};
 
 use crate::usage;
 
@@ -65,24 +66,27 @@ pub struct EngineOpts {
 pub struct JobArgs {
     pub job: Arc<dyn Job>,
     pub engine: EngineOpts,
+    /// Files the job ships (`exec --ship`), packed: sent to the coordinator before the job is submitted.
+    pub ship: Option<Vec<u8>>,
 }
 
 /// Parses `SPACE [options]`. `--help` anywhere prints the space's help.
-pub fn parse(args: &[String]) -> anyhow::Result<Result<JobArgs, String>> {
+pub fn parse(registry: &Registry, args: &[String]) -> anyhow::Result<Result<JobArgs, String>> {
     let Some((space_name, rest)) = args.split_first() else {
-        let known: Vec<&str> = sweep_puzzles::spaces().iter().map(|s| s.name()).collect();
         return Err(usage(format!(
             "name a search space: one of {}",
-            known.join(", ")
+            registry.names().join(", ")
         )));
     };
     if space_name == "--help" || space_name == "-h" {
         return Ok(Err(engine_help()));
     }
-    let space = sweep_puzzles::lookup(space_name).map_err(|e| usage(e.to_string()))?;
+    let space = registry
+        .lookup(space_name)
+        .map_err(|e| usage(e.to_string()))?;
     let (engine_args, space_args) = split(rest)?;
-    let space_args = crate::brainball_cmd::expand_file(space_name, space_args)?;
-    let space_args = crate::buzzled_cmd::expand_puzzle_file(space_name, space_args)?;
+    let space_args = expand_files(space, space_args)?;
+    let (space_args, ship) = crate::exec::take_ship(space_name, space_args)?;
     let engine = EngineOpts::try_parse_from(&engine_args)
         .map_err(|e| usage(e.render().to_string().trim().to_string()))?;
     let job = match space.parse_args(&space_args) {
@@ -90,7 +94,72 @@ pub fn parse(args: &[String]) -> anyhow::Result<Result<JobArgs, String>> {
         Err(SpaceError::Help(text)) => return Ok(Err(format!("{text}\n{}", engine_help()))),
         Err(e) => return Err(usage(e.to_string())),
     };
-    Ok(Ok(JobArgs { job, engine }))
+    Ok(Ok(JobArgs { job, engine, ship }))
+}
+
+/// Reads the files of the space's file options ([`Space::file_options`]) and passes their text on as the
+/// options they stand for: the space itself never touches a file.
+fn expand_files(space: &dyn Space, args: Vec<String>) -> anyhow::Result<Vec<String>> {
+    let mut args = args;
+    for opt in space.file_options() {
+        let mut out = Vec::with_capacity(args.len());
+        let mut texts = Vec::new();
+        let mut it = args.into_iter();
+        while let Some(arg) = it.next() {
+            if arg == "--" {
+                out.push(arg);
+                out.extend(it.by_ref());
+                break;
+            }
+            let path = if arg == opt.flag {
+                it.next()
+                    .ok_or_else(|| usage(format!("{} needs a file", opt.flag)))?
+            } else if let Some(p) = arg.strip_prefix(&format!("{}=", opt.flag)) {
+                p.to_string()
+            } else {
+                out.push(arg);
+                continue;
+            };
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {} {path}", opt.flag))
+                .map_err(|e| usage(format!("{e:#}")))?;
+            match opt.read {
+                FileRead::Whole => {
+                    out.push(opt.into.to_string());
+                    out.push(text);
+                }
+                FileRead::Lines { .. } => {
+                    let before = texts.len();
+                    texts.extend(
+                        text.lines()
+                            .map(str::trim)
+                            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                            .map(str::to_string),
+                    );
+                    if texts.len() == before {
+                        return Err(usage(format!("{} {path} holds nothing", opt.flag)));
+                    }
+                }
+            }
+        }
+        if let (FileRead::Lines { sep }, false) = (opt.read, texts.is_empty()) {
+            let joined = texts.join(sep);
+            // Inline values and files add up to one list.
+            let inline = format!("{}=", opt.into);
+            match out.iter().position(|a| a == opt.into) {
+                Some(i) if i + 1 < out.len() => out[i + 1] = format!("{}{sep}{joined}", out[i + 1]),
+                _ => match out.iter_mut().find(|a| a.starts_with(&inline)) {
+                    Some(a) => *a = format!("{a}{sep}{joined}"),
+                    None => {
+                        out.push(opt.into.to_string());
+                        out.push(joined);
+                    }
+                },
+            }
+        }
+        args = out;
+    }
+    Ok(args)
 }
 
 fn engine_help() -> String {
@@ -103,6 +172,11 @@ fn split(args: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
+        // After `--` comes a command (`exec`): its flags are its own, whatever their names.
+        if arg == "--" {
+            space.extend(args[i..].iter().cloned());
+            break;
+        }
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n, Some(v)),
             _ => (arg.as_str(), None),
@@ -133,6 +207,136 @@ mod tests {
         v.iter().map(|s| s.to_string()).collect()
     }
 
+    fn builtin(space: &str) -> &'static dyn Space {
+        static REG: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(crate::builtin);
+        REG.lookup(space).unwrap()
+    }
+
+    #[test]
+    fn file_lines_become_one_list_with_inline_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("balls.txt");
+        std::fs::write(
+            &f,
+            "# two balls\n1 2 3 4 5 6 7 8 9 10 11 12 13\n\n2 3 4 5 6 7 8 9 10 11 12 13 1\n",
+        )
+        .unwrap();
+        let path = f.display().to_string();
+        let ball = builtin("brainball");
+        let out = expand_files(ball, strings(&["solve", "--file", &path, "--depth", "3"])).unwrap();
+        assert_eq!(
+            out,
+            strings(&[
+                "solve",
+                "--depth",
+                "3",
+                "--positions",
+                "1 2 3 4 5 6 7 8 9 10 11 12 13; 2 3 4 5 6 7 8 9 10 11 12 13 1"
+            ])
+        );
+        let out = expand_files(
+            ball,
+            strings(&["--positions", "a", &format!("--file={path}")]),
+        )
+        .unwrap();
+        assert_eq!(
+            out[1],
+            "a; 1 2 3 4 5 6 7 8 9 10 11 12 13; 2 3 4 5 6 7 8 9 10 11 12 13 1"
+        );
+        // A space that declares no such option leaves it to its own parser.
+        assert_eq!(
+            expand_files(builtin("star"), strings(&["--file", "x"])).unwrap(),
+            strings(&["--file", "x"])
+        );
+        let err = expand_files(ball, strings(&["--file", "/nonexistent/x"])).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/x"), "{err}");
+        let empty = dir.path().join("empty.txt");
+        std::fs::write(&empty, "# nothing\n\n").unwrap();
+        let err =
+            expand_files(ball, strings(&["--file", &empty.display().to_string()])).unwrap_err();
+        assert!(err.to_string().contains("holds nothing"), "{err}");
+        // The command of `exec` keeps a flag of the same name.
+        assert_eq!(
+            expand_files(ball, strings(&["--", "prog", "--file", "x"])).unwrap(),
+            strings(&["--", "prog", "--file", "x"])
+        );
+    }
+
+    #[test]
+    fn whole_files_become_their_text_and_the_params_hold_no_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p52.txt");
+        std::fs::write(
+            &f,
+            "side: 4\nclues: 5,2,2,2,2,3,1,6,4,2,2,2,2,4,3,3,3,3,2,4,3\n",
+        )
+        .unwrap();
+        let path = f.display().to_string();
+        let buzz = builtin("buzzled");
+        let out = expand_files(buzz, strings(&["--puzzle", &path, "--method", "brute"])).unwrap();
+        assert_eq!(out[0], "--puzzle-text");
+        assert!(out[1].starts_with("side: 4"));
+        assert_eq!(&out[2..], &strings(&["--method", "brute"])[..]);
+        let eq = expand_files(buzz, vec![format!("--puzzle={path}")]).unwrap();
+        assert_eq!(eq[1], out[1]);
+        let parsed = parse(&crate::builtin(), &strings(&["buzzled", "--puzzle", &path]))
+            .unwrap()
+            .ok()
+            .unwrap();
+        assert_eq!(
+            parsed.job.params()["clues"],
+            "5,2,2,2,2,3,1,6,4,2,2,2,2,4,3,3,3,3,2,4,3"
+        );
+        let err = expand_files(buzz, strings(&["--puzzle", "/no/such/file"])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("cannot read --puzzle /no/such/file"),
+            "{err}"
+        );
+        assert!(expand_files(buzz, strings(&["--puzzle"])).is_err());
+    }
+
+    #[test]
+    fn ship_becomes_a_digest_before_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = dir.path().join("prog.sh");
+        std::fs::write(&prog, "#!/bin/sh\necho hi\n").unwrap();
+        let path = prog.display().to_string();
+        let parsed = parse(
+            &crate::builtin(),
+            &strings(&[
+                "exec", "--chunks", "3", "--ship", &path, "--", "prog.sh", "--ship", "x",
+            ]),
+        )
+        .unwrap()
+        .ok()
+        .unwrap();
+        let packed = parsed.ship.expect("the files are packed");
+        let digest = blake3::hash(&packed).to_hex().to_string();
+        assert_eq!(parsed.job.params()["ship_digest"], digest.as_str());
+        assert_eq!(
+            parsed.job.params()["command"],
+            serde_json::json!(["prog.sh", "--ship", "x"])
+        );
+        assert_eq!(parsed.job.shipped(), vec![digest]);
+        // Other spaces do not know the flag.
+        assert!(parse(&crate::builtin(), &strings(&["star", "--ship", &path])).is_err());
+        let Err(err) = parse(
+            &crate::builtin(),
+            &strings(&["exec", "--ship", "/no/such", "--", "x"]),
+        ) else {
+            panic!("a missing --ship path must be an error");
+        };
+        assert!(format!("{err:#}").contains("/no/such"), "{err:#}");
+    }
+
+    #[test]
+    fn a_command_after_two_dashes_keeps_its_flags() {
+        let (e, s) = split(&strings(&["--chunks", "4", "--", "prog", "--threads", "2"])).unwrap();
+        assert_eq!(e, strings(&["--chunks", "4"]));
+        assert_eq!(s, strings(&["--", "prog", "--threads", "2"]));
+    }
+
     #[test]
     fn engine_flags_are_taken_anywhere() {
         let (e, s) = split(&strings(&[
@@ -152,7 +356,7 @@ mod tests {
 
     #[test]
     fn no_space_uses_an_engine_flag() {
-        for space in sweep_puzzles::spaces() {
+        for space in crate::builtin().spaces() {
             for (flag, _) in ENGINE_FLAGS {
                 let help = match space.parse_args(&strings(&["--help"])) {
                     Err(SpaceError::Help(h)) => h,
@@ -169,13 +373,19 @@ mod tests {
 
     #[test]
     fn bad_values_are_named() {
-        let err = parse(&strings(&["star", "--chunks", "0"])).err().unwrap();
+        let err = parse(&crate::builtin(), &strings(&["star", "--chunks", "0"]))
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("--chunks"), "{err}");
-        let err = parse(&strings(&["star", "--points", "3"])).err().unwrap();
+        let err = parse(&crate::builtin(), &strings(&["star", "--points", "3"]))
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("points"), "{err}");
-        let err = parse(&strings(&["nope"])).err().unwrap();
+        let err = parse(&crate::builtin(), &strings(&["nope"])).err().unwrap();
         assert!(err.to_string().contains("unknown search space"), "{err}");
-        let err = parse(&strings(&["star", "--threads"])).err().unwrap();
+        let err = parse(&crate::builtin(), &strings(&["star", "--threads"]))
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("needs a value"), "{err}");
     }
 }

@@ -17,6 +17,7 @@ use crate::local::{poisoned_list, runtime, shutdown_signal};
 use crate::output::Report;
 use crate::progress::{Bars, Mode};
 use crate::{args, exit, usage, Exit};
+use sweep_space::Registry;
 
 #[derive(Args)]
 pub struct CoordinatorArgs {
@@ -76,6 +77,9 @@ pub struct WorkerArgs {
     /// catches liars.
     #[arg(long, hide = true)]
     lie: Option<sweep_worker::Lie>,
+    /// Run `exec` chunks: any program an admin submits, as this worker's user. Off by default.
+    #[arg(long)]
+    allow_exec: bool,
 }
 
 #[derive(Args)]
@@ -175,6 +179,35 @@ async fn connect(
 }
 
 /// A `Jobs` client that accepts answers as large as the coordinator may send.
+/// Sends files a job ships (`exec --ship`) to the coordinator, in pieces small enough for any message limit;
+/// returns their digest. A coordinator that has them already keeps its copy.
+pub async fn ship(c: &mut JobsClient<SecureChannel>, packed: Vec<u8>) -> anyhow::Result<String> {
+    const PIECE: usize = 1 << 20;
+    let digest = blake3::hash(&packed).to_hex().to_string();
+    let total = packed.len() as u64;
+    let pieces: Vec<v1::ArtifactPiece> = packed
+        .chunks(PIECE)
+        .enumerate()
+        .map(|(i, data)| v1::ArtifactPiece {
+            offset: (i * PIECE) as u64,
+            total,
+            digest: digest.clone(),
+            data: data.to_vec(),
+        })
+        .collect();
+    let resp = c
+        .ship(tokio_stream::iter(pieces))
+        .await
+        .context("cannot ship the files to the coordinator")?
+        .into_inner();
+    anyhow::ensure!(
+        resp.digest == digest,
+        "the coordinator stored the shipped files under another digest ({}, expected {digest})",
+        resp.digest
+    );
+    Ok(digest)
+}
+
 pub fn jobs_client(channel: Channel) -> JobsClient<Channel> {
     JobsClient::new(channel).max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES)
 }
@@ -189,7 +222,7 @@ fn source_text(e: &dyn std::error::Error) -> String {
     text
 }
 
-pub fn coordinator(a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
+pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
         let store = Store::open(&a.data)
@@ -205,6 +238,7 @@ pub fn coordinator(a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
                 max_bad_results: a.max_bad_results,
             },
             limits: a.limits.limits(),
+            registry: registry.clone(),
             ..CoordinatorConfig::default()
         };
         let coord = Coordinator::open(store, cfg).context("cannot load the stored jobs")?;
@@ -285,13 +319,21 @@ fn default_worker_name() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-pub fn worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
+pub fn worker(registry: &Registry, a: WorkerArgs) -> anyhow::Result<ExitCode> {
     let threads = a.threads.map(|t| t as usize).unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let mut cfg = sweep_worker::WorkerConfig::new(a.connect, threads);
+    // Without --allow-exec the worker does not even declare `exec`, so the coordinator never leases it one.
+    let registry = if a.allow_exec {
+        registry.clone()
+    } else {
+        registry
+            .clone()
+            .without(<crate::exec::Exec as sweep_space::SearchSpace>::NAME)
+    };
+    let mut cfg = sweep_worker::WorkerConfig::new(a.connect, threads, registry);
     cfg.name = a.name.unwrap_or_else(default_worker_name);
     cfg.grace = Duration::from_secs(a.grace_secs);
     cfg.cache_dir = a.cache;
@@ -317,8 +359,8 @@ pub fn worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn submit(raw: Vec<String>) -> anyhow::Result<ExitCode> {
-    let parsed = match args::parse(&raw)? {
+pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
+    let parsed = match args::parse(registry, &raw)? {
         Ok(p) => p,
         Err(help) => {
             print!("{help}");
@@ -332,6 +374,9 @@ pub fn submit(raw: Vec<String>) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&parsed.engine.coordinator, &parsed.engine.security).await?;
+        if let Some(packed) = parsed.ship {
+            ship(&mut c, packed).await?;
+        }
         let resp = c
             .submit(v1::SubmitRequest {
                 space: parsed.job.space().to_string(),
@@ -377,7 +422,36 @@ fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "inputs_waiting": j.inputs_waiting,
         "artifact_digest": (!j.artifact_digest.is_empty()).then_some(&j.artifact_digest),
         "nodes": crate::output::big(j.nodes.parse().unwrap_or(0)),
+        "unverified": j.unverified,
+        "checkpoints": j.checkpoints,
+        "failures": failures_json(&j.failures),
     })
+}
+
+pub fn failures_json(failures: &[v1::FailedAttempt]) -> Vec<serde_json::Value> {
+    failures
+        .iter()
+        .map(|f| serde_json::json!({"chunk": f.chunk, "worker": f.worker, "error": f.error, "unix_ms": f.unix_ms}))
+        .collect()
+}
+
+/// The lines that tell a person why a job's answer needs care: it cannot be re-verified, or attempts failed.
+pub fn caveats(j: &v1::JobInfo) -> Vec<String> {
+    let mut lines = Vec::new();
+    if j.unverified {
+        lines.push(format!(
+            "job {}: unverified: the coordinator cannot re-check a {} chunk's answer; submit with --replicate 2 \
+             or more to have distinct workers agree",
+            j.id, j.space
+        ));
+    }
+    for f in &j.failures {
+        lines.push(format!(
+            "job {} chunk {} failed on {}: {}",
+            j.id, f.chunk, f.worker, f.error
+        ));
+    }
+    lines
 }
 
 pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
@@ -423,6 +497,11 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
                     j.reissued,
                     j.params_json
                 );
+            }
+            for j in &jobs {
+                for line in caveats(j) {
+                    println!("{line}");
+                }
             }
         }
         Ok(ExitCode::SUCCESS)
@@ -481,7 +560,10 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-pub fn results(ResultsArgs { job: a, svg }: ResultsArgs) -> anyhow::Result<ExitCode> {
+pub fn results(
+    registry: &Registry,
+    ResultsArgs { job: a, svg }: ResultsArgs,
+) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let rt = runtime()?;
     rt.block_on(async move {
@@ -496,7 +578,14 @@ pub fn results(ResultsArgs { job: a, svg }: ResultsArgs) -> anyhow::Result<ExitC
             .ok_or_else(|| anyhow::anyhow!("the coordinator returned no job info"))?;
         let params: serde_json::Value =
             serde_json::from_str(&info.params_json).context("job parameters are not JSON")?;
-        let job = sweep_puzzles::job_from_params(&info.space, &params)?;
+        let job = registry
+            .job_from_params(&info.space, &params)
+            .with_context(|| {
+                format!(
+                    "job {} is of space `{}`, which this build of sweep cannot show",
+                    info.id, info.space
+                )
+            })?;
         let result: serde_json::Value =
             serde_json::from_str(&r.result_json).context("the result is not JSON")?;
         let elapsed = if info.finished_unix_ms > 0 {
@@ -515,6 +604,8 @@ pub fn results(ResultsArgs { job: a, svg }: ResultsArgs) -> anyhow::Result<ExitC
             elapsed_s: elapsed,
             result,
             poisoned: poisoned_list(&r),
+            unverified: info.unverified,
+            failures: failures_json(&info.failures),
         };
         report.print(job.as_ref(), a.json);
         crate::output::write_pictures(job.as_ref(), &report.result, svg.as_deref())?;

@@ -7,16 +7,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use rayon::prelude::*;
-use sweep_coordinator::inputs::{self, DagNode};
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
 use sweep_proto::v1;
 use sweep_puzzles::{Answer, ChunkOutput, Control, SpaceError};
+use sweep_space::inputs::{self, DagNode};
 use tokio::sync::oneshot;
 
 use crate::args::{self, JobArgs};
 use crate::output::Report;
 use crate::progress::{Bars, Mode};
 use crate::{exit, usage, Exit};
+use sweep_space::Registry;
 
 fn default_threads() -> usize {
     std::thread::available_parallelism()
@@ -24,8 +25,16 @@ fn default_threads() -> usize {
         .unwrap_or(1)
 }
 
-fn parse_or_help(args: &[String]) -> anyhow::Result<Option<JobArgs>> {
-    match args::parse(args)? {
+fn parse_or_help(registry: &Registry, args: &[String]) -> anyhow::Result<Option<JobArgs>> {
+    // Here the command runs on this machine, for the person who typed it: in the directory they typed it in.
+    let args = match args.split_first() {
+        Some((space, rest)) => {
+            let rest = crate::exec::in_current_dir(space, rest.to_vec())?;
+            std::iter::once(space.clone()).chain(rest).collect()
+        }
+        None => Vec::new(),
+    };
+    match args::parse(registry, &args)? {
         Ok(parsed) => Ok(Some(parsed)),
         Err(help) => {
             print!("{help}");
@@ -71,8 +80,8 @@ pub fn poisoned_list(r: &v1::ResultsResponse) -> Vec<serde_json::Value> {
         .collect()
 }
 
-pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
-    let Some(JobArgs { job, engine }) = parse_or_help(&raw)? else {
+pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
+    let Some(JobArgs { job, engine, ship }) = parse_or_help(registry, &raw)? else {
         return Ok(ExitCode::SUCCESS);
     };
     let plan = job.plan(engine.chunks).map_err(|e| usage(e.to_string()))?;
@@ -91,7 +100,8 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         let store = Store::open(&engine.data)
             .with_context(|| format!("cannot use --data {}", engine.data.display()))
             .map_err(|e| Exit { code: exit::USAGE, message: crate::one_line(&e) })?;
-        let coord = Coordinator::open(store, CoordinatorConfig::default())
+        let config = CoordinatorConfig { registry: registry.clone(), ..CoordinatorConfig::default() };
+        let coord = Coordinator::open(store, config)
             .with_context(|| format!("cannot load the jobs stored in {}", engine.data.display()))?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("cannot bind a loopback port")?;
         let url = format!("http://{}", listener.local_addr()?);
@@ -103,7 +113,12 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
             .connect()
             .await
             .context("cannot reach the embedded coordinator")?;
-        let mut jobs = crate::client::jobs_client(channel);
+        let mut jobs = crate::client::jobs_client(channel.clone());
+        if let Some(packed) = ship {
+            let no_token = sweep_worker::connect::token_interceptor(&Default::default())?;
+            let mut secure = sweep_proto::v1::jobs_client::JobsClient::new(sweep_worker::connect::secure(channel, no_token));
+            crate::client::ship(&mut secure, packed).await?;
+        }
         let submitted = jobs
             .submit(v1::SubmitRequest {
                 space: job.space().to_string(),
@@ -133,7 +148,7 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
             eprintln!("job {} in {} is already {}: answering from the store", info.id, engine.data.display(), info.state);
         }
         let (stop_worker, worker_stopped) = oneshot::channel::<()>();
-        let worker = tokio::spawn(sweep_worker::run(sweep_worker::WorkerConfig::new(url.clone(), threads), async {
+        let worker = tokio::spawn(sweep_worker::run(sweep_worker::WorkerConfig::new(url.clone(), threads, registry.clone()), async {
             let _ = worker_stopped.await;
         }));
         // Every job, folded to ours and the inputs it waits for (a table built first, the layers of a layered
@@ -187,6 +202,8 @@ pub fn run(raw: Vec<String>) -> anyhow::Result<ExitCode> {
             elapsed_s: started.elapsed().as_secs_f64(),
             result,
             poisoned: poisoned_list(&results),
+            unverified: final_info.unverified,
+            failures: crate::client::failures_json(&final_info.failures),
         };
         report.print(job.as_ref(), engine.json);
         crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;
@@ -316,8 +333,8 @@ fn bind_dag(
     anyhow::bail!("the job's input DAG is empty")
 }
 
-pub fn solve(raw: Vec<String>) -> anyhow::Result<ExitCode> {
-    let Some(JobArgs { job, engine }) = parse_or_help(&raw)? else {
+pub fn solve(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
+    let Some(JobArgs { job, engine, ship }) = parse_or_help(registry, &raw)? else {
         return Ok(ExitCode::SUCCESS);
     };
     let plan = job.plan(engine.chunks).map_err(|e| usage(e.to_string()))?;
@@ -339,8 +356,17 @@ pub fn solve(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
     // A job that needs other jobs' artifacts (a table, the layers of a layered search) gets them the same way:
     // solved here first, or read from the store in --data.
-    let dag = inputs::resolve(job.clone(), sweep_puzzles::job_from_params)
-        .map_err(|e| usage(format!("the job's inputs: {e}")))?;
+    // Shipped files (`exec --ship`) are the job's only inputs that are not jobs: bound here directly.
+    let job = match ship {
+        Some(packed) => job
+            .bind_inputs(&[packed.as_slice()])
+            .map_err(|e| usage(format!("the shipped files: {e}")))?,
+        None => job,
+    };
+    let dag = inputs::resolve(job.clone(), &|space: &str, params: &serde_json::Value| {
+        registry.job_from_params(space, params)
+    })
+    .map_err(|e| usage(format!("the job's inputs: {e}")))?;
     let job = if dag.len() > 1 {
         bind_dag(&pool, dag, &engine, show)?
     } else {
@@ -359,6 +385,8 @@ pub fn solve(raw: Vec<String>) -> anyhow::Result<ExitCode> {
         elapsed_s: started.elapsed().as_secs_f64(),
         result: job.result(&answer),
         poisoned: Vec::new(),
+        unverified: !job.verifiable(),
+        failures: Vec::new(),
     };
     report.print(job.as_ref(), engine.json);
     crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;

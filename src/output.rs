@@ -23,6 +23,10 @@ pub struct Report {
     pub elapsed_s: f64,
     pub result: Value,
     pub poisoned: Vec<Value>,
+    /// The coordinator cannot re-check this job's answers (a program's output) and no quorum was asked for.
+    pub unverified: bool,
+    /// Failed attempts, recent first: the error of each (for a program, its exit status and stderr tail).
+    pub failures: Vec<Value>,
 }
 
 impl Report {
@@ -38,6 +42,8 @@ impl Report {
             "elapsed_s": self.elapsed_s,
             "result": self.result,
             "poisoned_chunks": self.poisoned,
+            "unverified": self.unverified,
+            "failures": self.failures,
         })
     }
 
@@ -82,6 +88,35 @@ impl Report {
                     p["chunk"],
                     p["attempts"],
                     p["last_error"].as_str().unwrap_or("")
+                );
+            }
+        }
+        if self.unverified {
+            let _ = writeln!(
+                text,
+                "NOTE: unverified: nothing re-checked these chunks' answers (run with --replicate 2 or more)"
+            );
+        }
+        // Poisoned chunks already show their last error; otherwise the failed attempts that were retried.
+        if self.poisoned.is_empty() && !self.failures.is_empty() {
+            const SHOWN: usize = 5;
+            let _ = writeln!(
+                text,
+                "{} failed attempts were retried{}:",
+                self.failures.len(),
+                if self.failures.len() > SHOWN {
+                    format!(" (the last {SHOWN})")
+                } else {
+                    String::new()
+                }
+            );
+            for f in self.failures.iter().rev().take(SHOWN).rev() {
+                let _ = writeln!(
+                    text,
+                    "  chunk {} on {}: {}",
+                    f["chunk"],
+                    f["worker"].as_str().unwrap_or("?"),
+                    f["error"].as_str().unwrap_or("").replace('\n', "\n    ")
                 );
             }
         }

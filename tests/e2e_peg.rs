@@ -76,8 +76,9 @@ fn triangle_count_survives_a_killed_coordinator_and_worker() {
     let mut c = Cluster::start_with_ttl(1, 1, 2_000);
     let positions = c.submit(&pos_args);
     let count = c.submit(&count_args);
+    // As soon as the summary chunks start: under load a status poll can take longer than many tiny chunks.
     let before = c.wait_until(positions, LONG, |s| {
-        s["chunks_done"].as_u64().unwrap_or(0) >= 50
+        s["chunks_done"].as_u64().unwrap_or(0) >= 1
     });
     c.restart_coordinator();
     c.workers[0].kill9();

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sweep_puzzles::{ChunkOutput, Tally};
+use sweep_space::{ChunkOutput, Tally};
 
 use crate::scheduler::{ChunkRecord, JobId, JobState};
 use crate::store::{

@@ -530,11 +530,13 @@ async fn result_view(d: &Dashboard, id: JobId) -> Result<Arc<ResultView>, Respon
     let poisoned = resp.poisoned.len();
     let result_json = resp.result_json;
     // Rendering (text and pictures) may take a moment for large answers: off the async runtime.
+    let registry = d.coord.registry().clone();
     let view = tokio::task::spawn_blocking(move || -> Result<ResultView, String> {
         let params: serde_json::Value = serde_json::from_str(&info.params_json)
             .map_err(|e| format!("stored parameters are not JSON: {e}"))?;
-        let job =
-            sweep_puzzles::job_from_params(&info.space, &params).map_err(|e| e.to_string())?;
+        let job = registry
+            .job_from_params(&info.space, &params)
+            .map_err(|e| e.to_string())?;
         let result: serde_json::Value = serde_json::from_str(&result_json)
             .map_err(|e| format!("stored result is not JSON: {e}"))?;
         let mut text = job.render_text(&result);

@@ -20,7 +20,7 @@
 pub mod auth;
 pub mod fsck;
 pub mod http;
-pub mod inputs;
+pub use sweep_space::inputs;
 pub mod limits;
 pub mod metrics;
 pub mod scheduler;

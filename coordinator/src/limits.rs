@@ -30,7 +30,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             // A merged answer keeps at most this many solutions: a chunk sending more is not useful.
-            max_report_solutions: sweep_puzzles::MAX_KEPT_SOLUTIONS,
+            max_report_solutions: sweep_space::MAX_KEPT_SOLUTIONS,
             max_job_solutions: 20_000_000,
             max_job_output_bytes: 16 << 30,
             max_watch_streams: 256,
@@ -48,7 +48,7 @@ pub struct Guards {
 }
 
 /// The bytes a chunk output adds to the store, roughly: its solutions and its artifact.
-pub fn output_bytes(out: &sweep_puzzles::ChunkOutput) -> u64 {
+pub fn output_bytes(out: &sweep_space::ChunkOutput) -> u64 {
     let sols: usize = out.solutions.iter().map(String::len).sum();
     (sols + out.artifact.len()) as u64
 }

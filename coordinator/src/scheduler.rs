@@ -462,13 +462,27 @@ impl Scheduler {
     /// Up to `max` chunks for `worker`: running jobs by priority (highest first), then by age; retries before
     /// fresh chunks within a job.
     pub fn lease(&mut self, now: Millis, worker: &str, max: usize) -> Vec<Grant> {
+        self.lease_where(now, worker, max, &|_| true)
+    }
+
+    /// [`Scheduler::lease`] from the jobs `runnable` accepts only: a worker gets chunks of the spaces it
+    /// declared (a worker started without `--allow-exec` never gets an `exec` chunk).
+    pub fn lease_where(
+        &mut self,
+        now: Millis,
+        worker: &str,
+        max: usize,
+        runnable: &dyn Fn(JobId) -> bool,
+    ) -> Vec<Grant> {
         if self.is_banned(worker) || self.is_draining(worker) {
             return Vec::new();
         }
         let mut order: Vec<(i32, JobId)> = self
             .jobs
             .iter()
-            .filter(|(_, j)| j.state == JobState::Running && j.waiting_for.is_empty())
+            .filter(|(id, j)| {
+                j.state == JobState::Running && j.waiting_for.is_empty() && runnable(**id)
+            })
             .map(|(id, j)| (j.priority, *id))
             .collect();
         order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sweep_proto::v1::{self, jobs_server, work_server};
-use sweep_puzzles::{Answer, ChunkOutput, Job, Tally};
+use sweep_space::{Answer, ChunkOutput, Job, Tally};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
@@ -38,8 +38,9 @@ pub struct CoordinatorConfig {
     pub expiry_interval: Duration,
     /// What one client may make the coordinator hold or store (see [`crate::limits`]).
     pub limits: crate::limits::Limits,
-    /// How jobs are rebuilt from (space, parameters): the registry. Tests put spaces of their own here.
-    pub build_job: crate::inputs::JobBuilder,
+    /// The spaces this coordinator can plan, verify and merge: jobs are rebuilt from (space, parameters) with
+    /// it. The command line passes the built-in spaces plus any of its user's; tests put spaces of their own.
+    pub registry: sweep_space::Registry,
 }
 
 impl Default for CoordinatorConfig {
@@ -48,7 +49,7 @@ impl Default for CoordinatorConfig {
             scheduler: SchedulerConfig::default(),
             expiry_interval: Duration::from_millis(250),
             limits: crate::limits::Limits::default(),
-            build_job: sweep_puzzles::job_from_params,
+            registry: sweep_space::Registry::new(),
         }
     }
 }
@@ -89,7 +90,16 @@ struct JobEntry {
     result: Option<Arc<String>>,
     /// The merged artifact, kept in memory once loaded: workers of dependent jobs fetch it, maybe many times.
     artifact: Option<Arc<Vec<u8>>>,
+    /// The most recent failed attempts, newest last (memory only: a poisoned chunk's last error is stored with
+    /// the chunk).
+    failures: std::collections::VecDeque<v1::FailedAttempt>,
 }
+
+/// Failed attempts a job keeps for `sweep status`: enough to see a pattern, bounded for a job whose every chunk
+/// fails.
+const MAX_FAILURES_SHOWN: usize = 20;
+/// What one failed attempt's message may hold (a program's stderr tail is cut before this).
+const MAX_FAILURE_BYTES: usize = 4096;
 
 struct WorkerInfo {
     last_seen_ms: u64,
@@ -97,6 +107,9 @@ struct WorkerInfo {
     chunks_done: u64,
     memory_bytes: u64,
     version: String,
+    /// The spaces it declared when it registered; `None` until it registers with this coordinator process
+    /// (a worker that outlived a coordinator restart is asked to register again).
+    spaces: Option<Vec<String>>,
 }
 
 struct Core {
@@ -107,6 +120,8 @@ struct Core {
     progress: HashMap<LeaseId, u64>,
     /// Why chunks failed, kept for the poisoned report.
     last_errors: HashMap<(JobId, u64), String>,
+    /// Resume states of chunks not done yet, as stored (see `Op::Checkpoint`).
+    checkpoints: HashMap<(JobId, u64), String>,
     next_job: JobId,
     persisted_next_lease: LeaseId,
     /// Writes waiting for the next group commit, and that commit's sequence number.
@@ -228,7 +243,53 @@ impl Core {
                 chunks_done: 0,
                 memory_bytes: 0,
                 version: String::new(),
+                spaces: None,
             });
+    }
+
+    /// Keeps a running chunk's newest resume state (and stages it for the store), if its lease is current.
+    fn save_checkpoint(&mut self, lease: LeaseId, state: String) {
+        let Some((job, chunk)) = self.sched.lease_job_chunk(lease) else {
+            return;
+        };
+        if state.len() > sweep_space::MAX_RESUME_STATE_BYTES {
+            warn!(
+                job,
+                chunk,
+                bytes = state.len(),
+                "resume state too large; ignored"
+            );
+            return;
+        }
+        if self.checkpoints.get(&(job, chunk)) == Some(&state) {
+            return;
+        }
+        self.checkpoints.insert((job, chunk), state.clone());
+        self.pending.push(Op::Checkpoint(job, chunk, Some(state)));
+    }
+
+    /// Remembers a failed attempt for `sweep status` and the dashboard.
+    fn record_failure(&mut self, job: JobId, chunk: u64, worker: &str, error: &str) {
+        let Some(e) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let mut error = error.to_string();
+        if error.len() > MAX_FAILURE_BYTES {
+            let mut cut = MAX_FAILURE_BYTES;
+            while !error.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            error.truncate(cut);
+        }
+        if e.failures.len() >= MAX_FAILURES_SHOWN {
+            e.failures.pop_front();
+        }
+        e.failures.push_back(v1::FailedAttempt {
+            chunk,
+            worker: worker.to_string(),
+            error,
+            unix_ms: now_ms(),
+        });
     }
 
     fn live_workers(&self) -> u32 {
@@ -283,6 +344,9 @@ impl Core {
             artifact_digest: e.record.artifact_digest.clone().unwrap_or_default(),
             replicate: e.record.replicate,
             disagreements: counts.disagreements,
+            unverified: !e.job.verifiable() && e.record.replicate < 2,
+            failures: e.failures.iter().cloned().collect(),
+            checkpoints: self.checkpoints.keys().filter(|(j, _)| *j == id).count() as u64,
         })
     }
 
@@ -311,7 +375,7 @@ impl Core {
     fn find_or_create(
         &mut self,
         job: Arc<dyn Job>,
-        plan: &sweep_puzzles::Plan,
+        plan: &sweep_space::Plan,
         priority: i32,
         reuse: Reuse,
         inputs: Vec<JobId>,
@@ -374,6 +438,7 @@ impl Core {
                 tally: Tally::default(),
                 result: None,
                 artifact: None,
+                failures: Default::default(),
             },
         );
         info!(
@@ -413,7 +478,7 @@ enum Checked {
         chunk: u64,
         digest: String,
         output: ChunkOutput,
-        verified: Result<(), sweep_puzzles::SpaceError>,
+        verified: Result<(), sweep_space::SpaceError>,
     },
 }
 
@@ -482,7 +547,7 @@ fn hold_for_inputs(
 fn merge_outputs(
     job: &dyn Job,
     outputs: &[(u64, ChunkOutput)],
-) -> Result<Vec<u8>, sweep_puzzles::SpaceError> {
+) -> Result<Vec<u8>, sweep_space::SpaceError> {
     if outputs.iter().all(|(_, o)| o.artifact.is_empty()) {
         return Ok(Vec::new());
     }
@@ -518,6 +583,11 @@ fn store_status(e: StoreError) -> Status {
 }
 
 impl Coordinator {
+    /// The spaces this coordinator knows.
+    pub fn registry(&self) -> &sweep_space::Registry {
+        &self.cfg.registry
+    }
+
     /// Loads every job from the store and rebuilds the scheduler.
     pub fn open(store: Store, cfg: CoordinatorConfig) -> Result<Arc<Coordinator>, ServeError> {
         let snap = store.load().map_err(|e| match e {
@@ -543,13 +613,14 @@ impl Coordinator {
         let mut sched = Scheduler::new(cfg.scheduler, snap.next_lease);
         let mut jobs = BTreeMap::new();
         for rec in snap.jobs {
-            let job = (cfg.build_job)(&rec.space, &rec.params).map_err(|e| {
-                ServeError::UnknownStoredJob {
+            let job = cfg
+                .registry
+                .job_from_params(&rec.space, &rec.params)
+                .map_err(|e| ServeError::UnknownStoredJob {
                     job: rec.id,
                     space: rec.space.clone(),
                     why: e.to_string(),
-                }
-            })?;
+                })?;
             sched.add_job(rec.id, rec.priority, rec.n_chunks, rec.state);
             sched.set_replication(rec.id, rec.replicate);
             let tally = snap.tallies.get(&rec.id).cloned().unwrap_or_default();
@@ -563,6 +634,7 @@ impl Coordinator {
                     tally,
                     result: None,
                     artifact: None,
+                    failures: Default::default(),
                 },
             );
         }
@@ -600,6 +672,11 @@ impl Coordinator {
             workers: HashMap::new(),
             progress: HashMap::new(),
             last_errors: HashMap::new(),
+            checkpoints: snap
+                .checkpoints
+                .into_iter()
+                .map(|(job, chunk, state)| ((job, chunk), state))
+                .collect(),
             next_job: snap.next_job.max(1),
             persisted_next_lease: next_lease,
             pending: Vec::new(),
@@ -884,11 +961,31 @@ impl Coordinator {
                     leases: Vec::new(),
                     retry_after_ms: 1000,
                     drain: true,
+                    register_again: false,
                 });
             }
-            let grants = core
-                .sched
-                .lease(now_ms(), &req.worker_id, req.max_chunks as usize);
+            let Some(spaces) = core
+                .workers
+                .get(&req.worker_id)
+                .and_then(|w| w.spaces.clone())
+            else {
+                return Ok(v1::LeaseResponse {
+                    register_again: true,
+                    ..Default::default()
+                });
+            };
+            let core = &mut *core;
+            let jobs = &core.jobs;
+            let runnable = |id: JobId| {
+                jobs.get(&id)
+                    .is_some_and(|e| spaces.contains(&e.record.space))
+            };
+            let grants = core.sched.lease_where(
+                now_ms(),
+                &req.worker_id,
+                req.max_chunks as usize,
+                &runnable,
+            );
             let leases: Vec<v1::ChunkLease> = grants
                 .iter()
                 .filter_map(|g| {
@@ -923,6 +1020,12 @@ impl Coordinator {
                         n_chunks: e.record.n_chunks,
                         chunk: g.chunk,
                         deadline_unix_ms: g.deadline,
+                        checkpoint: core
+                            .checkpoints
+                            .get(&(g.job, g.chunk))
+                            .cloned()
+                            .unwrap_or_default(),
+                        shipped: e.job.shipped(),
                     })
                 })
                 .collect();
@@ -940,10 +1043,29 @@ impl Coordinator {
             leases,
             retry_after_ms,
             drain: false,
+            register_again: false,
         })
     }
 
     /// A finished job's merged artifact: from memory, else from the store (then kept in memory).
+    /// A shipped file by its digest.
+    async fn shipped(&self, digest: &str) -> Result<(Arc<Vec<u8>>, String), Status> {
+        if !crate::store::is_digest(digest) {
+            return Err(Status::invalid_argument(format!(
+                "`{}` is not a blake3 digest in hex",
+                digest.chars().take(80).collect::<String>()
+            )));
+        }
+        let store = self.store.clone();
+        let name = digest.to_string();
+        let bytes = tokio::task::spawn_blocking(move || store.shipped(&name))
+            .await
+            .map_err(|e| Status::internal(format!("store task: {e}")))?
+            .map_err(store_status)?
+            .ok_or_else(|| Status::not_found(format!("no shipped file {digest}")))?;
+        Ok((Arc::new(bytes), digest.to_string()))
+    }
+
     async fn artifact(&self, id: JobId) -> Result<(Arc<Vec<u8>>, String), Status> {
         let digest = {
             let core = self.lock();
@@ -1079,7 +1201,11 @@ impl work_server::Work for WorkApi {
         req: Request<v1::FetchArtifactRequest>,
     ) -> Result<Response<Self::FetchArtifactStream>, Status> {
         let req = req.into_inner();
-        let (bytes, digest) = self.0.artifact(req.job_id).await?;
+        let (bytes, digest) = if req.job_id == 0 {
+            self.0.shipped(&req.digest).await?
+        } else {
+            self.0.artifact(req.job_id).await?
+        };
         info!(worker = %req.worker_id, job = req.job_id, bytes = bytes.len(), "serving artifact");
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let mut stopping = self.0.stopping.subscribe();
@@ -1126,6 +1252,13 @@ impl work_server::Work for WorkApi {
             w.threads = req.threads;
             w.memory_bytes = req.memory_bytes;
             w.version = req.version.chars().take(64).collect();
+            w.spaces = Some(
+                req.spaces
+                    .iter()
+                    .take(1024)
+                    .map(|s| s.chars().take(64).collect())
+                    .collect(),
+            );
         }
         info!(worker = %worker_id, threads = req.threads, version = %req.version, "worker registered");
         Ok(Response::new(v1::RegisterResponse {
@@ -1171,9 +1304,12 @@ impl work_server::Work for WorkApi {
             core.touch_worker(&req.worker_id);
             let ids: Vec<LeaseId> = req.progress.iter().map(|p| p.lease_id).collect();
             let revoked = core.sched.heartbeat(now_ms(), &req.worker_id, &ids);
-            for p in &req.progress {
+            for p in req.progress {
                 if !revoked.contains(&p.lease_id) {
                     core.progress.insert(p.lease_id, p.nodes);
+                    if let Some(state) = p.checkpoint {
+                        core.save_checkpoint(p.lease_id, state);
+                    }
                 }
             }
             core.stage_dirty();
@@ -1241,9 +1377,13 @@ impl work_server::Work for WorkApi {
             core.check_writable()?;
             core.touch_worker(&req.worker_id);
             let at = core.sched.lease_job_chunk(req.lease_id);
+            if let Some(state) = req.checkpoint {
+                core.save_checkpoint(req.lease_id, state);
+            }
             if let (Some(key), false) = (at, req.release) {
-                let msg: String = req.error.chars().take(1000).collect();
+                let msg: String = req.error.chars().take(MAX_FAILURE_BYTES).collect();
                 warn!(worker = %req.worker_id, job = key.0, chunk = key.1, error = %msg, "chunk failed");
+                core.record_failure(key.0, key.1, &req.worker_id, &msg);
                 core.last_errors.insert(key, msg);
             }
             core.progress.remove(&req.lease_id);
@@ -1381,6 +1521,9 @@ impl Coordinator {
                     },
                 ));
                 core.pending.push(Op::Output(job_id, chunk, output));
+                if core.checkpoints.remove(&(job_id, chunk)).is_some() {
+                    core.pending.push(Op::Checkpoint(job_id, chunk, None));
+                }
                 // The tally right after this result: a group commit may be split after it (see
                 // `store::split_commit`), and every part must carry a tally that sums exactly its done chunks.
                 core.pending.push(Op::Tally(job_id, tally));
@@ -1512,8 +1655,73 @@ impl Coordinator {
     }
 }
 
+/// The largest file `Ship` takes: programs and their data, not datasets (those belong in a job's input).
+pub const MAX_SHIPPED_BYTES: u64 = 1 << 30;
+
 #[tonic::async_trait]
 impl jobs_server::Jobs for JobsApi {
+    async fn ship(
+        &self,
+        req: Request<tonic::Streaming<v1::ArtifactPiece>>,
+    ) -> Result<Response<v1::ShipResponse>, Status> {
+        let mut stream = req.into_inner();
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut want: Option<(String, u64)> = None;
+        while let Some(piece) = stream.message().await? {
+            let (digest, total) = want.get_or_insert_with(|| (piece.digest.clone(), piece.total));
+            if piece.digest != *digest
+                || piece.total != *total
+                || piece.offset != bytes.len() as u64
+            {
+                return Err(Status::invalid_argument(
+                    "shipped pieces out of order, or with another digest or size",
+                ));
+            }
+            if *total > MAX_SHIPPED_BYTES {
+                return Err(Status::invalid_argument(format!(
+                    "a shipped file may have at most {MAX_SHIPPED_BYTES} bytes, this one has {total}"
+                )));
+            }
+            if bytes.len() as u64 + piece.data.len() as u64 > *total {
+                return Err(Status::invalid_argument("more bytes than the file's size"));
+            }
+            bytes.extend_from_slice(&piece.data);
+        }
+        let Some((digest, total)) = want else {
+            return Err(Status::invalid_argument("no file was sent"));
+        };
+        if bytes.len() as u64 != total {
+            return Err(Status::invalid_argument(format!(
+                "the file has {} of its {total} bytes",
+                bytes.len()
+            )));
+        }
+        if !crate::store::is_digest(&digest) || crate::store::digest_hex(&bytes) != digest {
+            return Err(Status::invalid_argument(
+                "the file does not match its digest (blake3, lower-case hex)",
+            ));
+        }
+        self.0.lock().check_writable()?;
+        let store = self.0.store.clone();
+        let (d, n) = (digest.clone(), bytes.len() as u64);
+        let existing = tokio::task::spawn_blocking(move || -> Result<bool, StoreError> {
+            if store.has_shipped(&d)? {
+                return Ok(true);
+            }
+            store.put_shipped(&d, &bytes)?;
+            Ok(false)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("store task: {e}")))?
+        .map_err(store_status)?;
+        info!(digest = %digest, bytes = n, existing, "file shipped");
+        Ok(Response::new(v1::ShipResponse {
+            digest,
+            bytes: n,
+            existing,
+        }))
+    }
+
     async fn submit(
         &self,
         req: Request<v1::SubmitRequest>,
@@ -1522,7 +1730,12 @@ impl jobs_server::Jobs for JobsApi {
         self.0.guards.check_params(&req.params_json)?;
         let params: serde_json::Value = serde_json::from_str(&req.params_json)
             .map_err(|e| invalid_input(format!("params_json is not JSON: {e}")))?;
-        let job = (self.0.cfg.build_job)(&req.space, &params).map_err(invalid_input)?;
+        let job = self
+            .0
+            .cfg
+            .registry
+            .job_from_params(&req.space, &params)
+            .map_err(invalid_input)?;
         if req.replicate > MAX_REPLICATE {
             return Err(Status::invalid_argument(format!(
                 "replicate must be in 1..={MAX_REPLICATE}, got {}",
@@ -1530,6 +1743,19 @@ impl jobs_server::Jobs for JobsApi {
             )));
         }
         let replicate = req.replicate.max(1);
+        for digest in job.shipped() {
+            let store = self.0.store.clone();
+            let d = digest.clone();
+            let stored = tokio::task::spawn_blocking(move || store.has_shipped(&d))
+                .await
+                .map_err(|e| Status::internal(format!("store task: {e}")))?
+                .map_err(store_status)?;
+            if !stored {
+                return Err(Status::failed_precondition(format!(
+                    "the job ships file {digest}, which this coordinator does not have: send it first (`sweep submit` does)"
+                )));
+            }
+        }
         let requested = (req.chunks > 0).then_some(req.chunks);
         let plan = job.plan(requested).map_err(invalid_input)?;
         if plan.n_chunks > MAX_CHUNKS_PER_JOB {
@@ -1541,7 +1767,10 @@ impl jobs_server::Jobs for JobsApi {
         // Every job whose artifact this one needs (a table, the layers of a layered search), recursively: each
         // found or submitted before the jobs that read it, with its default plan, all in this one batch.
         let dag =
-            crate::inputs::resolve(job.clone(), self.0.cfg.build_job).map_err(invalid_input)?;
+            crate::inputs::resolve(job.clone(), &|space: &str, params: &serde_json::Value| {
+                self.0.cfg.registry.job_from_params(space, params)
+            })
+            .map_err(invalid_input)?;
         let mut plans = Vec::with_capacity(dag.len());
         let inputs_only = dag.split_last().map_or(&[][..], |(_, rest)| rest);
         for node in inputs_only {

@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
-use sweep_puzzles::{ChunkOutput, Tally};
+use sweep_space::{ChunkOutput, Tally};
 
 use crate::scheduler::{ChunkRecord, JobId, JobState};
 
@@ -145,6 +145,8 @@ pub enum Op {
     /// coordinator keeps the same bytes in memory to serve workers, and staging happens under its lock.
     Artifact(JobId, std::sync::Arc<Vec<u8>>),
     Meta(&'static str, u64),
+    /// A running chunk's newest resume state (`None`: the chunk is done, its state is dropped).
+    Checkpoint(JobId, u64, Option<String>),
 }
 
 /// Everything needed to rebuild the coordinator's memory at start-up.
@@ -159,6 +161,8 @@ pub struct Snapshot {
     pub done: Vec<(JobId, u64)>,
     pub next_job: u64,
     pub next_lease: u64,
+    /// Resume states of chunks that were interrupted (or are running), by (job, chunk).
+    pub checkpoints: Vec<(JobId, u64, String)>,
 }
 
 /// Key-value pairs as a prefix scan returns them, in key order.
@@ -368,6 +372,23 @@ impl Blobs for MemBlobs {
 
 fn chunk_blob(job: JobId, chunk: u64) -> String {
     format!("a-{job}-{chunk}")
+}
+
+fn shipped_blob(digest: &str) -> String {
+    format!("s-{digest}")
+}
+
+fn shipped_key(digest: &str) -> Vec<u8> {
+    format!("s/{digest}").into_bytes()
+}
+
+/// Whether `digest` is a blake3 digest in lower-case hex: the only names a shipped file may have (they become
+/// file names).
+pub fn is_digest(digest: &str) -> bool {
+    digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 fn job_blob(job: JobId) -> String {
@@ -840,7 +861,7 @@ impl Store {
             } else if let Some(rest) = name.strip_prefix("r-") {
                 rest.parse().ok().map(|j| job_key(b'r', j))
             } else {
-                None
+                name.strip_prefix("s-").map(shipped_key)
             };
             let referenced = match key {
                 Some(k) => self.kv.get(&k)?.is_some(),
@@ -937,6 +958,9 @@ impl Store {
                     format!("m/{name}").into_bytes(),
                     Some(v.to_be_bytes().to_vec()),
                 )),
+                Op::Checkpoint(job, chunk, state) => {
+                    writes.push((chunk_key(b'k', job, chunk), state.map(String::into_bytes)))
+                }
             }
         }
         blocks.drain_into(&mut writes);
@@ -953,6 +977,40 @@ impl Store {
         let key = job_key(b'r', job);
         match self.kv.get(&key)? {
             Some(want) => self.checked_blob(&job_blob(job), &key, &want).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Stores a shipped file under its digest, durably: the file first, then its record. Storing it again
+    /// is a no-op.
+    pub fn put_shipped(&self, digest: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let key = shipped_key(digest);
+        if !is_digest(digest) || digest_hex(bytes) != digest {
+            return Err(StoreError::Damaged {
+                key: key_text(&key),
+                why: "the file does not match its digest".into(),
+            });
+        }
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        self.blobs.put(&shipped_blob(digest), bytes)?;
+        self.kv.apply(vec![(key, Some(hash(bytes)))])
+    }
+
+    /// Whether a shipped file with this digest is stored.
+    pub fn has_shipped(&self, digest: &str) -> Result<bool, StoreError> {
+        Ok(is_digest(digest) && self.kv.get(&shipped_key(digest))?.is_some())
+    }
+
+    /// A shipped file's bytes, checked against its digest.
+    pub fn shipped(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        if !is_digest(digest) {
+            return Ok(None);
+        }
+        let key = shipped_key(digest);
+        match self.kv.get(&key)? {
+            Some(want) => self
+                .checked_blob(&shipped_blob(digest), &key, &want)
+                .map(Some),
             None => Ok(None),
         }
     }
@@ -1006,6 +1064,16 @@ impl Store {
             }
             snap.done.sort_unstable();
             snap.chunks.sort_by_key(|(j, c, _)| (*j, *c));
+        }
+        for (k, v) in self.kv.scan(b"k/")? {
+            if k.len() != 18 {
+                continue;
+            }
+            let (job, chunk) = (be_u64(&k, &k[2..10])?, be_u64(&k, &k[10..])?);
+            // A state is the program's own text; one that is not UTF-8 is dropped (the chunk restarts).
+            if let Ok(text) = String::from_utf8(v) {
+                snap.checkpoints.push((job, chunk, text));
+            }
         }
         snap.next_job = match self.kv.get(b"m/next_job")? {
             Some(v) => be_u64(b"m/next_job", &v)?,

@@ -61,6 +61,7 @@ impl Server {
         let store = Store::open(&dir.path().join("store")).unwrap();
         let cfg = CoordinatorConfig {
             limits,
+            registry: sweep_puzzles::registry(),
             ..CoordinatorConfig::default()
         };
         let coord = Coordinator::open(store, cfg).expect("open coordinator");
@@ -138,6 +139,11 @@ async fn register(work: &mut WorkClient<Authed>, name: &str) -> Result<String, S
     Ok(work
         .register(v1::RegisterRequest {
             name: name.into(),
+            spaces: sweep_puzzles::registry()
+                .names()
+                .into_iter()
+                .map(String::from)
+                .collect(),
             ..Default::default()
         })
         .await?
@@ -165,11 +171,12 @@ async fn run_chunks(
         let Some(lease) = leases.into_iter().next() else {
             break;
         };
-        let job = sweep_puzzles::job_from_params(
-            &lease.space,
-            &serde_json::from_str(&lease.params_json).unwrap(),
-        )
-        .unwrap();
+        let job = sweep_puzzles::registry()
+            .job_from_params(
+                &lease.space,
+                &serde_json::from_str(&lease.params_json).unwrap(),
+            )
+            .unwrap();
         let out = job
             .run_chunk(lease.n_chunks, lease.chunk, &sweep_puzzles::Control::new())
             .unwrap();

@@ -1,6 +1,6 @@
 //! Jobs with several inputs and input DAGs of several levels, through a real coordinator on loopback.
 //!
-//! The jobs come from a test space of this file (the coordinator's `build_job` hook), whose graph is a table: a
+//! The jobs come from a test space of this file (a hand-written `Space` in the coordinator's registry), whose graph is a table: a
 //! diamond (d reads b, c and a; b and c read a), a job whose chunks produce no artifact read by another, a
 //! cycle, an unbounded chain and an input with bad parameters. A hand-written worker leases, fetches every input
 //! artifact (checking its digest), binds, runs and reports; the coordinator is restarted in the middle. The
@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Server;
-use sweep_coordinator::inputs;
 use sweep_coordinator::scheduler::SchedulerConfig;
 use sweep_coordinator::store::Store;
 use sweep_coordinator::CoordinatorConfig;
 use sweep_proto::v1::{self, jobs_client::JobsClient, work_client::WorkClient};
 use sweep_puzzles::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SpaceError};
+use sweep_space::{inputs, Registry, Space};
 use tonic::transport::Channel;
 
 /// name -> (inputs, chunks). Names missing here fail to build, like bad parameters.
@@ -63,7 +63,7 @@ fn build(space: &str, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceE
         }));
     }
     if space != "dag" {
-        return sweep_puzzles::job_from_params(space, params);
+        return sweep_puzzles::registry().job_from_params(space, params);
     }
     let name =
         params
@@ -192,7 +192,7 @@ impl Job for DagJob {
 
 /// The answer `sweep solve` would give: the DAG run in this process, inputs first.
 fn solve_here(root: &str) -> serde_json::Value {
-    let dag = inputs::resolve(build("dag", &params(root)).unwrap(), build).unwrap();
+    let dag = inputs::resolve(build("dag", &params(root)).unwrap(), &build).unwrap();
     let mut artifacts: Vec<Vec<u8>> = Vec::new();
     let mut last = serde_json::Value::Null;
     for node in dag {
@@ -219,6 +219,30 @@ fn solve_here(root: &str) -> serde_json::Value {
     last
 }
 
+/// The test spaces, beside the built-in ones: `dag` (the graph above) and `broken` (reads ill-typed params).
+struct DagSpace(&'static str);
+
+impl Space for DagSpace {
+    fn name(&self) -> &'static str {
+        self.0
+    }
+    fn about(&self) -> &'static str {
+        "a table of jobs and their inputs, for tests"
+    }
+    fn parse_args(&self, _: &[String]) -> Result<Arc<dyn Job>, SpaceError> {
+        Err(SpaceError::Help("built from parameters only".into()))
+    }
+    fn parse_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
+        build(self.0, params)
+    }
+}
+
+fn registry() -> Registry {
+    sweep_puzzles::registry()
+        .with_space(Arc::new(DagSpace("dag")))
+        .with_space(Arc::new(DagSpace("broken")))
+}
+
 /// The coordinator configuration this file's tests run with.
 fn config() -> CoordinatorConfig {
     CoordinatorConfig {
@@ -227,7 +251,7 @@ fn config() -> CoordinatorConfig {
             ..SchedulerConfig::default()
         },
         expiry_interval: Duration::from_millis(50),
-        build_job: build,
+        registry: registry(),
         ..CoordinatorConfig::default()
     }
 }
@@ -266,6 +290,7 @@ async fn fetch(work: &mut WorkClient<Channel>, job: u64, digest: &str) -> Vec<u8
         .fetch_artifact(v1::FetchArtifactRequest {
             worker_id: "w".into(),
             job_id: job,
+            digest: String::new(),
         })
         .await
         .unwrap()
@@ -286,15 +311,18 @@ async fn lease_and_run(
     jobs: &mut JobsClient<Channel>,
     max: u32,
 ) -> Vec<v1::ChunkReport> {
-    let leases = work
-        .lease(v1::LeaseRequest {
-            worker_id: "w".into(),
-            max_chunks: max,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .leases;
+    let ask = v1::LeaseRequest {
+        worker_id: "w".into(),
+        max_chunks: max,
+    };
+    let mut resp = work.lease(ask.clone()).await.unwrap().into_inner();
+    if resp.register_again {
+        // A coordinator that has not heard which spaces "w" runs (new, or restarted) asks, as a worker does.
+        register(work).await;
+        resp = work.lease(ask).await.unwrap().into_inner();
+        assert!(!resp.register_again);
+    }
+    let leases = resp.leases;
     let mut reports = Vec::new();
     for l in leases {
         let params: serde_json::Value = serde_json::from_str(&l.params_json).unwrap();
@@ -342,6 +370,17 @@ async fn lease_and_run(
     reports
 }
 
+async fn register(work: &mut WorkClient<Channel>) {
+    work.register(v1::RegisterRequest {
+        name: "w".into(),
+        threads: 1,
+        spaces: registry().names().into_iter().map(String::from).collect(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
 async fn report(work: &mut WorkClient<Channel>, reports: Vec<v1::ChunkReport>) {
     if reports.is_empty() {
         return;
@@ -366,13 +405,7 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     let path = dir.path().join("store");
     let server = start(Store::open(&path).unwrap()).await;
     let (mut work, mut jobs) = server.clients().await;
-    work.register(v1::RegisterRequest {
-        name: "w".into(),
-        threads: 1,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    register(&mut work).await;
 
     // One submit creates the whole DAG, each job once, inputs before their readers.
     let top = jobs.submit(submit("e", true)).await.unwrap().into_inner();

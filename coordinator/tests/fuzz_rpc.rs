@@ -48,6 +48,7 @@ fn config() -> CoordinatorConfig {
             ..SchedulerConfig::default()
         },
         expiry_interval: Duration::from_millis(50),
+        registry: sweep_puzzles::registry(),
         ..CoordinatorConfig::default()
     }
 }
@@ -164,11 +165,12 @@ const REAL_SPACE: &str = "star";
 const REAL_CHUNKS: u64 = 4;
 
 fn real_job() -> Arc<dyn sweep_puzzles::Job> {
-    sweep_puzzles::job_from_params(
-        REAL_SPACE,
-        &serde_json::json!({"points": 7, "method": "backtrack"}),
-    )
-    .unwrap()
+    sweep_puzzles::registry()
+        .job_from_params(
+            REAL_SPACE,
+            &serde_json::json!({"points": 7, "method": "backtrack"}),
+        )
+        .unwrap()
 }
 
 /// The answer of the in-process run: every chunk run here, merged.
@@ -206,6 +208,11 @@ async fn prepare(ch: Channel) -> Real {
     let worker = work
         .register(v1::RegisterRequest {
             name: "honest".into(),
+            spaces: sweep_puzzles::registry()
+                .names()
+                .into_iter()
+                .map(String::from)
+                .collect(),
             ..Default::default()
         })
         .await
@@ -316,12 +323,21 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
         .await
         .unwrap();
     let worker = work
-        .register(v1::RegisterRequest::default())
+        .register(v1::RegisterRequest {
+            spaces: sweep_puzzles::registry()
+                .names()
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()
         .worker_id;
-    let kernel = sweep_puzzles::job_from_params(REAL_SPACE, &real.params).unwrap();
+    let kernel = sweep_puzzles::registry()
+        .job_from_params(REAL_SPACE, &real.params)
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let info = jobs
@@ -439,6 +455,7 @@ fn fuzz_raw_bytes_to_every_method() {
             progress: vec![v1::LeaseProgress {
                 lease_id: 3,
                 nodes: 7,
+                checkpoint: Some("cursor 9".into()),
             }],
         }
         .encode_to_vec(),
@@ -669,32 +686,47 @@ fn call() -> impl Strategy<Value = Call> {
         }),
         (
             text(),
-            proptest::collection::vec((id(), any::<u64>()), 0..8)
+            proptest::collection::vec((id(), any::<u64>(), proptest::option::of(text())), 0..8)
         )
             .prop_map(|(worker_id, p)| {
                 Call::Heartbeat(v1::HeartbeatRequest {
                     worker_id,
                     progress: p
                         .into_iter()
-                        .map(|(lease_id, nodes)| v1::LeaseProgress { lease_id, nodes })
+                        .map(|(lease_id, nodes, checkpoint)| v1::LeaseProgress {
+                            lease_id,
+                            nodes,
+                            checkpoint,
+                        })
                         .collect(),
                 })
             }),
         (text(), proptest::collection::vec(report, 0..6)).prop_map(|(worker_id, reports)| {
             Call::Complete(v1::CompleteRequest { worker_id, reports })
         }),
-        (text(), id(), text(), any::<bool>()).prop_map(|(worker_id, lease_id, error, release)| {
-            Call::Fail(v1::FailRequest {
+        (
+            text(),
+            id(),
+            text(),
+            any::<bool>(),
+            proptest::option::of(text())
+        )
+            .prop_map(|(worker_id, lease_id, error, release, checkpoint)| {
+                Call::Fail(v1::FailRequest {
+                    worker_id,
+                    lease_id,
+                    error,
+                    release,
+                    checkpoint,
+                })
+            }),
+        (text(), id(), text()).prop_map(|(worker_id, job_id, digest)| Call::Fetch(
+            v1::FetchArtifactRequest {
                 worker_id,
-                lease_id,
-                error,
-                release,
-            })
-        }),
-        (text(), id()).prop_map(|(worker_id, job_id)| Call::Fetch(v1::FetchArtifactRequest {
-            worker_id,
-            job_id
-        })),
+                job_id,
+                digest,
+            }
+        )),
         submit().prop_map(Call::Submit),
         Just(Call::List),
         id().prop_map(Call::Status),

@@ -28,6 +28,7 @@ impl Server {
                 max_attempts: 3,
                 ..SchedulerConfig::default()
             },
+            registry: sweep_puzzles::registry(),
             ..CoordinatorConfig::default()
         };
         let coord = Coordinator::open(store, cfg).expect("open coordinator");
@@ -193,6 +194,11 @@ async fn dashboard_state_and_metrics_match_the_job() {
         .register(v1::RegisterRequest {
             name: "w0".into(),
             threads: 2,
+            spaces: sweep_puzzles::registry()
+                .names()
+                .into_iter()
+                .map(String::from)
+                .collect(),
             ..Default::default()
         })
         .await
@@ -214,16 +220,18 @@ async fn dashboard_state_and_metrics_match_the_job() {
         progress: vec![v1::LeaseProgress {
             lease_id: leases[2].lease_id,
             nodes: 123,
+            checkpoint: None,
         }],
     })
     .await
     .unwrap();
 
-    let star = sweep_puzzles::job_from_params(
-        "star",
-        &serde_json::from_str(&leases[0].params_json).unwrap(),
-    )
-    .unwrap();
+    let star = sweep_puzzles::registry()
+        .job_from_params(
+            "star",
+            &serde_json::from_str(&leases[0].params_json).unwrap(),
+        )
+        .unwrap();
     let run = |chunk| {
         star.run_chunk(job.chunks_total, chunk, &sweep_puzzles::Control::new())
             .unwrap()
@@ -369,6 +377,11 @@ async fn dashboard_state_and_metrics_match_the_job() {
         .register(v1::RegisterRequest {
             name: "w1".into(),
             threads: 1,
+            spaces: sweep_puzzles::registry()
+                .names()
+                .into_iter()
+                .map(String::from)
+                .collect(),
             ..Default::default()
         })
         .await

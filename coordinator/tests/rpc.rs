@@ -20,6 +20,7 @@ fn config() -> CoordinatorConfig {
             ..SchedulerConfig::default()
         },
         expiry_interval: Duration::from_millis(50),
+        registry: sweep_puzzles::registry(),
         ..CoordinatorConfig::default()
     }
 }
@@ -96,6 +97,11 @@ async fn hostile_requests_are_refused_and_progress_survives() {
     let worker = work
         .register(v1::RegisterRequest {
             name: "probe".into(),
+            spaces: sweep_puzzles::registry()
+                .names()
+                .into_iter()
+                .map(String::from)
+                .collect(),
             ..Default::default()
         })
         .await
@@ -124,11 +130,12 @@ async fn hostile_requests_are_refused_and_progress_survives() {
     assert_eq!(leases.len(), 4);
 
     // One honest result, computed by the real kernel.
-    let star = sweep_puzzles::job_from_params(
-        "star",
-        &serde_json::from_str(&leases[0].params_json).unwrap(),
-    )
-    .unwrap();
+    let star = sweep_puzzles::registry()
+        .job_from_params(
+            "star",
+            &serde_json::from_str(&leases[0].params_json).unwrap(),
+        )
+        .unwrap();
     let honest = star
         .run_chunk(
             job.chunks_total,
@@ -255,7 +262,14 @@ async fn results_wait_for_the_last_result_to_be_durable() {
         .job
         .unwrap();
     let worker = work
-        .register(v1::RegisterRequest::default())
+        .register(v1::RegisterRequest {
+            spaces: sweep_puzzles::registry()
+                .names()
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()
@@ -270,11 +284,9 @@ async fn results_wait_for_the_last_result_to_be_durable() {
         .into_inner()
         .leases
         .remove(0);
-    let star = sweep_puzzles::job_from_params(
-        "star",
-        &serde_json::json!({"points": 6, "method": "brute"}),
-    )
-    .unwrap();
+    let star = sweep_puzzles::registry()
+        .job_from_params("star", &serde_json::json!({"points": 6, "method": "brute"}))
+        .unwrap();
     let out = star
         .run_chunk(1, 0, &sweep_puzzles::Control::new())
         .unwrap();

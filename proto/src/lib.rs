@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use sweep_puzzles::ChunkOutput;
+use sweep_space::ChunkOutput;
 
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

@@ -12,7 +12,20 @@ use std::time::{Duration, Instant};
 use sweep_puzzles::peg::board::{bits, Board, BoardKind, Move};
 use sweep_puzzles::peg::game::{Game, Goal};
 use sweep_puzzles::peg::solve::{Outcome, Solver, SplitMix};
-use sweep_puzzles::{job_from_params, lookup, Answer, Control, Job};
+use sweep_puzzles::{Answer, Control, Job, Registry, Space, SpaceError};
+
+static REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(sweep_puzzles::registry);
+
+fn lookup(space: &str) -> Result<&'static dyn Space, SpaceError> {
+    REGISTRY.lookup(space)
+}
+
+fn job_from_params(
+    space: &str,
+    params: &serde_json::Value,
+) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+    REGISTRY.job_from_params(space, params)
+}
 
 /// The seed's algorithm, re-implemented: start from the goal board, undo moves (a reverse move needs the landing
 /// hole filled and the two others empty), remember every board seen in a set, stop at the start board. The move

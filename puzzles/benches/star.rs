@@ -58,7 +58,8 @@ fn main() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let job = sweep_puzzles::lookup("star")
+    let job = sweep_puzzles::registry()
+        .lookup("star")
         .and_then(|s| s.parse_args(&args))
         .expect("star job");
     let plan = job.plan(None).expect("plan");

@@ -14,12 +14,42 @@ pub mod brainball;
 pub mod buzzled;
 pub mod peg;
 pub mod perm;
-mod registry;
-mod space;
 pub mod star;
 
-pub use registry::{job_from_params, lookup, spaces};
-pub use space::{
-    json_u128, Answer, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, Space, SpaceError,
-    Tally, MAX_KEPT_SOLUTIONS,
+/// The contract every space here implements, from `sweep-space`, under the name the modules use.
+mod space {
+    pub use sweep_space::*;
+}
+
+pub use sweep_space::{
+    json_u128, Answer, ChunkOutput, Control, Job, JobInput, Plan, Registry, SearchSpace, Space,
+    SpaceError, Tally, MAX_KEPT_SOLUTIONS,
 };
+
+/// The five puzzles, in the order `sweep spaces` lists them. Adding a built-in space is one line here plus its
+/// own module.
+pub fn registry() -> Registry {
+    Registry::new()
+        .with::<star::Star>()
+        .with::<billiard::Billiard>()
+        .with::<brainball::Brainball>()
+        .with::<buzzled::Buzzled>()
+        .with::<peg::Peg>()
+}
+
+/// The built-in registry, built once for this crate's own tests.
+#[cfg(test)]
+static TEST_REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(registry);
+
+#[cfg(test)]
+pub(crate) fn lookup(name: &str) -> Result<&'static dyn Space, SpaceError> {
+    TEST_REGISTRY.lookup(name)
+}
+
+#[cfg(test)]
+pub(crate) fn job_from_params(
+    space: &str,
+    params: &serde_json::Value,
+) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+    TEST_REGISTRY.job_from_params(space, params)
+}

@@ -27,7 +27,20 @@ use sweep_puzzles::buzzled::puzzle::{
     check_clues, format_puzzle_file, parse_clue_list, parse_puzzle_file,
 };
 use sweep_puzzles::peg::board::{Board, BoardKind};
-use sweep_puzzles::{job_from_params, lookup, Answer, ChunkOutput, Control, Job, SpaceError};
+use sweep_puzzles::{Answer, ChunkOutput, Control, Job, Registry, Space, SpaceError};
+
+static REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(sweep_puzzles::registry);
+
+fn job_from_params(
+    space: &str,
+    params: &serde_json::Value,
+) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+    REGISTRY.job_from_params(space, params)
+}
+
+fn lookup(space: &str) -> Result<&'static dyn Space, SpaceError> {
+    REGISTRY.lookup(space)
+}
 
 /// Cases per target unless `SWEEP_FUZZ_CASES` says otherwise.
 const DEFAULT_CASES: u32 = 1500;
@@ -166,7 +179,7 @@ fn check_job(job: &Arc<dyn Job>, chunks: Option<u64>) -> Result<(), TestCaseErro
             }
         }
     }
-    if let Some(input) = job.input() {
+    for input in job.inputs() {
         job_from_params(&input.space, &input.params)
             .map_err(|e| TestCaseError::fail(format!("input job of {params}: {e}")))?;
     }
@@ -736,7 +749,7 @@ fn fuzz_brainball_tables() {
                     clear_error(&e)?;
                 }
             }
-            match solve.bind_input(&bytes) {
+            match solve.bind_inputs(&[&bytes]) {
                 Ok(bound) => {
                     // A table that loads is one the job may run against: it must not panic on it.
                     let out = bound.run_chunk(1, 0, &Control::new());
@@ -935,8 +948,8 @@ fn fixtures() -> &'static Vec<Fixture> {
                         return None;
                     }
                 };
-                if job.input().is_some() {
-                    job = job.bind_input(table2()).ok()?;
+                if space == "brainball" && job.inputs().len() == 1 {
+                    job = job.bind_inputs(&[table2()]).ok()?;
                 } else if !job.inputs().is_empty() {
                     let Some(bound) = bind_in_process(job, &mut HashMap::new()) else {
                         eprintln!("fixture {space} {params} skipped: its inputs did not build");

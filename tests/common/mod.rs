@@ -64,7 +64,12 @@ impl Drop for Proc {
 
 /// Runs `sweep ARGS` to completion (bounded by `timeout`) and returns its output.
 pub fn sweep(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Output {
-    let mut cmd = Command::new(SWEEP);
+    sweep_bin(Path::new(SWEEP), args, env, timeout)
+}
+
+/// [`sweep`] with another build of the command (a user's crate that adds its spaces).
+pub fn sweep_bin(bin: &Path, args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Output {
+    let mut cmd = Command::new(bin);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -116,6 +121,8 @@ pub struct Cluster {
     pub coordinator: Proc,
     pub url: String,
     pub workers: Vec<Proc>,
+    /// The `sweep` command every process of the cluster runs.
+    bin: PathBuf,
     lease_ttl_ms: u64,
     threads: usize,
 }
@@ -128,14 +135,20 @@ impl Cluster {
 
     /// As [`Cluster::start`], with the lease time given (short leases make crash tests quick).
     pub fn start_with_ttl(workers: usize, threads: usize, lease_ttl_ms: u64) -> Cluster {
+        Cluster::start_bin(Path::new(SWEEP), workers, threads, lease_ttl_ms)
+    }
+
+    /// As [`Cluster::start_with_ttl`], every process running `bin` instead of this repository's `sweep`.
+    pub fn start_bin(bin: &Path, workers: usize, threads: usize, lease_ttl_ms: u64) -> Cluster {
         let dir = scratch();
         let (coordinator, url) =
-            start_coordinator(&dir.path().join("store"), "127.0.0.1:0", lease_ttl_ms);
+            start_coordinator(bin, &dir.path().join("store"), "127.0.0.1:0", lease_ttl_ms);
         let mut c = Cluster {
             dir,
             coordinator,
             url,
             workers: Vec::new(),
+            bin: bin.to_path_buf(),
             lease_ttl_ms,
             threads,
         };
@@ -156,7 +169,7 @@ impl Cluster {
     /// Starts one more worker, named `w<index>`, with `extra` flags after the usual ones.
     pub fn add_worker_with(&mut self, extra: &[&str]) {
         let name = format!("w{}", self.workers.len());
-        let child = Command::new(SWEEP)
+        let child = Command::new(&self.bin)
             .args(["worker", "--connect", &self.url, "--threads"])
             .arg(self.threads.to_string())
             .args(["--name", &name, "--grace-secs", "5"])
@@ -178,7 +191,7 @@ impl Cluster {
         // The port was just freed; another process could take it in theory, so retry briefly.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match try_start_coordinator(&store, &addr, self.lease_ttl_ms) {
+            match try_start_coordinator(&self.bin, &store, &addr, self.lease_ttl_ms) {
                 Ok((p, _)) => {
                     self.coordinator = p;
                     return;
@@ -193,7 +206,8 @@ impl Cluster {
     }
 
     pub fn sweep(&self, args: &[&str]) -> Output {
-        sweep(
+        sweep_bin(
+            &self.bin,
             args,
             &[("SWEEP_COORDINATOR", &self.url)],
             Duration::from_secs(60),
@@ -204,7 +218,9 @@ impl Cluster {
     pub fn submit(&self, space_args: &[&str]) -> u64 {
         let mut args = vec!["submit"];
         args.extend_from_slice(space_args);
-        args.push("--json");
+        // Before `--`: what follows it is an `exec` job's command, flags and all.
+        let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+        args.insert(at, "--json");
         let v = stdout_json(&self.sweep(&args));
         v["job"]
             .as_u64()
@@ -299,12 +315,17 @@ pub fn dag_of(all: &[serde_json::Value], top: u64) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn start_coordinator(store: &Path, listen: &str, ttl: u64) -> (Proc, String) {
-    try_start_coordinator(store, listen, ttl).unwrap_or_else(|e| panic!("{e}"))
+fn start_coordinator(bin: &Path, store: &Path, listen: &str, ttl: u64) -> (Proc, String) {
+    try_start_coordinator(bin, store, listen, ttl).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn try_start_coordinator(store: &Path, listen: &str, ttl: u64) -> Result<(Proc, String), String> {
-    let mut child = Command::new(SWEEP)
+fn try_start_coordinator(
+    bin: &Path,
+    store: &Path,
+    listen: &str,
+    ttl: u64,
+) -> Result<(Proc, String), String> {
+    let mut child = Command::new(bin)
         .args(["coordinator", "--listen", listen, "--data"])
         .arg(store)
         .args(["--lease-ttl-ms", &ttl.to_string()])

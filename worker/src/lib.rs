@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use sweep_proto::v1::{self, work_client::WorkClient};
-use sweep_puzzles::{Control, Job};
+use sweep_space::{Control, Job, Registry};
 use tokio::sync::{watch, Notify};
 use tracing::{debug, info, warn};
 
@@ -37,7 +37,14 @@ pub struct WorkerConfig {
     pub security: connect::ClientSecurity,
     /// Tests only: falsify results this way, to prove the coordinator's checks catch it.
     pub lie: Option<Lie>,
+    /// The spaces this worker runs, declared when it registers: the coordinator leases it chunks of these only.
+    /// `exec` is in it only when the worker was started with `--allow-exec`.
+    pub registry: Registry,
 }
+
+/// How often a running chunk's resume state is sent at most: the coordinator writes each one durably, so a
+/// program that saves its state every millisecond still costs one write per chunk every few seconds.
+pub const RESUME_STATE_INTERVAL: Duration = Duration::from_secs(3);
 
 /// How a test worker falsifies its results (see [`WorkerConfig::lie`]). Each is a lie a real fault could
 /// produce: a solution lost, a count off, garbage in a result.
@@ -67,7 +74,7 @@ impl std::str::FromStr for Lie {
 }
 
 impl Lie {
-    fn apply(self, out: &mut sweep_puzzles::ChunkOutput) {
+    fn apply(self, out: &mut sweep_space::ChunkOutput) {
         match self {
             Lie::DropSolution => {
                 out.solutions.pop();
@@ -91,8 +98,9 @@ fn memory_bytes() -> u64 {
 }
 
 impl WorkerConfig {
-    pub fn new(connect: impl Into<String>, threads: usize) -> WorkerConfig {
+    pub fn new(connect: impl Into<String>, threads: usize, registry: Registry) -> WorkerConfig {
         WorkerConfig {
+            registry,
             connect: connect.into(),
             name: String::new(),
             threads: threads.max(1),
@@ -127,6 +135,8 @@ pub struct WorkerStats {
 struct State {
     queue: VecDeque<v1::ChunkLease>,
     running: HashMap<u64, Arc<Control>>,
+    /// When each running lease's resume state was last sent (see [`RESUME_STATE_INTERVAL`]).
+    state_sent: HashMap<u64, Instant>,
     outbox: Vec<v1::ChunkReport>,
     failures: Vec<v1::FailRequest>,
     /// Jobs built (and bound to their inputs) so far, with the digests of those inputs and when each was last
@@ -201,18 +211,21 @@ impl State {
 
 /// The (input job, artifact digest) pairs a lease's job must be bound to, in order: the list, or the single
 /// input a coordinator older than the list sends.
+/// Shipped files follow as (0, digest).
 fn lease_inputs(lease: &v1::ChunkLease) -> Vec<(u64, String)> {
-    if !lease.inputs.is_empty() {
-        return lease
+    let mut inputs: Vec<(u64, String)> = if !lease.inputs.is_empty() {
+        lease
             .inputs
             .iter()
             .map(|i| (i.job_id, i.digest.clone()))
-            .collect();
-    }
-    if lease.input_job != 0 {
-        return vec![(lease.input_job, lease.input_digest.clone())];
-    }
-    Vec::new()
+            .collect()
+    } else if lease.input_job != 0 {
+        vec![(lease.input_job, lease.input_digest.clone())]
+    } else {
+        Vec::new()
+    };
+    inputs.extend(lease.shipped.iter().map(|d| (0, d.clone())));
+    inputs
 }
 
 struct Shared {
@@ -228,6 +241,8 @@ struct Shared {
     binding: tokio::sync::Mutex<()>,
     /// Signalled when the coordinator asks this worker to drain: it then stops as on a shutdown signal.
     drained: Notify,
+    /// One permit per thread: a chunk takes as many as its job's threads per chunk before it starts.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Shared {
@@ -243,7 +258,10 @@ impl Shared {
         }
         let params: serde_json::Value = serde_json::from_str(&lease.params_json)
             .map_err(|e| PrepError::Fatal(format!("the lease's params are not JSON: {e}")))?;
-        let mut job = sweep_puzzles::job_from_params(&lease.space, &params)
+        let mut job = self
+            .cfg
+            .registry
+            .job_from_params(&lease.space, &params)
             .map_err(|e| PrepError::Fatal(format!("cannot build the job: {e}")))?;
         let inputs = lease_inputs(lease);
         if !inputs.is_empty() {
@@ -349,6 +367,8 @@ impl Shared {
         let req = v1::FetchArtifactRequest {
             worker_id: self.worker_id.clone(),
             job_id: input,
+            // Job 0: a shipped file, named by its digest.
+            digest: digest.to_string(),
         };
         let mut stream = client
             .fetch_artifact(req)
@@ -416,6 +436,22 @@ impl Backoff {
     }
 }
 
+/// What this worker tells the coordinator about itself, under `name` (empty: the coordinator picks one).
+fn register_request(cfg: &WorkerConfig, name: &str) -> v1::RegisterRequest {
+    v1::RegisterRequest {
+        name: name.to_string(),
+        threads: cfg.threads as u32,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        spaces: cfg
+            .registry
+            .names()
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
+        memory_bytes: memory_bytes(),
+    }
+}
+
 /// Runs a worker until `shutdown` resolves (then drains as described in the crate docs).
 pub async fn run(
     cfg: WorkerConfig,
@@ -434,16 +470,7 @@ pub async fn run(
     // Register, retrying until the coordinator answers or we are told to stop.
     let mut backoff = Backoff::new();
     let reg = loop {
-        let req = v1::RegisterRequest {
-            name: cfg.name.clone(),
-            threads: cfg.threads as u32,
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            spaces: sweep_puzzles::spaces()
-                .iter()
-                .map(|s| s.name().to_string())
-                .collect(),
-            memory_bytes: memory_bytes(),
-        };
+        let req = register_request(&cfg, &cfg.name);
         tokio::select! {
             r = client.register(req) => match r {
                 Ok(r) => break r.into_inner(),
@@ -459,6 +486,7 @@ pub async fn run(
         }
     };
     info!(worker = %reg.worker_id, threads = cfg.threads, "registered");
+    let threads = cfg.threads;
     let shared = Arc::new(Shared {
         heartbeat: Duration::from_millis(reg.heartbeat_interval_ms.clamp(50, 60_000)),
         worker_id: reg.worker_id,
@@ -470,6 +498,7 @@ pub async fn run(
         outbox_ready: Notify::new(),
         binding: tokio::sync::Mutex::new(()),
         drained: Notify::new(),
+        slots: Arc::new(tokio::sync::Semaphore::new(threads)),
     });
 
     let leaser = tokio::spawn(leaser(shared.clone(), stop_rx.clone()));
@@ -484,7 +513,15 @@ pub async fn run(
         _ = shared.drained.notified() => info!("drained by the coordinator"),
     }
     info!("stopping: no new leases; finishing running chunks");
-    shared.lock().stopping = true;
+    {
+        let mut st = shared.lock();
+        st.stopping = true;
+        // Chunks that can resume (programs that save resume states) stop now and are handed back with their
+        // state; the others finish within the grace period.
+        for ctl in st.running.values() {
+            ctl.request_stop();
+        }
+    }
     let _ = stop_tx.send(true);
     let _ = leaser.await;
     // Unstarted chunks go back without using an attempt.
@@ -495,6 +532,7 @@ pub async fn run(
             lease_id: l.lease_id,
             error: "worker shutting down".into(),
             release: true,
+            checkpoint: None,
         });
     }
     shared.work_ready.notify_waiters();
@@ -549,6 +587,16 @@ async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 Ok(resp) => {
                     backoff = Backoff::new();
                     let resp = resp.into_inner();
+                    if resp.register_again {
+                        // The coordinator restarted and lost who we are: tell it again, under our name.
+                        let req = register_request(&sh.cfg, &sh.worker_id);
+                        if let Err(e) = client.register(req).await {
+                            debug!(error = %e, "register again failed");
+                        } else {
+                            info!("registered again with a restarted coordinator");
+                        }
+                        continue;
+                    }
                     if resp.drain {
                         sh.drained.notify_one();
                         return;
@@ -603,28 +651,49 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 _ = stop.changed() => continue,
             }
         };
-        let ctl = Arc::new(Control::new());
+        let resume = (!lease.checkpoint.is_empty()).then(|| lease.checkpoint.clone());
+        // Running from here on, so heartbeats keep the lease while its inputs are fetched.
+        let ctl = Arc::new(Control::resuming(resume));
         sh.lock().running.insert(lease.lease_id, ctl.clone());
         let started = Instant::now();
         let mut transient = false;
-        let outcome = match sh.job(&lease).await {
+        let prepared = sh.job(&lease).await;
+        // A chunk that needs k threads waits for k free ones (never more than the worker has).
+        let want = prepared
+            .as_ref()
+            .map_or(1, |j| j.threads_per_chunk().clamp(1, sh.cfg.threads as u32));
+        let Ok(_permits) = sh.slots.clone().acquire_many_owned(want).await else {
+            return;
+        };
+        ctl.set_threads(want);
+        ctl.set_job(lease.job_id);
+        if sh.lock().stopping {
+            ctl.request_stop();
+        }
+        let outcome = match prepared {
             Ok(job) => {
                 let (n, c, ctl2) = (lease.n_chunks, lease.chunk, ctl.clone());
                 match tokio::task::spawn_blocking(move || job.run_chunk(n, c, &ctl2)).await {
-                    Ok(r) => r.map_err(|e| e.to_string()),
-                    Err(e) => Err(format!("the search kernel panicked: {e}")),
+                    Ok(r) => r.map_err(|e| {
+                        (
+                            matches!(e, sweep_space::SpaceError::Cancelled),
+                            e.to_string(),
+                        )
+                    }),
+                    Err(e) => Err((false, format!("the search kernel panicked: {e}"))),
                 }
             }
-            Err(PrepError::Fatal(e)) => Err(e),
+            Err(PrepError::Fatal(e)) => Err((false, e)),
             Err(PrepError::Transient(e)) => {
                 transient = true;
                 // Do not spin through the queue while the coordinator is away.
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                Err(e)
+                Err((false, e))
             }
         };
         let mut st = sh.lock();
         st.running.remove(&lease.lease_id);
+        st.state_sent.remove(&lease.lease_id);
         match outcome {
             Ok(mut out) => {
                 if let Some(lie) = sh.cfg.lie {
@@ -640,8 +709,10 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     elapsed_s: started.elapsed().as_secs_f64(),
                 });
             }
-            Err(e) => {
-                let cancelled = ctl.is_cancelled() || transient;
+            Err((stopped, e)) => {
+                // Stopped on request (shutdown, revoked lease): not a failure of the chunk.
+                let cancelled =
+                    ctl.is_cancelled() || transient || (stopped && ctl.is_stop_requested());
                 if !cancelled {
                     st.stats.chunks_failed += 1;
                     warn!(job = lease.job_id, chunk = lease.chunk, error = %e, "chunk failed");
@@ -652,6 +723,8 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     error: e,
                     // A chunk we cancelled (revoked, or shutdown) did not fail: hand it back.
                     release: cancelled,
+                    // Its newest state, so the next attempt (here or elsewhere) continues from it.
+                    checkpoint: ctl.take_resume_state(),
                 });
             }
         }
@@ -670,18 +743,29 @@ async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => {}
         }
         let (progress, done) = {
-            let st = sh.lock();
-            let mut p: Vec<v1::LeaseProgress> = st
-                .running
-                .iter()
-                .map(|(id, c)| v1::LeaseProgress {
+            let mut st = sh.lock();
+            let st = &mut *st;
+            let now = Instant::now();
+            let mut p: Vec<v1::LeaseProgress> = Vec::with_capacity(st.running.len());
+            for (id, c) in &st.running {
+                let due = st
+                    .state_sent
+                    .get(id)
+                    .is_none_or(|t| now.duration_since(*t) >= RESUME_STATE_INTERVAL);
+                let checkpoint = if due { c.take_resume_state() } else { None };
+                if checkpoint.is_some() {
+                    st.state_sent.insert(*id, now);
+                }
+                p.push(v1::LeaseProgress {
                     lease_id: *id,
                     nodes: c.nodes(),
-                })
-                .collect();
+                    checkpoint,
+                });
+            }
             p.extend(st.queue.iter().map(|l| v1::LeaseProgress {
                 lease_id: l.lease_id,
                 nodes: 0,
+                checkpoint: None,
             }));
             (
                 p,
@@ -748,6 +832,7 @@ fn take_batch(st: &mut State, worker_id: &str) -> Vec<v1::ChunkReport> {
                     sweep_proto::MAX_REPORT_BYTES
                 ),
                 release: false,
+                checkpoint: None,
             });
             continue;
         }
@@ -867,11 +952,9 @@ mod tests {
 
     #[test]
     fn bound_jobs_are_kept_least_recently_used_first_out_with_their_artifacts() {
-        let job = sweep_puzzles::job_from_params(
-            "star",
-            &serde_json::json!({"points": 6, "method": "brute"}),
-        )
-        .unwrap();
+        let job = sweep_puzzles::registry()
+            .job_from_params("star", &serde_json::json!({"points": 6, "method": "brute"}))
+            .unwrap();
         let mut st = State::default();
         let key = |j: u64| (j, String::new());
         // A job without inputs stays whatever happens.

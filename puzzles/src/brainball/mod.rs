@@ -81,6 +81,11 @@ impl SearchSpace for Brainball {
         "Brainball: depth-d distance tables built in chunks, optimal solutions by meet in the middle";
     type Params = BrainballParams;
     type Job = BrainballJob;
+    const FILE_OPTIONS: &'static [crate::space::FileOption] = &[crate::space::FileOption {
+        flag: "--file",
+        into: "--positions",
+        read: crate::space::FileRead::Lines { sep: "; " },
+    }];
 
     fn build(params: BrainballParams) -> Result<BrainballJob, SpaceError> {
         table::check_depth(params.depth)?;
@@ -313,26 +318,33 @@ impl Job for BrainballJob {
         })
     }
 
-    fn input(&self) -> Option<JobInput> {
+    fn inputs(&self) -> Vec<JobInput> {
         if self.mode != Mode::Solve {
-            return None;
+            return Vec::new();
         }
-        let table_job = Brainball::build(BrainballParams {
+        let Ok(table_job) = Brainball::build(BrainballParams {
             mode: Some(Mode::Table),
             depth: self.params.depth,
             position: None,
             positions: None,
             random: None,
             seed: 0,
-        })
-        .ok()?;
-        Some(JobInput {
+        }) else {
+            return Vec::new();
+        };
+        vec![JobInput {
             space: Brainball::NAME.to_string(),
             params: table_job.params(),
-        })
+        }]
     }
 
-    fn bind_input(&self, artifact: &[u8]) -> Result<Arc<dyn Job>, SpaceError> {
+    fn bind_inputs(&self, artifacts: &[&[u8]]) -> Result<Arc<dyn Job>, SpaceError> {
+        let [artifact] = artifacts else {
+            return Err(SpaceError::BadParams {
+                space: Brainball::NAME,
+                reason: format!("needs one table, {} were given", artifacts.len()),
+            });
+        };
         let table = Table::from_bytes(artifact)?;
         if table.depth() != self.params.depth {
             return Err(SpaceError::BadParams {

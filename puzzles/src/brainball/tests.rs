@@ -373,19 +373,19 @@ fn moves_print_in_jaaps_notation_and_parse_back() {
 }
 
 fn job(args: &[&str]) -> std::sync::Arc<dyn Job> {
-    let space = crate::registry::lookup("brainball").unwrap();
+    let space = crate::lookup("brainball").unwrap();
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     space.parse_args(&args).unwrap()
 }
 
 /// The job with its input table bound, as the engine does: the table job is run first, its artifact merged.
 fn bound(job: std::sync::Arc<dyn Job>) -> std::sync::Arc<dyn Job> {
-    match job.input() {
+    match job.inputs().first() {
         None => job,
         Some(inp) => {
-            let table_job = crate::registry::job_from_params(&inp.space, &inp.params).unwrap();
+            let table_job = crate::job_from_params(&inp.space, &inp.params).unwrap();
             let table = run_all(table_job.as_ref());
-            job.bind_input(&table.artifact).unwrap()
+            job.bind_inputs(&[&table.artifact]).unwrap()
         }
     }
 }
@@ -442,17 +442,17 @@ fn solve_job_gives_verified_solutions_in_input_order() {
     ]);
     let params = job.params();
     assert_eq!(params["mode"], json!("solve"));
-    let again = crate::registry::job_from_params("brainball", &params).unwrap();
+    let again = crate::job_from_params("brainball", &params).unwrap();
     assert_eq!(again.params(), params);
     // Its input is the depth-3 table job, and it cannot run without it.
-    let input = job.input().unwrap();
+    let input = job.inputs().remove(0);
     assert_eq!(input.params["mode"], json!("table"));
     assert_eq!(input.params["depth"], json!(3));
     let unbound = job.run_chunk(4, 0, &Control::new()).unwrap_err();
     assert!(unbound.to_string().contains("needs its table"), "{unbound}");
     let wrong_depth = run_all(self::job(&["table", "--depth", "2"]).as_ref());
-    assert!(job.bind_input(&wrong_depth.artifact).is_err());
-    assert!(job.bind_input(b"not a table").is_err());
+    assert!(job.bind_inputs(&[&wrong_depth.artifact]).is_err());
+    assert!(job.bind_inputs(&[b"not a table"]).is_err());
     let job = bound(job);
     let answer = run_all(job.as_ref());
     let r = job.result(&answer);
@@ -472,7 +472,7 @@ fn solve_job_gives_verified_solutions_in_input_order() {
 
 #[test]
 fn bad_parameters_are_refused_with_their_name() {
-    let space = crate::registry::lookup("brainball").unwrap();
+    let space = crate::lookup("brainball").unwrap();
     let err = |args: &[&str]| {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         match space.parse_args(&args) {

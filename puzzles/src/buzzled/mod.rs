@@ -111,6 +111,11 @@ impl SearchSpace for Buzzled {
         "Buzzled: yellow/black hexagon boards whose rows show given yellow counts (any side)";
     type Params = BuzzledParams;
     type Job = BuzzledJob;
+    const FILE_OPTIONS: &'static [crate::space::FileOption] = &[crate::space::FileOption {
+        flag: "--puzzle",
+        into: "--puzzle-text",
+        read: crate::space::FileRead::Whole,
+    }];
 
     fn build(params: BuzzledParams) -> Result<BuzzledJob, SpaceError> {
         if let Some(path) = &params.puzzle {

@@ -1,9 +1,9 @@
-//! The search-space contract shared by every puzzle.
+//! The job contract: what one search space's job does, and what its chunks report.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,12 @@ pub enum SpaceError {
     Cancelled,
     #[error("result failed verification: {0}")]
     Verification(String),
+    /// The chunk's own program failed (an `exec` chunk: exit status, signal, bad output); the text says how,
+    /// with the tail of what it wrote on stderr.
+    #[error("{0}")]
+    ChunkFailed(String),
+    #[error("a space named `{0}` is registered twice")]
+    DuplicateSpace(String),
 }
 
 /// A u128 figure (a counter, a node total) as JSON: a number while it fits in 64 bits, else its decimal string.
@@ -52,11 +58,107 @@ pub fn json_u128(v: u128) -> serde_json::Value {
 pub struct Control {
     nodes: AtomicU64,
     cancelled: AtomicBool,
+    /// The worker is shutting down (drained, SIGTERM): see [`Control::is_stop_requested`].
+    stop_requested: AtomicBool,
+    /// Threads this chunk may use (0: not said, i.e. one).
+    threads: AtomicU32,
+    /// The coordinator's number of the job this chunk belongs to (0 outside a coordinator).
+    job: AtomicU64,
+    /// Where an earlier attempt of this chunk left off (see [`Control::resume_state`]).
+    resume: Option<String>,
+    /// The newest state the kernel saved, and whether the engine has taken it since.
+    saved: Mutex<SavedState>,
 }
+
+#[derive(Debug, Default)]
+struct SavedState {
+    text: Option<String>,
+    taken: bool,
+}
+
+/// The largest resume state a chunk may save: the coordinator keeps one per running chunk durably, so a state
+/// is a cursor into the search (a prefix, a rank, a few counters), not a copy of its memory.
+pub const MAX_RESUME_STATE_BYTES: usize = 64 * 1024;
 
 impl Control {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A control for a chunk that an earlier attempt (on any worker) left at `resume`.
+    pub fn resuming(resume: Option<String>) -> Self {
+        Control {
+            resume: resume.filter(|r| !r.is_empty()),
+            ..Self::default()
+        }
+    }
+
+    /// Tells the kernel it may use `threads` threads (set by the worker before the chunk starts).
+    pub fn set_threads(&self, threads: u32) {
+        self.threads.store(threads, Ordering::Relaxed);
+    }
+
+    /// Tells the kernel the coordinator's number of its job (for programs that name their files by it).
+    pub fn set_job(&self, job: u64) {
+        self.job.store(job, Ordering::Relaxed);
+    }
+
+    /// The coordinator's number of this chunk's job (0 when run outside a coordinator).
+    pub fn job(&self) -> u64 {
+        self.job.load(Ordering::Relaxed)
+    }
+
+    /// Threads this chunk may use (at least one).
+    pub fn threads(&self) -> u32 {
+        self.threads.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Asks the chunk to stop soon because its worker is shutting down. Unlike [`Control::cancel`] it is a
+    /// request: a kernel that cannot resume finishes its chunk (the worker waits a grace period); one that can
+    /// (a program that saves resume states) stops, and its chunk is handed back with its newest state.
+    pub fn request_stop(&self) {
+        self.stop_requested.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_stop_requested(&self) -> bool {
+        self.stop_requested.load(Ordering::Relaxed)
+    }
+
+    /// The state an earlier attempt of this chunk saved with [`Control::save_resume_state`], if any. A kernel
+    /// that finds one continues from it; its final output must be what an uninterrupted run reports (counts
+    /// carried in the state, not restarted), so an interrupted chunk is still counted exactly once.
+    pub fn resume_state(&self) -> Option<&str> {
+        self.resume.as_deref()
+    }
+
+    /// Saves where this chunk is, so that a later attempt can continue from here instead of from the start.
+    /// Cheap: the engine sends only the newest state, at most every few seconds. A state over
+    /// [`MAX_RESUME_STATE_BYTES`] is refused (the chunk goes on; it will restart from an older state).
+    pub fn save_resume_state(&self, state: impl Into<String>) -> Result<(), SpaceError> {
+        let state = state.into();
+        if state.len() > MAX_RESUME_STATE_BYTES {
+            return Err(SpaceError::InvalidParam {
+                name: "resume state",
+                reason: format!(
+                    "{} bytes, more than the {MAX_RESUME_STATE_BYTES} a chunk may save",
+                    state.len()
+                ),
+            });
+        }
+        let mut saved = self.saved.lock().unwrap_or_else(|p| p.into_inner());
+        saved.text = Some(state);
+        saved.taken = false;
+        Ok(())
+    }
+
+    /// The engine's side of [`Control::save_resume_state`]: the newest state if it was not taken before.
+    pub fn take_resume_state(&self) -> Option<String> {
+        let mut saved = self.saved.lock().unwrap_or_else(|p| p.into_inner());
+        if saved.taken {
+            return None;
+        }
+        saved.taken = true;
+        saved.text.clone()
     }
 
     pub fn add_nodes(&self, n: u64) {
@@ -247,16 +349,28 @@ impl Answer {
 
 /// A job: one search space with fixed, validated parameters. Object safe, so the registry, the coordinator and
 /// the workers handle every space alike.
+///
+/// A job built through a [`crate::Registry`] is wrapped by the framework: its space name and canonical
+/// parameters come from the registration (a space may still override [`Job::params`] to canonicalise them), and
+/// chunk indices are checked against `n_chunks` before [`Job::run_chunk`] or [`Job::verify`] is called.
 pub trait Job: Send + Sync + Debug {
-    fn space(&self) -> &'static str;
+    /// The space's name. Registered jobs get it from the registry; only jobs built by hand need it.
+    fn space(&self) -> &'static str {
+        ""
+    }
 
-    /// Canonical parameters; `job_from_params(space, params)` rebuilds an equal job.
-    fn params(&self) -> serde_json::Value;
+    /// Canonical parameters; `registry.job_from_params(space, params)` rebuilds an equal job. Registered jobs
+    /// default to their parsed parameters as JSON; `Null` means "use that default".
+    fn params(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
 
     /// Splits the job. `requested` is the user's `--chunks`; `None` picks the space's default.
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError>;
 
     /// Runs chunk `chunk` of `n_chunks`. Deterministic: the same chunk gives the same output on every machine.
+    /// A long chunk may save where it is with [`Control::save_resume_state`] and continue from
+    /// [`Control::resume_state`] when it is run again after an interruption.
     fn run_chunk(
         &self,
         n_chunks: u64,
@@ -266,6 +380,17 @@ pub trait Job: Send + Sync + Debug {
 
     /// Cheap checks of a reported output: every solution is a real, canonical solution of this job.
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError>;
+
+    /// Whether [`Job::verify`] really checks the answer. A job that runs a program the coordinator cannot
+    /// re-run (`exec`) says no, and is shown as unverified unless it is replicated.
+    fn verifiable(&self) -> bool {
+        true
+    }
+
+    /// How many threads one chunk uses: a worker with T threads runs at most T / this many chunks at once.
+    fn threads_per_chunk(&self) -> u32 {
+        1
+    }
 
     /// Combines the artifacts of all chunks (in chunk order) into the job's artifact. Spaces without artifacts
     /// keep the default.
@@ -282,43 +407,32 @@ pub trait Job: Send + Sync + Debug {
     /// The merged answer for people: what the original programs printed, and more.
     fn render_text(&self, result: &serde_json::Value) -> String;
 
-    /// Another job whose merged artifact this job's chunks need (a distance table, say), as (space, canonical
-    /// params). The engine makes sure that job exists and is done before any chunk of this one runs, and hands
-    /// its artifact to [`Job::bind_input`]. The default: no input.
-    fn input(&self) -> Option<JobInput> {
-        None
+    /// Every job whose merged artifact this job's chunks need (a distance table, the previous layer), in
+    /// order, as (space, canonical params). The engine finds or creates each of them (recursively: an input may
+    /// have inputs of its own, so a space can describe a chain or a DAG of jobs), runs none of this job's
+    /// chunks before all of them are done, and hands their artifacts, in this order, to [`Job::bind_inputs`].
+    /// The default: no inputs.
+    fn inputs(&self) -> Vec<JobInput> {
+        Vec::new()
     }
 
-    /// This job with its input artifact loaded (parsed and validated once, then shared by every chunk the
-    /// process runs). Only called for jobs whose [`Job::input`] is `Some`.
-    fn bind_input(&self, _artifact: &[u8]) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+    /// Files this job ships to workers (a program and its data, uploaded once by the client), as blake3
+    /// digests in hex. Their bytes follow the inputs' artifacts in [`Job::bind_inputs`].
+    fn shipped(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// This job with its input artifacts loaded, in the order of [`Job::inputs`] followed by the files of
+    /// [`Job::shipped`]; parsed and checked once, then shared by every chunk the process runs. Only called
+    /// for jobs that have inputs or shipped files.
+    fn bind_inputs(&self, artifacts: &[&[u8]]) -> Result<Arc<dyn Job>, SpaceError> {
         Err(SpaceError::BadParams {
             space: self.space(),
-            reason: "this job takes no input artifact".into(),
+            reason: format!(
+                "this job takes no input artifacts, {} were given",
+                artifacts.len()
+            ),
         })
-    }
-
-    /// Every job whose merged artifact this job's chunks need, in order. The engine finds or creates each of
-    /// them (recursively: an input may have inputs of its own, so a space can describe a chain or a DAG of
-    /// jobs), runs none of this job's chunks before all of them are done, and hands their artifacts, in this
-    /// order, to [`Job::bind_inputs`]. The default is the single [`Job::input`], if any.
-    fn inputs(&self) -> Vec<JobInput> {
-        self.input().into_iter().collect()
-    }
-
-    /// This job with all its input artifacts loaded, in the order of [`Job::inputs`]. The default serves jobs
-    /// with a single input through [`Job::bind_input`].
-    fn bind_inputs(&self, artifacts: &[&[u8]]) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
-        match artifacts {
-            [one] => self.bind_input(one),
-            _ => Err(SpaceError::BadParams {
-                space: self.space(),
-                reason: format!(
-                    "this job takes one input artifact, {} were given",
-                    artifacts.len()
-                ),
-            }),
-        }
     }
 
     /// Pictures of the merged answer as (file name, SVG text) pairs, written by the CLI's `--svg DIR`. Pure: the
@@ -328,7 +442,7 @@ pub trait Job: Send + Sync + Debug {
     }
 }
 
-/// The job whose artifact another job needs: see [`Job::input`].
+/// The job whose artifact another job needs: see [`Job::inputs`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobInput {
     pub space: String,
@@ -342,69 +456,30 @@ pub trait SearchSpace: Send + Sync + 'static {
     const ABOUT: &'static str;
     type Params: clap::Args + Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static;
     type Job: Job + 'static;
+    /// Options whose value names a file: the command line reads it (a space never does I/O) and passes its
+    /// text on as another option. Most spaces have none.
+    const FILE_OPTIONS: &'static [FileOption] = &[];
 
     fn build(params: Self::Params) -> Result<Self::Job, SpaceError>;
 }
 
-/// A registry entry: a [`SearchSpace`] with its types erased.
-pub trait Space: Send + Sync {
-    fn name(&self) -> &'static str;
-    fn about(&self) -> &'static str;
-    /// Parses the space's options (everything after the space name on the command line).
-    fn parse_args(&self, args: &[String]) -> Result<Arc<dyn Job>, SpaceError>;
-    /// Rebuilds a job from its canonical parameters, rejecting unknown or ill-typed fields.
-    fn parse_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError>;
+/// An option that names a file ([`SearchSpace::FILE_OPTIONS`]): `flag FILE` on the command line becomes
+/// `into TEXT`, where TEXT is the file's content as `read` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileOption {
+    pub flag: &'static str,
+    pub into: &'static str,
+    pub read: FileRead,
 }
 
-pub(crate) struct Registered<S>(pub std::marker::PhantomData<S>);
-
-impl<S: SearchSpace> Space for Registered<S> {
-    fn name(&self) -> &'static str {
-        S::NAME
-    }
-
-    fn about(&self) -> &'static str {
-        S::ABOUT
-    }
-
-    fn parse_args(&self, args: &[String]) -> Result<Arc<dyn Job>, SpaceError> {
-        use clap::{Args, FromArgMatches};
-        let cmd = S::Params::augment_args(
-            clap::Command::new(S::NAME)
-                .about(S::ABOUT)
-                .no_binary_name(true)
-                // `--points -1` is a bad value for --points, not an unknown flag `-1`.
-                .allow_negative_numbers(true),
-        );
-        let matches = cmd.try_get_matches_from(args).map_err(|e| match e.kind() {
-            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                SpaceError::Help(e.render().to_string())
-            }
-            _ => SpaceError::Usage(e.render().to_string().trim_end().to_string()),
-        })?;
-        let params =
-            S::Params::from_arg_matches(&matches).map_err(|e| SpaceError::Usage(e.to_string()))?;
-        Ok(Arc::new(S::build(params)?))
-    }
-
-    fn parse_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
-        // The error names the field (`points: invalid type: string "x", expected u32`): serde's own message does
-        // not say where, and these parameters come from a Submit or a stored job record, not from a person who
-        // just typed them.
-        let params: S::Params = serde_path_to_error::deserialize(params.clone()).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            SpaceError::BadParams {
-                space: S::NAME,
-                reason: if path == "." {
-                    inner.to_string()
-                } else {
-                    format!("{path}: {inner}")
-                },
-            }
-        })?;
-        Ok(Arc::new(S::build(params)?))
-    }
+/// How a [`FileOption`]'s file becomes an option value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileRead {
+    /// The whole text, as it is.
+    Whole,
+    /// The non-empty lines that are not `#` comments, joined with `sep`; appended to a value of `into` given
+    /// on the command line, so files and inline values add up to one list.
+    Lines { sep: &'static str },
 }
 
 /// Artifacts are binary; in JSON (job records, `--json`) they travel as hex so the text stays readable.

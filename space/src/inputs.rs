@@ -12,14 +12,15 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use sweep_puzzles::{Job, JobInput, SpaceError};
+use crate::{Job, JobInput, SpaceError};
 
 /// More distinct jobs than this in one job's input DAG is a space describing something unbounded, not a search
 /// anybody means to run: the submit is refused.
 pub const MAX_DAG_JOBS: usize = 4096;
 
-/// Rebuilds a job from its space name and canonical parameters (`sweep_puzzles::job_from_params`).
-pub type JobBuilder = fn(&str, &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError>;
+/// Rebuilds a job from its space name and canonical parameters: [`crate::Registry::job_from_params`] in
+/// production, a test's own table in tests.
+pub type JobBuilder<'a> = &'a dyn Fn(&str, &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError>;
 
 /// One job of a DAG and where its inputs are in the list.
 #[derive(Clone, Debug)]
@@ -43,7 +44,7 @@ pub enum DagError {
 
 /// The job's input DAG in dependency order: every job after all of its inputs, `root` last, each distinct job
 /// once. A job without inputs gives a one-element list.
-pub fn resolve(root: Arc<dyn Job>, build: JobBuilder) -> Result<Vec<DagNode>, DagError> {
+pub fn resolve(root: Arc<dyn Job>, build: JobBuilder<'_>) -> Result<Vec<DagNode>, DagError> {
     resolve_bounded(root, build, MAX_DAG_JOBS)
 }
 
@@ -85,7 +86,7 @@ fn chain(stack: &[Frame]) -> String {
 /// a chain thousands of jobs long must not overflow the thread's stack.
 pub fn resolve_bounded(
     root: Arc<dyn Job>,
-    build: JobBuilder,
+    build: JobBuilder<'_>,
     max: usize,
 ) -> Result<Vec<DagNode>, DagError> {
     let mut nodes: Vec<DagNode> = Vec::new();
@@ -168,7 +169,7 @@ pub fn last_readers(nodes: &[DagNode]) -> Vec<Option<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sweep_puzzles::{Answer, ChunkOutput, Control, Plan};
+    use crate::{Answer, ChunkOutput, Control, Plan};
 
     /// A test space: job `n` reads the jobs its parameters list, so any graph can be described.
     #[derive(Debug)]
@@ -275,14 +276,14 @@ mod tests {
 
     #[test]
     fn a_job_without_inputs_is_its_own_dag() {
-        let nodes = resolve(root("a"), build).unwrap();
+        let nodes = resolve(root("a"), &build).unwrap();
         assert_eq!(names(&nodes), ["a"]);
         assert!(nodes[0].inputs.is_empty());
     }
 
     #[test]
     fn a_diamond_builds_each_job_once_inputs_first_in_order() {
-        let nodes = resolve(root("d"), build).unwrap();
+        let nodes = resolve(root("d"), &build).unwrap();
         assert_eq!(names(&nodes), ["a", "b", "c", "d"]);
         assert_eq!(nodes[1].inputs, [0]);
         assert_eq!(nodes[2].inputs, [0]);
@@ -296,7 +297,7 @@ mod tests {
 
     #[test]
     fn a_long_chain_resolves_without_recursion() {
-        let nodes = resolve(root("chain3000"), build).unwrap();
+        let nodes = resolve(root("chain3000"), &build).unwrap();
         assert_eq!(nodes.len(), 3001);
         assert_eq!(names(&nodes)[0], "chain0");
         assert!(nodes
@@ -308,20 +309,20 @@ mod tests {
 
     #[test]
     fn cycles_are_named() {
-        let err = resolve(root("e"), build).unwrap_err();
+        let err = resolve(root("e"), &build).unwrap_err();
         let DagError::Cycle(path) = &err else {
             panic!("{err:?}")
         };
         assert_eq!(path, r#"g "f" -> g "g" -> g "h" -> g "f""#);
         assert!(matches!(
-            resolve(root("self"), build),
+            resolve(root("self"), &build),
             Err(DagError::Cycle(_))
         ));
     }
 
     #[test]
     fn unbounded_and_oversized_dags_are_refused() {
-        let err = resolve(root("grow0"), build).unwrap_err();
+        let err = resolve(root("grow0"), &build).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -332,16 +333,16 @@ mod tests {
             ),
             "{err}"
         );
-        assert!(resolve_bounded(root("chain9"), build, 10).is_ok());
+        assert!(resolve_bounded(root("chain9"), &build, 10).is_ok());
         assert!(matches!(
-            resolve_bounded(root("chain10"), build, 10),
+            resolve_bounded(root("chain10"), &build, 10),
             Err(DagError::TooLarge { max: 10, .. })
         ));
     }
 
     #[test]
     fn an_input_that_does_not_build_is_named() {
-        let err = resolve(root("broken"), build).unwrap_err();
+        let err = resolve(root("broken"), &build).unwrap_err();
         assert!(matches!(err, DagError::BadInput { .. }));
         assert_eq!(
             err.to_string(),

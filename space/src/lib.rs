@@ -1,0 +1,22 @@
+//! sweep's search-space contract: what a search space is to the engine, with no engine attached.
+//!
+//! - [`Job`]: one search with fixed parameters: a plan into `n_chunks` chunks addressed only by their index, a
+//!   kernel that runs one chunk under a [`Control`] handle (progress, cancellation, resume state), a verifier of
+//!   reported results, and a summary of the merged [`Answer`].
+//! - [`SearchSpace`]: the typed side: clap/serde parameters and a validating constructor.
+//! - [`Registry`]: the spaces a process knows, as a value the command line hands to the coordinator and the
+//!   workers. The five puzzles, `exec` and a user's own spaces all register the same way.
+//! - [`inputs`]: a job's input DAG (the jobs whose artifacts it needs, recursively).
+//!
+//! Architecture invariant: this crate does no I/O and knows nothing of networks, storage or async runtimes;
+//! `proto`, `coordinator` and `worker` depend on it, never on a particular space.
+
+pub mod inputs;
+mod job;
+mod registry;
+
+pub use job::{
+    json_u128, Answer, ChunkOutput, Control, FileOption, FileRead, Job, JobInput, Plan,
+    SearchSpace, SpaceError, Tally, MAX_KEPT_SOLUTIONS, MAX_RESUME_STATE_BYTES,
+};
+pub use registry::{Registry, Space};

@@ -1,0 +1,402 @@
+//! The registry: a value listing the search spaces one process knows, passed to the coordinator, the workers and
+//! the command line. A user's crate builds its own (the built-in spaces plus its own) and hands it to `sweep`.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::job::{
+    Answer, ChunkOutput, Control, FileOption, Job, JobInput, Plan, SearchSpace, SpaceError,
+};
+
+/// A registry entry: a [`SearchSpace`] with its types erased. Implement it by hand only for a space whose
+/// parameters are not a clap/serde struct; [`Registry::with`] wraps a [`SearchSpace`] for you.
+pub trait Space: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn about(&self) -> &'static str;
+    /// Parses the space's options (everything after the space name on the command line).
+    fn parse_args(&self, args: &[String]) -> Result<Arc<dyn Job>, SpaceError>;
+    /// Rebuilds a job from its canonical parameters, rejecting unknown or ill-typed fields.
+    fn parse_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError>;
+    /// Options whose value is a file the command line reads ([`SearchSpace::FILE_OPTIONS`]).
+    fn file_options(&self) -> &'static [FileOption] {
+        &[]
+    }
+}
+
+/// The spaces one process knows, in the order `sweep spaces` lists them. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Registry {
+    spaces: Vec<Arc<dyn Space>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Adds a space; an error if its name is taken.
+    pub fn add(&mut self, space: Arc<dyn Space>) -> Result<(), SpaceError> {
+        if self.spaces.iter().any(|s| s.name() == space.name()) {
+            return Err(SpaceError::DuplicateSpace(space.name().to_string()));
+        }
+        self.spaces.push(space);
+        Ok(())
+    }
+
+    /// Adds the typed space `S`, for building a registry in one expression.
+    ///
+    /// # Panics
+    /// If a space of the same name is already registered: two spaces with one name is a mistake in the
+    /// program that builds the registry, found the first time it starts.
+    pub fn with<S: SearchSpace>(self) -> Registry {
+        self.with_space(Arc::new(Registered::<S>(PhantomData)))
+    }
+
+    /// [`Registry::with`] for a hand-written [`Space`].
+    ///
+    /// # Panics
+    /// As [`Registry::with`].
+    pub fn with_space(mut self, space: Arc<dyn Space>) -> Registry {
+        if let Err(e) = self.add(space) {
+            panic!("{e}");
+        }
+        self
+    }
+
+    /// Every space of `other` after these; an error names the first name both have.
+    pub fn merge(mut self, other: &Registry) -> Result<Registry, SpaceError> {
+        for s in &other.spaces {
+            self.add(s.clone())?;
+        }
+        Ok(self)
+    }
+
+    /// This registry without the space called `name` (a worker drops `exec` unless allowed to run it).
+    pub fn without(mut self, name: &str) -> Registry {
+        self.spaces.retain(|s| s.name() != name);
+        self
+    }
+
+    pub fn spaces(&self) -> impl Iterator<Item = &dyn Space> {
+        self.spaces.iter().map(|s| s.as_ref())
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.spaces.iter().map(|s| s.name()).collect()
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.spaces.iter().any(|s| s.name() == name)
+    }
+
+    /// The space called `name`, or an error that lists the known ones.
+    pub fn lookup(&self, name: &str) -> Result<&dyn Space, SpaceError> {
+        self.spaces()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| SpaceError::UnknownSpace {
+                name: name.to_string(),
+                known: self.names().join(", "),
+            })
+    }
+
+    /// Rebuilds a job from the space name and canonical parameters that travel with it.
+    pub fn job_from_params(
+        &self,
+        space: &str,
+        params: &serde_json::Value,
+    ) -> Result<Arc<dyn Job>, SpaceError> {
+        self.lookup(space)?.parse_params(params)
+    }
+}
+
+struct Registered<S>(PhantomData<S>);
+
+impl<S: SearchSpace> Space for Registered<S> {
+    fn name(&self) -> &'static str {
+        S::NAME
+    }
+
+    fn about(&self) -> &'static str {
+        S::ABOUT
+    }
+
+    fn file_options(&self) -> &'static [FileOption] {
+        S::FILE_OPTIONS
+    }
+
+    fn parse_args(&self, args: &[String]) -> Result<Arc<dyn Job>, SpaceError> {
+        use clap::{Args, FromArgMatches};
+        let cmd = S::Params::augment_args(
+            clap::Command::new(S::NAME)
+                .about(S::ABOUT)
+                .no_binary_name(true)
+                // `--points -1` is a bad value for --points, not an unknown flag `-1`.
+                .allow_negative_numbers(true),
+        );
+        let matches = cmd.try_get_matches_from(args).map_err(|e| match e.kind() {
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                SpaceError::Help(e.render().to_string())
+            }
+            _ => SpaceError::Usage(e.render().to_string().trim_end().to_string()),
+        })?;
+        let params =
+            S::Params::from_arg_matches(&matches).map_err(|e| SpaceError::Usage(e.to_string()))?;
+        framed::<S>(params)
+    }
+
+    fn parse_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
+        // The error names the field (`points: invalid type: string "x", expected u32`): serde's own message does
+        // not say where, and these parameters come from a Submit or a stored job record, not from a person who
+        // just typed them.
+        let params: S::Params = serde_path_to_error::deserialize(params.clone()).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            SpaceError::BadParams {
+                space: S::NAME,
+                reason: if path == "." {
+                    inner.to_string()
+                } else {
+                    format!("{path}: {inner}")
+                },
+            }
+        })?;
+        framed::<S>(params)
+    }
+}
+
+fn framed<S: SearchSpace>(params: S::Params) -> Result<Arc<dyn Job>, SpaceError> {
+    let job = S::build(params.clone())?;
+    // The job's own canonical form wins; otherwise the parameters as parsed.
+    let canonical = match job.params() {
+        serde_json::Value::Null => {
+            serde_json::to_value(&params).map_err(|e| SpaceError::BadParams {
+                space: S::NAME,
+                reason: format!("parameters do not serialise: {e}"),
+            })?
+        }
+        own => own,
+    };
+    Ok(Arc::new(Framed {
+        space: S::NAME,
+        params: canonical,
+        inner: Arc::new(job),
+    }))
+}
+
+/// What the framework adds to every registered job: its name and parameters, and checked chunk indices, so a
+/// space's own code never sees a chunk outside its plan.
+#[derive(Debug)]
+struct Framed {
+    space: &'static str,
+    params: serde_json::Value,
+    inner: Arc<dyn Job>,
+}
+
+impl Framed {
+    fn check(&self, n_chunks: u64, chunk: u64) -> Result<(), SpaceError> {
+        if chunk >= n_chunks {
+            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
+        }
+        Ok(())
+    }
+}
+
+impl Job for Framed {
+    fn space(&self) -> &'static str {
+        self.space
+    }
+
+    fn params(&self) -> serde_json::Value {
+        self.params.clone()
+    }
+
+    fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
+        let plan = self.inner.plan(requested)?;
+        if plan.n_chunks == 0 {
+            return Err(SpaceError::InvalidParam {
+                name: "chunks",
+                reason: "the space planned no chunks".into(),
+            });
+        }
+        Ok(plan)
+    }
+
+    fn run_chunk(
+        &self,
+        n_chunks: u64,
+        chunk: u64,
+        ctl: &Control,
+    ) -> Result<ChunkOutput, SpaceError> {
+        self.check(n_chunks, chunk)?;
+        self.inner.run_chunk(n_chunks, chunk, ctl)
+    }
+
+    fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        self.check(n_chunks, chunk)?;
+        self.inner.verify(n_chunks, chunk, out)
+    }
+
+    fn verifiable(&self) -> bool {
+        self.inner.verifiable()
+    }
+
+    fn threads_per_chunk(&self) -> u32 {
+        self.inner.threads_per_chunk().max(1)
+    }
+
+    fn merge_artifacts(
+        &self,
+        artifacts: &mut dyn Iterator<Item = &[u8]>,
+    ) -> Result<Vec<u8>, SpaceError> {
+        self.inner.merge_artifacts(artifacts)
+    }
+
+    fn result(&self, answer: &Answer) -> serde_json::Value {
+        self.inner.result(answer)
+    }
+
+    fn render_text(&self, result: &serde_json::Value) -> String {
+        self.inner.render_text(result)
+    }
+
+    fn inputs(&self) -> Vec<JobInput> {
+        self.inner.inputs()
+    }
+
+    fn shipped(&self) -> Vec<String> {
+        self.inner.shipped()
+    }
+
+    fn bind_inputs(&self, artifacts: &[&[u8]]) -> Result<Arc<dyn Job>, SpaceError> {
+        let bound = self.inner.bind_inputs(artifacts)?;
+        Ok(Arc::new(Framed {
+            space: self.space,
+            params: self.params.clone(),
+            inner: bound,
+        }))
+    }
+
+    fn pictures(&self, result: &serde_json::Value) -> Vec<(String, String)> {
+        self.inner.pictures(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A space as a user would write it: no name, no parameters, no range checks of its own.
+    #[derive(Debug)]
+    struct Count(u64);
+
+    #[derive(clap::Args, serde::Serialize, serde::Deserialize, Clone, Debug)]
+    struct CountParams {
+        #[arg(long)]
+        up_to: u64,
+    }
+
+    impl Job for Count {
+        fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
+            Ok(Plan {
+                n_chunks: Plan::chunk_count(requested, self.0.max(1), 4)?,
+                total_nodes: Some(u128::from(self.0)),
+            })
+        }
+        fn run_chunk(&self, n: u64, c: u64, _: &Control) -> Result<ChunkOutput, SpaceError> {
+            let nodes = (0..self.0).filter(|i| i % n == c).count() as u64;
+            Ok(ChunkOutput {
+                nodes,
+                ..Default::default()
+            })
+        }
+        fn verify(&self, _: u64, _: u64, _: &ChunkOutput) -> Result<(), SpaceError> {
+            Ok(())
+        }
+        fn result(&self, a: &Answer) -> serde_json::Value {
+            serde_json::json!({ "n": crate::json_u128(a.tally.nodes) })
+        }
+        fn render_text(&self, r: &serde_json::Value) -> String {
+            r.to_string()
+        }
+    }
+
+    struct CountSpace;
+    impl SearchSpace for CountSpace {
+        const NAME: &'static str = "count";
+        const ABOUT: &'static str = "counts";
+        type Params = CountParams;
+        type Job = Count;
+        fn build(p: CountParams) -> Result<Count, SpaceError> {
+            Ok(Count(p.up_to))
+        }
+    }
+
+    #[test]
+    fn the_framework_names_the_job_and_checks_its_chunks() {
+        let reg = Registry::new().with::<CountSpace>();
+        let job = reg
+            .lookup("count")
+            .unwrap()
+            .parse_args(&["--up-to".into(), "10".into()])
+            .unwrap();
+        assert_eq!(job.space(), "count");
+        assert_eq!(job.params(), serde_json::json!({"up_to": 10}));
+        let again = reg.job_from_params("count", &job.params()).unwrap();
+        assert_eq!(again.params(), job.params());
+        assert_eq!(
+            job.run_chunk(4, 4, &Control::new()),
+            Err(SpaceError::ChunkOutOfRange {
+                chunk: 4,
+                n_chunks: 4
+            })
+        );
+        assert!(job
+            .verify(4, 9, &ChunkOutput::default())
+            .unwrap_err()
+            .to_string()
+            .contains("chunk 9"));
+        let total: u64 = (0..4)
+            .map(|c| job.run_chunk(4, c, &Control::new()).unwrap().nodes)
+            .sum();
+        assert_eq!(total, 10);
+    }
+
+    #[test]
+    fn names_are_unique_and_unknown_ones_are_listed() {
+        let mut reg = Registry::new().with::<CountSpace>();
+        assert_eq!(
+            reg.add(Arc::new(Registered::<CountSpace>(PhantomData))),
+            Err(SpaceError::DuplicateSpace("count".into()))
+        );
+        let err = reg
+            .job_from_params("nope", &serde_json::json!({}))
+            .unwrap_err();
+        assert!(err.to_string().contains("known: count"), "{err}");
+        assert!(!reg.clone().without("count").contains("count"));
+        assert!(Registry::new().merge(&reg).is_ok());
+        assert!(reg.clone().merge(&reg).is_err());
+        let err = reg
+            .job_from_params("count", &serde_json::json!({"up_to": "x"}))
+            .unwrap_err();
+        assert!(err.to_string().contains("up_to"), "{err}");
+    }
+
+    #[test]
+    fn resume_state_is_bounded_and_taken_once() {
+        let ctl = Control::resuming(Some("at 5".into()));
+        assert_eq!(ctl.resume_state(), Some("at 5"));
+        assert_eq!(ctl.take_resume_state(), None);
+        ctl.save_resume_state("at 7").unwrap();
+        assert_eq!(ctl.take_resume_state().as_deref(), Some("at 7"));
+        assert_eq!(ctl.take_resume_state(), None, "nothing new");
+        let big = "x".repeat(crate::MAX_RESUME_STATE_BYTES + 1);
+        assert!(ctl.save_resume_state(big).is_err());
+        assert_eq!(Control::resuming(Some(String::new())).resume_state(), None);
+    }
+}

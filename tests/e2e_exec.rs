@@ -1,0 +1,391 @@
+//! End-to-end: any program as a search space (`exec`). Real `sweep` processes run real programs (Python, `sh`):
+//! exact counters past 64 bits, a failing chunk reported with its stderr and exit 4, a worker SIGKILLed in the
+//! middle of a checkpointing chunk whose chunk resumes on another worker from the coordinator's copy of the
+//! checkpoint, files shipped through the coordinator, cancelled and drained programs that leave no process
+//! behind, and workers that never run a program unless started with `--allow-exec`.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{scratch, stdout_json, Cluster, SWEEP};
+use serde_json::Value;
+
+const LONG: Duration = Duration::from_secs(240);
+
+/// Counts x^3 over its share of 0..N: the exact total (about 2.5e23 for N = 10^6) does not fit in 64 bits.
+const CUBES: &str = r#"
+import json, sys
+chunk, chunks = int(sys.argv[1]), int(sys.argv[2])
+n, total = 0, 0
+for x in range(chunk, 1000000, chunks):
+    n += 1
+    total += x * x * x
+    if n % 50000 == 0:
+        print(json.dumps({"progress": 50000}), flush=True)
+sols = ["chunk %d" % chunk] if chunk % 3 == 0 else []
+print(json.dumps({"nodes": n, "counters": {"cubes": str(total), "count": n}, "solutions": sols}))
+"#;
+
+/// A counter of a result as text: small ones are JSON numbers, those past 2^53 decimal strings.
+fn counter(v: &Value) -> String {
+    v.as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| v.to_string())
+}
+
+fn cubes_total() -> u128 {
+    (0..1_000_000u128).map(|x| x * x * x).sum()
+}
+
+/// `sweep ARGS` in `dir`, bounded by `timeout`.
+fn sweep_in(dir: &Path, args: &[&str], timeout: Duration) -> std::process::Output {
+    let child = Command::new(SWEEP)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sweep");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(out) => out.expect("wait for sweep"),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!(
+                "`sweep {}` did not finish within {timeout:?}",
+                args.join(" ")
+            );
+        }
+    }
+}
+
+/// Processes whose command line contains `token` (a marker no other process has).
+fn processes_with(token: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in dir.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmd).contains(token) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+fn wait_for(what: &str, timeout: Duration, mut pred: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !pred() {
+        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_python_program_counts_exactly_past_64_bits() {
+    let dir = scratch();
+    std::fs::write(dir.path().join("cubes.py"), CUBES).unwrap();
+    let data = dir.path().join("data").display().to_string();
+    let out = sweep_in(
+        dir.path(),
+        &[
+            "run", "exec", "--chunks", "7", "--data", &data, "--json", "--", "python3", "cubes.py",
+            "{chunk}", "{chunks}",
+        ],
+        LONG,
+    );
+    let v = stdout_json(&out);
+    assert_eq!(v["state"], "done", "{v}");
+    assert_eq!(
+        counter(&v["result"]["counters"]["cubes"]),
+        cubes_total().to_string(),
+        "{v}"
+    );
+    assert_eq!(counter(&v["result"]["counters"]["count"]), "1000000", "{v}");
+    assert_eq!(v["nodes"], 1_000_000, "{v}");
+    // Chunks 0, 3 and 6 each report one solution, in chunk order.
+    assert_eq!(
+        v["result"]["solutions"],
+        serde_json::json!(["chunk 0", "chunk 3", "chunk 6"]),
+        "{v}"
+    );
+    assert_eq!(v["unverified"], true, "{v}");
+
+    // The same job again answers from the store: every chunk was counted once.
+    let again = stdout_json(&sweep_in(
+        dir.path(),
+        &[
+            "run", "exec", "--chunks", "7", "--data", &data, "--json", "--", "python3", "cubes.py",
+            "{chunk}", "{chunks}",
+        ],
+        LONG,
+    ));
+    assert_eq!(again["result"], v["result"]);
+}
+
+#[test]
+fn a_failing_chunk_is_retried_then_poisoned_with_its_stderr_and_exit_4() {
+    let dir = scratch();
+    let data = dir.path().join("data").display().to_string();
+    let script = r#"if [ "$SWEEP_CHUNK" = 2 ]; then echo "chunk two is cursed" >&2; exit 3; fi
+echo "{\"nodes\": 1, \"counters\": {\"ok\": 1}}""#;
+    let out = sweep_in(
+        dir.path(),
+        &[
+            "run", "exec", "--chunks", "4", "--data", &data, "--json", "--", "sh", "-c", script,
+        ],
+        LONG,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["state"], "done-with-poisoned-chunks", "{v}");
+    assert_eq!(counter(&v["result"]["counters"]["ok"]), "3", "{v}");
+    let poisoned = v["poisoned_chunks"].as_array().expect("a list");
+    assert_eq!(poisoned.len(), 1, "{v}");
+    assert_eq!(poisoned[0]["chunk"], 2);
+    let error = poisoned[0]["last_error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("exit status 3") && error.contains("chunk two is cursed"),
+        "{error}"
+    );
+    // Every attempt is on record, each with its error.
+    let failures = v["failures"].as_array().expect("a list");
+    assert!(failures.len() >= 3, "{v}");
+    assert!(failures.iter().all(|f| f["chunk"] == 2), "{v}");
+
+    // Malformed output is a failure too, named as such.
+    let out = sweep_in(
+        dir.path(),
+        &[
+            "run",
+            "exec",
+            "--chunks",
+            "1",
+            "--data",
+            &data,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo '{\"nodes\": \"many\"}'",
+        ],
+        LONG,
+    );
+    assert_eq!(out.status.code(), Some(4));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let error = v["poisoned_chunks"][0]["last_error"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(error.contains("line") || error.contains("final"), "{error}");
+}
+
+/// Steps 0..STEPS of 50 ms each; a checkpoint after every step; starts from SWEEP_RESUME when given and logs
+/// where it started, so the test sees that a resumed chunk did not start over.
+const STEPPER: &str = r#"
+import json, os, sys, time
+chunk, log, token = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+steps = 120
+start = int(os.environ.get("SWEEP_RESUME", "0"))
+with open(log, "a") as f:
+    f.write("%d %d\n" % (chunk, start))
+total = 0
+for i in range(start, steps):
+    time.sleep(0.05)
+    total += 1
+    print(json.dumps({"progress": 1}), flush=True)
+    print(json.dumps({"checkpoint": str(i + 1)}), flush=True)
+# The sum over the steps does not depend on where the chunk resumed.
+print(json.dumps({"nodes": steps, "counters": {"steps": steps, "weight": str(sum(range(steps)) * (chunk + 1))}}))
+"#;
+
+#[test]
+fn a_killed_worker_s_chunk_resumes_elsewhere_from_its_checkpoint_and_leaves_no_orphan() {
+    let mut c = Cluster::start_with_ttl(0, 1, 1_000);
+    let prog = c.dir.path().join("stepper.py");
+    std::fs::write(&prog, STEPPER).unwrap();
+    let log = c.dir.path().join("starts.log");
+    let token = format!(
+        "tok{}x{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    );
+    let prog_s = prog.display().to_string();
+    let log_s = log.display().to_string();
+    c.add_worker_with(&["--allow-exec"]);
+    let job = c.submit(&[
+        "exec", "--chunks", "1", "--", "python3", &prog_s, "{chunk}", &log_s, &token,
+    ]);
+    // Wait until the coordinator holds a checkpoint past the start, then kill the worker as a crash would.
+    c.wait_until(job, LONG, |s| s["checkpoints"].as_u64().unwrap_or(0) >= 1);
+    assert!(!processes_with(&token).is_empty(), "the program runs");
+    c.workers[0].kill9();
+    // The program dies with its worker (parent-death signal): no orphan keeps computing.
+    wait_for(
+        "the program to die with its worker",
+        Duration::from_secs(10),
+        || processes_with(&token).is_empty(),
+    );
+    c.add_worker_with(&["--allow-exec"]);
+    let res = c.wait_results(job, LONG);
+    assert_eq!(res["state"], "done", "{res}");
+    assert_eq!(counter(&res["result"]["counters"]["steps"]), "120", "{res}");
+    assert_eq!(
+        counter(&res["result"]["counters"]["weight"]),
+        (0..120).sum::<u64>().to_string(),
+        "{res}"
+    );
+    let starts = std::fs::read_to_string(&log).unwrap();
+    let starts: Vec<u64> = starts
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(starts.len(), 2, "one start, one resume: {starts:?}");
+    assert_eq!(starts[0], 0);
+    assert!(
+        starts[1] > 0,
+        "the second attempt resumed from a checkpoint: {starts:?}"
+    );
+    let status = c.status(job);
+    assert_eq!(status["completions"], status["chunks_total"], "{status}");
+    assert_eq!(
+        status["checkpoints"], 0,
+        "a done chunk's checkpoint is dropped: {status}"
+    );
+}
+
+#[test]
+fn only_workers_with_allow_exec_run_programs_and_shipped_files_reach_them() {
+    let mut c = Cluster::start(0, 2);
+    // Without --allow-exec the worker never gets an exec chunk, however long it waits.
+    c.add_worker();
+    let src = scratch();
+    std::fs::write(src.path().join("cubes.py"), CUBES).unwrap();
+    let ship = src.path().display().to_string();
+    let job = c.submit(&[
+        "exec", "--chunks", "5", "--ship", &ship, "--", "python3", "cubes.py", "{chunk}",
+        "{chunks}",
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    let s = c.status(job);
+    assert_eq!(
+        (s["chunks_done"].as_u64(), s["chunks_leased"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+    assert_eq!(s["unverified"], true, "{s}");
+    // The files travel through the coordinator: the original may be gone by the time a worker runs them.
+    drop(src);
+    let cache = c.dir.path().join("cache");
+    let cache_s = cache.display().to_string();
+    c.add_worker_with(&["--allow-exec", "--cache", &cache_s]);
+    let res = c.wait_results(job, LONG);
+    assert_eq!(res["state"], "done", "{res}");
+    assert_eq!(
+        counter(&res["result"]["counters"]["cubes"]),
+        cubes_total().to_string(),
+        "{res}"
+    );
+    assert!(
+        std::fs::read_dir(&cache).map(|d| d.count()).unwrap_or(0) >= 1,
+        "the shipped archive is cached by digest"
+    );
+    // `sweep status` says why the answer needs care.
+    let text = c.sweep(&["status"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("unverified"));
+}
+
+#[test]
+fn cancelled_and_drained_programs_leave_no_process_behind() {
+    let mut c = Cluster::start(0, 2);
+    c.add_worker_with(&["--allow-exec"]);
+    let token = format!(
+        "77{}.{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos() % 1000
+    );
+    // The program starts a grandchild: cancelling must reach the whole group, not just the direct child.
+    let script = format!("sleep {token} & sleep {token}; wait");
+    let job = c.submit(&[
+        "exec",
+        "--chunks",
+        "4",
+        "--grace-secs",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    wait_for("two programs and their grandchildren", LONG, || {
+        processes_with(&token).len() >= 4
+    });
+    let out = c.sweep(&["cancel", &job.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(
+        "the cancelled programs to stop",
+        Duration::from_secs(20),
+        || processes_with(&token).is_empty(),
+    );
+
+    // Draining (SIGTERM to the worker) stops the running programs and hands their chunks back.
+    let job = c.submit(&[
+        "exec",
+        "--chunks",
+        "2",
+        "--grace-secs",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    wait_for("the programs of the second job", LONG, || {
+        processes_with(&token).len() >= 4
+    });
+    c.workers[0].signal("TERM");
+    assert!(
+        c.workers[0].wait_exit(Duration::from_secs(30)).is_some(),
+        "the worker stopped"
+    );
+    assert!(
+        processes_with(&token).is_empty(),
+        "no program outlives its worker"
+    );
+    let s = c.status(job);
+    assert_eq!(s["chunks_done"], 0, "{s}");
+    assert_eq!(
+        s["state"], "running",
+        "the chunks went back, not failed: {s}"
+    );
+}
