@@ -6,8 +6,13 @@
 //!    durable completions per second (every acknowledged completion was flushed to sled first), the
 //!    coordinator's peak memory, and the time it takes to load its store and serve again after a SIGKILL half-way.
 //!
-//! `SWEEP_BENCH_ROUNDS` (default 3) sets the rounds of part 1; `SWEEP_BENCH_CHUNKS` (default 100000) and
-//! `SWEEP_BENCH_WORKERS` (default 4) shape part 2; `SWEEP_BENCH_ONLY=overhead|throughput` runs one part.
+//! 3. `exec`: a job of many chunks of a trivial program (chunks per second of one worker, against spawning the
+//!    same program as fast as possible from a plain loop on as many threads: the floor), and a CPU-heavy program
+//!    under `sweep run exec` against the same program run alone on the same chunks, two at a time.
+//!
+//! `SWEEP_BENCH_ROUNDS` (default 3) sets the rounds of parts 1 and 3; `SWEEP_BENCH_CHUNKS` (default 100000) and
+//! `SWEEP_BENCH_WORKERS` (default 4) shape part 2; `SWEEP_BENCH_ONLY=overhead|throughput|exec` runs one part; `SWEEP_BENCH_EXEC_CHUNKS` (default 10000) sizes the
+//! trivial exec job.
 //! The issue-7 scale figures: `SWEEP_BENCH_ONLY=throughput SWEEP_BENCH_CHUNKS=1000000 cargo bench --bench engine`.
 
 use std::io::{BufRead, BufReader};
@@ -241,4 +246,115 @@ fn main() {
     if only.is_empty() || only == "throughput" {
         throughput();
     }
+    if only.is_empty() || only == "exec" {
+        exec();
+    }
+}
+
+/// Runs `argv` for every chunk in `0..chunks` on `threads` threads, as a shell loop or `xargs -P` would: the
+/// same program without sweep. Returns the seconds it took.
+fn solo(argv: &[String], chunks: u64, threads: u64) -> f64 {
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let chunk = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if chunk >= chunks {
+                    break;
+                }
+                let args: Vec<String> = argv[1..]
+                    .iter()
+                    .map(|a| {
+                        a.replace("{chunk}", &chunk.to_string())
+                            .replace("{chunks}", &chunks.to_string())
+                    })
+                    .collect();
+                let out = Command::new(&argv[0])
+                    .args(&args)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .output()
+                    .expect("run the program");
+                assert!(out.status.success(), "{argv:?} failed");
+            });
+        }
+    });
+    t.elapsed().as_secs_f64()
+}
+
+fn exec() {
+    let rounds = env_or("SWEEP_BENCH_ROUNDS", 3);
+    let chunks = env_or("SWEEP_BENCH_EXEC_CHUNKS", 10_000);
+    let threads = 2u64;
+    let dir = tempfile::tempdir().expect("scratch dir");
+    let run_exec = |tag: &str, n: u64, cmd: &[String]| {
+        let data = dir.path().join(tag);
+        let mut args: Vec<String> = [
+            "run",
+            "exec",
+            "--no-progress",
+            "--json",
+            "--threads",
+            "2",
+            "--chunks",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.push(n.to_string());
+        args.push("--data".into());
+        args.push(data.display().to_string());
+        args.push("--".into());
+        args.extend(cmd.iter().cloned());
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        timed(&refs)
+    };
+    // The cheapest valid chunk: one process that prints its final line.
+    let trivial: Vec<String> = ["/bin/echo", r#"{"nodes": 1, "counters": {"chunks": 1}}"#]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    // About a quarter of a second of arithmetic per chunk, the same work alone and under sweep.
+    let heavy: Vec<String> = [
+        "python3",
+        "-c",
+        "import json,sys\nc=int(sys.argv[1]); t=0\nfor i in range(1500000): t=(t*31+i+c)%1000003\nprint(json.dumps({'nodes':1500000,'counters':{'t':t}}))",
+        "{chunk}",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let heavy_chunks = 24;
+    let (mut t_sweep, mut t_floor, mut h_sweep, mut h_solo) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..rounds {
+        t_sweep.push(run_exec(&format!("t{i}"), chunks, &trivial));
+        t_floor.push(solo(&trivial, chunks, threads));
+        h_sweep.push(run_exec(&format!("h{i}"), heavy_chunks, &heavy));
+        h_solo.push(solo(&heavy, heavy_chunks, threads));
+    }
+    let (ts, tf, hs, ho) = (
+        median(t_sweep),
+        median(t_floor),
+        median(h_sweep),
+        median(h_solo),
+    );
+    println!(
+        "exec, trivial program, {chunks} chunks, one worker of {threads} threads (median of {rounds}): \
+         sweep run {:.2} s = {:.0} chunks/s; spawning alone {:.2} s = {:.0} chunks/s; sweep/floor {:.2}",
+        ts,
+        chunks as f64 / ts,
+        tf,
+        chunks as f64 / tf,
+        tf / ts
+    );
+    println!(
+        "exec, CPU-heavy program, {heavy_chunks} chunks, {threads} at a time (median of {rounds}): \
+         sweep run {:.2} s, alone {:.2} s; throughput under sweep / alone {:.3}",
+        hs,
+        ho,
+        ho / hs
+    );
 }

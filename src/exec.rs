@@ -481,6 +481,7 @@ impl Job for ExecJob {
         let mut problem: Option<String> = None;
         let mut stopping: Option<(Instant, &'static str)> = None;
         let mut stdout_open = true;
+        let mut exit_poll = Duration::from_micros(200);
         let status = loop {
             if stdout_open {
                 match rx.recv_timeout(Duration::from_millis(50)) {
@@ -511,7 +512,10 @@ impl Job for ExecJob {
                     Err(mpsc::RecvTimeoutError::Disconnected) => stdout_open = false,
                 }
             } else {
-                std::thread::sleep(Duration::from_millis(20));
+                // stdout closes just before the program exits: look again soon, then back off, so that a
+                // program of a few milliseconds is not charged a fixed wait.
+                std::thread::sleep(exit_poll);
+                exit_poll = (exit_poll * 2).min(Duration::from_millis(20));
             }
             match child.try_wait() {
                 Ok(Some(status)) => {

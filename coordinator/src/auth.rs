@@ -498,6 +498,9 @@ mod tests {
         );
         assert_eq!(required_role("/sweep.v1.Other/Lease"), Role::Admin);
         assert_eq!(required_role(""), Role::Admin);
+        // Shipping files is submitting code: admin only, like Submit.
+        assert_eq!(required_role("/sweep.v1.Jobs/Ship"), Role::Admin);
+        assert_eq!(required_role("/sweep.v1.Jobs/Submit"), Role::Admin);
     }
 
     #[test]

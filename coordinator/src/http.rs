@@ -343,6 +343,18 @@ struct JobView {
     inputs_waiting: u32,
     created_ms: u64,
     finished_ms: u64,
+    /// Nothing re-checks this job's answers (a program's output) and it is not replicated.
+    unverified: bool,
+    /// Recent failed attempts, oldest first, each with its error (a program's exit status and stderr tail).
+    failures: Vec<FailureView>,
+}
+
+#[derive(Serialize)]
+struct FailureView {
+    chunk: u64,
+    worker: String,
+    error: String,
+    unix_ms: u64,
 }
 
 #[derive(Serialize)]
@@ -461,6 +473,17 @@ fn state_view(obs: Observation, history: &History, m: &Metrics, since: u64) -> S
                 inputs_waiting: j.inputs_waiting,
                 created_ms: j.created_unix_ms,
                 finished_ms: j.finished_unix_ms,
+                unverified: j.unverified,
+                failures: j
+                    .failures
+                    .iter()
+                    .map(|f| FailureView {
+                        chunk: f.chunk,
+                        worker: f.worker.clone(),
+                        error: f.error.clone(),
+                        unix_ms: f.unix_ms,
+                    })
+                    .collect(),
             }
         })
         .collect();
@@ -958,6 +981,28 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn a_job_view_says_whether_it_is_verified_and_why_attempts_failed() {
+        let mut obs = observation();
+        obs.jobs[0].unverified = true;
+        obs.jobs[0].failures.push(v1::FailedAttempt {
+            chunk: 3,
+            worker: "w1".into(),
+            error: "exit status 2; stderr tail:\nboom".into(),
+            unix_ms: 5,
+        });
+        let view = state_view(obs, &History::default(), &Metrics::default(), 0);
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["jobs"][0]["unverified"], true);
+        assert_eq!(json["jobs"][0]["failures"][0]["chunk"], 3);
+        assert_eq!(
+            json["jobs"][0]["failures"][0]["error"],
+            "exit status 2; stderr tail:\nboom"
+        );
+        assert_eq!(json["jobs"][1]["unverified"], false);
+        assert_eq!(json["jobs"][1]["failures"], serde_json::json!([]));
     }
 
     #[test]

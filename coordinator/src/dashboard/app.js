@@ -99,7 +99,15 @@ function progressBar(j) {
   if (j.chunks_leased) text += ' · ' + fmtInt(j.chunks_leased) + ' leased';
   if (j.chunks_poisoned) text += ' · ' + fmtInt(j.chunks_poisoned) + ' poisoned';
   if (j.reissued) text += ' · ' + fmtInt(j.reissued) + ' re-issued';
-  return el('div', null, bar, el('div', { class: 'bar-text' }, text));
+  if (j.failures.length) text += ' · ' + fmtInt(j.failures.length) + ' failed attempts';
+  const out = el('div', null, bar, el('div', { class: 'bar-text' }, text));
+  // The latest failure in full (a program's exit status and stderr tail); the others on hover.
+  const last = j.failures[j.failures.length - 1];
+  if (last) {
+    const all = j.failures.map((f) => 'chunk ' + f.chunk + ' on ' + f.worker + ': ' + f.error).join('\n\n');
+    out.append(el('pre', { class: 'failure', title: all }, 'chunk ' + last.chunk + ' on ' + last.worker + ': ' + last.error));
+  }
+  return out;
 }
 
 function renderTiles(s) {
@@ -142,7 +150,8 @@ function renderJobs(s) {
       el('td', { class: 'num' }, String(j.id)),
       el('td', null, j.space),
       el('td', { class: 'params', title: params + input }, params + input),
-      el('td', { class: 'state' }, badge(j.state)),
+      el('td', { class: 'state' }, badge(j.state),
+        j.unverified ? el('span', { title: 'nothing re-checks these answers: submit with --replicate 2 or more' }, ' ', badge('unverified')) : null),
       el('td', null, progressBar(j)),
       el('td', { class: 'num', title: j.nodes }, fmtNum(Number(j.nodes) + j.running_nodes)),
       el('td', { class: 'num' }, j.state === 'running' ? fmtNum(j.nodes_per_s) : '–'),
