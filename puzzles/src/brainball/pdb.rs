@@ -20,9 +20,23 @@
 use std::sync::OnceLock;
 
 use crate::brainball::ball::{Ball, N_TWISTS, SLOTS, TILES, TWISTS};
+use crate::space::SpaceError;
 
 /// Tiles per pattern in the solver's database.
 pub const SOLVER_TILES: usize = 6;
+/// Largest database offered: 7 tiles would be 511 M patterns, minutes to build in every worker.
+pub const MAX_TILES: usize = 6;
+
+/// Refuses a pattern size the solver does not build.
+pub fn check_tiles(k: usize) -> Result<(), SpaceError> {
+    if !(1..=MAX_TILES).contains(&k) {
+        return Err(SpaceError::InvalidParam {
+            name: "pattern-tiles",
+            reason: format!("{k} tiles: the pattern database holds 1..={MAX_TILES}"),
+        });
+    }
+    Ok(())
+}
 
 /// Symmetric views a bound is read through: 13 reference tiles, of the position and of its inverse.
 pub const VIEWS: usize = 2 * TILES;
@@ -85,10 +99,11 @@ const MOD13: [u8; 3 * TILES] = {
 };
 
 impl Pdb {
-    /// The solver's database (built once per process on first use, about 10 s).
-    pub fn get() -> &'static Pdb {
-        static P: OnceLock<Pdb> = OnceLock::new();
-        P.get_or_init(|| Pdb::build(SOLVER_TILES))
+    /// The database of tiles 1..k, built once per process on first use (k = 6: about 20 s and 43 MB).
+    pub fn for_tiles(k: usize) -> Result<&'static Pdb, SpaceError> {
+        static P: [OnceLock<Pdb>; MAX_TILES + 1] = [const { OnceLock::new() }; MAX_TILES + 1];
+        check_tiles(k)?;
+        Ok(P[k].get_or_init(|| Pdb::build(k)))
     }
 
     pub fn tiles(&self) -> usize {
@@ -119,7 +134,8 @@ impl Pdb {
     /// Breadth first over the patterns of tiles 1..k, level by level over the whole array (no queue: the array
     /// is the frontier, so memory stays one byte a pattern).
     pub fn build(k: usize) -> Pdb {
-        assert!((1..=SLOTS).contains(&k), "a pattern has 1..12 tiles");
+        // Callers go through `check_tiles`; a larger k would overflow the colour bits of `rank`.
+        let k = k.clamp(1, MAX_TILES);
         let n = patterns(k);
         let mut dist = vec![u8::MAX; n];
         // Where the tile in slot s goes under twist t, and whether it turns over there.

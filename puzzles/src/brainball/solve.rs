@@ -23,7 +23,7 @@
 use std::fmt;
 
 use crate::brainball::ball::{Ball, Ring, N_TWISTS, SLOTS, TILES};
-use crate::brainball::pdb::Pdb;
+use crate::brainball::pdb::{Pdb, SOLVER_TILES};
 use crate::brainball::prune::{Pruner, DEAD};
 use crate::brainball::table::Table;
 use crate::space::{Control, SpaceError};
@@ -153,7 +153,7 @@ const BATCH: usize = 256;
 /// levels past the table; the limit only turns a bug into an error instead of a silent overflow.
 pub const MAX_LEVEL: u8 = 30;
 
-/// Solves `start` optimally with `table`, and the pattern database [`Pdb::get`] once the walk goes past
+/// Solves `start` optimally with `table`, and the 6-tile pattern database ([`Pdb::for_tiles`]) once the walk goes past
 /// `forward` levels (built on first use, so positions within `forward + depth` twists never wait for it).
 pub fn solve(
     table: &Table,
@@ -161,20 +161,20 @@ pub fn solve(
     start: Ring,
     ctl: &Control,
 ) -> Result<Solution, SpaceError> {
-    solve_with(table, None, forward, start, ctl)
+    solve_with(table, SOLVER_TILES, forward, start, ctl)
 }
 
-/// [`solve`] with a given pattern database (`None`: the process-wide one), e.g. a small one in tests.
+/// [`solve`] with the pattern database of tiles 1..`pattern_tiles` (smaller ones build faster, bound less).
 pub fn solve_with(
     table: &Table,
-    pdb: Option<&Pdb>,
+    pattern_tiles: usize,
     forward: u8,
     start: Ring,
     ctl: &Control,
 ) -> Result<Solution, SpaceError> {
     let ball = start.canonical();
     let mut probes = 0;
-    let (path, proof) = shortest(table, pdb, forward, ball, ctl, &mut probes)?;
+    let (path, proof) = shortest(table, pattern_tiles, forward, ball, ctl, &mut probes)?;
     let mut sol = to_moves(start, &path, proof);
     sol.probes = probes;
     Ok(sol)
@@ -432,7 +432,7 @@ pub fn first_level(depth: u8, pdb: Option<&Pdb>, ball: Ball) -> (u8, Option<u8>)
 /// nodes whose remaining budget it exceeds (IDA* with the table as an exact bound at the leaves).
 fn shortest(
     table: &Table,
-    pdb: Option<&Pdb>,
+    pattern_tiles: usize,
     forward: u8,
     ball: Ball,
     ctl: &Control,
@@ -449,7 +449,7 @@ fn shortest(
     let mut pattern_bound = None;
     loop {
         if f > forward && pattern.is_none() {
-            let p = pdb.unwrap_or_else(|| Pdb::get());
+            let p = Pdb::for_tiles(pattern_tiles)?;
             let (from, bound) = first_level(depth, Some(p), ball);
             f = f.max(from);
             pattern = Some(p);
@@ -502,7 +502,7 @@ fn is_even(ball: Ball) -> bool {
 
 /// Turns canonical twists into physical moves from the ring as given, plus a final turn that brings tile 1 to
 /// position 0.
-fn to_moves(start: Ring, path: &[u8], proof: Proof) -> Solution {
+pub(crate) fn to_moves(start: Ring, path: &[u8], proof: Proof) -> Solution {
     let mut ring = start;
     let mut moves = Vec::with_capacity(path.len() + 1);
     let mut balls = Vec::with_capacity(path.len() + 1);
