@@ -208,8 +208,8 @@ pub fn render(result: &Value) -> String {
         let _ = writeln!(
             s,
             "  {:>6} {:>10} {:>8.4}%   {:>8.4}% .. {:>8.4}%   {:.3e} .. {:.3e}",
-            h["twists"],
-            h["count"],
+            h["twists"].as_u64().unwrap_or(0),
+            h["count"].to_string(),
             100.0 * f("share"),
             100.0 * f("low95"),
             100.0 * f("high95"),
