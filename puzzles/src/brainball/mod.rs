@@ -15,6 +15,7 @@ pub mod census;
 pub mod deep;
 pub mod pdb;
 pub mod prune;
+pub mod segbfs;
 pub mod solve;
 pub mod table;
 

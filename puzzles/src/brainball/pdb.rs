@@ -254,7 +254,7 @@ pub fn patterns(k: usize) -> usize {
 }
 
 /// Index of `slots` (distinct, 0..12, tile 1 first) with colour bits `colours`.
-fn rank(slots: &[u8], colours: u32) -> usize {
+pub(crate) fn rank(slots: &[u8], colours: u32) -> usize {
     let mut used = 0u32;
     let mut r = 0usize;
     for (n, &s) in slots.iter().enumerate() {

@@ -805,3 +805,56 @@ fn a_small_census_solves_every_sample_optimally() {
     assert_eq!(total, 20);
     assert!(!r["hardest"].as_array().unwrap().is_empty());
 }
+
+#[test]
+fn segmented_breadth_first_search_matches_the_in_memory_one() {
+    use super::pdb::{rank, Pdb};
+    use super::segbfs::{expand, start, Kind, Layout, MemStore, SegKey};
+    let layout = Layout::new(4, 2).unwrap();
+    assert_eq!(
+        layout.segments() as usize * layout.segment_len(),
+        super::pdb::patterns(4)
+    );
+    let pdb = Pdb::for_tiles(4).unwrap();
+    let mut store = MemStore::default();
+    let ctl = Control::new();
+    start(&layout, &mut store).unwrap();
+    let mut per_level = vec![1u64];
+    let n = layout.segments();
+    for level in 0u8.. {
+        // Three uneven chunks, the middle one run twice as a crashed-and-retried task would be: the store
+        // refuses a rewrite with other bytes, so this also checks that a rerun is harmless.
+        let cuts = [0, n / 7, n / 2, n];
+        let mut found = 0;
+        for w in cuts.windows(2) {
+            found += expand(&layout, &mut store, level, w[0]..w[1], &ctl).unwrap();
+        }
+        expand(&layout, &mut store, level, cuts[1]..cuts[2], &ctl).unwrap();
+        if found == 0 {
+            break;
+        }
+        per_level.push(found);
+    }
+    assert_eq!(per_level, pdb.histogram());
+    // Every state's level is its in-memory breadth-first distance.
+    for (key, bits) in &store.map {
+        if key.kind != Kind::Frontier {
+            continue;
+        }
+        for (w, &word) in bits.iter().enumerate() {
+            for b in 0..64 {
+                if word >> b & 1 == 1 {
+                    let (slots, cols) = layout.decode(key.segment, w * 64 + b);
+                    let colours = (0..4).fold(0u32, |c, n| c | u32::from(cols[n]) << n);
+                    assert_eq!(pdb.at(rank(&slots[..4], colours)), key.level);
+                }
+            }
+        }
+    }
+    let last = SegKey {
+        level: per_level.len() as u8 - 1,
+        kind: Kind::Visited,
+        segment: 0,
+    };
+    assert!(store.map.contains_key(&last));
+}
