@@ -1,14 +1,19 @@
 //! Brainball (seed: `shared/seeds/brainball.md`, spec: `shared/specs/brainball.md`): distance tables built in
 //! chunks, and optimal solutions by meet in the middle.
 //!
-//! Two modes share one space so that a solve job names the table it needs by its depth alone:
+//! The modes share one space so that a job names the table it needs by its depth alone:
 //! - `table --depth D`: every position within D twists of solved with its distance. Chunks walk the twist
 //!   sequences below fixed prefixes and return sorted entry lists as artifacts; [`Job::merge_artifacts`] merges them
 //!   into the serialised [`Table`] (see [`table`] for the layout).
 //! - `solve`: positions given inline, as a batch, or as seeded random positions, solved against the depth-D table.
 //!   Each chunk solves a contiguous range of the positions. A solve job names the table job of its depth as its
 //!   input ([`Job::input`]): the engine builds that table once as a distributed job, stores it, and hands it to
-//!   every worker, which binds it to the job once ([`Job::bind_input`]) instead of rebuilding it.
+//!   every worker, which binds it to the job once ([`Job::bind_input`]) instead of rebuilding it. Every answer is
+//!   optimal, with its proof ([`solve::Proof`]; past twice the depth a pattern database bounds the search).
+//! - `census --samples N --seed S`: N uniformly random positions solved optimally, chunks of samples, a histogram
+//!   of exact counters ([`census`]).
+//! - `deep --position P --max-twists L`: one position's search split by its first twists, in rounds chained
+//!   through job inputs ([`deep`]). The glue of these two modes is in `extra.rs`, apart from the dispatch below.
 
 pub mod ball;
 pub mod census;
