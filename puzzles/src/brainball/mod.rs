@@ -1,17 +1,26 @@
 //! Brainball (seed: `shared/seeds/brainball.md`, spec: `shared/specs/brainball.md`): distance tables built in
 //! chunks, and optimal solutions by meet in the middle.
 //!
-//! Two modes share one space so that a solve job names the table it needs by its depth alone:
+//! The modes share one space so that a job names the table it needs by its depth alone:
 //! - `table --depth D`: every position within D twists of solved with its distance. Chunks walk the twist
 //!   sequences below fixed prefixes and return sorted entry lists as artifacts; [`Job::merge_artifacts`] merges them
 //!   into the serialised [`Table`] (see [`table`] for the layout).
 //! - `solve`: positions given inline, as a batch, or as seeded random positions, solved against the depth-D table.
 //!   Each chunk solves a contiguous range of the positions. A solve job names the table job of its depth as its
 //!   input ([`Job::input`]): the engine builds that table once as a distributed job, stores it, and hands it to
-//!   every worker, which binds it to the job once ([`Job::bind_input`]) instead of rebuilding it.
+//!   every worker, which binds it to the job once ([`Job::bind_inputs`]) instead of rebuilding it. Every answer is
+//!   optimal, with its proof ([`solve::Proof`]; past twice the depth a pattern database bounds the search).
+//! - `census --samples N --seed S`: N uniformly random positions solved optimally, chunks of samples, a histogram
+//!   of exact counters ([`census`]).
+//! - `deep --position P --max-twists L`: one position's search split by its first twists, in rounds chained
+//!   through job inputs ([`deep`]). The glue of these two modes is in `extra.rs`, apart from the dispatch below.
 
 pub mod ball;
+pub mod census;
+pub mod deep;
+pub mod pdb;
 pub mod prune;
+pub mod segbfs;
 pub mod solve;
 pub mod table;
 
@@ -24,6 +33,7 @@ use crate::perm::split_range;
 use crate::space::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, SpaceError};
 
 pub use ball::{Ball, Ring};
+use extra::{build_census, build_deep, refuse_other_modes_params, render_deep, Round};
 pub use solve::{solve, Move, Solution};
 pub use table::Table;
 
@@ -37,10 +47,22 @@ pub enum Mode {
     Table,
     /// Solve positions against the depth-D table.
     Solve,
+    /// Solve --samples uniformly random positions optimally; report the distance histogram and the hardest.
+    Census,
+    /// One position searched by many chunks (split by its first --split twists), up to --max-twists.
+    Deep,
 }
 
 fn default_depth() -> u8 {
     7
+}
+
+fn default_tiles() -> u8 {
+    pdb::SOLVER_TILES as u8
+}
+
+fn is_default_tiles(k: &u8) -> bool {
+    *k == default_tiles()
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
@@ -70,6 +92,22 @@ pub struct BrainballParams {
     #[arg(long, default_value_t = 0)]
     #[serde(default)]
     pub seed: u64,
+    /// census: how many uniformly random positions to solve.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    /// deep: the longest solution to look for; rounds of every shorter length of the right parity run first.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_twists: Option<u8>,
+    /// deep: twists fixed per chunk (1..=4: 13, 143, about 1,500 or 16,000 chunks; default 2).
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<u8>,
+    /// Tiles of the pattern database used past 2d (1..=6: fewer build faster and bound less).
+    #[arg(long, default_value_t = pdb::SOLVER_TILES as u8)]
+    #[serde(default = "default_tiles", skip_serializing_if = "is_default_tiles")]
+    pub pattern_tiles: u8,
 }
 
 /// Random batches larger than this are surely a typo; a million solves is hours of cluster time already.
@@ -89,6 +127,13 @@ impl SearchSpace for Brainball {
 
     fn build(params: BrainballParams) -> Result<BrainballJob, SpaceError> {
         table::check_depth(params.depth)?;
+        pdb::check_tiles(params.pattern_tiles as usize)?;
+        match params.mode {
+            Some(Mode::Census) => return build_census(params),
+            Some(Mode::Deep) => return build_deep(params),
+            _ => {}
+        }
+        refuse_other_modes_params(&params)?;
         let mut positions = Vec::new();
         for text in params.position.iter().chain(params.positions.iter()) {
             for one in text.split(';').filter(|p| !p.trim().is_empty()) {
@@ -146,20 +191,30 @@ impl SearchSpace for Brainball {
             }),
             random: params.random,
             seed: params.seed,
+            pattern_tiles: params.pattern_tiles,
+            ..BrainballParams::empty()
         };
-        Ok(BrainballJob {
-            params: canonical,
-            mode,
-            positions,
-            table: None,
-        })
+        Ok(BrainballJob::new(canonical, mode, positions))
     }
 }
 
 /// `k` uniformly random positions (every one of the 12! * 2^12 is equally likely), drawn from `seed`, each
 /// written with 13 in the last place.
 pub fn random_positions(k: usize, seed: u64) -> Vec<Ring> {
-    let mut state = seed;
+    (0..k as u64).map(|j| random_position_at(seed, j)).collect()
+}
+
+/// Draws of the generator per position: 11 swaps and one word of colours.
+const DRAWS_PER_POSITION: u64 = 12;
+
+/// Position `index` of [`random_positions`] for `seed`, drawn without the ones before it (splitmix64's state
+/// only advances by a constant per draw), so a chunk of a census draws just its own samples.
+pub fn random_position_at(seed: u64, index: u64) -> Ring {
+    let mut state = seed.wrapping_add(
+        index
+            .wrapping_mul(DRAWS_PER_POSITION)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    );
     let mut next = move || {
         // splitmix64: small, fast, and the same on every machine.
         state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -168,22 +223,18 @@ pub fn random_positions(k: usize, seed: u64) -> Vec<Ring> {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     };
-    (0..k)
-        .map(|_| {
-            let mut tiles: [i8; 13] = std::array::from_fn(|i| i as i8 + 1);
-            for i in (1..12).rev() {
-                let j = (next() % (i as u64 + 1)) as usize;
-                tiles.swap(i, j);
-            }
-            let colours = next();
-            for (i, t) in tiles[..12].iter_mut().enumerate() {
-                if colours >> i & 1 == 1 {
-                    *t = -*t;
-                }
-            }
-            Ring(tiles)
-        })
-        .collect()
+    let mut tiles: [i8; 13] = std::array::from_fn(|i| i as i8 + 1);
+    for i in (1..12).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        tiles.swap(i, j);
+    }
+    let colours = next();
+    for (i, t) in tiles[..12].iter_mut().enumerate() {
+        if colours >> i & 1 == 1 {
+            *t = -*t;
+        }
+    }
+    Ring(tiles)
 }
 
 #[derive(Debug, Clone)]
@@ -191,8 +242,12 @@ pub struct BrainballJob {
     params: BrainballParams,
     mode: Mode,
     positions: Vec<Ring>,
-    /// The depth-d table a solve job runs against, once bound (see [`Job::bind_input`]).
+    /// The depth-d table a solve job runs against, once bound (see [`Job::bind_inputs`]).
     table: Option<Arc<Table>>,
+    /// A deep job's round (see [`deep`]).
+    round: Option<Round>,
+    /// A deep round's bound input: the previous round's merged artifact (a solution, or empty for none).
+    previous: Option<Arc<Vec<u8>>>,
 }
 
 /// Chunks a solve job is split into unless asked otherwise: enough to spread a batch over many workers.
@@ -215,6 +270,10 @@ impl BrainballJob {
         match self.mode {
             Mode::Table => table::prefixes(self.params.depth).len() as u64,
             Mode::Solve => (self.positions.len() as u64).max(1),
+            Mode::Census => self.params.samples.unwrap_or(0).max(1),
+            Mode::Deep => self.round.map_or(1, |r| {
+                deep::prefixes(deep::split_len(r.split, r.level)).len() as u64
+            }),
         }
     }
 
@@ -229,29 +288,37 @@ impl BrainballJob {
         let (lo, hi) = split_range(self.positions.len() as u128, n_chunks, chunk);
         let mut out = ChunkOutput::default();
         for i in lo as usize..hi as usize {
-            let sol = solve(table, self.params.depth, self.positions[i], ctl)?;
+            let sol = solve::solve_with(
+                table,
+                self.params.pattern_tiles as usize,
+                self.params.depth,
+                self.positions[i],
+                ctl,
+            )?;
             out.nodes += sol.probes;
             out.solutions.push(encode_solution(i, &sol));
             out.count("solved", 1);
-            out.count("optimal", u128::from(sol.optimal));
+            // Every solution is proven shortest (see `solve::Proof`); the counter says so in the tally too.
+            out.count("optimal", 1);
         }
         Ok(out)
     }
 }
 
 /// A solution as one line: the zero-padded index (so sorted lines are in input order), a tab, and JSON.
-fn encode_solution(index: usize, sol: &Solution) -> String {
+pub(crate) fn encode_solution(index: usize, sol: &Solution) -> String {
     let v = json!({
         "position": sol.start.to_string(),
         "moves": sol.moves.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
         "twists": sol.twists,
-        "optimal": sol.optimal,
+        "optimal": true,
+        "proof": sol.proof.to_string(),
         "balls": sol.balls.iter().map(|b| b.to_string()).collect::<Vec<_>>(),
     });
     format!("{index:09}\t{v}")
 }
 
-fn decode_solution(line: &str) -> Result<(usize, Value), SpaceError> {
+pub(crate) fn decode_solution(line: &str) -> Result<(usize, Value), SpaceError> {
     let bad = |why: String| SpaceError::Verification(format!("solution `{line}`: {why}"));
     let (idx, body) = line
         .split_once('\t')
@@ -262,7 +329,7 @@ fn decode_solution(line: &str) -> Result<(usize, Value), SpaceError> {
 }
 
 /// Replays a reported solution from `start` and checks that it ends solved with the claimed twist count.
-fn check_solution(start: Ring, v: &Value) -> Result<(), SpaceError> {
+pub(crate) fn check_solution(start: Ring, v: &Value) -> Result<(), SpaceError> {
     let bad = |why: String| SpaceError::Verification(format!("solution for `{start}`: {why}"));
     let moves = v["moves"]
         .as_array()
@@ -308,8 +375,8 @@ impl Job for BrainballJob {
             requested,
             max,
             match self.mode {
-                Mode::Table => max,
-                Mode::Solve => DEFAULT_SOLVE_CHUNKS,
+                Mode::Table | Mode::Deep => max,
+                Mode::Solve | Mode::Census => DEFAULT_SOLVE_CHUNKS,
             },
         )?;
         Ok(Plan {
@@ -319,47 +386,26 @@ impl Job for BrainballJob {
     }
 
     fn inputs(&self) -> Vec<JobInput> {
-        if self.mode != Mode::Solve {
-            return Vec::new();
-        }
-        let Ok(table_job) = Brainball::build(BrainballParams {
-            mode: Some(Mode::Table),
-            depth: self.params.depth,
-            position: None,
-            positions: None,
-            random: None,
-            seed: 0,
-        }) else {
-            return Vec::new();
-        };
-        vec![JobInput {
-            space: Brainball::NAME.to_string(),
-            params: table_job.params(),
-        }]
+        // Every mode but the table itself reads the table of its depth; a deep round also reads the round before.
+        let table = (self.mode != Mode::Table)
+            .then(|| {
+                Brainball::build(BrainballParams {
+                    mode: Some(Mode::Table),
+                    depth: self.params.depth,
+                    ..BrainballParams::empty()
+                })
+                .ok()
+            })
+            .flatten()
+            .map(|t| JobInput {
+                space: Brainball::NAME.to_string(),
+                params: t.params(),
+            });
+        table.into_iter().chain(self.previous_round()).collect()
     }
 
     fn bind_inputs(&self, artifacts: &[&[u8]]) -> Result<Arc<dyn Job>, SpaceError> {
-        let [artifact] = artifacts else {
-            return Err(SpaceError::BadParams {
-                space: Brainball::NAME,
-                reason: format!("needs one table, {} were given", artifacts.len()),
-            });
-        };
-        let table = Table::from_bytes(artifact)?;
-        if table.depth() != self.params.depth {
-            return Err(SpaceError::BadParams {
-                space: Brainball::NAME,
-                reason: format!(
-                    "the input table has depth {}, this job needs {}",
-                    table.depth(),
-                    self.params.depth
-                ),
-            });
-        }
-        Ok(Arc::new(BrainballJob {
-            table: Some(Arc::new(table)),
-            ..self.clone()
-        }))
+        self.bind_rounds(artifacts)
     }
 
     fn run_chunk(
@@ -393,6 +439,7 @@ impl Job for BrainballJob {
                 };
                 self.solve_chunk(table, n_chunks, chunk, ctl)
             }
+            Mode::Census | Mode::Deep => self.run_extra_chunk(n_chunks, chunk, ctl),
         }
     }
 
@@ -441,6 +488,7 @@ impl Job for BrainballJob {
                     ));
                 }
             }
+            Mode::Census | Mode::Deep => self.verify_extra(n_chunks, chunk, out)?,
         }
         Ok(())
     }
@@ -449,6 +497,9 @@ impl Job for BrainballJob {
         &self,
         artifacts: &mut dyn Iterator<Item = &[u8]>,
     ) -> Result<Vec<u8>, SpaceError> {
+        if self.mode == Mode::Deep {
+            return self.merge_round(artifacts);
+        }
         if self.mode != Mode::Table {
             return Ok(Vec::new());
         }
@@ -458,6 +509,7 @@ impl Job for BrainballJob {
 
     fn result(&self, answer: &Answer) -> Value {
         match self.mode {
+            Mode::Census | Mode::Deep => self.extra_result(answer),
             Mode::Table => {
                 let depth = self.params.depth;
                 match table::summarize(&answer.artifact) {
@@ -500,6 +552,12 @@ impl Job for BrainballJob {
     fn render_text(&self, result: &Value) -> String {
         use std::fmt::Write;
         let mut s = String::new();
+        if result["mode"] == "census" {
+            return census::render(result);
+        }
+        if result["mode"] == "deep" {
+            return render_deep(result);
+        }
         if result["mode"] == "table" {
             if let Some(e) = result["error"].as_str() {
                 let _ = writeln!(s, "depth-{} table not available: {e}", result["depth"]);
@@ -528,6 +586,7 @@ impl Job for BrainballJob {
             } else {
                 "not proven optimal"
             };
+            let proof = sol["proof"].as_str().unwrap_or("");
             let moves: Vec<&str> = sol["moves"]
                 .as_array()
                 .unwrap_or(&empty)
@@ -540,6 +599,9 @@ impl Job for BrainballJob {
                 sol["twists"],
                 moves.join(" ")
             );
+            if !proof.is_empty() {
+                let _ = writeln!(s, "  proof: {proof}");
+            }
             let balls = sol["balls"].as_array().unwrap_or(&empty);
             for (i, (m, b)) in moves.iter().zip(balls).enumerate() {
                 let _ = writeln!(s, "  {:3}. {m:>4}  {}", i + 1, b.as_str().unwrap_or(""));
@@ -553,6 +615,8 @@ impl Job for BrainballJob {
         s
     }
 }
+
+mod extra;
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 //! sequences of exactly f = L - d twists from the position meets the table (the f-th position on a shortest
 //! solution is at distance d), while no shorter walk can. This is IDA* with the table as its bound (exact inside,
 //! d + 1 outside, see [`lower_bound`]): for a budget of f + d twists only the nodes at exactly f twists need a
-//! probe. Four things make it fast (measured in `benches/brainball.rs`):
+//! probe. Five things make it fast (measured in `benches/brainball.rs`):
 //! - Parity: every twist changes the parity of the arrangement, so the distance has the arrangement's parity
 //!   ([`distance_parity`]) and only every other level can meet the table. A 14-twist position is proven beyond 12
 //!   by the 5-twist level (about 0.18 M probes) instead of the 6-twist one (3.2 M).
@@ -14,17 +14,16 @@
 //! - Pruning: the walk skips sequences that a short relation makes redundant ([`crate::brainball::prune`]): 20.7 M
 //!   instead of 38.8 M sequences of 7 twists.
 //! - Probes: leaves are probed in batches whose cache misses overlap ([`Table::distance_many`]).
-//!
-//! The scan is a proof at every level, so when nothing is met within `forward` levels it goes on deeper while a
-//! level costs at most [`EXTRA_SCAN_PROBES`] probes (the answer is then still proven shortest). Past that, a greedy
-//! fallback takes over: it applies, round by round, the word (from a fixed set of short words and conjugated
-//! small-support words) that leaves the most tiles in place, probing the table every round. Its solutions are
-//! correct (they are replayed by the verifier) but not proven optimal, and are labelled so.
+//! - Beyond twice the depth: a pattern database ([`crate::brainball::pdb`]) bounds every position by where six
+//!   tiles are, read through 26 symmetric views. It skips the levels below its bound at the start, and inside a
+//!   level cuts the nodes whose remaining budget (`f - g + depth`) it exceeds, so the last levels before the
+//!   leaves (where almost all the work is) shrink. Every answer is therefore optimal, with a [`Proof`] saying why;
+//!   there is no unproven fallback.
 
-use std::collections::HashSet;
 use std::fmt;
 
 use crate::brainball::ball::{Ball, Ring, N_TWISTS, SLOTS, TILES};
+use crate::brainball::pdb::{Pdb, SOLVER_TILES};
 use crate::brainball::prune::{Pruner, DEAD};
 use crate::brainball::table::Table;
 use crate::space::{Control, SpaceError};
@@ -94,58 +93,95 @@ pub struct Solution {
     pub moves: Vec<Move>,
     /// Number of twists (plain turns are free).
     pub twists: usize,
-    /// Proven shortest (found within forward depth + table depth).
-    pub optimal: bool,
+    /// Why no shorter solution exists.
+    pub proof: Proof,
     /// The canonical ball after each move.
     pub balls: Vec<Ball>,
-    /// Positions probed in the table while searching.
+    /// Positions probed in the table or bounded by the pattern database while searching.
     pub probes: u64,
 }
 
-/// The largest level the scan walks past `forward` before the greedy fallback takes over (in unpruned twist
-/// sequences; a level costs fewer probes with pruning and usually stops early).
-const EXTRA_SCAN_PROBES: u64 = 20_000_000;
-/// Deepest level scan: the forward path is packed 4 bits a twist into a u64, and the solution length fits the
-/// 4-bit distances either way.
-const MAX_SCAN: u8 = 12;
-/// Leaves gathered before they are probed together (see [`Table::distance_many`]).
-const BATCH: usize = 256;
+/// Why a solution is shortest. Every solution this module returns carries one: there is no unproven answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Proof {
+    /// The position is in the table, which holds every position within its depth at its exact distance.
+    InTable { depth: u8 },
+    /// The forward levels `walked` (each f: every sequence of f twists, less those the pattern bound or the
+    /// relation automaton rules out) met no table position; levels of the other parity cannot meet it at
+    /// distance `depth`, and levels below the pattern bound cannot either. The last walked level met it.
+    Levels {
+        depth: u8,
+        /// The pattern database's bound on the start, rounded up to the start's parity, when it was consulted.
+        pattern_bound: Option<u8>,
+        walked: Vec<u8>,
+    },
+}
 
-/// Twist sequences of exactly `f` twists without immediate repeats: an upper bound on what one level probes.
-fn level_size(f: u8) -> u64 {
-    if f == 0 {
-        1
-    } else {
-        13 * 12u64.pow(u32::from(f) - 1)
+impl fmt::Display for Proof {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Proof::InTable { depth } => write!(f, "exact distance from the depth-{depth} table"),
+            Proof::Levels {
+                depth,
+                pattern_bound,
+                walked,
+            } => {
+                let last = walked.last().copied().unwrap_or(0);
+                let below: Vec<String> = walked[..walked.len().saturating_sub(1)]
+                    .iter()
+                    .map(|l| (l + depth).to_string())
+                    .collect();
+                write!(f, "distance parity")?;
+                if let Some(b) = pattern_bound {
+                    write!(f, ", pattern bound {b}")?;
+                }
+                if !below.is_empty() {
+                    write!(f, ", no solution of {} twists", below.join("/"))?;
+                }
+                write!(
+                    f,
+                    " (forward levels walked against the depth-{depth} table; level {last} met it)"
+                )
+            }
+        }
     }
 }
 
-/// Solves `start` with `table`, searching at most `forward` twists ahead before falling back to greedy descent.
+/// Leaves gathered before they are probed together (see [`Table::distance_many`]).
+const BATCH: usize = 256;
+/// Deepest forward level: the walk packs 4 bits a twist into a u128. No position needs more than a handful of
+/// levels past the table; the limit only turns a bug into an error instead of a silent overflow.
+pub const MAX_LEVEL: u8 = 30;
+
+/// Solves `start` optimally with `table`, and the 6-tile pattern database ([`Pdb::for_tiles`]) once the walk goes past
+/// `forward` levels (built on first use, so positions within `forward + depth` twists never wait for it).
 pub fn solve(
     table: &Table,
     forward: u8,
     start: Ring,
     ctl: &Control,
 ) -> Result<Solution, SpaceError> {
+    solve_with(table, SOLVER_TILES, forward, start, ctl)
+}
+
+/// [`solve`] with the pattern database of tiles 1..`pattern_tiles` (smaller ones build faster, bound less).
+pub fn solve_with(
+    table: &Table,
+    pattern_tiles: usize,
+    forward: u8,
+    start: Ring,
+    ctl: &Control,
+) -> Result<Solution, SpaceError> {
     let ball = start.canonical();
     let mut probes = 0;
-    // The level scan stays a proof of optimality past `forward` levels; only its cost grows (~11x a level).
-    let mut reach = forward.min(MAX_SCAN);
-    while reach < MAX_SCAN && level_size(reach + 1) <= EXTRA_SCAN_PROBES {
-        reach += 1;
-    }
-    let found = shortest(table, reach, ball, ctl, &mut probes)?;
-    let (path, optimal) = match found {
-        Some(path) => (path, true),
-        None => (greedy(table, forward, ball, ctl, &mut probes)?, false),
-    };
-    let mut sol = to_moves(start, &path, optimal);
+    let (path, proof) = shortest(table, pattern_tiles, forward, ball, ctl, &mut probes)?;
+    let mut sol = to_moves(start, &path, proof);
     sol.probes = probes;
     Ok(sol)
 }
 
 /// Canonical twists from `ball` down to solved, if the table holds `ball`.
-fn descend(table: &Table, mut ball: Ball) -> Option<Vec<u8>> {
+pub fn descend(table: &Table, mut ball: Ball) -> Option<Vec<u8>> {
     let mut d = table.distance(ball)?;
     let mut path = Vec::with_capacity(d as usize);
     while d > 0 {
@@ -159,38 +195,93 @@ fn descend(table: &Table, mut ball: Ball) -> Option<Vec<u8>> {
 
 /// An admissible bound on the distance of `ball` from solved, from the table alone: exact inside it, and one more
 /// than its depth outside (the table holds every position within its depth). The scan below is IDA* with this
-/// bound: with a budget of `f + depth` twists, a node at `g < f` twists from the start passes on the bound
-/// alone (`g + depth + 1 <= f + depth`), so only the nodes at exactly `f` twists need a probe.
+/// bound and the pattern database's: with a budget of `f + depth` twists, a node at `g < f` twists from the start
+/// passes on the table's bound alone (`g + depth + 1 <= f + depth`), so only the nodes at exactly `f` twists need
+/// a probe, and the pattern bound cuts the nodes whose budget `f - g + depth` it exceeds.
 pub fn lower_bound(table: &Table, ball: Ball) -> u8 {
     table.distance(ball).unwrap_or(table.depth() + 1)
+}
+
+/// What walking one level below some prefixes found.
+#[derive(Debug, Default)]
+pub struct Level {
+    /// The first solution met in walk order (the forward twists then the table's descent): one of exactly
+    /// `f + depth` twists.
+    pub hit: Option<Vec<u8>>,
+    /// Table probes.
+    pub probes: u64,
+    /// Nodes the pattern database was asked about, and those it cut.
+    pub bounded: u64,
+    pub pruned: u64,
 }
 
 /// One level of the forward scan: walks the pruned twist sequences of exactly `f` twists from the start and
 /// probes their ends in batches, stopping at the first end the table holds.
 struct Scan<'a> {
     table: &'a Table,
+    pdb: Option<&'a Pdb>,
     pruner: &'a Pruner,
     ctl: &'a Control,
     /// The twists walked so far, 4 bits each, the first in the lowest bits.
-    path: u64,
+    path: u128,
     leaves: Vec<Ball>,
-    paths: Vec<u64>,
+    paths: Vec<u128>,
     dist: Vec<Option<u8>>,
     /// The first end met (its packed path and position), in walk order.
-    hit: Option<(u64, Ball)>,
+    hit: Option<(u128, Ball)>,
     unreported: u64,
     probes: u64,
+    bounded: u64,
+    pruned: u64,
 }
 
-impl Scan<'_> {
+impl<'a> Scan<'a> {
+    fn new(table: &'a Table, pdb: Option<&'a Pdb>, ctl: &'a Control) -> Scan<'a> {
+        Scan {
+            table,
+            pdb,
+            pruner: Pruner::get(),
+            ctl,
+            path: 0,
+            leaves: Vec::with_capacity(BATCH),
+            paths: Vec::with_capacity(BATCH),
+            dist: Vec::with_capacity(BATCH),
+            hit: None,
+            unreported: 0,
+            probes: 0,
+            bounded: 0,
+            pruned: 0,
+        }
+    }
+
+    /// Can the pattern bound prove that `ball` needs more than `left + depth` twists?
+    #[inline]
+    fn cut(&mut self, ball: Ball, left: u8) -> bool {
+        let Some(pdb) = self.pdb else {
+            return false;
+        };
+        let budget = left + self.table.depth();
+        if budget >= pdb.max() {
+            return false;
+        }
+        self.bounded += 1;
+        self.unreported += 1;
+        let cut = pdb.exceeds(ball, budget);
+        self.pruned += u64::from(cut);
+        cut
+    }
+
     /// Walks below `ball` (reached by `g` twists, automaton state `state`) to `left` more twists. Returns true once
     /// a hit is found, to unwind.
     fn walk(&mut self, ball: Ball, state: u32, g: u32, left: u8) -> Result<bool, SpaceError> {
+        if self.cut(ball, left) {
+            return Ok(false);
+        }
         if left == 1 {
             for t in 0..N_TWISTS {
                 if self.pruner.step(state, t) != DEAD {
                     self.leaves.push(ball.twist(t));
-                    self.paths.push(self.path | (t as u64) << (4 * g));
+                    self.paths.push(self.path | (t as u128) << (4 * g));
                 }
             }
             if self.leaves.len() + N_TWISTS > BATCH {
@@ -203,7 +294,7 @@ impl Scan<'_> {
             if next == DEAD {
                 continue;
             }
-            self.path |= (t as u64) << (4 * g);
+            self.path |= (t as u128) << (4 * g);
             let stop = self.walk(ball.twist(t), next, g + 1, left - 1)?;
             self.path &= !(15 << (4 * g));
             if stop {
@@ -233,83 +324,152 @@ impl Scan<'_> {
     }
 }
 
-/// The proven shortest canonical twist sequence, if the position is within `forward + depth` twists.
+/// Walks forward level `f` from `ball` below each of `prefixes` in turn (sequences of at most `f` twists; the
+/// empty prefix is the whole level), stopping at the first sequence whose end the table holds. Prefixes that
+/// the relation automaton rules out are skipped: their positions are reached by the sequences it keeps, under
+/// some other prefix of the same length.
 ///
-/// Level f (f = 1, 2, ...) walks the sequences of exactly f twists. If level f is the first with an end in the
-/// table, every end it meets is at distance exactly `depth` and the shortest solution has `f + depth` twists:
-/// a shorter one would have met the table at an earlier level (its position `L - depth` twists in is at distance
-/// `depth`), and any end met gives a solution of at most `f + depth`. So the first end met is enough: the full
-/// level is only walked to prove there is none.
-fn shortest(
+/// Without a hit, no solution of `f + depth` twists starts with any of the prefixes (the automaton keeps the
+/// shortlex-least word of every position, see [`crate::brainball::prune`], and the pattern bound is admissible).
+pub fn walk_level(
     table: &Table,
-    forward: u8,
+    pdb: Option<&Pdb>,
     ball: Ball,
+    prefixes: &[Vec<u8>],
+    f: u8,
     ctl: &Control,
-    probes: &mut u64,
-) -> Result<Option<Vec<u8>>, SpaceError> {
-    *probes += 1;
-    if let Some(path) = descend(table, ball) {
-        return Ok(Some(path));
+) -> Result<Level, SpaceError> {
+    if f == 0 || f > MAX_LEVEL {
+        return Err(SpaceError::InvalidParam {
+            name: "level",
+            reason: format!("forward level {f} is outside 1..={MAX_LEVEL}"),
+        });
     }
-    let mut scan = Scan {
-        table,
-        pruner: Pruner::get(),
-        ctl,
-        path: 0,
-        leaves: Vec::with_capacity(BATCH),
-        paths: Vec::with_capacity(BATCH),
-        dist: Vec::with_capacity(BATCH),
-        hit: None,
-        unreported: 0,
-        probes: 0,
-    };
-    // Distances have the parity of the arrangement (see [`distance_parity`]), so only the levels whose meets
-    // have that parity can hit: the others would meet the table at distance `depth - 1` or less, which the level
-    // before them already rules out.
-    let parity = distance_parity(ball);
-    let mut result = None;
-    for f in (1..=forward.min(MAX_SCAN)).filter(|f| (f + table.depth()) % 2 == parity) {
-        if !scan.walk(ball, Pruner::START, 0, f)? {
-            scan.flush()?;
+    let mut scan = Scan::new(table, pdb, ctl);
+    'prefixes: for prefix in prefixes {
+        if prefix.len() > f as usize {
+            return Err(SpaceError::InvalidParam {
+                name: "level",
+                reason: format!(
+                    "a prefix of {} twists is longer than level {f}",
+                    prefix.len()
+                ),
+            });
         }
-        if let Some((packed, meet)) = scan.hit.take() {
+        let (mut b, mut state) = (ball, Pruner::START);
+        scan.path = 0;
+        for (g, &t) in prefix.iter().enumerate() {
+            if t as usize >= N_TWISTS || scan.cut(b, f - g as u8) {
+                continue 'prefixes;
+            }
+            state = scan.pruner.step(state, t as usize);
+            if state == DEAD {
+                continue 'prefixes;
+            }
+            b = b.twist(t as usize);
+            scan.path |= u128::from(t) << (4 * g);
+        }
+        let left = f - prefix.len() as u8;
+        let stop = if left == 0 {
+            scan.leaves.push(b);
+            scan.paths.push(scan.path);
+            scan.flush()?
+        } else {
+            scan.walk(b, state, prefix.len() as u32, left)?
+        };
+        if stop {
+            break;
+        }
+    }
+    if scan.hit.is_none() {
+        scan.flush()?;
+    }
+    ctl.add_nodes(scan.unreported);
+    let hit = match scan.hit {
+        Some((packed, meet)) => {
             let mut path: Vec<u8> = (0..f).map(|i| (packed >> (4 * i) & 15) as u8).collect();
             let rest = descend(table, meet).ok_or_else(|| {
                 SpaceError::Verification("the table has a gap: it is not complete".into())
             })?;
             path.extend(rest);
-            result = Some(path);
-            break;
+            Some(path)
+        }
+        None => None,
+    };
+    Ok(Level {
+        hit,
+        probes: scan.probes,
+        bounded: scan.bounded,
+        pruned: scan.pruned,
+    })
+}
+
+/// The first forward level worth walking for `ball`: the lowest f >= 1 with `f + depth` of the distance's parity
+/// and, with a pattern database, `f + depth` at least its bound. Also the bound used, rounded up to the parity.
+pub fn first_level(depth: u8, pdb: Option<&Pdb>, ball: Ball) -> (u8, Option<u8>) {
+    let parity = distance_parity(ball);
+    let mut f = if (1 + depth) % 2 == parity { 1 } else { 2 };
+    let bound = pdb.map(|p| {
+        let h = p.bound(ball);
+        h + u8::from(h % 2 != parity)
+    });
+    if let Some(h) = bound {
+        if h > f + depth {
+            f = h - depth;
         }
     }
-    ctl.add_nodes(scan.unreported);
-    *probes += scan.probes;
-    Ok(result)
+    (f, bound)
 }
 
-/// Slots that already hold their solved tile in its solved colour.
-fn correct_slots(ball: Ball) -> u32 {
-    let diff = ball.0 ^ Ball::SOLVED.0;
-    (0..SLOTS).filter(|&s| (diff >> (5 * s)) & 31 == 0).count() as u32
-}
-
-/// Progress measure of the greedy fallback: two points for a tile in place in its colour, one for a tile in
-/// place showing the other colour, and three for an even arrangement of the tiles.
+/// The proven shortest canonical twist sequence and its proof.
 ///
-/// The half points matter because fixing a pair often takes a word that turns tiles over plus single turns.
-/// The parity bonus matters because short small-support words are flips and 3-cycles (even); a position left
-/// with two tiles swapped is odd and needs a step that looks like a loss (an odd 4-cycle leaving a 3-cycle)
-/// before a 3-cycle finishes it.
-fn progress(ball: Ball) -> u32 {
-    let diff = ball.0 ^ Ball::SOLVED.0;
-    let placed: u32 = (0..SLOTS)
-        .map(|s| match (diff >> (5 * s)) & 31 {
-            0 => 2,
-            1 => 1,
-            _ => 0,
-        })
-        .sum();
-    placed + if is_even(ball) { 3 } else { 0 }
+/// Level f walks the sequences of exactly f twists. If level f is the first with an end in the table, every end it
+/// meets is at distance exactly `depth` and the shortest solution has `f + depth` twists: a shorter one would have
+/// met the table at an earlier level (its position `L - depth` twists in is at distance `depth`), and any end met
+/// gives a solution of at most `f + depth`. So the first end met is enough: the full level is only walked to prove
+/// there is none. Distances have the arrangement's parity ([`distance_parity`]), so only every other level can
+/// meet the table. Past `forward` levels, the pattern database skips the levels below its bound and cuts the
+/// nodes whose remaining budget it exceeds (IDA* with the table as an exact bound at the leaves).
+fn shortest(
+    table: &Table,
+    pattern_tiles: usize,
+    forward: u8,
+    ball: Ball,
+    ctl: &Control,
+    probes: &mut u64,
+) -> Result<(Vec<u8>, Proof), SpaceError> {
+    let depth = table.depth();
+    *probes += 1;
+    if let Some(path) = descend(table, ball) {
+        return Ok((path, Proof::InTable { depth }));
+    }
+    let (mut f, _) = first_level(depth, None, ball);
+    let mut walked = Vec::new();
+    let mut pattern: Option<&Pdb> = None;
+    let mut pattern_bound = None;
+    loop {
+        if f > forward && pattern.is_none() {
+            let p = Pdb::for_tiles(pattern_tiles)?;
+            let (from, bound) = first_level(depth, Some(p), ball);
+            f = f.max(from);
+            pattern = Some(p);
+            pattern_bound = bound;
+        }
+        let level = walk_level(table, pattern, ball, &[Vec::new()], f, ctl)?;
+        *probes += level.probes + level.bounded;
+        walked.push(f);
+        if let Some(path) = level.hit {
+            return Ok((
+                path,
+                Proof::Levels {
+                    depth,
+                    pattern_bound,
+                    walked,
+                },
+            ));
+        }
+        f += 2;
+    }
 }
 
 /// The parity of every twist sequence from `ball` to solved: 0 if even, 1 if odd.
@@ -340,139 +500,9 @@ fn is_even(ball: Ball) -> bool {
     transpositions.is_multiple_of(2)
 }
 
-/// The effect of `effect` (a word's result on solved, read as a signed slot map) applied to `ball`.
-#[inline]
-fn compose(ball: Ball, effect: Ball) -> Ball {
-    let mut out = 0u64;
-    for dst in 0..SLOTS {
-        let shift = 5 * (SLOTS - 1 - dst) as u32;
-        let e = (effect.0 >> shift) & 31;
-        let src_shift = 5 * (SLOTS - 1 - (e >> 1) as usize) as u32;
-        out |= (((ball.0 >> src_shift) & 31) ^ (e & 1)) << shift;
-    }
-    Ball(out)
-}
-
-/// Words the greedy fallback chooses from, each with its effect: every word of up to [`PLAIN_WORDS`] twists, and
-/// the conjugates `S M S` (twists are involutions, so S reversed undoes S) of the words of up to
-/// [`SMALL_WORDS`] twists that move or turn at most [`SMALL_SUPPORT`] tiles, with setups S of up to
-/// [`SETUP_WORDS`] twists. Small-support words are what lets the greedy fix the last few tiles without undoing
-/// the others; they are found here, not written in, so they are right by construction.
-struct Macros {
-    list: Vec<(Ball, Vec<u8>)>,
-}
-
-const PLAIN_WORDS: usize = 3;
-const SMALL_WORDS: usize = 6;
-const SMALL_SUPPORT: u32 = 4;
-const SETUP_WORDS: usize = 2;
-
-fn words(max_len: usize, mut f: impl FnMut(Ball, &[u8])) {
-    fn rec(ball: Ball, word: &mut Vec<u8>, max_len: usize, f: &mut impl FnMut(Ball, &[u8])) {
-        if !word.is_empty() {
-            f(ball, word);
-        }
-        if word.len() == max_len {
-            return;
-        }
-        for t in 0..N_TWISTS as u8 {
-            if word.last() != Some(&t) {
-                word.push(t);
-                rec(ball.twist(t as usize), word, max_len, f);
-                word.pop();
-            }
-        }
-    }
-    rec(Ball::SOLVED, &mut Vec::new(), max_len, &mut f);
-}
-
-impl Macros {
-    fn get() -> &'static Macros {
-        static MACROS: std::sync::OnceLock<Macros> = std::sync::OnceLock::new();
-        MACROS.get_or_init(Macros::build)
-    }
-
-    fn build() -> Macros {
-        let mut best: std::collections::HashMap<Ball, Vec<u8>> = std::collections::HashMap::new();
-        let mut keep = |effect: Ball, word: &[u8]| {
-            if effect != Ball::SOLVED && best.get(&effect).is_none_or(|w| w.len() > word.len()) {
-                best.insert(effect, word.to_vec());
-            }
-        };
-        words(PLAIN_WORDS, &mut keep);
-        let mut small = Vec::new();
-        words(SMALL_WORDS, |effect, word| {
-            if effect != Ball::SOLVED && SLOTS as u32 - correct_slots(effect) <= SMALL_SUPPORT {
-                small.push(word.to_vec());
-            }
-        });
-        let mut setups = vec![Vec::new()];
-        words(SETUP_WORDS, |_, w| setups.push(w.to_vec()));
-        for m in &small {
-            for s in &setups {
-                let word: Vec<u8> = s.iter().chain(m).chain(s.iter().rev()).copied().collect();
-                let effect = word.iter().fold(Ball::SOLVED, |b, &t| b.twist(t as usize));
-                keep(effect, &word);
-            }
-        }
-        let mut list: Vec<(Ball, Vec<u8>)> = best.into_iter().collect();
-        // A fixed order keeps the fallback deterministic (the map's order is not).
-        list.sort_unstable_by(|a, b| a.1.len().cmp(&b.1.len()).then(a.0.cmp(&b.0)));
-        Macros { list }
-    }
-}
-
-/// Rounds before the fallback gives up; each round fixes at least one tile in all cases seen in testing.
-const GREEDY_ROUNDS: usize = 200;
-
-/// A correct but not necessarily shortest sequence for positions beyond the table's reach: repeatedly apply the
-/// macro that leaves the most tiles in place (never revisiting a position), until the table is within reach.
-fn greedy(
-    table: &Table,
-    forward: u8,
-    ball: Ball,
-    ctl: &Control,
-    probes: &mut u64,
-) -> Result<Vec<u8>, SpaceError> {
-    let macros = Macros::get();
-    let look = forward.min(2);
-    let mut seen = HashSet::new();
-    let mut path = Vec::new();
-    let mut cur = ball;
-    seen.insert(cur);
-    for _ in 0..GREEDY_ROUNDS {
-        if let Some(rest) = shortest(table, look, cur, ctl, probes)? {
-            path.extend(rest);
-            return Ok(path);
-        }
-        let mut best: Option<(u32, usize, Ball)> = None;
-        for (i, (effect, word)) in macros.list.iter().enumerate() {
-            let next = compose(cur, *effect);
-            let c = progress(next);
-            if best.is_none_or(|(bc, bi, _)| {
-                c > bc || (c == bc && word.len() < macros.list[bi].1.len())
-            }) && !seen.contains(&next)
-            {
-                best = Some((c, i, next));
-            }
-        }
-        ctl.checkpoint(macros.list.len() as u64)?;
-        *probes += macros.list.len() as u64;
-        let Some((_, i, next)) = best else {
-            break;
-        };
-        path.extend_from_slice(&macros.list[i].1);
-        cur = next;
-        seen.insert(cur);
-    }
-    Err(SpaceError::Verification(format!(
-        "no solution found for {ball} within {GREEDY_ROUNDS} greedy rounds"
-    )))
-}
-
 /// Turns canonical twists into physical moves from the ring as given, plus a final turn that brings tile 1 to
 /// position 0.
-fn to_moves(start: Ring, path: &[u8], optimal: bool) -> Solution {
+pub(crate) fn to_moves(start: Ring, path: &[u8], proof: Proof) -> Solution {
     let mut ring = start;
     let mut moves = Vec::with_capacity(path.len() + 1);
     let mut balls = Vec::with_capacity(path.len() + 1);
@@ -500,7 +530,7 @@ fn to_moves(start: Ring, path: &[u8], optimal: bool) -> Solution {
         start,
         twists: path.len(),
         moves,
-        optimal,
+        proof,
         balls,
         probes: 0,
     }

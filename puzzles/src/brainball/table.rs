@@ -428,7 +428,7 @@ impl Table {
 
 /// Asks the cache for the line holding `x` without waiting for it (a hint: never faults, changes no state).
 #[inline(always)]
-fn prefetch<T>(x: &T) {
+pub(crate) fn prefetch<T>(x: &T) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

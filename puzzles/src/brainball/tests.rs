@@ -222,7 +222,17 @@ fn solver_never_needs_more_than_the_scramble_and_matches_bfs_up_to_five() {
             let (end, twists) = solve::replay(start, &sol.moves);
             assert_eq!(end.canonical(), Ball::SOLVED, "{start}: {:?}", sol.moves);
             assert_eq!(twists, sol.twists);
-            assert!(sol.optimal, "{start} is within 2d");
+            assert!(
+                matches!(
+                    sol.proof,
+                    solve::Proof::InTable { .. }
+                        | solve::Proof::Levels {
+                            pattern_bound: None,
+                            ..
+                        }
+                ),
+                "{start} is within 2d"
+            );
             assert!(
                 sol.twists <= k,
                 "{start}: {} twists for a {k}-twist scramble",
@@ -322,36 +332,11 @@ fn the_headline_position_needs_ten_twists() {
     let start = Ring::parse(HEADLINE).unwrap();
     let sol = solve(&table, 5, start, &Control::new()).unwrap();
     assert_eq!(sol.twists, 10);
-    assert!(sol.optimal);
     assert_eq!(solve::replay(start, &sol.moves).0.canonical(), Ball::SOLVED);
     assert_eq!(sol.balls.last().copied(), Some(Ball::SOLVED));
     // The final plain turn leaves tile 1 at position 0, as the ring was read.
     let end = solve::replay(start, &sol.moves).0;
     assert_eq!(end.0[0].unsigned_abs(), 1);
-}
-
-#[test]
-fn beyond_twice_the_depth_the_solution_is_correct_and_labelled() {
-    let table = small_table(2);
-    let ctl = Control::new();
-    let mut fallback = 0;
-    for seed in 0..20u64 {
-        let start = scramble(seed, 9);
-        let sol = solve(&table, 2, start, &ctl).unwrap();
-        assert_eq!(
-            solve::replay(start, &sol.moves).0.canonical(),
-            Ball::SOLVED,
-            "{start}"
-        );
-        if !sol.optimal {
-            fallback += 1;
-            assert!(sol.twists > 4);
-        }
-    }
-    assert!(
-        fallback > 0,
-        "9-twist scrambles are beyond a depth-2 table's reach"
-    );
 }
 
 #[test]
@@ -507,7 +492,7 @@ fn depth_seven_table_holds_the_seeds_21102966_positions() {
     let t = small_table(7);
     assert_eq!(t.len(), 21_102_966);
     let sol = solve(&t, 7, Ring::parse(HEADLINE).unwrap(), &Control::new()).unwrap();
-    assert_eq!((sol.twists, sol.optimal), (10, true));
+    assert_eq!(sol.twists, 10);
 }
 
 proptest! {
@@ -547,8 +532,329 @@ fn random_positions_are_solved_optimally_with_the_depth_seven_table() {
     let ctl = Control::new();
     for ring in random_positions(40, 7) {
         let sol = solve(&t, 7, ring, &ctl).unwrap();
-        assert!(sol.optimal, "{ring}");
         assert!((9..=14).contains(&sol.twists), "{ring}: {}", sol.twists);
         assert_eq!(solve::replay(ring, &sol.moves).0.canonical(), Ball::SOLVED);
     }
+}
+
+/// A pattern database small enough for debug builds: tiles 1..4, 190,080 patterns.
+fn small_pdb() -> &'static super::pdb::Pdb {
+    super::pdb::Pdb::for_tiles(4).unwrap()
+}
+
+#[test]
+fn pattern_bounds_never_overestimate_and_inverses_keep_the_distance() {
+    use super::pdb::{inverse, patterns};
+    let pdb = small_pdb();
+    assert_eq!(pdb.len(), patterns(4));
+    assert_eq!(pdb.histogram().iter().sum::<u64>(), patterns(4) as u64);
+    assert_eq!(pdb.bound(Ball::SOLVED), 0);
+    let by_bfs = bfs(5);
+    let mut tight = 0;
+    for (b, d) in &by_bfs {
+        let h = pdb.bound(*b);
+        assert!(h <= *d, "{b}: pattern bound {h} above the distance {d}");
+        tight += usize::from(h == *d);
+        assert_eq!(inverse(inverse(*b)), *b);
+        assert_eq!(
+            by_bfs.get(&inverse(*b)),
+            Some(d),
+            "{b}: its inverse is elsewhere"
+        );
+    }
+    // The views are what make the bound useful: most positions this close are bounded exactly.
+    assert!(tight * 2 > by_bfs.len(), "{tight} of {}", by_bfs.len());
+}
+
+#[test]
+fn searches_past_twice_the_depth_match_breadth_first_distances() {
+    // A depth-1 table and the pattern database from the first level: every answer beyond 2 twists comes from
+    // the pruned IDA* levels, and must be the BFS distance exactly.
+    let table = small_table(1);
+    let by_bfs = bfs(5);
+    let ctl = Control::new();
+    let mut sample: Vec<(&Ball, &u8)> = by_bfs.iter().collect();
+    sample.sort();
+    let mut per_distance = [0usize; 6];
+    for (b, d) in sample.into_iter().step_by(53) {
+        let start = b.ring();
+        let sol = solve::solve_with(&table, small_pdb().tiles(), 0, start, &ctl).unwrap();
+        assert_eq!(sol.twists, *d as usize, "{b}");
+        assert_eq!(solve::replay(start, &sol.moves).0.canonical(), Ball::SOLVED);
+        per_distance[*d as usize] += 1;
+    }
+    assert!(per_distance[5] > 100, "{per_distance:?}");
+    // Scrambles of up to 9 twists: never longer than the scramble, and of the arrangement's parity.
+    let table = small_table(3);
+    for seed in 0..12u64 {
+        let start = scramble(seed, 9);
+        let sol = solve::solve_with(&table, small_pdb().tiles(), 1, start, &ctl).unwrap();
+        assert!(sol.twists <= 9, "{start}: {}", sol.twists);
+        assert_eq!(
+            solve::distance_parity(start.canonical()) as usize,
+            sol.twists % 2
+        );
+        assert_eq!(solve::replay(start, &sol.moves).0.canonical(), Ball::SOLVED);
+        assert!(
+            sol.proof.to_string().contains("pattern bound"),
+            "{}",
+            sol.proof
+        );
+    }
+}
+
+/// The spec's hard case: the ring in reverse order needs 16 twists (the pattern database takes about 20 s to
+/// build, the table 4 s, the search under 2 s): `cargo test -p sweep-puzzles --release brainball -- --ignored`.
+#[test]
+#[ignore]
+fn the_reversed_ring_needs_sixteen_twists() {
+    let t = small_table(7);
+    let ring = Ring::parse("13 12 11 10 9 8 7 6 5 4 3 2 1").unwrap();
+    let sol = solve(&t, 7, ring, &Control::new()).unwrap();
+    assert_eq!(sol.twists, 16, "{}", sol.proof);
+    assert_eq!(solve::replay(ring, &sol.moves).0.canonical(), Ball::SOLVED);
+}
+
+/// The job with every input bound, as the engine does for a DAG: each input job (itself bound first) is run and
+/// merged, and the artifacts are handed over in order.
+fn bound_all(job: std::sync::Arc<dyn Job>, chunks: Option<u64>) -> std::sync::Arc<dyn Job> {
+    let inputs = job.inputs();
+    if inputs.is_empty() {
+        return job;
+    }
+    let artifacts: Vec<Vec<u8>> = inputs
+        .iter()
+        .map(|inp| {
+            let j = crate::registry::job_from_params(&inp.space, &inp.params).unwrap();
+            let j = bound_all(j, chunks);
+            run_all_with(j.as_ref(), chunks).artifact
+        })
+        .collect();
+    let refs: Vec<&[u8]> = artifacts.iter().map(Vec::as_slice).collect();
+    job.bind_inputs(&refs).unwrap()
+}
+
+fn run_all_with(job: &dyn Job, chunks: Option<u64>) -> Answer {
+    let n = job.plan(None).unwrap().n_chunks;
+    let n = chunks.map_or(n, |c| c.min(n));
+    let ctl = Control::new();
+    let outs: Vec<ChunkOutput> = (0..n)
+        .map(|c| {
+            let out = job.run_chunk(n, c, &ctl).unwrap();
+            job.verify(n, c, &out).unwrap();
+            out
+        })
+        .collect();
+    let mut answer = Answer::from_outputs(&outs);
+    let mut it = outs.iter().map(|o| o.artifact.as_slice());
+    answer.artifact = job.merge_artifacts(&mut it).unwrap();
+    answer
+}
+
+#[test]
+fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances() {
+    let by_bfs = bfs(5);
+    let mut far: Vec<Ball> = by_bfs
+        .iter()
+        .filter(|(_, d)| **d == 5)
+        .map(|(b, _)| *b)
+        .collect();
+    far.sort();
+    for b in far.iter().step_by(far.len() / 3).take(3) {
+        let text = b.ring().to_string();
+        let args = [
+            "deep",
+            "--position",
+            &text,
+            "--depth",
+            "1",
+            "--pattern-tiles",
+            "4",
+            "--max-twists",
+            "8",
+        ];
+        let job = job(&args);
+        // Round for 7 twists (8 has the wrong parity): it reads the table and the rounds for 5 and 3.
+        assert_eq!(job.params()["max_twists"], json!(7));
+        assert_eq!(job.inputs().len(), 2);
+        let mut results = Vec::new();
+        for chunks in [Some(1), Some(5), None] {
+            let bound = bound_all(job.clone(), chunks);
+            let answer = run_all_with(bound.as_ref(), chunks);
+            let r = job.result(&answer);
+            assert_eq!(r["found"], json!(true), "{r}");
+            assert_eq!(r["twists"], json!(5), "{text}: {r}");
+            let moves: Vec<Move> = r["moves"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| Move::parse(m.as_str().unwrap()).unwrap())
+                .collect();
+            assert_eq!(solve::replay(b.ring(), &moves).0.canonical(), Ball::SOLVED);
+            assert!(job.render_text(&r).contains("5 twists (optimal)"));
+            results.push(answer.artifact);
+        }
+        // The merge keeps the first solution in chunk order: the same however the round is split.
+        assert!(results.windows(2).all(|w| w[0] == w[1]));
+    }
+    // A bound below the distance is answered as such, not with a longer solution.
+    let text = far[0].ring().to_string();
+    let job = job(&[
+        "deep",
+        "--position",
+        &text,
+        "--depth",
+        "1",
+        "--pattern-tiles",
+        "4",
+        "--max-twists",
+        "3",
+    ]);
+    let answer = run_all_with(bound_all(job.clone(), None).as_ref(), None);
+    let r = job.result(&answer);
+    assert_eq!(r["found"], json!(false));
+    assert!(job.render_text(&r).contains("no solution within 3 twists"));
+}
+
+#[test]
+fn census_and_deep_parameters_are_checked() {
+    let space = crate::registry::lookup("brainball").unwrap();
+    let err = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        space.parse_args(&args).unwrap_err().to_string()
+    };
+    assert!(err(&["census"]).contains("--samples"));
+    assert!(err(&["census", "--samples", "0"]).contains("samples"));
+    assert!(err(&["census", "--samples", "5", "--position", HEADLINE]).contains("position"));
+    assert!(err(&["solve", "--position", HEADLINE, "--samples", "3"]).contains("census"));
+    assert!(err(&["deep", "--max-twists", "16"]).contains("exactly one --position"));
+    assert!(err(&["deep", "--position", HEADLINE]).contains("--max-twists"));
+    assert!(err(&[
+        "deep",
+        "--position",
+        HEADLINE,
+        "--max-twists",
+        "16",
+        "--split",
+        "9"
+    ])
+    .contains("split"));
+    assert!(
+        err(&["solve", "--position", HEADLINE, "--pattern-tiles", "9"]).contains("pattern-tiles")
+    );
+    let j = job(&["census", "--samples", "1000", "--seed", "4"]);
+    assert_eq!(j.plan(None).unwrap().n_chunks, 256);
+    assert_eq!(j.inputs().len(), 1);
+    let again = crate::registry::job_from_params("brainball", &j.params()).unwrap();
+    assert_eq!(again.params(), j.params());
+}
+
+#[test]
+fn random_draws_can_start_anywhere_in_the_stream() {
+    let all = random_positions(50, 99);
+    for (j, r) in all.iter().enumerate() {
+        assert_eq!(*r, random_position_at(99, j as u64));
+    }
+}
+
+#[test]
+fn census_chunks_are_checked_and_summed_into_intervals() {
+    use super::census::{self, counter};
+    // Random positions lie far beyond a small table, and solving them is slow in a debug build, so the real
+    // kernel runs in the ignored test below; here the verifier and the merge are checked on outputs by hand.
+    let seed = 3;
+    let mut out = ChunkOutput::default();
+    out.count(&counter(12), 2);
+    assert!(
+        census::verify(seed, 10, 5, 0, &out).is_err(),
+        "no hardest listed"
+    );
+    out.count(&counter(12), 1);
+    assert!(
+        census::verify(seed, 10, 5, 0, &out).is_err(),
+        "3 counted for 2 samples"
+    );
+    let mut bad = ChunkOutput::default();
+    bad.count("x", 2);
+    assert!(census::verify(seed, 10, 5, 0, &bad).is_err());
+    let (lo, hi) = census::wilson(0, 100);
+    assert!(lo < 1e-12 && (0.03..0.04).contains(&hi), "{lo} {hi}");
+    let (lo, hi) = census::wilson(50, 100);
+    assert!((0.40..0.41).contains(&lo) && (0.59..0.60).contains(&hi));
+    let mut a = Answer::default();
+    a.tally.counters.insert(counter(12), 30);
+    a.tally.counters.insert(counter(13), 70);
+    let r = census::result(7, seed, 100, &a);
+    assert_eq!(r["diameter_at_least"], json!(13));
+    assert!((r["mean"].as_f64().unwrap() - 12.7).abs() < 1e-9);
+    assert!(census::render(&r).contains("diameter at least 13"));
+}
+
+/// A real census against the depth-7 table: `cargo test -p sweep-puzzles --release brainball -- --ignored`
+/// (about 30 s: the table, the pattern database and 20 optimal solves).
+#[test]
+#[ignore]
+fn a_small_census_solves_every_sample_optimally() {
+    let job = job(&["census", "--samples", "20", "--seed", "1"]);
+    let bound = bound(job.clone());
+    let answer = run_all_with(bound.as_ref(), Some(4));
+    let r = job.result(&answer);
+    assert_eq!(r["solved"], json!(20));
+    let hist = r["histogram"].as_array().unwrap();
+    let total: u64 = hist.iter().map(|h| h["count"].as_u64().unwrap()).sum();
+    assert_eq!(total, 20);
+    assert!(!r["hardest"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn segmented_breadth_first_search_matches_the_in_memory_one() {
+    use super::pdb::{rank, Pdb};
+    use super::segbfs::{expand, start, Kind, Layout, MemStore, SegKey};
+    let layout = Layout::new(4, 2).unwrap();
+    assert_eq!(
+        layout.segments() as usize * layout.segment_len(),
+        super::pdb::patterns(4)
+    );
+    let pdb = Pdb::for_tiles(4).unwrap();
+    let mut store = MemStore::default();
+    let ctl = Control::new();
+    start(&layout, &mut store).unwrap();
+    let mut per_level = vec![1u64];
+    let n = layout.segments();
+    for level in 0u8.. {
+        // Three uneven chunks, the middle one run twice as a crashed-and-retried task would be: the store
+        // refuses a rewrite with other bytes, so this also checks that a rerun is harmless.
+        let cuts = [0, n / 7, n / 2, n];
+        let mut found = 0;
+        for w in cuts.windows(2) {
+            found += expand(&layout, &mut store, level, w[0]..w[1], &ctl).unwrap();
+        }
+        expand(&layout, &mut store, level, cuts[1]..cuts[2], &ctl).unwrap();
+        if found == 0 {
+            break;
+        }
+        per_level.push(found);
+    }
+    assert_eq!(per_level, pdb.histogram());
+    // Every state's level is its in-memory breadth-first distance.
+    for (key, bits) in &store.map {
+        if key.kind != Kind::Frontier {
+            continue;
+        }
+        for (w, &word) in bits.iter().enumerate() {
+            for b in 0..64 {
+                if word >> b & 1 == 1 {
+                    let (slots, cols) = layout.decode(key.segment, w * 64 + b);
+                    let colours = (0..4).fold(0u32, |c, n| c | u32::from(cols[n]) << n);
+                    assert_eq!(pdb.at(rank(&slots[..4], colours)), key.level);
+                }
+            }
+        }
+    }
+    let last = SegKey {
+        level: per_level.len() as u8 - 1,
+        kind: Kind::Visited,
+        segment: 0,
+    };
+    assert!(store.map.contains_key(&last));
 }

@@ -1,0 +1,286 @@
+//! Segmented breadth-first search: the level-by-level algorithm of `docs/brainball-census.md`, on the reduced
+//! ring of the pattern database (where tiles 1..k are, and which colour they show; the other tiles are blank).
+//!
+//! Why segments: the twists act on slots as fixed signed permutations, so the (slot, colour) of tiles 1..s after
+//! a twist depend only on what they were before. Cutting the states by those first s tiles (a "segment") makes
+//! every twist map a whole segment onto one segment. Level d + 1 of a target segment T is then computed from the
+//! level-d frontiers of exactly 13 source segments (t(T) for each twist t, as twists are involutions) and T's own
+//! visited set: one task per segment, no shuffling of single positions between machines. On the full puzzle the
+//! same cut (tiles 1..3) gives 10,560 segments of 185.8 M positions, 23 MB a bitmap.
+//!
+//! Storage: bitmaps live behind [`SegmentStore`] (an in-memory twin here; the cluster's would be an object store,
+//! see the design document). Every bitmap is written once under a key that names its level, never updated in
+//! place: level d + 1 reads `visited@d` and writes `visited@d+1`, so a task that crashed half way, or ran twice,
+//! leaves nothing that a rerun does not overwrite with the same bytes. A missing key is an empty bitmap.
+
+use crate::brainball::ball::{N_TWISTS, SLOTS, TWISTS};
+use crate::space::{Control, SpaceError};
+
+/// Which bitmap of a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// States first reached at this level.
+    Frontier,
+    /// States reached at this level or before.
+    Visited,
+}
+
+/// The name of one stored bitmap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SegKey {
+    pub level: u8,
+    pub kind: Kind,
+    pub segment: u32,
+}
+
+/// Where the bitmaps live. Written keys are immutable: a second put of a key carries the same bytes.
+pub trait SegmentStore {
+    fn get(&self, key: SegKey) -> Result<Option<Vec<u64>>, SpaceError>;
+    fn put(&mut self, key: SegKey, bits: Vec<u64>) -> Result<(), SpaceError>;
+}
+
+/// The in-memory twin of the cluster's store, for tests and small instances.
+#[derive(Debug, Default)]
+pub struct MemStore {
+    pub map: std::collections::BTreeMap<SegKey, Vec<u64>>,
+}
+
+impl SegmentStore for MemStore {
+    fn get(&self, key: SegKey) -> Result<Option<Vec<u64>>, SpaceError> {
+        Ok(self.map.get(&key).cloned())
+    }
+
+    fn put(&mut self, key: SegKey, bits: Vec<u64>) -> Result<(), SpaceError> {
+        if let Some(old) = self.map.get(&key) {
+            if *old != bits {
+                return Err(SpaceError::Verification(format!(
+                    "{key:?} rewritten with other bytes: a task is not deterministic"
+                )));
+            }
+        }
+        self.map.insert(key, bits);
+        Ok(())
+    }
+}
+
+/// The reduced ring: states are the (slot, colour) of tiles 1..k, cut into segments by tiles 1..s.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub k: usize,
+    pub s: usize,
+    /// Where the tile in slot x goes under twist t, and whether it turns over.
+    dest: [[u8; SLOTS]; N_TWISTS],
+    turn: [[u8; SLOTS]; N_TWISTS],
+}
+
+/// A state spelled out: slot and colour of tiles 1..k.
+type Spelled = ([u8; SLOTS], [u8; SLOTS]);
+
+impl Layout {
+    pub fn new(k: usize, s: usize) -> Result<Layout, SpaceError> {
+        if !(1..=8).contains(&k) || !(1..k).contains(&s) {
+            return Err(SpaceError::InvalidParam {
+                name: "tiles",
+                reason: format!("{k} tiles cut by {s}: need 1 <= s < k <= 8"),
+            });
+        }
+        let mut dest = [[0u8; SLOTS]; N_TWISTS];
+        let mut turn = [[0u8; SLOTS]; N_TWISTS];
+        for (t, tw) in TWISTS.iter().enumerate() {
+            for (d, &x) in tw.src.iter().enumerate() {
+                dest[t][x as usize] = d as u8;
+                turn[t][x as usize] = u8::from(tw.flip >> (5 * (SLOTS - 1 - d)) & 1 == 1);
+            }
+        }
+        Ok(Layout { k, s, dest, turn })
+    }
+
+    pub fn segments(&self) -> u32 {
+        placements(0, self.s) << self.s
+    }
+
+    /// States per segment.
+    pub fn segment_len(&self) -> usize {
+        (placements(self.s, self.k) as usize) << (self.k - self.s)
+    }
+
+    /// (segment, offset) of a spelled-out state.
+    pub fn encode(&self, st: &Spelled) -> (u32, usize) {
+        let (slots, cols) = st;
+        let mut used = 0u32;
+        let mut seg = 0u32;
+        let mut off = 0usize;
+        for (n, &x) in slots[..self.k].iter().enumerate() {
+            let x = u32::from(x);
+            let digit = x - (used & ((1 << x) - 1)).count_ones();
+            if n < self.s {
+                seg = seg * (SLOTS - n) as u32 + digit;
+            } else {
+                off = off * (SLOTS - n) + digit as usize;
+            }
+            used |= 1 << x;
+        }
+        for (n, &c) in cols[..self.k].iter().enumerate() {
+            if n < self.s {
+                seg = seg << 1 | u32::from(c);
+            } else {
+                off = off << 1 | usize::from(c);
+            }
+        }
+        (seg, off)
+    }
+
+    pub fn decode(&self, seg: u32, off: usize) -> Spelled {
+        let mut digits = [0usize; SLOTS];
+        let mut cols = [0u8; SLOTS];
+        let (mut seg, mut off) = (seg as usize, off);
+        for n in (self.s..self.k).rev() {
+            cols[n] = (off & 1) as u8;
+            off >>= 1;
+        }
+        for n in (0..self.s).rev() {
+            cols[n] = (seg & 1) as u8;
+            seg >>= 1;
+        }
+        for n in (self.s..self.k).rev() {
+            digits[n] = off % (SLOTS - n);
+            off /= SLOTS - n;
+        }
+        for n in (0..self.s).rev() {
+            digits[n] = seg % (SLOTS - n);
+            seg /= SLOTS - n;
+        }
+        let mut slots = [0u8; SLOTS];
+        let mut used = 0u32;
+        for n in 0..self.k {
+            let mut left = digits[n];
+            let mut x = 0;
+            loop {
+                if used & (1 << x) == 0 {
+                    if left == 0 {
+                        break;
+                    }
+                    left -= 1;
+                }
+                x += 1;
+            }
+            slots[n] = x as u8;
+            used |= 1 << x;
+        }
+        (slots, cols)
+    }
+
+    pub fn twist(&self, t: usize, st: &Spelled) -> Spelled {
+        let mut out = ([0u8; SLOTS], [0u8; SLOTS]);
+        for n in 0..self.k {
+            let x = st.0[n] as usize;
+            out.0[n] = self.dest[t][x];
+            out.1[n] = st.1[n] ^ self.turn[t][x];
+        }
+        out
+    }
+
+    /// The segment every state of `seg` lands in under twist `t` (any state of it shows where).
+    pub fn segment_after(&self, t: usize, seg: u32) -> u32 {
+        self.encode(&self.twist(t, &self.decode(seg, 0))).0
+    }
+
+    /// Solved: tile n + 1 in slot n, every tile white.
+    pub fn solved(&self) -> (u32, usize) {
+        let mut slots = [0u8; SLOTS];
+        for (n, x) in slots.iter_mut().enumerate() {
+            *x = n as u8;
+        }
+        self.encode(&(slots, [0u8; SLOTS]))
+    }
+
+    fn words(&self) -> usize {
+        self.segment_len().div_ceil(64)
+    }
+}
+
+/// 12 * 11 * ... placements of tiles `from..to` once tiles `0..from` are placed.
+fn placements(from: usize, to: usize) -> u32 {
+    (from..to).map(|n| (SLOTS - n) as u32).product()
+}
+
+/// Level 0: solved alone.
+pub fn start(layout: &Layout, store: &mut dyn SegmentStore) -> Result<(), SpaceError> {
+    let (seg, off) = layout.solved();
+    let mut bits = vec![0u64; layout.words()];
+    bits[off / 64] |= 1 << (off % 64);
+    for kind in [Kind::Frontier, Kind::Visited] {
+        store.put(
+            SegKey {
+                level: 0,
+                kind,
+                segment: seg,
+            },
+            bits.clone(),
+        )?;
+    }
+    Ok(())
+}
+
+/// Computes level `level + 1` of the target segments `targets` from level `level`; returns the states first
+/// reached at `level + 1` in them. A cluster chunk is one such range.
+pub fn expand(
+    layout: &Layout,
+    store: &mut dyn SegmentStore,
+    level: u8,
+    targets: std::ops::Range<u32>,
+    ctl: &Control,
+) -> Result<u64, SpaceError> {
+    let words = layout.words();
+    let mut found = 0u64;
+    for target in targets {
+        let key = |level, kind| SegKey {
+            level,
+            kind,
+            segment: target,
+        };
+        let mut visited = store
+            .get(key(level, Kind::Visited))?
+            .unwrap_or_else(|| vec![0; words]);
+        let mut next = vec![0u64; words];
+        let mut new_here = 0u64;
+        for t in 0..N_TWISTS {
+            let source = layout.segment_after(t, target);
+            let Some(front) = store.get(SegKey {
+                level,
+                kind: Kind::Frontier,
+                segment: source,
+            })?
+            else {
+                continue;
+            };
+            for (w, &word) in front.iter().enumerate() {
+                let mut bits = word;
+                while bits != 0 {
+                    let off = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let (seg, to) = layout.encode(&layout.twist(t, &layout.decode(source, off)));
+                    if seg != target {
+                        return Err(SpaceError::Verification(format!(
+                            "twist {t} took segment {source} to {seg}, not {target}"
+                        )));
+                    }
+                    if visited[to / 64] >> (to % 64) & 1 == 0 {
+                        visited[to / 64] |= 1 << (to % 64);
+                        next[to / 64] |= 1 << (to % 64);
+                        new_here += 1;
+                    }
+                }
+            }
+        }
+        ctl.checkpoint(new_here)?;
+        found += new_here;
+        if new_here > 0 {
+            store.put(key(level + 1, Kind::Frontier), next)?;
+        }
+        if visited.iter().any(|&w| w != 0) {
+            store.put(key(level + 1, Kind::Visited), visited)?;
+        }
+    }
+    Ok(found)
+}
