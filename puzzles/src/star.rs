@@ -45,8 +45,8 @@ pub struct StarParams {
     pub method: Method,
 }
 
-/// Values are kept in u64 bit masks, so 2n <= 64.
-const MAX_POINTS: u32 = 32;
+/// Values are bit positions 1..=2n of u64 masks, so 2n <= 63 (n = 32 would need bit 64).
+const MAX_POINTS: u32 = 31;
 /// 2n! must fit in the rank arithmetic.
 const MAX_BRUTE_POINTS: u32 = 10;
 
@@ -211,18 +211,31 @@ fn encode(labels: &[u8]) -> String {
         .join(",")
 }
 
+/// The top of the backtracking tree that a chunk starts from: `[O_0, O_1, O_{n-1}, J_0, J_1]` (J_{n-1} and O_2
+/// follow from lines n-1 and 0). `J_1` is 0 in coarse prefixes (see [`FINE_PREFIX_MAX_POINTS`]).
+type Prefix = [u8; 5];
+
+/// Up to this n, prefixes include J_1: about 2.3 million of them for n = 16 (11 MB), enough for 64 chunks per
+/// thread on 1,000 threads from n = 12 on. Beyond it the tree is too big to search anyway and coarse prefixes
+/// (150,000 for n = 17, 2 million for n = 31) keep building a job cheap.
+const FINE_PREFIX_MAX_POINTS: usize = 16;
+
 #[derive(Debug)]
 pub struct StarJob {
     params: StarParams,
     geo: Geometry,
-    /// Backtrack chunks are ranges of these first-line prefixes (O_0, J_0, J_1).
-    prefixes: Vec<[u8; 3]>,
+    /// Backtrack chunks are ranges of these prefixes, in lexicographic order: O_0 ascending, and the subtrees
+    /// shrink as O_0 grows (every outer label must exceed it), so the last chunks are the small ones.
+    prefixes: Vec<Prefix>,
 }
 
 impl StarJob {
     fn new(params: StarParams) -> StarJob {
         let geo = Geometry::new(params.points as usize);
-        let prefixes = backtrack_prefixes(&geo);
+        let prefixes = match params.method {
+            Method::Backtrack => backtrack_prefixes(&geo),
+            Method::Brute => Vec::new(),
+        };
         StarJob {
             params,
             geo,
@@ -240,6 +253,18 @@ impl StarJob {
                 .unwrap_or(u64::MAX)
                 .min(1 << 32),
             Method::Backtrack => self.prefixes.len().max(1) as u64,
+        }
+    }
+
+    /// The default chunk count: 256 up to n = 11 (a few seconds of work in all), then four times more per point
+    /// (the work grows about sevenfold), up to 65,536 from n = 15: 64 chunks per thread for 1,000 threads.
+    fn default_chunks(&self) -> u64 {
+        match self.params.method {
+            Method::Brute => 256,
+            Method::Backtrack => {
+                let extra = self.geo.n.saturating_sub(11).min(4) as u32;
+                256 << (2 * extra)
+            }
         }
     }
 
@@ -264,22 +289,132 @@ impl StarJob {
     }
 }
 
-/// All (O_0, J_0, J_1) with O_0 small enough to be the smallest outer label and O_2 = magic - O_0 - J_0 - J_1
-/// a legal, distinct outer label above O_0.
-fn backtrack_prefixes(geo: &Geometry) -> Vec<[u8; 3]> {
-    let cells = 2 * geo.n as u32;
+impl StarJob {
+    /// Knuth's estimate of the nodes `run_chunk(n_chunks, chunk)` counts, from `probes` random walks down the
+    /// chunk's part of the tree: a walk through nodes with c_1, c_2, ... children stands for 1 + c_1 + c_1 c_2 +
+    /// ... nodes, an unbiased estimate of the subtree's size (D. E. Knuth, "Estimating the efficiency of
+    /// backtrack programs", 1975). Each walk starts at a prefix of the chunk drawn uniformly at random. The seed
+    /// follows from (n, n_chunks, chunk), so the estimate is a pure function of them; brute force chunks are
+    /// counted exactly. A walk costs about n steps, so 64 probes of a chunk take microseconds.
+    pub fn estimate_nodes(
+        &self,
+        n_chunks: u64,
+        chunk: u64,
+        probes: u32,
+    ) -> Result<f64, SpaceError> {
+        if chunk >= n_chunks || n_chunks > self.max_chunks() {
+            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
+        }
+        if self.params.method == Method::Brute {
+            let (lo, hi) = split_range(self.total_perms(), n_chunks, chunk);
+            return Ok((hi - lo) as f64);
+        }
+        let (lo, hi) = split_range(self.prefixes.len() as u128, n_chunks, chunk);
+        let (lo, width) = (lo as usize, (hi - lo) as u64);
+        if width == 0 {
+            return Ok(0.0);
+        }
+        let mut rng = SplitMix(
+            (self.geo.n as u64)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .wrapping_add(n_chunks.rotate_left(24))
+                ^ chunk,
+        );
+        let mut search = Search::new(&self.geo);
+        let probes = probes.max(1);
+        let mut sum = 0.0;
+        for _ in 0..probes {
+            let pick = lo + rng.below(width) as usize;
+            if let Some(&p) = self.prefixes.get(pick) {
+                sum += probe(&mut search, p, &mut rng);
+            }
+        }
+        Ok(sum / f64::from(probes) * width as f64)
+    }
+}
+
+/// A small deterministic generator (splitmix64): the estimate must not depend on the machine or the run.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in 0..bound (bound > 0), by the multiply-shift method: the bias is below 2^-32 for our bounds.
+    fn below(&mut self, bound: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(bound)) >> 64) as u64
+    }
+}
+
+/// One random walk from prefix `p`, counted as the kernel counts nodes (the prefix, each placed pair, each
+/// closed star): the Knuth estimate of the prefix's subtree.
+fn probe(search: &mut Search, p: Prefix, rng: &mut SplitMix) -> f64 {
+    let Some((mut free, mut k)) = search.start(p) else {
+        return 0.0;
+    };
+    let (mut nodes, mut weight) = (1.0, 1.0);
+    loop {
+        if k + 3 == search.n {
+            if search.close(free) {
+                nodes += weight;
+            }
+            return nodes;
+        }
+        let (mut cand, t) = search.candidates(k, free);
+        let c = cand.count_ones();
+        if c == 0 {
+            return nodes;
+        }
+        weight *= f64::from(c);
+        nodes += weight;
+        for _ in 0..rng.below(u64::from(c)) {
+            cand &= cand - 1;
+        }
+        let v = cand.trailing_zeros() as i32;
+        let w = t - v;
+        search.j[k] = v;
+        search.o[k + 1] = w;
+        free &= !(1u64 << v) & !(1u64 << w);
+        k += 1;
+    }
+}
+
+/// Every legal start of the search: O_0 < O_1 < O_{n-1} with O_0 at most n + 1 (the n outer labels all exceed
+/// it), J_0 free and J_{n-1} = magic - O_1 - O_{n-1} - J_0 a free label; for n up to [`FINE_PREFIX_MAX_POINTS`]
+/// also every J_1 whose O_2 = magic - O_0 - J_0 - J_1 is a free label above O_0.
+fn backtrack_prefixes(geo: &Geometry) -> Vec<Prefix> {
+    let n = geo.n as i32;
+    let cells = 2 * n;
+    let m = geo.magic as i32;
+    let fine = geo.n <= FINE_PREFIX_MAX_POINTS;
+    let ok = |x: i32, used: u64| (1..=cells).contains(&x) && used & (1 << x) == 0;
     let mut out = Vec::new();
-    for o0 in 1..=geo.n as u32 + 1 {
-        for j0 in 1..=cells {
-            for j1 in 1..=cells {
-                if j0 == o0 || j1 == o0 || j1 == j0 {
-                    continue;
-                }
-                let Some(o2) = geo.magic.checked_sub(o0 + j0 + j1) else {
-                    continue;
-                };
-                if o2 > o0 && o2 <= cells && o2 != j0 && o2 != j1 {
-                    out.push([o0 as u8, j0 as u8, j1 as u8]);
+    for a in 1..=n + 1 {
+        for b in a + 1..=cells {
+            for c in b + 1..=cells {
+                let abc = (1u64 << a) | (1u64 << b) | (1u64 << c);
+                for d in (1..=cells).filter(|&d| ok(d, abc)) {
+                    let e = m - b - c - d;
+                    if e == d || !ok(e, abc) {
+                        continue;
+                    }
+                    let used = abc | (1 << d) | (1 << e);
+                    let p = [a, b, c, d].map(|x| x as u8);
+                    if !fine {
+                        out.push([p[0], p[1], p[2], p[3], 0]);
+                        continue;
+                    }
+                    for v in (1..=cells).filter(|&v| ok(v, used)) {
+                        let w = m - a - d - v;
+                        if w > a && w != v && ok(w, used) {
+                            out.push([p[0], p[1], p[2], p[3], v as u8]);
+                        }
+                    }
                 }
             }
         }
@@ -298,7 +433,7 @@ impl Job for StarJob {
 
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
         let max = self.max_chunks();
-        let n_chunks = Plan::chunk_count(requested, max, 256)?;
+        let n_chunks = Plan::chunk_count(requested, max, self.default_chunks())?;
         let total_nodes = match self.params.method {
             Method::Brute => Some(self.total_perms()),
             Method::Backtrack => None,
@@ -352,10 +487,15 @@ impl Job for StarJob {
                     hi - lo
                 )));
             }
-        } else if solutions % self.geo.n as u128 != 0 {
-            return Err(SpaceError::Verification(format!(
-                "{solutions} solutions is not a multiple of n"
-            )));
+        } else {
+            // Each unique star is found once, in canonical form, and stands for its 2n images.
+            let unique = out.counters.get("unique").copied().unwrap_or(0);
+            if solutions != 2 * self.geo.n as u128 * unique {
+                return Err(SpaceError::Verification(format!(
+                    "{solutions} solutions for {unique} unique stars, expected 2n = {} times as many",
+                    2 * self.geo.n
+                )));
+            }
         }
         for s in &out.solutions {
             let labels = self.parse_solution(s)?;
@@ -579,90 +719,154 @@ impl<'a> Brute<'a> {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Step {
-    /// Try every free value in this cell. If `then_derive` names a line, the next step derives that line's last
-    /// cell, which bounds the values worth trying.
-    Choose { cell: u8, then_derive: Option<u8> },
-    /// The only unset cell of the line: its value is forced by the sum.
-    Derive { cell: u8, line: u8 },
-    /// A line whose cells are all set already.
-    Check { line: u8 },
+/// Values `v` with `t - v` in `set` (values are bit positions): bit `v` of the result is bit `t - v` of `set`.
+/// This turns "the derived cell must get a free value" into one mask per level instead of a test per candidate.
+fn mirror(set: u64, t: i32) -> u64 {
+    let r = set.reverse_bits();
+    match t {
+        i32::MIN..=-1 => 0,
+        0..=63 => r >> (63 - t),
+        // t < 2 * 64, so the shift stays below 64; bits pushed past 63 are values no star has.
+        _ => r << (t - 63),
+    }
 }
 
-/// Line-by-line backtracking after a first-line prefix.
+/// The bit of `t / 2` when `t` is even: a candidate `v` with `t - v == v` would use one value twice.
+fn half(t: i32) -> u64 {
+    if t >= 0 && t % 2 == 0 && t / 2 < 64 {
+        1u64 << (t / 2)
+    } else {
+        0
+    }
+}
+
+/// The backtracking search below one prefix (see the module documentation for the cell order). Free values are a
+/// bit mask; `outer_ok` masks the values an outer cell may take (above O_0).
+struct Search {
+    n: usize,
+    magic: i32,
+    /// Outer labels `O_i`, 0 while unset.
+    o: Vec<i32>,
+    /// Inner labels `J_i`, 0 while unset.
+    j: Vec<i32>,
+    outer_ok: u64,
+}
+
+impl Search {
+    fn new(geo: &Geometry) -> Search {
+        Search {
+            n: geo.n,
+            magic: geo.magic as i32,
+            o: vec![0; geo.n],
+            j: vec![0; geo.n],
+            outer_ok: 0,
+        }
+    }
+
+    /// Sets the prefix's cells; returns the free values and the first level left to search, or `None` if the
+    /// prefix is not a legal start (never for prefixes from [`backtrack_prefixes`]).
+    fn start(&mut self, p: Prefix) -> Option<(u64, usize)> {
+        let n = self.n;
+        let cells = 2 * n as i32;
+        let [a, b, c, d, v] = p.map(i32::from);
+        self.o.iter_mut().for_each(|x| *x = 0);
+        self.j.iter_mut().for_each(|x| *x = 0);
+        let e = self.magic - b - c - d;
+        let mut vals = vec![a, b, c, d, e];
+        self.o[0] = a;
+        self.o[1] = b;
+        self.o[n - 1] = c;
+        self.j[0] = d;
+        self.j[n - 1] = e;
+        let mut level = 1;
+        if v != 0 {
+            let w = self.magic - a - d - v;
+            self.j[1] = v;
+            self.o[2] = w;
+            vals.extend([v, w]);
+            level = 2;
+        }
+        let mut used = 0u64;
+        for &x in &vals {
+            if !(1..=cells).contains(&x) || used & (1 << x) != 0 {
+                return None;
+            }
+            used |= 1 << x;
+        }
+        let all = ((1u64 << cells) - 1) << 1;
+        self.outer_ok = all & !((1u64 << (a + 1)) - 1);
+        let outer = [b, c].into_iter().chain((v != 0).then_some(self.o[2]));
+        if outer.into_iter().any(|x| x <= a) || b >= c {
+            return None;
+        }
+        Some((all & !used, level))
+    }
+
+    /// The candidates at level `k` (J_k, with O_{k+1} derived from line k-1), as a mask of J_k values.
+    fn candidates(&self, k: usize, free: u64) -> (u64, i32) {
+        let t = self.magic - self.o[k - 1] - self.j[k - 1];
+        (free & mirror(free & self.outer_ok, t) & !half(t), t)
+    }
+
+    /// The last three cells J_{n-3}, O_{n-2}, J_{n-2} are forced by lines n-4 and n-3 and the three free values:
+    /// solves for them and returns true if they are exactly the free values (O_{n-2} above O_0). Line n-2 then
+    /// holds by itself, since all lines together sum to twice 1 + ... + 2n.
+    fn close(&mut self, free: u64) -> bool {
+        let n = self.n;
+        let mut rest = free;
+        let mut total = 0;
+        while rest != 0 {
+            total += rest.trailing_zeros() as i32;
+            rest &= rest - 1;
+        }
+        let t1 = self.magic - self.o[n - 4] - self.j[n - 4];
+        let t2 = self.magic - self.o[n - 3] - self.o[n - 1];
+        let (x, y, z) = (t1 + t2 - total, total - t2, total - t1);
+        if x <= 0 || y <= 0 || z <= 0 || x >= 64 || y >= 64 || z >= 64 {
+            return false;
+        }
+        if (1u64 << x) | (1u64 << y) | (1u64 << z) != free || (1u64 << y) & self.outer_ok == 0 {
+            return false;
+        }
+        self.j[n - 3] = x;
+        self.o[n - 2] = y;
+        self.j[n - 2] = z;
+        true
+    }
+
+    /// The labelling by cell: outer cells, then inner ones.
+    fn labels(&self) -> Vec<u8> {
+        self.o.iter().chain(&self.j).map(|&x| x as u8).collect()
+    }
+}
+
+/// Runs the search below prefixes, counting nodes and reporting progress.
 struct Backtrack<'a> {
-    geo: &'a Geometry,
+    search: Search,
     ctl: &'a Control,
     out: &'a mut ChunkOutput,
-    steps: Vec<Step>,
-    labels: Vec<u8>,
     nodes: u64,
     unreported: u64,
 }
 
 impl<'a> Backtrack<'a> {
-    fn new(geo: &'a Geometry, ctl: &'a Control, out: &'a mut ChunkOutput) -> Self {
-        let n = geo.n;
-        let mut set = vec![false; 2 * n];
-        // The prefix sets O_0, J_0, J_1 and derives O_2.
-        for c in [0, n, n + 1, 2 % n] {
-            set[c] = true;
-        }
-        let mut steps = Vec::new();
-        for (i, line) in geo.lines.iter().enumerate().skip(1) {
-            let unset: Vec<u8> = line.iter().copied().filter(|&c| !set[c as usize]).collect();
-            match unset.split_last() {
-                None => steps.push(Step::Check { line: i as u8 }),
-                Some((&last, chosen)) => {
-                    for (k, &c) in chosen.iter().enumerate() {
-                        let then_derive = (k + 1 == chosen.len()).then_some(i as u8);
-                        steps.push(Step::Choose {
-                            cell: c,
-                            then_derive,
-                        });
-                    }
-                    steps.push(Step::Derive {
-                        cell: last,
-                        line: i as u8,
-                    });
-                }
-            }
-            for &c in &unset {
-                set[c as usize] = true;
-            }
-        }
+    fn new(geo: &Geometry, ctl: &'a Control, out: &'a mut ChunkOutput) -> Self {
         Backtrack {
-            geo,
+            search: Search::new(geo),
             ctl,
             out,
-            steps,
-            labels: vec![0; 2 * n],
             nodes: 0,
             unreported: 0,
         }
     }
 
-    fn run_prefix(&mut self, [o0, j0, j1]: [u8; 3]) -> Result<(), SpaceError> {
-        let n = self.geo.n;
-        let o2 = (self.geo.magic - u32::from(o0) - u32::from(j0) - u32::from(j1)) as u8;
-        self.labels.iter_mut().for_each(|l| *l = 0);
-        self.labels[0] = o0;
-        self.labels[n] = j0;
-        self.labels[n + 1] = j1;
-        self.labels[2 % n] = o2;
-        let used = (1u64 << o0) | (1u64 << j0) | (1u64 << j1) | (1u64 << o2);
-        let all = (1u64 << (2 * n + 1)) - 2;
-        // Outer labels must exceed O_0 (rotation breaking): mask of values allowed in outer cells.
-        let outer_ok = all & !((1u64 << (o0 + 1)) - 1);
-        self.nodes += 4;
-        self.unreported += 4;
-        self.dfs(0, all & !used, outer_ok)?;
-        if self.unreported >= u64::from(CHECK_EVERY) {
-            let n = std::mem::take(&mut self.unreported);
-            self.ctl.checkpoint(n)?;
-        }
-        Ok(())
+    fn run_prefix(&mut self, p: Prefix) -> Result<(), SpaceError> {
+        let Some((free, level)) = self.search.start(p) else {
+            return Ok(());
+        };
+        self.nodes += 1;
+        self.unreported += 1;
+        self.dfs(level, free)
     }
 
     fn flush(&mut self) -> Result<(), SpaceError> {
@@ -672,90 +876,39 @@ impl<'a> Backtrack<'a> {
         Ok(())
     }
 
-    fn line_sum_without(&self, line: u8, skip: u8) -> u32 {
-        self.geo.lines[line as usize]
-            .iter()
-            .filter(|&&c| c != skip)
-            .map(|&c| u32::from(self.labels[c as usize]))
-            .sum()
-    }
-
-    fn dfs(&mut self, k: usize, free: u64, outer_ok: u64) -> Result<(), SpaceError> {
-        let Some(&step) = self.steps.get(k) else {
-            self.found();
+    fn dfs(&mut self, k: usize, free: u64) -> Result<(), SpaceError> {
+        if k + 3 == self.search.n {
+            if self.search.close(free) {
+                self.nodes += 1;
+                self.unreported += 1;
+                self.found();
+            }
             return Ok(());
-        };
-        let n = self.geo.n;
-        match step {
-            Step::Check { line } => {
-                if self.line_sum_without(line, u8::MAX) == self.geo.magic {
-                    self.dfs(k + 1, free, outer_ok)?;
-                }
-            }
-            Step::Derive { cell, line } => {
-                let rest = self.line_sum_without(line, cell);
-                let Some(v) = self.geo.magic.checked_sub(rest) else {
-                    return Ok(());
-                };
-                if v >= 64 {
-                    return Ok(());
-                }
-                let bit = 1u64 << v;
-                let allowed = if usize::from(cell) < n {
-                    free & outer_ok
-                } else {
-                    free
-                };
-                if allowed & bit != 0 {
-                    self.nodes += 1;
-                    self.unreported += 1;
-                    self.labels[cell as usize] = v as u8;
-                    self.dfs(k + 1, free & !bit, outer_ok)?;
-                    self.labels[cell as usize] = 0;
-                }
-            }
-            Step::Choose { cell, then_derive } => {
-                let mut candidates = if usize::from(cell) < n {
-                    free & outer_ok
-                } else {
-                    free
-                };
-                if let Some(line) = then_derive {
-                    // The derived cell gets magic - rest - v, which must lie in 1..=2n.
-                    let rest = self.line_sum_without(line, cell) as i64; // the derived cell is still 0
-                    let lo = (i64::from(self.geo.magic) - rest - 2 * n as i64).max(1);
-                    let hi = (i64::from(self.geo.magic) - rest - 1).min(2 * n as i64);
-                    if lo > hi {
-                        return Ok(());
-                    }
-                    let range = ((1u64 << (hi + 1)) - 1) & !((1u64 << lo) - 1);
-                    candidates &= range;
-                }
-                while candidates != 0 {
-                    let v = candidates.trailing_zeros();
-                    candidates &= candidates - 1;
-                    self.nodes += 1;
-                    self.unreported += 1;
-                    self.labels[cell as usize] = v as u8;
-                    self.dfs(k + 1, free & !(1u64 << v), outer_ok)?;
-                }
-                self.labels[cell as usize] = 0;
-                if self.unreported >= u64::from(CHECK_EVERY) * 64 {
-                    let n = std::mem::take(&mut self.unreported);
-                    self.ctl.checkpoint(n)?;
-                }
-            }
+        }
+        let (mut cand, t) = self.search.candidates(k, free);
+        while cand != 0 {
+            let v = cand.trailing_zeros() as i32;
+            cand &= cand - 1;
+            let w = t - v;
+            self.search.j[k] = v;
+            self.search.o[k + 1] = w;
+            self.nodes += 1;
+            self.unreported += 1;
+            self.dfs(k + 1, free & !(1u64 << v) & !(1u64 << w))?;
+        }
+        if self.unreported >= u64::from(CHECK_EVERY) * 64 {
+            let n = std::mem::take(&mut self.unreported);
+            self.ctl.checkpoint(n)?;
         }
         Ok(())
     }
 
     fn found(&mut self) {
-        // Each labelling found stands for its n rotations (only the one with O_0 smallest is searched).
-        self.out.count("solutions", self.geo.n as u128);
-        if self.geo.canonical(&self.labels) == self.labels {
-            self.out.count("unique", 1);
-            self.out.solutions.push(encode(&self.labels));
-        }
+        // The search visits exactly one member of each orbit, and it is the canonical one (module doc), so it
+        // stands for 2n solutions and is itself the unique representative.
+        self.out.count("solutions", 2 * self.search.n as u128);
+        self.out.count("unique", 1);
+        self.out.solutions.push(encode(&self.search.labels()));
     }
 }
 
