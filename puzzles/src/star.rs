@@ -1,4 +1,4 @@
-//! Magic n-pointed stars {n/2} (the seed "Bierprüfung", generalised; see `shared/specs/star.md`).
+//! Magic n-pointed stars {n/2} (the seed "Bierprüfung", generalised; see `docs/spaces/star.md`).
 //!
 //! Cells: outer points `O_i` are cells `0..n`, inner crossings `J_i` are cells `n..2n`. Line `i` is
 //! `[O_i, J_i, J_{i+1}, O_{i+2}]` (indices mod n); every line must sum to `4n + 2`.
@@ -9,13 +9,24 @@
 //!   failing line, exactly as the seed does. Permutations that share a prefix on which a line already fails are
 //!   rejected by that same line, so they are accounted for as one block: `nodes` is exactly the number of
 //!   permutations tested, and the verdict for each is the one a one-by-one test gives.
-//! - `backtrack` fills the cells line by line, derives the last cell of each line from the sum, and breaks the
-//!   rotation symmetry by requiring `O_0` to be the smallest outer label. Each labelling has exactly n rotations
-//!   (labels are distinct, so no rotation fixes one), so `solutions = n * found`.
+//! - `backtrack` visits exactly one labelling per orbit of the 2n symmetries, and it is the canonical one. The
+//!   canonical form (smallest image, outer cells first) starts with the smallest outer label, and of the two
+//!   images that put it at O_0 (the identity and the reflection through O_0, which swaps O_1 and O_{n-1}) takes
+//!   the one with O_1 < O_{n-1}. The symmetries act freely (labels are distinct), so each orbit has 2n members
+//!   and exactly one with O_0 < O_1 < O_{n-1} and O_0 below every outer label: every find is unique, canonical,
+//!   and stands for 2n solutions, with no test against its images.
+//!
+//! Backtracking order: O_0, O_1, O_{n-1} and J_0 are chosen, J_{n-1} follows from line n-1; then for k = 1, 2,
+//! ... J_k is chosen and O_{k+1} follows from line k-1, one pair per level, all candidates of a level computed as
+//! one bit mask (`mirror`). With three cells left (J_{n-3}, O_{n-2}, J_{n-2}) lines n-4 and n-3 and the sum of the
+//! three free values fix them, and line n-2 holds by itself since all n lines together sum to twice
+//! 1 + ... + 2n. Lines n-2 and n-3 are also known early to need O_{n-2} + J_{n-2} and O_{n-3} + J_{n-3} + J_{n-2}
+//! from the free values: a child that leaves no four free values for them is cut (`Search::far_witness`).
+//! Chunks are ranges of prefixes (the first four or five choices, [`Prefix`]); `nodes` counts the prefixes, the
+//! pairs placed and the stars closed.
 //!
 //! Unique solutions are counted where they are found: a chunk counts a solution as unique exactly when it equals
 //! its own canonical form, so unique counts add up across chunks without any set of solutions being kept.
-
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -354,10 +365,11 @@ impl SplitMix {
 /// One random walk from prefix `p`, counted as the kernel counts nodes (the prefix, each placed pair, each
 /// closed star): the Knuth estimate of the prefix's subtree.
 fn probe(search: &mut Search, p: Prefix, rng: &mut SplitMix) -> f64 {
-    let Some((mut free, mut k)) = search.start(p) else {
+    let Some((mut free, mut k, mut witness)) = search.start(p) else {
         return 0.0;
     };
     let (mut nodes, mut weight) = (1.0, 1.0);
+    let mut children: Vec<(i32, i32, u64)> = Vec::with_capacity(64);
     loop {
         if k + 3 == search.n {
             if search.close(free) {
@@ -366,20 +378,25 @@ fn probe(search: &mut Search, p: Prefix, rng: &mut SplitMix) -> f64 {
             return nodes;
         }
         let (mut cand, t) = search.candidates(k, free);
-        let c = cand.count_ones();
-        if c == 0 {
-            return nodes;
-        }
-        weight *= f64::from(c);
-        nodes += weight;
-        for _ in 0..rng.below(u64::from(c)) {
+        children.clear();
+        while cand != 0 {
+            let v = cand.trailing_zeros() as i32;
             cand &= cand - 1;
+            let placed = (1u64 << v) | (1u64 << (t - v));
+            let w = search.child_witness(k, free & !placed, placed, witness);
+            if w != 0 {
+                children.push((v, t - v, w));
+            }
         }
-        let v = cand.trailing_zeros() as i32;
-        let w = t - v;
+        let Some(&(v, w, wit)) = children.get(rng.below(children.len() as u64) as usize) else {
+            return nodes;
+        };
+        weight *= children.len() as f64;
+        nodes += weight;
         search.j[k] = v;
         search.o[k + 1] = w;
         free &= !(1u64 << v) & !(1u64 << w);
+        witness = wit;
         k += 1;
     }
 }
@@ -745,11 +762,15 @@ fn half(t: i32) -> u64 {
 struct Search {
     n: usize,
     magic: i32,
-    /// Outer labels `O_i`, 0 while unset.
-    o: Vec<i32>,
+    /// Outer labels `O_i`, 0 while unset (fixed arrays: no bounds to grow, n <= MAX_POINTS < 32).
+    o: [i32; 32],
     /// Inner labels `J_i`, 0 while unset.
-    j: Vec<i32>,
+    j: [i32; 32],
     outer_ok: u64,
+    /// What O_{n-2} + J_{n-2} must sum to: line n-2 less J_{n-1} and O_0, both set by the prefix.
+    pair: i32,
+    /// What O_{n-3} + J_{n-3} + J_{n-2} must sum to: line n-3 less O_{n-1}, set by the prefix.
+    triple: i32,
 }
 
 impl Search {
@@ -757,20 +778,22 @@ impl Search {
         Search {
             n: geo.n,
             magic: geo.magic as i32,
-            o: vec![0; geo.n],
-            j: vec![0; geo.n],
+            o: [0; 32],
+            j: [0; 32],
             outer_ok: 0,
+            pair: 0,
+            triple: 0,
         }
     }
 
-    /// Sets the prefix's cells; returns the free values and the first level left to search, or `None` if the
-    /// prefix is not a legal start (never for prefixes from [`backtrack_prefixes`]).
-    fn start(&mut self, p: Prefix) -> Option<(u64, usize)> {
+    /// Sets the prefix's cells; returns the free values, the first level left to search and a witness that the
+    /// far lines can close (see [`Search::far_witness`]), or `None` if the prefix cannot lead to a star.
+    fn start(&mut self, p: Prefix) -> Option<(u64, usize, u64)> {
         let n = self.n;
         let cells = 2 * n as i32;
         let [a, b, c, d, v] = p.map(i32::from);
-        self.o.iter_mut().for_each(|x| *x = 0);
-        self.j.iter_mut().for_each(|x| *x = 0);
+        self.o = [0; 32];
+        self.j = [0; 32];
         let e = self.magic - b - c - d;
         let mut vals = vec![a, b, c, d, e];
         self.o[0] = a;
@@ -799,13 +822,59 @@ impl Search {
         if outer.into_iter().any(|x| x <= a) || b >= c {
             return None;
         }
-        Some((all & !used, level))
+        self.pair = self.magic - a - e;
+        self.triple = self.magic - c;
+        let free = all & !used;
+        let witness = if level + 3 == n {
+            u64::MAX
+        } else {
+            self.far_witness(free)
+        };
+        (witness != 0).then_some((free, level, witness))
     }
 
-    /// The candidates at level `k` (J_k, with O_{k+1} derived from line k-1), as a mask of J_k values.
+    /// Can lines n-2 and n-3 still be completed from the free values? Some J_{n-2} = z and O_{n-2} = pair - z
+    /// (above O_0), and then O_{n-3} (above O_0) and J_{n-3} summing to triple - z, all distinct and free. Returns
+    /// those four values as a mask (a witness), or 0 if there are none. Only valid while the four cells are
+    /// unset, i.e. below level n-4. A witness stays one for every subset of `free` that keeps its four values,
+    /// which is what makes the check cheap: a child needs a new witness only if it uses one of them.
+    fn far_witness(&self, free: u64) -> u64 {
+        let (pair, triple) = (self.pair, self.triple);
+        let mut zs = free & mirror(free & self.outer_ok, pair) & !half(pair);
+        while zs != 0 {
+            let z = zs.trailing_zeros() as i32;
+            zs &= zs - 1;
+            let zy = (1u64 << z) | (1u64 << (pair - z));
+            let rest = free & !zy;
+            let r = triple - z;
+            let xs = rest & mirror(rest & self.outer_ok, r) & !half(r);
+            if xs != 0 {
+                let x = xs.trailing_zeros() as i32;
+                return zy | (1u64 << x) | (1u64 << (r - x));
+            }
+        }
+        0
+    }
+
+    /// The candidates at level `k`: a mask of the values J_k may take such that O_{k+1} = t - J_k, forced by line
+    /// k-1, is free and above O_0; and t.
     fn candidates(&self, k: usize, free: u64) -> (u64, i32) {
         let t = self.magic - self.o[k - 1] - self.j[k - 1];
         (free & mirror(free & self.outer_ok, t) & !half(t), t)
+    }
+
+    /// The witness a child of level `k` with free values `rest` passes on (see [`Search::far_witness`]), given
+    /// its parent's `witness` and the two values `placed` it took; 0 if the far lines cannot close, in which
+    /// case the child is not part of the tree. At level n-4 the next step solves the last cells exactly, far
+    /// lines included, so every candidate is a child.
+    fn child_witness(&self, k: usize, rest: u64, placed: u64, witness: u64) -> u64 {
+        if k + 4 == self.n {
+            u64::MAX
+        } else if placed & witness == 0 {
+            witness
+        } else {
+            self.far_witness(rest)
+        }
     }
 
     /// The last three cells J_{n-3}, O_{n-2}, J_{n-2} are forced by lines n-4 and n-3 and the three free values:
@@ -836,7 +905,12 @@ impl Search {
 
     /// The labelling by cell: outer cells, then inner ones.
     fn labels(&self) -> Vec<u8> {
-        self.o.iter().chain(&self.j).map(|&x| x as u8).collect()
+        let n = self.n;
+        self.o[..n]
+            .iter()
+            .chain(&self.j[..n])
+            .map(|&x| x as u8)
+            .collect()
     }
 }
 
@@ -861,12 +935,12 @@ impl<'a> Backtrack<'a> {
     }
 
     fn run_prefix(&mut self, p: Prefix) -> Result<(), SpaceError> {
-        let Some((free, level)) = self.search.start(p) else {
+        let Some((free, level, witness)) = self.search.start(p) else {
             return Ok(());
         };
         self.nodes += 1;
         self.unreported += 1;
-        self.dfs(level, free)
+        self.dfs(level, free, witness)
     }
 
     fn flush(&mut self) -> Result<(), SpaceError> {
@@ -876,7 +950,7 @@ impl<'a> Backtrack<'a> {
         Ok(())
     }
 
-    fn dfs(&mut self, k: usize, free: u64) -> Result<(), SpaceError> {
+    fn dfs(&mut self, k: usize, free: u64, witness: u64) -> Result<(), SpaceError> {
         if k + 3 == self.search.n {
             if self.search.close(free) {
                 self.nodes += 1;
@@ -886,15 +960,39 @@ impl<'a> Backtrack<'a> {
             return Ok(());
         }
         let (mut cand, t) = self.search.candidates(k, free);
+        if k + 4 == self.search.n {
+            // The bottom of the tree, where most nodes are: each child is closed at once, without recursing.
+            while cand != 0 {
+                let v = cand.trailing_zeros() as i32;
+                cand &= cand - 1;
+                let w = t - v;
+                self.search.j[k] = v;
+                self.search.o[k + 1] = w;
+                self.nodes += 1;
+                self.unreported += 1;
+                if self.search.close(free & !(1u64 << v) & !(1u64 << w)) {
+                    self.nodes += 1;
+                    self.unreported += 1;
+                    self.found();
+                }
+            }
+            return Ok(());
+        }
         while cand != 0 {
             let v = cand.trailing_zeros() as i32;
             cand &= cand - 1;
             let w = t - v;
+            let placed = (1u64 << v) | (1u64 << w);
+            let rest = free & !placed;
+            let witness = self.search.child_witness(k, rest, placed, witness);
+            if witness == 0 {
+                continue;
+            }
             self.search.j[k] = v;
             self.search.o[k + 1] = w;
             self.nodes += 1;
             self.unreported += 1;
-            self.dfs(k + 1, free & !(1u64 << v) & !(1u64 << w))?;
+            self.dfs(k + 1, rest, witness)?;
         }
         if self.unreported >= u64::from(CHECK_EVERY) * 64 {
             let n = std::mem::take(&mut self.unreported);
@@ -1092,6 +1190,206 @@ mod tests {
         let ctl = Control::new();
         ctl.cancel();
         assert_eq!(j.run_chunk(1, 0, &ctl), Err(SpaceError::Cancelled));
+    }
+
+    /// Published unique counts (OEIS A200720), n = 5 ... 15.
+    const A200720: [u128; 11] = [
+        0, 80, 72, 112, 3014, 10882, 53528, 396930, 2434692, 15278390, 120425006,
+    ];
+
+    fn check_published_count(n: u32) {
+        let ans = solve(&job(n, Method::Backtrack), None);
+        let unique = A200720[n as usize - 5];
+        assert_eq!(ans.tally.counter("unique"), unique, "n={n}");
+        assert_eq!(
+            ans.tally.counter("solutions"),
+            2 * n as u128 * unique,
+            "n={n}"
+        );
+        assert_eq!(ans.solutions.len() as u128, unique, "n={n}");
+    }
+
+    #[test]
+    fn published_counts_from_five_to_ten_points() {
+        for n in 5..=10 {
+            check_published_count(n);
+        }
+    }
+
+    #[test]
+    fn published_count_for_eleven_points() {
+        check_published_count(11);
+    }
+
+    #[test]
+    #[ignore = "about 4 s in release on one core"]
+    fn published_count_for_twelve_points() {
+        check_published_count(12);
+    }
+
+    #[test]
+    #[ignore = "about 30 s in release on one core"]
+    fn published_count_for_thirteen_points() {
+        check_published_count(13);
+    }
+
+    /// Every magic labelling, with no symmetry breaking and no pruning beyond a line's forced last cell: the cells
+    /// in the seed's field order, each line checked when it completes. An independent reference for the kernel.
+    fn all_solutions(geo: &Geometry) -> Vec<Vec<u8>> {
+        let cells = 2 * geo.n;
+        let mut position = vec![0; cells];
+        for (f, &c) in geo.fields.iter().enumerate() {
+            position[c as usize] = f;
+        }
+        let mut completes: Vec<Vec<[u8; 4]>> = vec![Vec::new(); cells];
+        for line in &geo.lines {
+            let last = line.iter().map(|&c| position[c as usize]).max().unwrap();
+            completes[last].push(*line);
+        }
+        fn go(
+            geo: &Geometry,
+            completes: &[Vec<[u8; 4]>],
+            f: usize,
+            labels: &mut Vec<u8>,
+            used: u64,
+            out: &mut Vec<Vec<u8>>,
+        ) {
+            if f == labels.len() {
+                out.push(labels.clone());
+                return;
+            }
+            let cell = geo.fields[f] as usize;
+            for v in 1..=labels.len() as u8 {
+                if used & (1 << v) != 0 {
+                    continue;
+                }
+                labels[cell] = v;
+                let holds = completes[f].iter().all(|l| {
+                    l.iter()
+                        .map(|&c| u32::from(labels[c as usize]))
+                        .sum::<u32>()
+                        == geo.magic
+                });
+                if holds {
+                    go(geo, completes, f + 1, labels, used | (1 << v), out);
+                }
+            }
+            labels[cell] = 0;
+        }
+        let mut out = Vec::new();
+        go(geo, &completes, 0, &mut vec![0; cells], 0, &mut out);
+        out
+    }
+
+    fn check_against_brute_dedupe(points: std::ops::RangeInclusive<usize>) {
+        for n in points {
+            let geo = Geometry::new(n);
+            let all = all_solutions(&geo);
+            let dedupe: std::collections::BTreeSet<String> =
+                all.iter().map(|s| encode(&geo.canonical(s))).collect();
+            let ans = solve(&job(n as u32, Method::Backtrack), Some(5));
+            assert_eq!(ans.tally.counter("solutions"), all.len() as u128, "n={n}");
+            assert_eq!(ans.tally.counter("unique"), dedupe.len() as u128, "n={n}");
+            let found: std::collections::BTreeSet<String> = ans.solutions.iter().cloned().collect();
+            assert_eq!(
+                found.len(),
+                ans.solutions.len(),
+                "n={n}: a star listed twice"
+            );
+            assert_eq!(found, dedupe, "n={n}");
+        }
+    }
+
+    #[test]
+    fn symmetry_breaking_matches_a_brute_canonical_dedupe() {
+        check_against_brute_dedupe(5..=7);
+    }
+
+    #[test]
+    #[ignore = "the unbroken reference search takes about 3 s for n = 8 and 40 s for n = 9 in release"]
+    fn symmetry_breaking_matches_a_brute_canonical_dedupe_for_eight_and_nine_points() {
+        check_against_brute_dedupe(8..=9);
+    }
+
+    #[test]
+    fn plans_offer_many_chunks_and_end_with_small_ones() {
+        // 64 chunks per thread on 1,000 threads.
+        for n in [11, 12, 16, 17] {
+            let j = job(n, Method::Backtrack);
+            assert!(j.max_chunks() >= 64_000, "n={n}: {}", j.max_chunks());
+            assert_eq!(j.plan(Some(64_000)).unwrap().n_chunks, 64_000);
+        }
+        let defaults: Vec<u64> = (6..=16)
+            .map(|n| job(n, Method::Backtrack).plan(None).unwrap().n_chunks)
+            .collect();
+        assert_eq!(
+            defaults,
+            [256, 256, 256, 256, 256, 256, 1024, 4096, 16384, 65536, 65536]
+        );
+        // Small jobs still plan few chunks: n = 5 has only a few hundred prefixes.
+        assert_eq!(job(5, Method::Backtrack).plan(None).unwrap().n_chunks, 256);
+        // The work shrinks along the plan: the biggest chunk is early and the last tenth is light.
+        let j = job(10, Method::Backtrack);
+        let n_chunks = 64;
+        let sizes: Vec<u64> = (0..n_chunks)
+            .map(|c| j.run_chunk(n_chunks, c, &Control::new()).unwrap().nodes)
+            .collect();
+        let total: u64 = sizes.iter().sum();
+        let biggest = (0..sizes.len()).max_by_key(|&i| sizes[i]).unwrap();
+        assert!(
+            biggest < sizes.len() / 2,
+            "biggest chunk #{biggest}: {sizes:?}"
+        );
+        let tail: u64 = sizes[sizes.len() * 9 / 10..].iter().sum();
+        assert!(
+            tail * 20 < total,
+            "last tenth holds {tail} of {total} nodes"
+        );
+    }
+
+    #[test]
+    fn knuth_estimate_is_close_to_the_real_count() {
+        for n in [8, 9, 10] {
+            let j = job(n, Method::Backtrack);
+            let n_chunks = 16;
+            let mut est_total = 0.0;
+            let mut real_total = 0u64;
+            for c in 0..n_chunks {
+                let est = j.estimate_nodes(n_chunks, c, 256).unwrap();
+                let real = j.run_chunk(n_chunks, c, &Control::new()).unwrap().nodes;
+                // Deterministic: the same call gives the same estimate.
+                assert_eq!(est, j.estimate_nodes(n_chunks, c, 256).unwrap());
+                let ratio = est / real as f64;
+                assert!(
+                    (0.5..2.0).contains(&ratio),
+                    "n={n} chunk {c}: estimate {est:.0}, real {real}"
+                );
+                est_total += est;
+                real_total += real;
+            }
+            let ratio = est_total / real_total as f64;
+            assert!(
+                (0.8..1.25).contains(&ratio),
+                "n={n}: {est_total:.0} vs {real_total}"
+            );
+        }
+        let brute = job(6, Method::Brute);
+        assert_eq!(brute.estimate_nodes(7, 3, 1).unwrap(), 68_428_800.0);
+        assert!(job(6, Method::Backtrack).estimate_nodes(4, 4, 8).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn any_chunking_gives_the_same_answer(n in 6u32..=9, k in 1u64..=5000) {
+            let j = job(n, Method::Backtrack);
+            let k = k.min(j.max_chunks());
+            let one = solve(&j, Some(1));
+            let many = solve(&j, Some(k));
+            prop_assert_eq!(&one.tally.nodes, &many.tally.nodes);
+            prop_assert_eq!(&one.tally.counters, &many.tally.counters);
+            prop_assert_eq!(one.solutions, many.solutions);
+        }
     }
 
     proptest! {
