@@ -11,6 +11,8 @@
 //! - `solve N`: today's kernel alone on one thread over the default plan, merging chunk by chunk (n = 15 lists
 //!   120 million stars: only counts are kept), with CPU time and the chunk-size profile.
 //! - `estimate N`: the Knuth estimate of every chunk of the default plan against the real node counts.
+//! - `predict N`: the Knuth estimate of the whole default plan alone, to forecast a run.
+//! - `part N I K`: `solve N` for the chunks I, I + K, I + 2K, ... only, to spread a long run over processes.
 
 use std::time::Instant;
 
@@ -109,6 +111,12 @@ fn star_job(points: u32) -> std::sync::Arc<dyn Job> {
 
 /// Today's kernel over the default plan on this thread: (nodes, solutions, unique, CPU s, nodes per chunk).
 fn run_new(points: u32) -> (u128, u128, u128, f64, Vec<u64>) {
+    run_part(points, 0, 1)
+}
+
+/// Like [`run_new`], but only the chunks `part`, `part + parts`, ...: a long job spread over processes, each
+/// getting big and small chunks alike.
+fn run_part(points: u32, part: u64, parts: u64) -> (u128, u128, u128, f64, Vec<u64>) {
     let job = star_job(points);
     let plan = job.plan(None).expect("plan");
     let ctl = Control::new();
@@ -116,7 +124,7 @@ fn run_new(points: u32) -> (u128, u128, u128, f64, Vec<u64>) {
     let t0 = cpu_s(wall);
     let mut tally = sweep_puzzles::Tally::default();
     let mut per_chunk = Vec::with_capacity(plan.n_chunks as usize);
-    for c in 0..plan.n_chunks {
+    for c in (part..plan.n_chunks).step_by(parts.max(1) as usize) {
         let out = job.run_chunk(plan.n_chunks, c, &ctl).expect("chunk");
         per_chunk.push(out.nodes);
         tally.add(&out);
@@ -212,6 +220,29 @@ fn estimate(n: u32) {
     );
 }
 
+/// The Knuth estimate of the whole default plan, without searching: to forecast a job too long to just run.
+fn predict(n: u32) {
+    use sweep_puzzles::star::{Method, Star, StarParams};
+    use sweep_puzzles::SearchSpace;
+    let job = Star::build(StarParams {
+        points: n,
+        method: Method::Backtrack,
+    })
+    .expect("star job");
+    let plan = job.plan(None).expect("plan");
+    let wall = Instant::now();
+    let t0 = cpu_s(wall);
+    let mut total = 0.0;
+    for c in 0..plan.n_chunks {
+        total += job.estimate_nodes(plan.n_chunks, c, 64).expect("estimate");
+    }
+    println!(
+        "star n={n}: Knuth estimate {total:.4e} nodes over {} chunks (64 probes each, {:.2} s CPU)",
+        plan.n_chunks,
+        cpu_s(wall) - t0
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if !args.iter().any(|a| a == "--bench") {
@@ -235,6 +266,16 @@ fn main() {
             "backtrack" => backtrack(&numbers(i + 1)),
             "solve" => numbers(i + 1).into_iter().for_each(solve),
             "estimate" => numbers(i + 1).into_iter().for_each(estimate),
+            "predict" => numbers(i + 1).into_iter().for_each(predict),
+            "part" => {
+                if let [n, part, parts] = numbers(i + 1)[..] {
+                    let (nodes, sol, uni, cpu, _) = run_part(n, part.into(), parts.into());
+                    println!(
+                        "star n={n} part {part} of {parts}: {uni} unique, {sol} solutions, {nodes} nodes, \
+                         {cpu:.1} s CPU on one thread"
+                    );
+                }
+            }
             _ => {}
         }
     }
