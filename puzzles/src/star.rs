@@ -738,6 +738,7 @@ impl<'a> Brute<'a> {
 
 /// Values `v` with `t - v` in `set` (values are bit positions): bit `v` of the result is bit `t - v` of `set`.
 /// This turns "the derived cell must get a free value" into one mask per level instead of a test per candidate.
+#[inline(always)]
 fn mirror(set: u64, t: i32) -> u64 {
     let r = set.reverse_bits();
     match t {
@@ -838,6 +839,7 @@ impl Search {
     /// those four values as a mask (a witness), or 0 if there are none. Only valid while the four cells are
     /// unset, i.e. below level n-4. A witness stays one for every subset of `free` that keeps its four values,
     /// which is what makes the check cheap: a child needs a new witness only if it uses one of them.
+    #[inline(always)]
     fn far_witness(&self, free: u64) -> u64 {
         let (pair, triple) = (self.pair, self.triple);
         let mut zs = free & mirror(free & self.outer_ok, pair) & !half(pair);
@@ -858,6 +860,7 @@ impl Search {
 
     /// The candidates at level `k`: a mask of the values J_k may take such that O_{k+1} = t - J_k, forced by line
     /// k-1, is free and above O_0; and t.
+    #[inline(always)]
     fn candidates(&self, k: usize, free: u64) -> (u64, i32) {
         let t = self.magic - self.o[k - 1] - self.j[k - 1];
         (free & mirror(free & self.outer_ok, t) & !half(t), t)
@@ -867,6 +870,7 @@ impl Search {
     /// its parent's `witness` and the two values `placed` it took; 0 if the far lines cannot close, in which
     /// case the child is not part of the tree. At level n-4 the next step solves the last cells exactly, far
     /// lines included, so every candidate is a child.
+    #[inline(always)]
     fn child_witness(&self, k: usize, rest: u64, placed: u64, witness: u64) -> u64 {
         if k + 4 == self.n {
             u64::MAX
@@ -880,6 +884,7 @@ impl Search {
     /// The last three cells J_{n-3}, O_{n-2}, J_{n-2} are forced by lines n-4 and n-3 and the three free values:
     /// solves for them and returns true if they are exactly the free values (O_{n-2} above O_0). Line n-2 then
     /// holds by itself, since all lines together sum to twice 1 + ... + 2n.
+    #[inline(always)]
     fn close(&mut self, free: u64) -> bool {
         let n = self.n;
         let mut rest = free;
