@@ -124,10 +124,25 @@ fn run_part(points: u32, part: u64, parts: u64) -> (u128, u128, u128, f64, Vec<u
     let t0 = cpu_s(wall);
     let mut tally = sweep_puzzles::Tally::default();
     let mut per_chunk = Vec::with_capacity(plan.n_chunks as usize);
-    for c in (part..plan.n_chunks).step_by(parts.max(1) as usize) {
+    let mine: Vec<u64> = (part..plan.n_chunks)
+        .step_by(parts.max(1) as usize)
+        .collect();
+    // A long run says how far it got, so that a run cut short still reports something.
+    let every = (mine.len() / 32).max(1);
+    for (i, &c) in mine.iter().enumerate() {
         let out = job.run_chunk(plan.n_chunks, c, &ctl).expect("chunk");
         per_chunk.push(out.nodes);
         tally.add(&out);
+        if parts > 1 && (i + 1) % every == 0 {
+            eprintln!(
+                "  n={points} part {part} of {parts}: {}/{} chunks, {} unique, {} nodes, {:.1} s CPU",
+                i + 1,
+                mine.len(),
+                tally.counter("unique"),
+                tally.nodes,
+                cpu_s(wall) - t0
+            );
+        }
     }
     let cpu = cpu_s(wall) - t0;
     (
