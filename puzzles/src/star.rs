@@ -1193,10 +1193,12 @@ mod tests {
 
     #[test]
     fn cancellation_stops_a_chunk() {
-        let j = job(7, Method::Brute);
-        let ctl = Control::new();
-        ctl.cancel();
-        assert_eq!(j.run_chunk(1, 0, &ctl), Err(SpaceError::Cancelled));
+        for method in [Method::Brute, Method::Backtrack] {
+            let j = job(7, method);
+            let ctl = Control::new();
+            ctl.cancel();
+            assert_eq!(j.run_chunk(1, 0, &ctl), Err(SpaceError::Cancelled));
+        }
     }
 
     /// Published unique counts (OEIS A200720), n = 5 ... 15.
