@@ -1,4 +1,4 @@
-//! Magic n-pointed stars {n/2} (the seed "Bierprüfung", generalised; see `shared/specs/star.md`).
+//! Magic n-pointed stars {n/2} (the seed "Bierprüfung", generalised; see `docs/spaces/star.md`).
 //!
 //! Cells: outer points `O_i` are cells `0..n`, inner crossings `J_i` are cells `n..2n`. Line `i` is
 //! `[O_i, J_i, J_{i+1}, O_{i+2}]` (indices mod n); every line must sum to `4n + 2`.
@@ -9,13 +9,24 @@
 //!   failing line, exactly as the seed does. Permutations that share a prefix on which a line already fails are
 //!   rejected by that same line, so they are accounted for as one block: `nodes` is exactly the number of
 //!   permutations tested, and the verdict for each is the one a one-by-one test gives.
-//! - `backtrack` fills the cells line by line, derives the last cell of each line from the sum, and breaks the
-//!   rotation symmetry by requiring `O_0` to be the smallest outer label. Each labelling has exactly n rotations
-//!   (labels are distinct, so no rotation fixes one), so `solutions = n * found`.
+//! - `backtrack` visits exactly one labelling per orbit of the 2n symmetries, and it is the canonical one. The
+//!   canonical form (smallest image, outer cells first) starts with the smallest outer label, and of the two
+//!   images that put it at O_0 (the identity and the reflection through O_0, which swaps O_1 and O_{n-1}) takes
+//!   the one with O_1 < O_{n-1}. The symmetries act freely (labels are distinct), so each orbit has 2n members
+//!   and exactly one with O_0 < O_1 < O_{n-1} and O_0 below every outer label: every find is unique, canonical,
+//!   and stands for 2n solutions, with no test against its images.
+//!
+//! Backtracking order: O_0, O_1, O_{n-1} and J_0 are chosen, J_{n-1} follows from line n-1; then for k = 1, 2,
+//! ... J_k is chosen and O_{k+1} follows from line k-1, one pair per level, all candidates of a level computed as
+//! one bit mask (`mirror`). With three cells left (J_{n-3}, O_{n-2}, J_{n-2}) lines n-4 and n-3 and the sum of the
+//! three free values fix them, and line n-2 holds by itself since all n lines together sum to twice
+//! 1 + ... + 2n. Lines n-2 and n-3 are also known early to need O_{n-2} + J_{n-2} and O_{n-3} + J_{n-3} + J_{n-2}
+//! from the free values: a child that leaves no four free values for them is cut (`Search::far_witness`).
+//! Chunks are ranges of prefixes (the first four or five choices, [`Prefix`]); `nodes` counts the prefixes, the
+//! pairs placed and the stars closed.
 //!
 //! Unique solutions are counted where they are found: a chunk counts a solution as unique exactly when it equals
 //! its own canonical form, so unique counts add up across chunks without any set of solutions being kept.
-
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -45,8 +56,8 @@ pub struct StarParams {
     pub method: Method,
 }
 
-/// Values are kept in u64 bit masks, so 2n <= 64.
-const MAX_POINTS: u32 = 32;
+/// Values are bit positions 1..=2n of u64 masks, so 2n <= 63 (n = 32 would need bit 64).
+const MAX_POINTS: u32 = 31;
 /// 2n! must fit in the rank arithmetic.
 const MAX_BRUTE_POINTS: u32 = 10;
 
@@ -211,18 +222,31 @@ fn encode(labels: &[u8]) -> String {
         .join(",")
 }
 
+/// The top of the backtracking tree that a chunk starts from: `[O_0, O_1, O_{n-1}, J_0, J_1]` (J_{n-1} and O_2
+/// follow from lines n-1 and 0). `J_1` is 0 in coarse prefixes (see [`FINE_PREFIX_MAX_POINTS`]).
+type Prefix = [u8; 5];
+
+/// Up to this n, prefixes include J_1: 956,517 of them for n = 16 (5 MB, 35 ms to list), and more than 64,000
+/// (64 chunks per thread on 1,000 threads) from n = 11 on. Beyond it the tree is too big to search anyway, and
+/// coarse prefixes (100,824 for n = 17, 1.2 million for n = 31) keep building a job cheap.
+const FINE_PREFIX_MAX_POINTS: usize = 16;
+
 #[derive(Debug)]
 pub struct StarJob {
     params: StarParams,
     geo: Geometry,
-    /// Backtrack chunks are ranges of these first-line prefixes (O_0, J_0, J_1).
-    prefixes: Vec<[u8; 3]>,
+    /// Backtrack chunks are ranges of these prefixes, in lexicographic order: O_0 ascending, and the subtrees
+    /// shrink as O_0 grows (every outer label must exceed it), so the last chunks are the small ones.
+    prefixes: Vec<Prefix>,
 }
 
 impl StarJob {
     fn new(params: StarParams) -> StarJob {
         let geo = Geometry::new(params.points as usize);
-        let prefixes = backtrack_prefixes(&geo);
+        let prefixes = match params.method {
+            Method::Backtrack => backtrack_prefixes(&geo),
+            Method::Brute => Vec::new(),
+        };
         StarJob {
             params,
             geo,
@@ -240,6 +264,20 @@ impl StarJob {
                 .unwrap_or(u64::MAX)
                 .min(1 << 32),
             Method::Backtrack => self.prefixes.len().max(1) as u64,
+        }
+    }
+
+    /// The default chunk count: 256 up to n = 12 (3 s of work in all, 13 ms a chunk), then four times more per
+    /// point while the work grows about eightfold, so a chunk's work grows slowly (27 ms for n = 13, 140 ms for
+    /// n = 15) and stays well above the engine's cost per chunk; 65,536 from n = 16 on (about 0.3 s each): 64
+    /// chunks per thread for 1,000 threads. More can be asked for: from n = 11 on a job has over 64,000 prefixes.
+    fn default_chunks(&self) -> u64 {
+        match self.params.method {
+            Method::Brute => 256,
+            Method::Backtrack => {
+                let extra = self.geo.n.saturating_sub(12).min(4) as u32;
+                256 << (2 * extra)
+            }
         }
     }
 
@@ -264,22 +302,138 @@ impl StarJob {
     }
 }
 
-/// All (O_0, J_0, J_1) with O_0 small enough to be the smallest outer label and O_2 = magic - O_0 - J_0 - J_1
-/// a legal, distinct outer label above O_0.
-fn backtrack_prefixes(geo: &Geometry) -> Vec<[u8; 3]> {
-    let cells = 2 * geo.n as u32;
+impl StarJob {
+    /// Knuth's estimate of the nodes `run_chunk(n_chunks, chunk)` counts, from `probes` random walks down the
+    /// chunk's part of the tree: a walk through nodes with c_1, c_2, ... children stands for 1 + c_1 + c_1 c_2 +
+    /// ... nodes, an unbiased estimate of the subtree's size (D. E. Knuth, "Estimating the efficiency of
+    /// backtrack programs", 1975). Each walk starts at a prefix of the chunk drawn uniformly at random. The seed
+    /// follows from (n, n_chunks, chunk), so the estimate is a pure function of them; brute force chunks are
+    /// counted exactly. A walk costs about n steps, so 64 probes of a chunk take microseconds.
+    pub fn estimate_nodes(
+        &self,
+        n_chunks: u64,
+        chunk: u64,
+        probes: u32,
+    ) -> Result<f64, SpaceError> {
+        if chunk >= n_chunks || n_chunks > self.max_chunks() {
+            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
+        }
+        if self.params.method == Method::Brute {
+            let (lo, hi) = split_range(self.total_perms(), n_chunks, chunk);
+            return Ok((hi - lo) as f64);
+        }
+        let (lo, hi) = split_range(self.prefixes.len() as u128, n_chunks, chunk);
+        let (lo, width) = (lo as usize, (hi - lo) as u64);
+        if width == 0 {
+            return Ok(0.0);
+        }
+        let mut rng = SplitMix(
+            (self.geo.n as u64)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .wrapping_add(n_chunks.rotate_left(24))
+                ^ chunk,
+        );
+        let mut search = Search::new(&self.geo);
+        let probes = probes.max(1);
+        let mut sum = 0.0;
+        for _ in 0..probes {
+            let pick = lo + rng.below(width) as usize;
+            if let Some(&p) = self.prefixes.get(pick) {
+                sum += probe(&mut search, p, &mut rng);
+            }
+        }
+        Ok(sum / f64::from(probes) * width as f64)
+    }
+}
+
+/// A small deterministic generator (splitmix64): the estimate must not depend on the machine or the run.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in 0..bound (bound > 0), by the multiply-shift method: the bias is below 2^-32 for our bounds.
+    fn below(&mut self, bound: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(bound)) >> 64) as u64
+    }
+}
+
+/// One random walk from prefix `p`, counted as the kernel counts nodes (the prefix, each placed pair, each
+/// closed star): the Knuth estimate of the prefix's subtree.
+fn probe(search: &mut Search, p: Prefix, rng: &mut SplitMix) -> f64 {
+    let Some((mut free, mut k, mut witness)) = search.start(p) else {
+        return 0.0;
+    };
+    let (mut nodes, mut weight) = (1.0, 1.0);
+    let mut children: Vec<(i32, i32, u64)> = Vec::with_capacity(64);
+    loop {
+        if k + 3 == search.n {
+            if search.close(free) {
+                nodes += weight;
+            }
+            return nodes;
+        }
+        let (mut cand, t) = search.candidates(k, free);
+        children.clear();
+        while cand != 0 {
+            let v = cand.trailing_zeros() as i32;
+            cand &= cand - 1;
+            let placed = (1u64 << v) | (1u64 << (t - v));
+            let w = search.child_witness(k, free & !placed, placed, witness);
+            if w != 0 {
+                children.push((v, t - v, w));
+            }
+        }
+        let Some(&(v, w, wit)) = children.get(rng.below(children.len() as u64) as usize) else {
+            return nodes;
+        };
+        weight *= children.len() as f64;
+        nodes += weight;
+        search.j[k] = v;
+        search.o[k + 1] = w;
+        free &= !(1u64 << v) & !(1u64 << w);
+        witness = wit;
+        k += 1;
+    }
+}
+
+/// Every legal start of the search: O_0 < O_1 < O_{n-1} with O_0 at most n + 1 (the n outer labels all exceed
+/// it), J_0 free and J_{n-1} = magic - O_1 - O_{n-1} - J_0 a free label; for n up to [`FINE_PREFIX_MAX_POINTS`]
+/// also every J_1 whose O_2 = magic - O_0 - J_0 - J_1 is a free label above O_0.
+fn backtrack_prefixes(geo: &Geometry) -> Vec<Prefix> {
+    let n = geo.n as i32;
+    let cells = 2 * n;
+    let m = geo.magic as i32;
+    let fine = geo.n <= FINE_PREFIX_MAX_POINTS;
+    let ok = |x: i32, used: u64| (1..=cells).contains(&x) && used & (1 << x) == 0;
     let mut out = Vec::new();
-    for o0 in 1..=geo.n as u32 + 1 {
-        for j0 in 1..=cells {
-            for j1 in 1..=cells {
-                if j0 == o0 || j1 == o0 || j1 == j0 {
-                    continue;
-                }
-                let Some(o2) = geo.magic.checked_sub(o0 + j0 + j1) else {
-                    continue;
-                };
-                if o2 > o0 && o2 <= cells && o2 != j0 && o2 != j1 {
-                    out.push([o0 as u8, j0 as u8, j1 as u8]);
+    for a in 1..=n + 1 {
+        for b in a + 1..=cells {
+            for c in b + 1..=cells {
+                let abc = (1u64 << a) | (1u64 << b) | (1u64 << c);
+                for d in (1..=cells).filter(|&d| ok(d, abc)) {
+                    let e = m - b - c - d;
+                    if e == d || !ok(e, abc) {
+                        continue;
+                    }
+                    let used = abc | (1 << d) | (1 << e);
+                    let p = [a, b, c, d].map(|x| x as u8);
+                    if !fine {
+                        out.push([p[0], p[1], p[2], p[3], 0]);
+                        continue;
+                    }
+                    for v in (1..=cells).filter(|&v| ok(v, used)) {
+                        let w = m - a - d - v;
+                        if w > a && w != v && ok(w, used) {
+                            out.push([p[0], p[1], p[2], p[3], v as u8]);
+                        }
+                    }
                 }
             }
         }
@@ -298,7 +452,7 @@ impl Job for StarJob {
 
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
         let max = self.max_chunks();
-        let n_chunks = Plan::chunk_count(requested, max, 256)?;
+        let n_chunks = Plan::chunk_count(requested, max, self.default_chunks())?;
         let total_nodes = match self.params.method {
             Method::Brute => Some(self.total_perms()),
             Method::Backtrack => None,
@@ -352,10 +506,15 @@ impl Job for StarJob {
                     hi - lo
                 )));
             }
-        } else if solutions % self.geo.n as u128 != 0 {
-            return Err(SpaceError::Verification(format!(
-                "{solutions} solutions is not a multiple of n"
-            )));
+        } else {
+            // Each unique star is found once, in canonical form, and stands for its 2n images.
+            let unique = out.counters.get("unique").copied().unwrap_or(0);
+            if solutions != 2 * self.geo.n as u128 * unique {
+                return Err(SpaceError::Verification(format!(
+                    "{solutions} solutions for {unique} unique stars, expected 2n = {} times as many",
+                    2 * self.geo.n
+                )));
+            }
         }
         for s in &out.solutions {
             let labels = self.parse_solution(s)?;
@@ -579,90 +738,216 @@ impl<'a> Brute<'a> {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Step {
-    /// Try every free value in this cell. If `then_derive` names a line, the next step derives that line's last
-    /// cell, which bounds the values worth trying.
-    Choose { cell: u8, then_derive: Option<u8> },
-    /// The only unset cell of the line: its value is forced by the sum.
-    Derive { cell: u8, line: u8 },
-    /// A line whose cells are all set already.
-    Check { line: u8 },
+/// Values `v` with `t - v` in `set` (values are bit positions): bit `v` of the result is bit `t - v` of `set`.
+/// This turns "the derived cell must get a free value" into one mask per level instead of a test per candidate.
+#[inline(always)]
+fn mirror(set: u64, t: i32) -> u64 {
+    let r = set.reverse_bits();
+    match t {
+        i32::MIN..=-1 => 0,
+        0..=63 => r >> (63 - t),
+        // t < 2 * 64, so the shift stays below 64; bits pushed past 63 are values no star has.
+        _ => r << (t - 63),
+    }
 }
 
-/// Line-by-line backtracking after a first-line prefix.
+/// The bit of `t / 2` when `t` is even: a candidate `v` with `t - v == v` would use one value twice.
+fn half(t: i32) -> u64 {
+    if t >= 0 && t % 2 == 0 && t / 2 < 64 {
+        1u64 << (t / 2)
+    } else {
+        0
+    }
+}
+
+/// The backtracking search below one prefix (see the module documentation for the cell order). Free values are a
+/// bit mask; `outer_ok` masks the values an outer cell may take (above O_0).
+struct Search {
+    n: usize,
+    magic: i32,
+    /// Outer labels `O_i`, 0 while unset (fixed arrays: no bounds to grow, n <= MAX_POINTS < 32).
+    o: [i32; 32],
+    /// Inner labels `J_i`, 0 while unset.
+    j: [i32; 32],
+    outer_ok: u64,
+    /// What O_{n-2} + J_{n-2} must sum to: line n-2 less J_{n-1} and O_0, both set by the prefix.
+    pair: i32,
+    /// What O_{n-3} + J_{n-3} + J_{n-2} must sum to: line n-3 less O_{n-1}, set by the prefix.
+    triple: i32,
+}
+
+impl Search {
+    fn new(geo: &Geometry) -> Search {
+        Search {
+            n: geo.n,
+            magic: geo.magic as i32,
+            o: [0; 32],
+            j: [0; 32],
+            outer_ok: 0,
+            pair: 0,
+            triple: 0,
+        }
+    }
+
+    /// Sets the prefix's cells; returns the free values, the first level left to search and a witness that the
+    /// far lines can close (see [`Search::far_witness`]), or `None` if the prefix cannot lead to a star.
+    fn start(&mut self, p: Prefix) -> Option<(u64, usize, u64)> {
+        let n = self.n;
+        let cells = 2 * n as i32;
+        let [a, b, c, d, v] = p.map(i32::from);
+        self.o = [0; 32];
+        self.j = [0; 32];
+        let e = self.magic - b - c - d;
+        let mut vals = vec![a, b, c, d, e];
+        self.o[0] = a;
+        self.o[1] = b;
+        self.o[n - 1] = c;
+        self.j[0] = d;
+        self.j[n - 1] = e;
+        let mut level = 1;
+        if v != 0 {
+            let w = self.magic - a - d - v;
+            self.j[1] = v;
+            self.o[2] = w;
+            vals.extend([v, w]);
+            level = 2;
+        }
+        let mut used = 0u64;
+        for &x in &vals {
+            if !(1..=cells).contains(&x) || used & (1 << x) != 0 {
+                return None;
+            }
+            used |= 1 << x;
+        }
+        let all = ((1u64 << cells) - 1) << 1;
+        self.outer_ok = all & !((1u64 << (a + 1)) - 1);
+        let outer = [b, c].into_iter().chain((v != 0).then_some(self.o[2]));
+        if outer.into_iter().any(|x| x <= a) || b >= c {
+            return None;
+        }
+        self.pair = self.magic - a - e;
+        self.triple = self.magic - c;
+        let free = all & !used;
+        let witness = if level + 3 == n {
+            u64::MAX
+        } else {
+            self.far_witness(free)
+        };
+        (witness != 0).then_some((free, level, witness))
+    }
+
+    /// Can lines n-2 and n-3 still be completed from the free values? Some J_{n-2} = z and O_{n-2} = pair - z
+    /// (above O_0), and then O_{n-3} (above O_0) and J_{n-3} summing to triple - z, all distinct and free. Returns
+    /// those four values as a mask (a witness), or 0 if there are none. Only valid while the four cells are
+    /// unset, i.e. below level n-4. A witness stays one for every subset of `free` that keeps its four values,
+    /// which is what makes the check cheap: a child needs a new witness only if it uses one of them.
+    #[inline(always)]
+    fn far_witness(&self, free: u64) -> u64 {
+        let (pair, triple) = (self.pair, self.triple);
+        let mut zs = free & mirror(free & self.outer_ok, pair) & !half(pair);
+        while zs != 0 {
+            let z = zs.trailing_zeros() as i32;
+            zs &= zs - 1;
+            let zy = (1u64 << z) | (1u64 << (pair - z));
+            let rest = free & !zy;
+            let r = triple - z;
+            let xs = rest & mirror(rest & self.outer_ok, r) & !half(r);
+            if xs != 0 {
+                let x = xs.trailing_zeros() as i32;
+                return zy | (1u64 << x) | (1u64 << (r - x));
+            }
+        }
+        0
+    }
+
+    /// The candidates at level `k`: a mask of the values J_k may take such that O_{k+1} = t - J_k, forced by line
+    /// k-1, is free and above O_0; and t.
+    #[inline(always)]
+    fn candidates(&self, k: usize, free: u64) -> (u64, i32) {
+        let t = self.magic - self.o[k - 1] - self.j[k - 1];
+        (free & mirror(free & self.outer_ok, t) & !half(t), t)
+    }
+
+    /// The witness a child of level `k` with free values `rest` passes on (see [`Search::far_witness`]), given
+    /// its parent's `witness` and the two values `placed` it took; 0 if the far lines cannot close, in which
+    /// case the child is not part of the tree. At level n-4 the next step solves the last cells exactly, far
+    /// lines included, so every candidate is a child.
+    #[inline(always)]
+    fn child_witness(&self, k: usize, rest: u64, placed: u64, witness: u64) -> u64 {
+        if k + 4 == self.n {
+            u64::MAX
+        } else if placed & witness == 0 {
+            witness
+        } else {
+            self.far_witness(rest)
+        }
+    }
+
+    /// The last three cells J_{n-3}, O_{n-2}, J_{n-2} are forced by lines n-4 and n-3 and the three free values:
+    /// solves for them and returns true if they are exactly the free values (O_{n-2} above O_0). Line n-2 then
+    /// holds by itself, since all lines together sum to twice 1 + ... + 2n.
+    #[inline(always)]
+    fn close(&mut self, free: u64) -> bool {
+        let n = self.n;
+        let mut rest = free;
+        let mut total = 0;
+        while rest != 0 {
+            total += rest.trailing_zeros() as i32;
+            rest &= rest - 1;
+        }
+        let t1 = self.magic - self.o[n - 4] - self.j[n - 4];
+        let t2 = self.magic - self.o[n - 3] - self.o[n - 1];
+        let (x, y, z) = (t1 + t2 - total, total - t2, total - t1);
+        if x <= 0 || y <= 0 || z <= 0 || x >= 64 || y >= 64 || z >= 64 {
+            return false;
+        }
+        if (1u64 << x) | (1u64 << y) | (1u64 << z) != free || (1u64 << y) & self.outer_ok == 0 {
+            return false;
+        }
+        self.j[n - 3] = x;
+        self.o[n - 2] = y;
+        self.j[n - 2] = z;
+        true
+    }
+
+    /// The labelling by cell: outer cells, then inner ones.
+    fn labels(&self) -> Vec<u8> {
+        let n = self.n;
+        self.o[..n]
+            .iter()
+            .chain(&self.j[..n])
+            .map(|&x| x as u8)
+            .collect()
+    }
+}
+
+/// Runs the search below prefixes, counting nodes and reporting progress.
 struct Backtrack<'a> {
-    geo: &'a Geometry,
+    search: Search,
     ctl: &'a Control,
     out: &'a mut ChunkOutput,
-    steps: Vec<Step>,
-    labels: Vec<u8>,
     nodes: u64,
     unreported: u64,
 }
 
 impl<'a> Backtrack<'a> {
-    fn new(geo: &'a Geometry, ctl: &'a Control, out: &'a mut ChunkOutput) -> Self {
-        let n = geo.n;
-        let mut set = vec![false; 2 * n];
-        // The prefix sets O_0, J_0, J_1 and derives O_2.
-        for c in [0, n, n + 1, 2 % n] {
-            set[c] = true;
-        }
-        let mut steps = Vec::new();
-        for (i, line) in geo.lines.iter().enumerate().skip(1) {
-            let unset: Vec<u8> = line.iter().copied().filter(|&c| !set[c as usize]).collect();
-            match unset.split_last() {
-                None => steps.push(Step::Check { line: i as u8 }),
-                Some((&last, chosen)) => {
-                    for (k, &c) in chosen.iter().enumerate() {
-                        let then_derive = (k + 1 == chosen.len()).then_some(i as u8);
-                        steps.push(Step::Choose {
-                            cell: c,
-                            then_derive,
-                        });
-                    }
-                    steps.push(Step::Derive {
-                        cell: last,
-                        line: i as u8,
-                    });
-                }
-            }
-            for &c in &unset {
-                set[c as usize] = true;
-            }
-        }
+    fn new(geo: &Geometry, ctl: &'a Control, out: &'a mut ChunkOutput) -> Self {
         Backtrack {
-            geo,
+            search: Search::new(geo),
             ctl,
             out,
-            steps,
-            labels: vec![0; 2 * n],
             nodes: 0,
             unreported: 0,
         }
     }
 
-    fn run_prefix(&mut self, [o0, j0, j1]: [u8; 3]) -> Result<(), SpaceError> {
-        let n = self.geo.n;
-        let o2 = (self.geo.magic - u32::from(o0) - u32::from(j0) - u32::from(j1)) as u8;
-        self.labels.iter_mut().for_each(|l| *l = 0);
-        self.labels[0] = o0;
-        self.labels[n] = j0;
-        self.labels[n + 1] = j1;
-        self.labels[2 % n] = o2;
-        let used = (1u64 << o0) | (1u64 << j0) | (1u64 << j1) | (1u64 << o2);
-        let all = (1u64 << (2 * n + 1)) - 2;
-        // Outer labels must exceed O_0 (rotation breaking): mask of values allowed in outer cells.
-        let outer_ok = all & !((1u64 << (o0 + 1)) - 1);
-        self.nodes += 4;
-        self.unreported += 4;
-        self.dfs(0, all & !used, outer_ok)?;
-        if self.unreported >= u64::from(CHECK_EVERY) {
-            let n = std::mem::take(&mut self.unreported);
-            self.ctl.checkpoint(n)?;
-        }
-        Ok(())
+    fn run_prefix(&mut self, p: Prefix) -> Result<(), SpaceError> {
+        let Some((free, level, witness)) = self.search.start(p) else {
+            return Ok(());
+        };
+        self.nodes += 1;
+        self.unreported += 1;
+        self.dfs(level, free, witness)
     }
 
     fn flush(&mut self) -> Result<(), SpaceError> {
@@ -672,90 +957,63 @@ impl<'a> Backtrack<'a> {
         Ok(())
     }
 
-    fn line_sum_without(&self, line: u8, skip: u8) -> u32 {
-        self.geo.lines[line as usize]
-            .iter()
-            .filter(|&&c| c != skip)
-            .map(|&c| u32::from(self.labels[c as usize]))
-            .sum()
-    }
-
-    fn dfs(&mut self, k: usize, free: u64, outer_ok: u64) -> Result<(), SpaceError> {
-        let Some(&step) = self.steps.get(k) else {
-            self.found();
+    fn dfs(&mut self, k: usize, free: u64, witness: u64) -> Result<(), SpaceError> {
+        if k + 3 == self.search.n {
+            if self.search.close(free) {
+                self.nodes += 1;
+                self.unreported += 1;
+                self.found();
+            }
             return Ok(());
-        };
-        let n = self.geo.n;
-        match step {
-            Step::Check { line } => {
-                if self.line_sum_without(line, u8::MAX) == self.geo.magic {
-                    self.dfs(k + 1, free, outer_ok)?;
-                }
-            }
-            Step::Derive { cell, line } => {
-                let rest = self.line_sum_without(line, cell);
-                let Some(v) = self.geo.magic.checked_sub(rest) else {
-                    return Ok(());
-                };
-                if v >= 64 {
-                    return Ok(());
-                }
-                let bit = 1u64 << v;
-                let allowed = if usize::from(cell) < n {
-                    free & outer_ok
-                } else {
-                    free
-                };
-                if allowed & bit != 0 {
+        }
+        let (mut cand, t) = self.search.candidates(k, free);
+        if k + 4 == self.search.n {
+            // The bottom of the tree, where most nodes are: each child is closed at once, without recursing.
+            while cand != 0 {
+                let v = cand.trailing_zeros() as i32;
+                cand &= cand - 1;
+                let w = t - v;
+                self.search.j[k] = v;
+                self.search.o[k + 1] = w;
+                self.nodes += 1;
+                self.unreported += 1;
+                if self.search.close(free & !(1u64 << v) & !(1u64 << w)) {
                     self.nodes += 1;
                     self.unreported += 1;
-                    self.labels[cell as usize] = v as u8;
-                    self.dfs(k + 1, free & !bit, outer_ok)?;
-                    self.labels[cell as usize] = 0;
+                    self.found();
                 }
             }
-            Step::Choose { cell, then_derive } => {
-                let mut candidates = if usize::from(cell) < n {
-                    free & outer_ok
-                } else {
-                    free
-                };
-                if let Some(line) = then_derive {
-                    // The derived cell gets magic - rest - v, which must lie in 1..=2n.
-                    let rest = self.line_sum_without(line, cell) as i64; // the derived cell is still 0
-                    let lo = (i64::from(self.geo.magic) - rest - 2 * n as i64).max(1);
-                    let hi = (i64::from(self.geo.magic) - rest - 1).min(2 * n as i64);
-                    if lo > hi {
-                        return Ok(());
-                    }
-                    let range = ((1u64 << (hi + 1)) - 1) & !((1u64 << lo) - 1);
-                    candidates &= range;
-                }
-                while candidates != 0 {
-                    let v = candidates.trailing_zeros();
-                    candidates &= candidates - 1;
-                    self.nodes += 1;
-                    self.unreported += 1;
-                    self.labels[cell as usize] = v as u8;
-                    self.dfs(k + 1, free & !(1u64 << v), outer_ok)?;
-                }
-                self.labels[cell as usize] = 0;
-                if self.unreported >= u64::from(CHECK_EVERY) * 64 {
-                    let n = std::mem::take(&mut self.unreported);
-                    self.ctl.checkpoint(n)?;
-                }
+            return Ok(());
+        }
+        while cand != 0 {
+            let v = cand.trailing_zeros() as i32;
+            cand &= cand - 1;
+            let w = t - v;
+            let placed = (1u64 << v) | (1u64 << w);
+            let rest = free & !placed;
+            let witness = self.search.child_witness(k, rest, placed, witness);
+            if witness == 0 {
+                continue;
             }
+            self.search.j[k] = v;
+            self.search.o[k + 1] = w;
+            self.nodes += 1;
+            self.unreported += 1;
+            self.dfs(k + 1, rest, witness)?;
+        }
+        if self.unreported >= u64::from(CHECK_EVERY) * 64 {
+            let n = std::mem::take(&mut self.unreported);
+            self.ctl.checkpoint(n)?;
         }
         Ok(())
     }
 
     fn found(&mut self) {
-        // Each labelling found stands for its n rotations (only the one with O_0 smallest is searched).
-        self.out.count("solutions", self.geo.n as u128);
-        if self.geo.canonical(&self.labels) == self.labels {
-            self.out.count("unique", 1);
-            self.out.solutions.push(encode(&self.labels));
-        }
+        // The search visits exactly one member of each orbit, and it is the canonical one (module doc), so it
+        // stands for 2n solutions and is itself the unique representative.
+        self.out.count("solutions", 2 * self.search.n as u128);
+        self.out.count("unique", 1);
+        self.out.solutions.push(encode(&self.search.labels()));
     }
 }
 
@@ -935,10 +1193,212 @@ mod tests {
 
     #[test]
     fn cancellation_stops_a_chunk() {
-        let j = job(7, Method::Brute);
-        let ctl = Control::new();
-        ctl.cancel();
-        assert_eq!(j.run_chunk(1, 0, &ctl), Err(SpaceError::Cancelled));
+        for method in [Method::Brute, Method::Backtrack] {
+            let j = job(7, method);
+            let ctl = Control::new();
+            ctl.cancel();
+            assert_eq!(j.run_chunk(1, 0, &ctl), Err(SpaceError::Cancelled));
+        }
+    }
+
+    /// Published unique counts (OEIS A200720), n = 5 ... 15.
+    const A200720: [u128; 11] = [
+        0, 80, 72, 112, 3014, 10882, 53528, 396930, 2434692, 15278390, 120425006,
+    ];
+
+    fn check_published_count(n: u32) {
+        let ans = solve(&job(n, Method::Backtrack), None);
+        let unique = A200720[n as usize - 5];
+        assert_eq!(ans.tally.counter("unique"), unique, "n={n}");
+        assert_eq!(
+            ans.tally.counter("solutions"),
+            2 * n as u128 * unique,
+            "n={n}"
+        );
+        assert_eq!(ans.solutions.len() as u128, unique, "n={n}");
+    }
+
+    #[test]
+    fn published_counts_from_five_to_ten_points() {
+        for n in 5..=10 {
+            check_published_count(n);
+        }
+    }
+
+    #[test]
+    fn published_count_for_eleven_points() {
+        check_published_count(11);
+    }
+
+    #[test]
+    #[ignore = "about 4 s in release on one core"]
+    fn published_count_for_twelve_points() {
+        check_published_count(12);
+    }
+
+    #[test]
+    #[ignore = "about 30 s in release on one core"]
+    fn published_count_for_thirteen_points() {
+        check_published_count(13);
+    }
+
+    /// Every magic labelling, with no symmetry breaking and no pruning beyond a line's forced last cell: the cells
+    /// in the seed's field order, each line checked when it completes. An independent reference for the kernel.
+    fn all_solutions(geo: &Geometry) -> Vec<Vec<u8>> {
+        let cells = 2 * geo.n;
+        let mut position = vec![0; cells];
+        for (f, &c) in geo.fields.iter().enumerate() {
+            position[c as usize] = f;
+        }
+        let mut completes: Vec<Vec<[u8; 4]>> = vec![Vec::new(); cells];
+        for line in &geo.lines {
+            let last = line.iter().map(|&c| position[c as usize]).max().unwrap();
+            completes[last].push(*line);
+        }
+        fn go(
+            geo: &Geometry,
+            completes: &[Vec<[u8; 4]>],
+            f: usize,
+            labels: &mut Vec<u8>,
+            used: u64,
+            out: &mut Vec<Vec<u8>>,
+        ) {
+            if f == labels.len() {
+                out.push(labels.clone());
+                return;
+            }
+            let cell = geo.fields[f] as usize;
+            for v in 1..=labels.len() as u8 {
+                if used & (1 << v) != 0 {
+                    continue;
+                }
+                labels[cell] = v;
+                let holds = completes[f].iter().all(|l| {
+                    l.iter()
+                        .map(|&c| u32::from(labels[c as usize]))
+                        .sum::<u32>()
+                        == geo.magic
+                });
+                if holds {
+                    go(geo, completes, f + 1, labels, used | (1 << v), out);
+                }
+            }
+            labels[cell] = 0;
+        }
+        let mut out = Vec::new();
+        go(geo, &completes, 0, &mut vec![0; cells], 0, &mut out);
+        out
+    }
+
+    fn check_against_brute_dedupe(points: std::ops::RangeInclusive<usize>) {
+        for n in points {
+            let geo = Geometry::new(n);
+            let all = all_solutions(&geo);
+            let dedupe: std::collections::BTreeSet<String> =
+                all.iter().map(|s| encode(&geo.canonical(s))).collect();
+            let ans = solve(&job(n as u32, Method::Backtrack), Some(5));
+            assert_eq!(ans.tally.counter("solutions"), all.len() as u128, "n={n}");
+            assert_eq!(ans.tally.counter("unique"), dedupe.len() as u128, "n={n}");
+            let found: std::collections::BTreeSet<String> = ans.solutions.iter().cloned().collect();
+            assert_eq!(
+                found.len(),
+                ans.solutions.len(),
+                "n={n}: a star listed twice"
+            );
+            assert_eq!(found, dedupe, "n={n}");
+        }
+    }
+
+    #[test]
+    fn symmetry_breaking_matches_a_brute_canonical_dedupe() {
+        check_against_brute_dedupe(5..=7);
+    }
+
+    #[test]
+    #[ignore = "the unbroken reference search takes minutes for n = 8 and 9 in release"]
+    fn symmetry_breaking_matches_a_brute_canonical_dedupe_for_eight_and_nine_points() {
+        check_against_brute_dedupe(8..=9);
+    }
+
+    #[test]
+    fn plans_offer_many_chunks_and_end_with_small_ones() {
+        // 64 chunks per thread on 1,000 threads.
+        for n in [11, 12, 16, 17] {
+            let j = job(n, Method::Backtrack);
+            assert!(j.max_chunks() >= 64_000, "n={n}: {}", j.max_chunks());
+            assert_eq!(j.plan(Some(64_000)).unwrap().n_chunks, 64_000);
+        }
+        let defaults: Vec<u64> = (6..=16)
+            .map(|n| job(n, Method::Backtrack).plan(None).unwrap().n_chunks)
+            .collect();
+        assert_eq!(
+            defaults,
+            [256, 256, 256, 256, 256, 256, 256, 1024, 4096, 16384, 65536]
+        );
+        // Small jobs still plan few chunks: n = 5 has only a few hundred prefixes.
+        assert_eq!(job(5, Method::Backtrack).plan(None).unwrap().n_chunks, 256);
+        // The work shrinks along the plan: the biggest chunk is early and the last tenth is light.
+        let j = job(10, Method::Backtrack);
+        let n_chunks = 64;
+        let sizes: Vec<u64> = (0..n_chunks)
+            .map(|c| j.run_chunk(n_chunks, c, &Control::new()).unwrap().nodes)
+            .collect();
+        let total: u64 = sizes.iter().sum();
+        let biggest = (0..sizes.len()).max_by_key(|&i| sizes[i]).unwrap();
+        assert!(
+            biggest < sizes.len() / 2,
+            "biggest chunk #{biggest}: {sizes:?}"
+        );
+        let tail: u64 = sizes[sizes.len() * 9 / 10..].iter().sum();
+        assert!(
+            tail * 20 < total,
+            "last tenth holds {tail} of {total} nodes"
+        );
+    }
+
+    #[test]
+    fn knuth_estimate_is_close_to_the_real_count() {
+        for n in [8, 9, 10] {
+            let j = job(n, Method::Backtrack);
+            let n_chunks = 16;
+            let mut est_total = 0.0;
+            let mut real_total = 0u64;
+            for c in 0..n_chunks {
+                let est = j.estimate_nodes(n_chunks, c, 256).unwrap();
+                let real = j.run_chunk(n_chunks, c, &Control::new()).unwrap().nodes;
+                // Deterministic: the same call gives the same estimate.
+                assert_eq!(est, j.estimate_nodes(n_chunks, c, 256).unwrap());
+                let ratio = est / real as f64;
+                assert!(
+                    (0.5..2.0).contains(&ratio),
+                    "n={n} chunk {c}: estimate {est:.0}, real {real}"
+                );
+                est_total += est;
+                real_total += real;
+            }
+            let ratio = est_total / real_total as f64;
+            assert!(
+                (0.8..1.25).contains(&ratio),
+                "n={n}: {est_total:.0} vs {real_total}"
+            );
+        }
+        let brute = job(6, Method::Brute);
+        assert_eq!(brute.estimate_nodes(7, 3, 1).unwrap(), 68_428_800.0);
+        assert!(job(6, Method::Backtrack).estimate_nodes(4, 4, 8).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn any_chunking_gives_the_same_answer(n in 6u32..=9, k in 1u64..=5000) {
+            let j = job(n, Method::Backtrack);
+            let k = k.min(j.max_chunks());
+            let one = solve(&j, Some(1));
+            let many = solve(&j, Some(k));
+            prop_assert_eq!(&one.tally.nodes, &many.tally.nodes);
+            prop_assert_eq!(&one.tally.counters, &many.tally.counters);
+            prop_assert_eq!(one.solutions, many.solutions);
+        }
     }
 
     proptest! {
