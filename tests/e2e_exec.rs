@@ -139,6 +139,54 @@ fn a_python_program_counts_exactly_past_64_bits() {
     assert_eq!(again["result"], v["result"]);
 }
 
+/// A compiled program: the same sum of cubes in Rust, built here with the toolchain that builds sweep.
+const CUBES_RS: &str = r#"
+fn main() {
+    let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().expect("a number")).collect();
+    let (chunk, chunks) = (args[0], args[1]);
+    let (mut n, mut total) = (0u64, 0u128);
+    let mut x = chunk;
+    while x < 1_000_000 {
+        n += 1;
+        total += (x as u128).pow(3);
+        x += chunks;
+    }
+    println!("{{\"nodes\": {n}, \"counters\": {{\"cubes\": \"{total}\"}}}}");
+}
+"#;
+
+#[test]
+fn a_compiled_program_shipped_through_the_embedded_coordinator_counts_exactly() {
+    let dir = scratch();
+    let bin_dir = dir.path().join("bin");
+    std::fs::create_dir(&bin_dir).unwrap();
+    let src = dir.path().join("cubes.rs");
+    std::fs::write(&src, CUBES_RS).unwrap();
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let built = Command::new(rustc)
+        .args(["-O", "-o"])
+        .arg(bin_dir.join("cubes"))
+        .arg(&src)
+        .output()
+        .expect("run rustc");
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let data = dir.path().join("data").display().to_string();
+    let ship = bin_dir.display().to_string();
+    // Run from another directory: the program is found only because it was shipped.
+    let elsewhere = scratch();
+    let v = stdout_json(&sweep_in(
+        elsewhere.path(),
+        &[
+            "run", "exec", "--chunks", "6", "--ship", &ship, "--data", &data, "--json", "--", "./cubes", "{chunk}",
+            "{chunks}",
+        ],
+        LONG,
+    ));
+    assert_eq!(v["state"], "done", "{v}");
+    assert_eq!(counter(&v["result"]["counters"]["cubes"]), cubes_total().to_string(), "{v}");
+    assert!(v["params"]["ship_digest"].as_str().is_some_and(|d| d.len() == 64), "{v}");
+}
+
 #[test]
 fn a_failing_chunk_is_retried_then_poisoned_with_its_stderr_and_exit_4() {
     let dir = scratch();
