@@ -36,10 +36,10 @@ type Mask = u128;
 /// How many placements pass between progress reports and cancellation checks.
 const REPORT_EVERY: u64 = 1 << 16;
 
-/// Placements between two saved cursors, at least. The kernel tries a few hundred million placements a second, so
-/// this is a save every few tenths of a second, more often than the engine forwards one (every 3 s) but cheap:
-/// a save formats about 150 bytes.
-pub const SAVE_EVERY: u64 = 1 << 26;
+/// Placements between two saved cursors, at least. At 30-50 million placements a second per core this is a
+/// save about every second, a little more often than the engine forwards one (every 3 s), and a save (about
+/// 150 bytes of text) costs a microsecond or two.
+pub const SAVE_EVERY: u64 = 1 << 25;
 
 /// The first word of every state this code writes; a state of another format (another version of this code,
 /// another space) is not parsed but ignored.
