@@ -490,7 +490,7 @@ fn strategy_resumes_from_every_saved_cursor() {
         (5, 1, 64),
         (5, 3, 16),
         (6, 4, 512),
-        (7, 3, 8192),
+        (7, 3, 16384),
     ] {
         let j = job(rows, Method::Strategy, None);
         let mut carried_a_solution = false;
