@@ -1,13 +1,16 @@
 //! Billiard brute force: the seed's BilliardBruteForce (re-implemented here as the baseline: lexicographic
 //! next-permutation over the 15-ball index vector, all ten groups tested per permutation with a non-short-circuit
 //! `&` as in the seed's `Level1 & CheckGroup(...) & ...`) against sweep's brute kernel, on the same rank slice,
-//! one core, side by side. Also times sweep's kernel over the whole 15! space and the strategy search.
+//! one core, side by side. Also times sweep's kernel over the whole 15! space and the strategy search, and the
+//! strategy search with and without saving resume cursors, side by side.
 //!
 //! Run: `cargo bench -p sweep-puzzles --bench billiard`.
 
 use std::hint::black_box;
 use std::time::Instant;
 
+use sweep_puzzles::billiard::strategy::{self, prefixes, Saves, SAVE_EVERY};
+use sweep_puzzles::billiard::triangle::Geometry;
 use sweep_puzzles::billiard::{Billiard, BilliardParams, Method};
 use sweep_puzzles::perm::{rank, unrank};
 use sweep_puzzles::{Control, Job, SearchSpace};
@@ -91,7 +94,72 @@ fn kernel_slice(start: u64, end: u64) -> (u64, u128) {
     )
 }
 
+/// One strategy job of `rows` rows as a single chunk, saving a cursor every `every` placements into a
+/// [`Control`] as a worker would: (seconds, nodes, states saved, largest state in bytes).
+fn strategy_saving(rows: u32, every: u64) -> (f64, u64, u64, usize) {
+    let geo = Geometry::new(rows as usize);
+    let prefixes = prefixes(geo.rows);
+    let ctl = Control::new();
+    let (mut saved, mut largest) = (0u64, 0usize);
+    let mut sink = |state: String| {
+        saved += 1;
+        largest = largest.max(state.len());
+        ctl.save_resume_state(state)
+    };
+    let saves = Saves {
+        every,
+        sink: &mut sink,
+    };
+    let t = Instant::now();
+    let out = strategy::run_chunk(&geo, &prefixes, 1, 0, &ctl, None, saves).expect("chunk runs");
+    let s = t.elapsed().as_secs_f64();
+    (s, black_box(out.nodes), saved, largest)
+}
+
+/// The cost of resume cursors: the same search never saving, saving every [`SAVE_EVERY`] placements (what
+/// workers do), and saving at every progress report (the most often the kernel can), interleaved and repeated
+/// because the machine is shared; the fastest run of each is compared.
+fn resume_overhead() {
+    let rows: u32 = std::env::var("BILLIARD_RESUME_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(9);
+    let rounds: usize = std::env::var("BILLIARD_RESUME_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let modes = [
+        ("never saving", u64::MAX),
+        ("saving every 2^25 (default)", SAVE_EVERY),
+        ("saving every 2^16 (each report)", 1 << 16),
+    ];
+    println!("strategy resume cursors, rows {rows}, one chunk, {rounds} interleaved rounds (fastest shown):");
+    let mut best = [f64::INFINITY; 3];
+    let mut seen = [(0u64, 0u64, 0usize); 3];
+    for _ in 0..rounds {
+        for (i, &(_, every)) in modes.iter().enumerate() {
+            let (s, nodes, saved, largest) = strategy_saving(rows, every);
+            best[i] = best[i].min(s);
+            seen[i] = (nodes, saved, largest);
+        }
+    }
+    for (i, (name, _)) in modes.iter().enumerate() {
+        let (nodes, saved, largest) = seen[i];
+        assert_eq!(nodes, seen[0].0, "saving does not change the search");
+        println!(
+            "  {name:<32} {:.3} s, {:.1} M placements/s, {saved} states (largest {largest} bytes), ratio {:.4}",
+            best[i],
+            nodes as f64 / best[i] / 1e6,
+            best[i] / best[0]
+        );
+    }
+}
+
 fn main() {
+    if std::env::var_os("BILLIARD_ONLY_RESUME").is_some() {
+        resume_overhead();
+        return;
+    }
     // A slice around the seed's first solution (index vector 5,4,9,...), so both sides must find it.
     let seed_first: [u8; 15] = [5, 4, 9, 7, 11, 2, 8, 1, 12, 10, 6, 14, 15, 3, 13];
     let zero_based: Vec<u8> = seed_first.iter().map(|b| b - 1).collect();
@@ -171,4 +239,5 @@ fn main() {
         let s = t.elapsed().as_secs_f64();
         println!("  rows {rows}: {solutions} solutions, {nodes} placements, {s:.3} s");
     }
+    resume_overhead();
 }

@@ -9,7 +9,7 @@
 //! - `brute` ([`brute`]): the seed's BilliardBruteForce, every permutation of the index vector in lexicographic
 //!   order, chunked by rank ranges (`--ranks` restricts it to a slice), with failing blocks counted in one step.
 //! - `strategy` ([`strategy`]): backtracking over the top row with used-number masks and mirror breaking, chunked
-//!   by the first two top balls.
+//!   by the first two top balls. Its long chunks save a cursor and resume from it on any worker.
 //!
 //! Unique solutions (up to the left-right mirror) are counted where they are found, once per mirror class, so
 //! counts add up exactly over any split into chunks.
@@ -25,7 +25,7 @@ use crate::perm::{split_range, FACTORIALS, MAX_N};
 use crate::space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
 
 use self::brute::Brute;
-use self::strategy::{prefixes, Strategy, MAX_ROWS};
+use self::strategy::{prefixes, Saves, MAX_ROWS, SAVE_EVERY};
 use self::triangle::{draw, Geometry};
 
 /// The registry's handle for the billiard space.
@@ -202,22 +202,30 @@ impl Job for BilliardJob {
         if chunk >= n_chunks || n_chunks > self.max_chunks() {
             return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
         }
-        let mut out = ChunkOutput::default();
         match self.params.method {
             Method::Brute => {
+                let mut out = ChunkOutput::default();
                 let (lo, hi) = self.chunk_ranks(n_chunks, chunk);
                 Brute::new(&self.geo, lo, hi, ctl, &mut out).run()?;
+                Ok(out)
             }
             Method::Strategy => {
-                let (lo, hi) = split_range(self.prefixes.len() as u128, n_chunks, chunk);
-                let mut search = Strategy::new(&self.geo, ctl, &mut out);
-                for &p in &self.prefixes[lo as usize..hi as usize] {
-                    search.run_prefix(p)?;
-                }
-                search.finish()?;
+                let mut sink = |state: String| ctl.save_resume_state(state);
+                let saves = Saves {
+                    every: SAVE_EVERY,
+                    sink: &mut sink,
+                };
+                strategy::run_chunk(
+                    &self.geo,
+                    &self.prefixes,
+                    n_chunks,
+                    chunk,
+                    ctl,
+                    ctl.resume_state(),
+                    saves,
+                )
             }
         }
-        Ok(out)
     }
 
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {

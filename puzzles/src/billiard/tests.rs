@@ -1,3 +1,4 @@
+use super::strategy::{digest, Saves};
 use super::triangle::{encode, index};
 use super::*;
 use crate::perm::unrank;
@@ -435,6 +436,194 @@ fn cancellation_stops_a_chunk() {
     );
 }
 
+/// Runs strategy chunk `chunk` of `n_chunks` saving a cursor every `every` placements, from `resume`: its
+/// output, every state it saved, and the nodes it reported (the work this attempt did).
+fn run_saving(
+    j: &BilliardJob,
+    n_chunks: u64,
+    chunk: u64,
+    every: u64,
+    resume: Option<&str>,
+) -> (ChunkOutput, Vec<String>, u64) {
+    let ctl = Control::new();
+    let mut states = Vec::new();
+    let mut sink = |state: String| {
+        states.push(state);
+        Ok(())
+    };
+    let saves = Saves {
+        every,
+        sink: &mut sink,
+    };
+    let out =
+        strategy::run_chunk(&j.geo, &j.prefixes, n_chunks, chunk, &ctl, resume, saves).unwrap();
+    (out, states, ctl.nodes())
+}
+
+/// The output of a chunk run through the engine's path from `resume`, and the nodes that attempt reported.
+fn resumed(j: &BilliardJob, n_chunks: u64, chunk: u64, resume: &str) -> (ChunkOutput, u64) {
+    let ctl = Control::resuming(Some(resume.to_string()));
+    let out = j.run_chunk(n_chunks, chunk, &ctl).unwrap();
+    (out, ctl.nodes())
+}
+
+/// The same state with one field replaced and its digest recomputed: a well-formed lie.
+fn forged(state: &str, key: &str, value: &str) -> String {
+    let body = state.rsplit_once(" check=").unwrap().0;
+    let body: Vec<String> = body
+        .split(' ')
+        .map(|w| match w.split_once('=') {
+            Some((k, _)) if k == key => format!("{k}={value}"),
+            _ => w.to_string(),
+        })
+        .collect();
+    let body = body.join(" ");
+    let check = digest(&body);
+    format!("{body} check={check}")
+}
+
+#[test]
+fn strategy_resumes_from_every_saved_cursor() {
+    for (rows, n_chunks, every) in [
+        (3, 1, 1),
+        (4, 2, 1),
+        (5, 1, 64),
+        (5, 3, 16),
+        (6, 4, 512),
+        (7, 3, 16384),
+    ] {
+        let j = job(rows, Method::Strategy, None);
+        let mut carried_a_solution = false;
+        for chunk in 0..n_chunks {
+            let whole = j.run_chunk(n_chunks, chunk, &Control::new()).unwrap();
+            let (out, states, reported) = run_saving(&j, n_chunks, chunk, every, None);
+            assert_eq!(out, whole, "saving does not change the output");
+            assert_eq!(reported, whole.nodes);
+            assert!(
+                rows < 5 || states.len() > 10,
+                "rows={rows} chunk={chunk}: {} states",
+                states.len()
+            );
+            for (i, state) in states.iter().enumerate() {
+                let what = format!("rows={rows} chunk={chunk}/{n_chunks} state {i}: {state}");
+                assert!(state.len() < 1000, "{what}");
+                carried_a_solution |= !state.contains("found= ");
+                let (again, did) = resumed(&j, n_chunks, chunk, state);
+                assert_eq!(again, whole, "{what}");
+                assert!(did < whole.nodes, "{what}: it started over");
+                // A resumed attempt saves cursors too, and they resume as well.
+                let (again, later, _) = run_saving(&j, n_chunks, chunk, every, Some(state));
+                assert_eq!(again, whole, "{what}");
+                if let Some(last) = later.last() {
+                    assert_eq!(resumed(&j, n_chunks, chunk, last).0, whole, "{what}");
+                }
+            }
+        }
+        assert!(rows != 5 || carried_a_solution, "no state held a solution");
+    }
+}
+
+#[test]
+fn a_stopping_worker_gets_the_chunk_back_with_its_cursor() {
+    let j = job(7, Method::Strategy, None);
+    let whole = j.run_chunk(2, 1, &Control::new()).unwrap();
+    let mut state = None;
+    let mut attempts = 0;
+    let out = loop {
+        attempts += 1;
+        let ctl = Control::resuming(state.take());
+        ctl.request_stop();
+        match j.run_chunk(2, 1, &ctl) {
+            Ok(out) => break out,
+            Err(e) => {
+                assert_eq!(e, SpaceError::Cancelled);
+                state = ctl.take_resume_state();
+                assert!(state.is_some(), "stopped without a cursor");
+            }
+        }
+        assert!(attempts < 1000, "no progress");
+    };
+    assert_eq!(out, whole);
+    assert!(attempts > 3, "{attempts} attempts");
+}
+
+#[test]
+fn foreign_and_garbled_states_are_ignored() {
+    let j = job(7, Method::Strategy, None);
+    let (n_chunks, chunk) = (4, 1);
+    let whole = j.run_chunk(n_chunks, chunk, &Control::new()).unwrap();
+    let (_, states, _) = run_saving(&j, n_chunks, chunk, 4096, None);
+    let good = &states[states.len() / 2];
+    assert!(resumed(&j, n_chunks, chunk, good).1 < whole.nodes);
+    let other_chunk = run_saving(&j, n_chunks, 2, 4096, None).1;
+    let other_split = run_saving(&j, 5, chunk, 4096, None).1;
+    let other_rows = run_saving(&job(6, Method::Strategy, None), n_chunks, chunk, 256, None).1;
+    let mut bad = vec![
+        String::new(),
+        "garbage".into(),
+        "1 2 3".into(),
+        good.replace("billiard-strategy/1", "billiard-strategy/2"),
+        good.replace("nodes=", "nodes=1"),
+        good.replacen(' ', "  ", 1),
+        format!("{good} "),
+        good[..good.len() - 1].to_string(),
+        other_chunk[other_chunk.len() / 2].clone(),
+        other_split[other_split.len() / 2].clone(),
+        other_rows[other_rows.len() / 2].clone(),
+    ];
+    // Well-formed lies: the digest matches but the cursor is not one of this chunk's.
+    let prefix: usize = good
+        .split(' ')
+        .find_map(|w| w.strip_prefix("prefix="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    for (key, value) in [
+        ("rows", "6".to_string()),
+        ("chunk", format!("{chunk}/5")),
+        ("prefix", (prefix + 1).to_string()),
+        ("prefix", "99999999999".into()),
+        ("path", "1".into()),
+        ("path", "1,2,3".into()),
+        ("path", "28,1,2,3,4,5,6".into()),
+        ("path", "200,300".into()),
+        ("path", String::new()),
+        ("unique", "1".into()),
+        ("solutions", "x".into()),
+        ("found", "1,2,3".into()),
+    ] {
+        bad.push(forged(good, key, value.as_str()));
+    }
+    for state in &bad {
+        let (out, did) = resumed(&j, n_chunks, chunk, state);
+        assert_eq!(out, whole, "{state}");
+        assert_eq!(did, whole.nodes, "trusted: {state}");
+    }
+    // Re-signing true fields keeps a state valid: the lies above were refused for what they say, not their digest.
+    let (out, did) = resumed(&j, n_chunks, chunk, &forged(good, "rows", "7"));
+    assert_eq!(out, whole);
+    assert!(did < whole.nodes);
+}
+
+#[test]
+fn a_refused_state_stops_the_saving_not_the_search() {
+    let j = job(6, Method::Strategy, None);
+    let whole = j.run_chunk(1, 0, &Control::new()).unwrap();
+    let ctl = Control::new();
+    let mut offered = 0;
+    let mut sink = |_: String| {
+        offered += 1;
+        Err(SpaceError::Cancelled)
+    };
+    let saves = Saves {
+        every: 64,
+        sink: &mut sink,
+    };
+    let out = strategy::run_chunk(&j.geo, &j.prefixes, 1, 0, &ctl, None, saves).unwrap();
+    assert_eq!(out, whole);
+    assert_eq!(offered, 1);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -463,6 +652,37 @@ proptest! {
             prop_assert!(geo.is_solution(&balls));
             prop_assert!(rows_hold(&geo.to_rows(&balls)));
             prop_assert_eq!(geo.canonical(&balls), balls);
+        }
+    }
+
+    /// A chunk interrupted at any saved cursor, of any split, resumes to the uninterrupted output; a state with
+    /// one byte changed is either ignored or still gives that output.
+    #[test]
+    fn resuming_anywhere_gives_the_uninterrupted_output(
+        rows in 3u32..=6,
+        chunks in 1u64..12,
+        pick in any::<u64>(),
+        every in 1u64..2000,
+        which in any::<usize>(),
+        at in any::<usize>(),
+        byte in 32u8..127,
+    ) {
+        let j = job(rows, Method::Strategy, None);
+        let n_chunks = chunks.min(j.plan(None).unwrap().n_chunks);
+        let chunk = pick % n_chunks;
+        let whole = j.run_chunk(n_chunks, chunk, &Control::new()).unwrap();
+        let (out, states, _) = run_saving(&j, n_chunks, chunk, every, None);
+        prop_assert_eq!(&out, &whole);
+        if !states.is_empty() {
+            let state = &states[which % states.len()];
+            prop_assert_eq!(&resumed(&j, n_chunks, chunk, state).0, &whole);
+            let mut bytes = state.clone().into_bytes();
+            let at = at % bytes.len();
+            bytes[at] = byte;
+            let changed = String::from_utf8(bytes).unwrap();
+            let (out, did) = resumed(&j, n_chunks, chunk, &changed);
+            prop_assert_eq!(&out, &whole);
+            prop_assert!(changed == *state || did == whole.nodes, "trusted {}", changed);
         }
     }
 
