@@ -102,7 +102,7 @@ fn replication_outvotes_an_inflated_count() {
 
 #[test]
 fn a_drained_worker_finishes_its_chunks_and_stops() {
-    let args = ["star", "--points", "11", "--chunks", "256"];
+    let args = ["billiard", "--rows", "9", "--chunks", "256"];
     let expected = solve_result(&args, LONG);
     let mut c = Cluster::start(2, 1);
     let job = c.submit(&args);
