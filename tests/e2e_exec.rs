@@ -169,7 +169,11 @@ fn a_compiled_program_shipped_through_the_embedded_coordinator_counts_exactly() 
         .arg(&src)
         .output()
         .expect("run rustc");
-    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
     let data = dir.path().join("data").display().to_string();
     let ship = bin_dir.display().to_string();
     // Run from another directory: the program is found only because it was shipped.
@@ -177,14 +181,23 @@ fn a_compiled_program_shipped_through_the_embedded_coordinator_counts_exactly() 
     let v = stdout_json(&sweep_in(
         elsewhere.path(),
         &[
-            "run", "exec", "--chunks", "6", "--ship", &ship, "--data", &data, "--json", "--", "./cubes", "{chunk}",
-            "{chunks}",
+            "run", "exec", "--chunks", "6", "--ship", &ship, "--data", &data, "--json", "--",
+            "./cubes", "{chunk}", "{chunks}",
         ],
         LONG,
     ));
     assert_eq!(v["state"], "done", "{v}");
-    assert_eq!(counter(&v["result"]["counters"]["cubes"]), cubes_total().to_string(), "{v}");
-    assert!(v["params"]["ship_digest"].as_str().is_some_and(|d| d.len() == 64), "{v}");
+    assert_eq!(
+        counter(&v["result"]["counters"]["cubes"]),
+        cubes_total().to_string(),
+        "{v}"
+    );
+    assert!(
+        v["params"]["ship_digest"]
+            .as_str()
+            .is_some_and(|d| d.len() == 64),
+        "{v}"
+    );
 }
 
 #[test]
