@@ -24,9 +24,19 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use sweep_puzzles::brainball::ball::{Ball, N_TWISTS};
+
+/// The built-in spaces, once: the bench looks jobs up by name as the command line does.
+static REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(sweep_puzzles::registry);
+
+fn job_from_params(
+    space: &str,
+    params: &serde_json::Value,
+) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+    REGISTRY.job_from_params(space, params)
+}
 use sweep_puzzles::brainball::pdb::Pdb;
 use sweep_puzzles::brainball::{random_positions, solve, Ring, Table};
-use sweep_puzzles::{job_from_params, lookup, Answer, ChunkOutput, Control, Job};
+use sweep_puzzles::{Answer, ChunkOutput, Control, Job, Registry, SpaceError};
 
 const DEPTH: u8 = 7;
 /// Seed solves are ~10 s each (a full depth-7 walk), so only a few are timed.
@@ -294,7 +304,8 @@ fn main() {
 
 fn build_job(args: &[&str]) -> std::sync::Arc<dyn Job> {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    lookup("brainball")
+    REGISTRY
+        .lookup("brainball")
         .and_then(|s| s.parse_args(&args))
         .expect("valid job")
 }

@@ -105,7 +105,8 @@ fn cpu_s(wall: Instant) -> f64 {
 
 fn star_job(points: u32) -> std::sync::Arc<dyn Job> {
     let args: Vec<String> = vec!["--points".into(), points.to_string()];
-    sweep_puzzles::lookup("star")
+    sweep_puzzles::registry()
+        .lookup("star")
         .and_then(|s| s.parse_args(&args))
         .expect("star job")
 }

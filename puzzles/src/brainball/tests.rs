@@ -625,7 +625,7 @@ fn bound_all(job: std::sync::Arc<dyn Job>, chunks: Option<u64>) -> std::sync::Ar
     let artifacts: Vec<Vec<u8>> = inputs
         .iter()
         .map(|inp| {
-            let j = crate::registry::job_from_params(&inp.space, &inp.params).unwrap();
+            let j = crate::job_from_params(&inp.space, &inp.params).unwrap();
             let j = bound_all(j, chunks);
             run_all_with(j.as_ref(), chunks).artifact
         })
@@ -718,7 +718,7 @@ fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances
 
 #[test]
 fn census_and_deep_parameters_are_checked() {
-    let space = crate::registry::lookup("brainball").unwrap();
+    let space = crate::lookup("brainball").unwrap();
     let err = |args: &[&str]| {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         space.parse_args(&args).unwrap_err().to_string()
@@ -745,7 +745,7 @@ fn census_and_deep_parameters_are_checked() {
     let j = job(&["census", "--samples", "1000", "--seed", "4"]);
     assert_eq!(j.plan(None).unwrap().n_chunks, 256);
     assert_eq!(j.inputs().len(), 1);
-    let again = crate::registry::job_from_params("brainball", &j.params()).unwrap();
+    let again = crate::job_from_params("brainball", &j.params()).unwrap();
     assert_eq!(again.params(), j.params());
 }
 
