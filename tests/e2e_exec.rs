@@ -7,7 +7,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{scratch, stdout_json, Cluster, SWEEP};
@@ -42,29 +42,9 @@ fn cubes_total() -> u128 {
 
 /// `sweep ARGS` in `dir`, bounded by `timeout`.
 fn sweep_in(dir: &Path, args: &[&str], timeout: Duration) -> std::process::Output {
-    let child = Command::new(SWEEP)
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sweep");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(timeout) {
-        Ok(out) => out.expect("wait for sweep"),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!(
-                "`sweep {}` did not finish within {timeout:?}",
-                args.join(" ")
-            );
-        }
-    }
+    let mut cmd = Command::new(SWEEP);
+    cmd.args(args).current_dir(dir);
+    common::run_bounded(cmd, timeout)
 }
 
 /// Processes whose command line contains `token` (a marker no other process has).

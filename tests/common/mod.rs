@@ -70,27 +70,32 @@ pub fn sweep(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Output {
 /// [`sweep`] with another build of the command (a user's crate that adds its spaces).
 pub fn sweep_bin(bin: &Path, args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Output {
     let mut cmd = Command::new(bin);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let child = cmd.spawn().expect("spawn sweep");
+    run_bounded(cmd, timeout)
+}
+
+/// Runs `cmd` to completion with its output captured, SIGKILLing it (and failing the test) after `timeout`.
+pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Output {
+    let what = format!("{cmd:?}");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
     match rx.recv_timeout(timeout) {
-        Ok(out) => out.expect("wait for sweep"),
+        Ok(out) => out.expect("wait for the process"),
         Err(_) => {
             let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!(
-                "`sweep {}` did not finish within {timeout:?}",
-                args.join(" ")
-            );
+            panic!("{what} did not finish within {timeout:?}");
         }
     }
 }

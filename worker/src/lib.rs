@@ -638,23 +638,27 @@ async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 
 async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
+        // Taken from the queue and marked running under one lock: in between, the leaser would count the chunk
+        // nowhere and lease one too many, and the reporter could think the worker idle and stop.
         let next = {
             let mut st = sh.lock();
             if st.stopping {
                 return;
             }
-            st.queue.pop_front()
+            st.queue.pop_front().map(|lease| {
+                let resume = (!lease.checkpoint.is_empty()).then(|| lease.checkpoint.clone());
+                // Running from here on, so heartbeats keep the lease while its inputs are fetched.
+                let ctl = Arc::new(Control::resuming(resume));
+                st.running.insert(lease.lease_id, ctl.clone());
+                (lease, ctl)
+            })
         };
-        let Some(lease) = next else {
+        let Some((lease, ctl)) = next else {
             tokio::select! {
                 _ = sh.work_ready.notified() => continue,
                 _ = stop.changed() => continue,
             }
         };
-        let resume = (!lease.checkpoint.is_empty()).then(|| lease.checkpoint.clone());
-        // Running from here on, so heartbeats keep the lease while its inputs are fetched.
-        let ctl = Arc::new(Control::resuming(resume));
-        sh.lock().running.insert(lease.lease_id, ctl.clone());
         let started = Instant::now();
         let mut transient = false;
         let prepared = sh.job(&lease).await;
