@@ -1486,7 +1486,7 @@ mod tests {
             db.flush().unwrap();
         }
         {
-            let store = Store::open(&dir).unwrap();
+            let store = reopen(&dir);
             let snap = store.load().unwrap();
             assert_eq!(snap.done, vec![(1, 0), (1, 1)]);
             assert_eq!(snap.chunks.len(), 1);
@@ -1501,7 +1501,7 @@ mod tests {
                 ])
                 .unwrap();
         }
-        let store = Store::open(&dir).unwrap();
+        let store = reopen(&dir);
         let snap = store.load().unwrap();
         assert_eq!(snap.done, vec![(1, 0), (1, 1), (1, 90)]);
         assert_eq!(
@@ -1616,8 +1616,24 @@ mod tests {
         artifacts_are_raw_and_stored_once(&Store::in_memory());
         let dir = std::env::temp_dir().join(format!("sweep-store-art-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        artifacts_are_raw_and_stored_once(&Store::open(&dir).unwrap());
+        artifacts_are_raw_and_stored_once(&reopen(&dir));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Opens the store at `dir`, waiting for a handle just dropped in this process to let go of sled's file
+    /// lock (sled's background flusher releases it a moment after the last `Db` is dropped).
+    fn reopen(dir: &Path) -> Store {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match Store::open(dir) {
+                Ok(store) => return store,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("cannot reopen {}: {e}", dir.display()),
+            }
+        }
     }
 
     fn temp_store_dir(tag: &str) -> PathBuf {
@@ -1635,7 +1651,7 @@ mod tests {
             ..Default::default()
         };
         {
-            let store = Store::open(&dir).unwrap();
+            let store = reopen(&dir);
             store
                 .write(vec![Op::Output(7, 0, with(vec![5; 1000]))])
                 .unwrap();
@@ -1646,16 +1662,16 @@ mod tests {
         std::fs::write(dir.join("artifacts").join("a-7-1"), b"orphan").unwrap();
         std::fs::write(dir.join("artifacts").join(".tmp-r-7"), b"half").unwrap();
         {
-            let store = Store::open(&dir).unwrap();
+            let store = reopen(&dir);
             assert!(!dir.join("artifacts").join("a-7-1").exists());
             assert!(!dir.join("artifacts").join(".tmp-r-7").exists());
             assert_eq!(store.outputs(7).unwrap(), vec![(0, with(vec![5; 1000]))]);
         }
         std::fs::write(&file, vec![6; 1000]).unwrap();
-        let err = Store::open(&dir).unwrap().outputs(7).unwrap_err();
+        let err = reopen(&dir).outputs(7).unwrap_err();
         assert!(err.to_string().contains("does not match"), "{err}");
         std::fs::remove_file(&file).unwrap();
-        let err = Store::open(&dir).unwrap().outputs(7).unwrap_err();
+        let err = reopen(&dir).outputs(7).unwrap_err();
         assert!(err.to_string().contains("`a-7-0` is missing"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1673,7 +1689,7 @@ mod tests {
             db.insert(job_key(b'r', 2), vec![8u8; 40]).unwrap();
             db.flush().unwrap();
         }
-        let store = Store::open(&dir).unwrap();
+        let store = reopen(&dir);
         assert_eq!(store.artifact(2).unwrap(), Some(vec![8; 40]));
         assert_eq!(store.outputs(3).unwrap()[0].1.artifact, vec![1, 2, 3]);
         drop(store);
@@ -1694,10 +1710,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sweep-store-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         {
-            let store = Store::open(&dir).unwrap();
+            let store = reopen(&dir);
             roundtrip(&store);
         }
-        let store = Store::open(&dir).unwrap();
+        let store = reopen(&dir);
         assert_eq!(store.load().unwrap().jobs.len(), 1);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
