@@ -153,10 +153,17 @@ fn sigterm_stops_workers_and_the_coordinator_cleanly_and_the_job_goes_on() {
         .wait_exit(Duration::from_secs(30))
         .expect("worker exits after SIGTERM");
     assert!(status.success(), "worker exit status {status}");
-    let after_worker = c.status(job);
-    assert!(
-        after_worker["chunks_leased"].as_u64().unwrap_or(99) <= 2,
-        "only the surviving worker's leases remain: {after_worker}"
+    // Asked of the stopped worker itself: the job's lease count also holds the survivor's chunks that are
+    // finished but not yet acknowledged, which under load can briefly exceed threads + prefetch.
+    let workers = stdout_json(&c.sweep(&["workers", "--json"]));
+    let stopped = workers["workers"]
+        .as_array()
+        .and_then(|ws| ws.iter().find(|w| w["name"] == "w0"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(
+        stopped["leases_held"], 0,
+        "the stopped worker left no lease behind: {workers}"
     );
     // The coordinator on SIGTERM writes what is queued and exits 0, even with a worker connected.
     c.coordinator.signal("TERM");
