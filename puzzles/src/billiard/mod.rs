@@ -1,4 +1,4 @@
-//! Billiard difference triangles (the seed "Billiard", generalised; see `shared/specs/billiard.md`).
+//! Billiard difference triangles (the original "Billiard" program, generalised; facts in `docs/spaces/billiard.md`).
 //!
 //! A triangle of `rows` rows holds `1..=n`, `n = rows(rows+1)/2`, each once; every ball below the top row is the
 //! absolute difference of the two balls above it. The seed solves 5 rows (15 billiard balls) and finds two

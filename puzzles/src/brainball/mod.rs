@@ -1,4 +1,4 @@
-//! Brainball (seed: `shared/seeds/brainball.md`, spec: `shared/specs/brainball.md`): distance tables built in
+//! Brainball (facts in `docs/spaces/brainball.md`): distance tables built in
 //! chunks, and optimal solutions by meet in the middle.
 //!
 //! The modes share one space so that a job names the table it needs by its depth alone:

@@ -1,4 +1,4 @@
-//! Buzzled (seed: buzzled.md; spec: shared/specs/buzzled.md): colour the tiles of a hexagonal board yellow or
+//! Buzzled (facts in `docs/spaces/buzzled.md`): colour the tiles of a hexagonal board yellow or
 //! black so that every straight row, in all three directions, holds as many yellow tiles as its clue says. Find
 //! every such board.
 //!

@@ -1,4 +1,4 @@
-//! Peg solitaire on five boards (seed: `shared/seeds/peg-solitaire.md`, spec: `shared/specs/peg.md`).
+//! Peg solitaire on five boards (facts in `docs/spaces/peg.md`).
 //!
 //! A position is a `u64` bitboard (see [`board`] for the bit layout and the hole names `ROW,COL` counted from 1
 //! at the top left). Three modes:
