@@ -16,6 +16,7 @@ use crate::brainball::{decode_solution, encode_solution, random_position_at};
 use crate::perm::split_range;
 use crate::space::{Answer, ChunkOutput, Control, SpaceError};
 
+use super::move_names;
 use super::table::Table;
 
 /// Positions of the puzzle: 12! * 2^12.
@@ -224,12 +225,7 @@ pub fn render(result: &Value) -> String {
         result["beyond_hardest_below95"].as_f64().unwrap_or(1.0)
     );
     for h in result["hardest"].as_array().unwrap_or(&empty) {
-        let moves: Vec<&str> = h["moves"]
-            .as_array()
-            .unwrap_or(&empty)
-            .iter()
-            .filter_map(|m| m.as_str())
-            .collect();
+        let moves = move_names(&h["moves"]);
         let _ = writeln!(
             s,
             "  sample {}: {}  {} twists: {}",

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::solve::{self, first_level, Proof};
-use super::{census, deep, Ball, Brainball, BrainballJob, BrainballParams, Mode, Ring, Table};
+use super::{
+    census, deep, move_names, Ball, Brainball, BrainballJob, BrainballParams, Mode, Ring, Table,
+};
 use crate::space::{Answer, ChunkOutput, Control, Job, JobInput, SearchSpace, SpaceError};
 
 /// A deep job's round: the position, and the forward level it walks (solutions of `level + depth` twists).
@@ -395,12 +397,7 @@ pub fn render_deep(result: &Value) -> String {
     let _ = writeln!(s, "position {}", result["position"].as_str().unwrap_or(""));
     let empty = Vec::new();
     if result["found"] == json!(true) {
-        let moves: Vec<&str> = result["moves"]
-            .as_array()
-            .unwrap_or(&empty)
-            .iter()
-            .filter_map(|m| m.as_str())
-            .collect();
+        let moves = move_names(&result["moves"]);
         let _ = writeln!(
             s,
             "  {} twists (optimal): {}",

@@ -587,12 +587,7 @@ impl Job for BrainballJob {
                 "not proven optimal"
             };
             let proof = sol["proof"].as_str().unwrap_or("");
-            let moves: Vec<&str> = sol["moves"]
-                .as_array()
-                .unwrap_or(&empty)
-                .iter()
-                .filter_map(|m| m.as_str())
-                .collect();
+            let moves = move_names(&sol["moves"]);
             let _ = writeln!(
                 s,
                 "  {} twists ({label}): {}",
@@ -617,6 +612,12 @@ impl Job for BrainballJob {
 }
 
 mod extra;
+
+/// The twists of a result's `"moves"` list (the text answers print and number them).
+fn move_names(moves: &serde_json::Value) -> Vec<&str> {
+    let names = moves.as_array().map(Vec::as_slice).unwrap_or_default();
+    names.iter().filter_map(|m| m.as_str()).collect()
+}
 
 #[cfg(test)]
 mod tests;
