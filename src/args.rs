@@ -67,7 +67,7 @@ pub struct JobArgs {
     pub job: Arc<dyn Job>,
     pub engine: EngineOpts,
     /// Files the job ships (`exec --ship`), packed: sent to the coordinator before the job is submitted.
-    pub ship: Option<Vec<u8>>,
+    pub ship: Option<crate::exec::Shipped>,
 }
 
 /// Parses `SPACE [options]`. `--help` anywhere prints the space's help.
@@ -311,8 +311,9 @@ mod tests {
         .unwrap()
         .ok()
         .unwrap();
-        let packed = parsed.ship.expect("the files are packed");
-        let digest = blake3::hash(&packed).to_hex().to_string();
+        let shipped = parsed.ship.expect("the files are packed");
+        let digest = blake3::hash(&shipped.packed).to_hex().to_string();
+        assert_eq!(shipped.digest, digest);
         assert_eq!(parsed.job.params()["ship_digest"], digest.as_str());
         assert_eq!(
             parsed.job.params()["command"],

@@ -181,9 +181,11 @@ async fn connect(
 /// A `Jobs` client that accepts answers as large as the coordinator may send.
 /// Sends files a job ships (`exec --ship`) to the coordinator, in pieces small enough for any message limit;
 /// returns their digest. A coordinator that has them already keeps its copy.
-pub async fn ship(c: &mut JobsClient<SecureChannel>, packed: Vec<u8>) -> anyhow::Result<String> {
+pub async fn ship(
+    c: &mut JobsClient<SecureChannel>,
+    crate::exec::Shipped { digest, packed }: crate::exec::Shipped,
+) -> anyhow::Result<String> {
     const PIECE: usize = 1 << 20;
-    let digest = blake3::hash(&packed).to_hex().to_string();
     let total = packed.len() as u64;
     let pieces: Vec<v1::ArtifactPiece> = packed
         .chunks(PIECE)
@@ -374,8 +376,8 @@ pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode>
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&parsed.engine.coordinator, &parsed.engine.security).await?;
-        if let Some(packed) = parsed.ship {
-            ship(&mut c, packed).await?;
+        if let Some(shipped) = parsed.ship {
+            ship(&mut c, shipped).await?;
         }
         let resp = c
             .submit(v1::SubmitRequest {

@@ -126,7 +126,7 @@ impl SearchSpace for Exec {
             }
         }
         if let Some(d) = &params.ship_digest {
-            if d.len() != 64 || !d.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            if !sweep_coordinator::store::is_digest(d) {
                 return Err(SpaceError::InvalidParam {
                     name: "ship_digest",
                     reason: format!("`{d}` is not a blake3 digest in lower-case hex"),
@@ -711,7 +711,7 @@ pub fn in_current_dir(space: &str, mut args: Vec<String>) -> anyhow::Result<Vec<
 /// Replaces `--ship PATH` in an `exec` job's arguments by the digest of the packed files, and returns the
 /// packed files: the job then names only the digest, and the files are sent to the coordinator before the
 /// job is submitted. Arguments of other spaces and the command after `--` are left alone.
-pub fn take_ship(space: &str, args: Vec<String>) -> anyhow::Result<(Vec<String>, Option<Vec<u8>>)> {
+pub fn take_ship(space: &str, args: Vec<String>) -> anyhow::Result<(Vec<String>, Option<Shipped>)> {
     use anyhow::Context;
     if space != Exec::NAME {
         return Ok((args, None));
@@ -745,8 +745,14 @@ pub fn take_ship(space: &str, args: Vec<String>) -> anyhow::Result<(Vec<String>,
     let digest = blake3::hash(&packed).to_hex().to_string();
     // Before `--`, so the digest stays an option of the space, not an argument of the command.
     let at = out.iter().position(|a| a == "--").unwrap_or(out.len());
-    out.splice(at..at, ["--ship-digest".to_string(), digest]);
-    Ok((out, Some(packed)))
+    out.splice(at..at, ["--ship-digest".to_string(), digest.clone()]);
+    Ok((out, Some(Shipped { digest, packed })))
+}
+
+/// Files packed for `--ship`, with their digest (computed once: the archive may be large).
+pub struct Shipped {
+    pub digest: String,
+    pub packed: Vec<u8>,
 }
 
 /// Unpacks a shipped archive once per process and machine: into a directory named by its digest, renamed into

@@ -114,10 +114,10 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
             .await
             .context("cannot reach the embedded coordinator")?;
         let mut jobs = crate::client::jobs_client(channel.clone());
-        if let Some(packed) = ship {
+        if let Some(shipped) = ship {
             let no_token = sweep_worker::connect::token_interceptor(&Default::default())?;
             let mut secure = sweep_proto::v1::jobs_client::JobsClient::new(sweep_worker::connect::secure(channel, no_token));
-            crate::client::ship(&mut secure, packed).await?;
+            crate::client::ship(&mut secure, shipped).await?;
         }
         let submitted = jobs
             .submit(v1::SubmitRequest {
@@ -358,8 +358,8 @@ pub fn solve(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> 
     // solved here first, or read from the store in --data.
     // Shipped files (`exec --ship`) are the job's only inputs that are not jobs: bound here directly.
     let job = match ship {
-        Some(packed) => job
-            .bind_inputs(&[packed.as_slice()])
+        Some(shipped) => job
+            .bind_inputs(&[shipped.packed.as_slice()])
             .map_err(|e| usage(format!("the shipped files: {e}")))?,
         None => job,
     };
