@@ -81,42 +81,30 @@ struct Cli {
     command: Command,
 }
 
+/// `SPACE [space options] [engine options]`: everything after `run`, `solve` or `submit`, parsed by the space
+/// and the engine (`sweep run SPACE --help` lists both).
+#[derive(clap::Args)]
+struct SpaceArgs {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "SPACE [OPTIONS]"
+    )]
+    args: Vec<String>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a job on this machine: an embedded coordinator (store in --data) and local workers over gRPC.
     /// Re-running with the same parameters and --data resumes the job.
     #[command(disable_help_flag = true)]
-    Run {
-        /// SPACE [space options] [--threads N] [--chunks N] [--data DIR] [--json] [--priority P]
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "SPACE [OPTIONS]"
-        )]
-        args: Vec<String>,
-    },
+    Run(SpaceArgs),
     /// Run the same search in-process (rayon over the same chunks): no coordinator, no store.
     #[command(disable_help_flag = true)]
-    Solve {
-        /// SPACE [space options] [--threads N] [--chunks N] [--json]
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "SPACE [OPTIONS]"
-        )]
-        args: Vec<String>,
-    },
+    Solve(SpaceArgs),
     /// Submit a job to a running coordinator.
     #[command(disable_help_flag = true)]
-    Submit {
-        /// SPACE [space options] [--chunks N] [--priority P] [--coordinator URL] [--json]
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "SPACE [OPTIONS]"
-        )]
-        args: Vec<String>,
-    },
+    Submit(SpaceArgs),
     /// Serve jobs to workers: gRPC on --listen, progress kept in the sled store in --data.
     Coordinator(client::CoordinatorArgs),
     /// Lease chunks from a coordinator and run them on all cores.
@@ -157,9 +145,9 @@ pub fn main_with(registry: Registry) -> ExitCode {
     init_tracing(cli.log_json);
     let reg = &registry;
     let result = match cli.command {
-        Command::Run { args } => local::run(reg, args),
-        Command::Solve { args } => local::solve(reg, args),
-        Command::Submit { args } => client::submit(reg, args),
+        Command::Run(SpaceArgs { args }) => local::run(reg, args),
+        Command::Solve(SpaceArgs { args }) => local::solve(reg, args),
+        Command::Submit(SpaceArgs { args }) => client::submit(reg, args),
         Command::Coordinator(a) => client::coordinator(reg, a),
         Command::Worker(a) => client::worker(reg, a),
         Command::Status(a) => client::status(a),
