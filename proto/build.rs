@@ -3,6 +3,12 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/sweep.proto");
     let fds = protox::compile(["proto/sweep.proto"], ["proto"])?;
+    // The descriptors themselves, for server reflection: `grpcurl` then needs no copy of the .proto.
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("sweep_descriptor.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )?;
     tonic_prost_build::configure().compile_fds(fds)?;
     Ok(())
 }

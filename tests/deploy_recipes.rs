@@ -449,9 +449,19 @@ fn check_k8s(errors: &mut Vec<String>) -> Vec<Invocation> {
                 }
             }
             if sub == "coordinator" {
-                for probe in ["readinessProbe", "livenessProbe"] {
-                    if get(c, &format!("{probe}.tcpSocket.port")).is_none() {
-                        errors.push(format!("{place}: no TCP {probe}"));
+                // Native gRPC probes against the health service: they take a port number (not a name), which
+                // must be the container's gRPC port.
+                let grpc_port = seq(c, "ports")
+                    .iter()
+                    .find(|p| get_str(p, "name") == Some("grpc"))
+                    .and_then(|p| get(p, "containerPort"))
+                    .and_then(Value::as_u64);
+                for probe in ["readinessProbe", "livenessProbe", "startupProbe"] {
+                    let port = get(c, &format!("{probe}.grpc.port")).and_then(Value::as_u64);
+                    if port.is_none() || port != grpc_port {
+                        errors.push(format!(
+                            "{place}: {probe} is not a gRPC probe of the grpc port ({grpc_port:?})"
+                        ));
                     }
                 }
             }

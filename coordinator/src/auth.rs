@@ -50,9 +50,35 @@ impl Role {
     }
 }
 
+/// Who made a call that passed the token check; the layer puts it in the request's extensions, where the
+/// handlers read it. The coordinator keeps a worker's standing (bad results, refusal) under `identity`, so a
+/// worker that lies cannot start afresh by choosing another name: only another token does that.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub role: Role,
+    pub identity: String,
+}
+
+/// A token's public name: a prefix of a keyed hash of it, so logs and `sweep workers` can tell tokens apart
+/// without showing anything that helps guess one.
+pub fn identity_of(token: &str) -> String {
+    let h = blake3::keyed_hash(b"sweep token identity, version 1.", token.as_bytes());
+    format!("token-{}", &h.to_hex()[..12])
+}
+
+/// Calls that need no token: the standard health check, which probes (Kubernetes, load balancers) make
+/// without credentials and which says nothing but whether the coordinator can take work.
+pub fn is_public(path: &str) -> bool {
+    path.starts_with("/grpc.health.v1.Health/")
+}
+
 /// The role a gRPC method needs, from its path (`/sweep.v1.Jobs/Submit`). Deny by default: a method added later
 /// needs an admin token until it is listed here.
 pub fn required_role(path: &str) -> Role {
+    // Reflection only describes the protocol, which is public; any valid token may read it.
+    if path.starts_with("/grpc.reflection.v1.ServerReflection/") {
+        return Role::Worker;
+    }
     let Some(rest) = path.strip_prefix("/sweep.v1.") else {
         return Role::Admin;
     };
@@ -264,6 +290,11 @@ impl Auth {
 
     /// Decides one call: the role it was granted, or why it is refused.
     pub fn check(&self, path: &str, authorization: Option<&[u8]>) -> Result<Role, Refusal> {
+        self.caller(path, authorization).map(|c| c.role)
+    }
+
+    /// Decides one call: who is calling (the role and the token's identity), or why it is refused.
+    pub fn caller(&self, path: &str, authorization: Option<&[u8]>) -> Result<Caller, Refusal> {
         let Some(value) = authorization else {
             return Err(Refusal::Missing);
         };
@@ -276,7 +307,10 @@ impl Auth {
         if role < required_role(path) {
             return Err(Refusal::NotAdmin);
         }
-        Ok(role)
+        Ok(Caller {
+            role,
+            identity: identity_of(token),
+        })
     }
 
     /// Reloads the token files when they change (polled every [`RELOAD_POLL`]) and at once on SIGHUP, until
@@ -420,24 +454,27 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        if let Some(auth) = &self.auth {
-            let path = req.uri().path();
-            let header = req
-                .headers()
-                .get(http::header::AUTHORIZATION)
-                .map(|v| v.as_bytes());
-            if let Err(refusal) = auth.check(path, header) {
-                let method = path.rsplit('/').next().unwrap_or(path).to_string();
-                warn!(
-                    method = %path,
-                    peer = %peer(&req).map_or("unknown".into(), |a| a.to_string()),
-                    needs = required_role(path).as_str(),
-                    reason = refusal.as_str(),
-                    "request refused"
-                );
-                let response = refusal.status(&method).into_http::<RB>();
-                return Box::pin(std::future::ready(Ok(response)));
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let public = is_public(req.uri().path());
+        if let (Some(auth), false) = (&self.auth, public) {
+            let path = req.uri().path().to_string();
+            let header = req.headers().get(http::header::AUTHORIZATION);
+            match auth.caller(&path, header.map(|v| v.as_bytes())) {
+                Ok(caller) => {
+                    req.extensions_mut().insert(caller);
+                }
+                Err(refusal) => {
+                    let method = path.rsplit('/').next().unwrap_or(&path).to_string();
+                    warn!(
+                        method = %path,
+                        peer = %peer(&req).map_or("unknown".into(), |a| a.to_string()),
+                        needs = required_role(&path).as_str(),
+                        reason = refusal.as_str(),
+                        "request refused"
+                    );
+                    let response = refusal.status(&method).into_http::<RB>();
+                    return Box::pin(std::future::ready(Ok(response)));
+                }
             }
         }
         Box::pin(self.inner.call(req))

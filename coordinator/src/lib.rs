@@ -8,8 +8,12 @@
 //! - [`fsck`]: checks a store and repairs it from its chunk records (`sweep store check|repair`).
 //! - [`auth`]: bearer tokens (worker and admin roles) checked in front of both services, and TLS settings.
 //! - [`limits`]: what one client may make the coordinator hold or store.
-//! - [`service`]: the gRPC services (`Work` for workers, `Jobs` for people) that drive the scheduler and
-//!   persist what it decides, with group commit: every acknowledgement waits until its writes are flushed.
+//! - [`core`]: the domain core: jobs, scheduler, tallies, input-DAG holds, votes and workers in one
+//!   synchronous type without I/O; it decides and leaves the writes in an outbox.
+//! - [`coordinator`]: the shell around the core: one lock, group commit ([`commit`]: every acknowledgement
+//!   waits until its writes are flushed), the background tasks, and the async methods the adapters call.
+//! - [`grpc`]: the gRPC adapters (`Work` for workers, `Jobs` for people), the only code that sees wire types;
+//!   [`server`]: `serve()` and shutdown.
 //! - [`http`]: the read-only web dashboard and `/metrics` (`--http ADDR`); [`metrics`]: the event counters and
 //!   the RPC latency layer they export.
 //!
@@ -18,14 +22,19 @@
 //! re-verified with the space's verifier before it is stored.
 
 pub mod auth;
+pub mod commit;
+pub mod coordinator;
+pub mod core;
 pub mod fsck;
+pub mod grpc;
 pub mod http;
 pub use sweep_space::inputs;
 pub mod limits;
 pub mod metrics;
 pub mod scheduler;
-mod service;
+pub mod server;
 pub mod store;
 
 pub use auth::ServeSecurity;
-pub use service::{serve, Coordinator, CoordinatorConfig, ServeError};
+pub use coordinator::{Coordinator, CoordinatorConfig, ServeError};
+pub use server::serve;

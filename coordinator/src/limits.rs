@@ -1,15 +1,13 @@
 //! Bounds on what one client can make the coordinator hold in memory or write to disk, beyond the per-message
-//! size limits (`sweep_proto::MAX_REPORT_BYTES`) and the lease/chunk caps in the service.
+//! size limits (`sweep_proto::MAX_REPORT_BYTES`) and the lease/chunk caps of the core.
 //!
 //! Each refusal names the limit and the flag that raises it, so an operator whose legitimate job hits one
-//! knows what to change. The per-job output counters live in memory: after a restart a job may store up to
-//! the limit again (the cap bounds damage per coordinator run, it is not an exact quota).
+//! knows what to change. The checks are plain functions of what was stored so far ([`Usage`]); the core keeps
+//! each job's usage and checks it under its lock, so concurrent reports cannot overshoot a cap together.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tonic::Status;
 
 /// The configurable limits; `Default` is generous enough for every space's legitimate jobs.
 #[derive(Clone, Debug)]
@@ -39,12 +37,11 @@ impl Default for Limits {
     }
 }
 
-/// What has been admitted so far, checked against [`Limits`].
-pub struct Guards {
-    limits: Limits,
-    watch_slots: Arc<Semaphore>,
-    /// Per job: solutions and bytes accepted in this coordinator run.
-    stored: Mutex<HashMap<u64, (u64, u64)>>,
+/// What a job's accepted outputs have stored so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Usage {
+    pub solutions: u64,
+    pub bytes: u64,
 }
 
 /// The bytes a chunk output adds to the store, roughly: its solutions and its artifact.
@@ -53,77 +50,70 @@ pub fn output_bytes(out: &sweep_space::ChunkOutput) -> u64 {
     (sols + out.artifact.len()) as u64
 }
 
-impl Guards {
-    pub fn new(limits: Limits) -> Guards {
-        Guards {
-            watch_slots: Arc::new(Semaphore::new(limits.max_watch_streams)),
-            limits,
-            stored: Mutex::new(HashMap::new()),
-        }
-    }
-
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
-    /// A slot for one `Watch` stream, held until the stream ends.
-    pub fn watch_slot(&self) -> Result<OwnedSemaphorePermit, Status> {
-        self.watch_slots.clone().try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted(format!(
-                "too many open Watch streams (limit {}, --max-watch-streams); try again later",
-                self.limits.max_watch_streams
-            ))
-        })
-    }
-
-    pub fn check_params(&self, params_json: &str) -> Result<(), Status> {
-        if params_json.len() > self.limits.max_params_bytes {
-            return Err(Status::resource_exhausted(format!(
+impl Limits {
+    pub fn check_params(&self, params_json: &str) -> Result<(), String> {
+        if params_json.len() > self.max_params_bytes {
+            return Err(format!(
                 "params_json is {} bytes, more than the limit of {} (--max-params-bytes)",
                 params_json.len(),
-                self.limits.max_params_bytes
-            )));
+                self.max_params_bytes
+            ));
         }
         Ok(())
     }
 
     /// Whether one chunk's output fits the per-report limit (stateless: checked before any lock).
     pub fn check_report(&self, solutions: usize) -> Result<(), String> {
-        if solutions > self.limits.max_report_solutions {
+        if solutions > self.max_report_solutions {
             return Err(format!(
                 "the report carries {solutions} solutions, more than the limit of {} per chunk \
                  (--max-report-solutions)",
-                self.limits.max_report_solutions
+                self.max_report_solutions
             ));
         }
         Ok(())
     }
 
-    /// Whether `job` may store an output of `solutions` solutions and `bytes` bytes more.
-    pub fn check_job(&self, job: u64, solutions: usize, bytes: u64) -> Result<(), String> {
-        let stored = self.stored.lock().unwrap_or_else(|p| p.into_inner());
-        let (sols, used) = stored.get(&job).copied().unwrap_or((0, 0));
-        if sols + solutions as u64 > self.limits.max_job_solutions {
+    /// Whether `job`, having stored `used`, may store `add` more.
+    pub fn check_job(&self, job: u64, used: Usage, add: Usage) -> Result<(), String> {
+        if used.solutions + add.solutions > self.max_job_solutions {
             return Err(format!(
                 "job {job} would store more than {} solutions (--max-job-solutions)",
-                self.limits.max_job_solutions
+                self.max_job_solutions
             ));
         }
-        if used + bytes > self.limits.max_job_output_bytes {
+        if used.bytes + add.bytes > self.max_job_output_bytes {
             return Err(format!(
                 "job {job} would store more than {} MiB of output (--max-job-output-mb)",
-                self.limits.max_job_output_bytes >> 20
+                self.max_job_output_bytes >> 20
             ));
         }
         Ok(())
     }
+}
 
-    /// Counts an accepted output against its job.
-    pub fn add_job(&self, job: u64, solutions: usize, bytes: u64) {
-        let mut stored = self.stored.lock().unwrap_or_else(|p| p.into_inner());
-        let e = stored.entry(job).or_default();
-        e.0 += solutions as u64;
-        e.1 += bytes;
+/// The open `Watch` streams, bounded: each holds a slot until it ends.
+pub struct WatchSlots {
+    slots: Arc<Semaphore>,
+    max: usize,
+}
+
+impl WatchSlots {
+    pub fn new(max: usize) -> WatchSlots {
+        WatchSlots {
+            slots: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// A slot for one `Watch` stream, held until the stream ends.
+    pub fn acquire(&self) -> Result<OwnedSemaphorePermit, String> {
+        self.slots.clone().try_acquire_owned().map_err(|_| {
+            format!(
+                "too many open Watch streams (limit {}, --max-watch-streams); try again later",
+                self.max
+            )
+        })
     }
 }
 
@@ -131,52 +121,52 @@ impl Guards {
 mod tests {
     use super::*;
 
-    fn small() -> Guards {
-        Guards::new(Limits {
+    fn small() -> Limits {
+        Limits {
             max_report_solutions: 3,
             max_job_solutions: 5,
             max_job_output_bytes: 100,
             max_watch_streams: 2,
             max_params_bytes: 10,
-        })
+        }
+    }
+
+    fn usage(solutions: u64, bytes: u64) -> Usage {
+        Usage { solutions, bytes }
     }
 
     #[test]
     fn report_and_job_caps_name_their_flags() {
-        let g = small();
-        assert!(g.check_report(3).is_ok());
-        let e = g.check_report(4).unwrap_err();
+        let l = small();
+        assert!(l.check_report(3).is_ok());
+        let e = l.check_report(4).unwrap_err();
         assert!(
             e.contains("--max-report-solutions") && e.contains('4'),
             "{e}"
         );
-        assert!(g.check_job(1, 3, 10).is_ok());
-        g.add_job(1, 3, 10);
-        let e = g.check_job(1, 3, 10).unwrap_err();
+        assert!(l.check_job(1, usage(0, 0), usage(3, 10)).is_ok());
+        let e = l.check_job(1, usage(3, 10), usage(3, 10)).unwrap_err();
         assert!(e.contains("--max-job-solutions"), "{e}");
-        // Another job has its own budget.
-        assert!(g.check_job(2, 3, 10).is_ok());
-        let e = g.check_job(1, 1, 91).unwrap_err();
+        let e = l.check_job(1, usage(3, 10), usage(1, 91)).unwrap_err();
         assert!(e.contains("--max-job-output-mb"), "{e}");
     }
 
     #[test]
     fn watch_slots_come_back_when_released() {
-        let g = small();
-        let a = g.watch_slot().unwrap();
-        let _b = g.watch_slot().unwrap();
-        let e = g.watch_slot().unwrap_err();
-        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        let w = WatchSlots::new(2);
+        let a = w.acquire().unwrap();
+        let _b = w.acquire().unwrap();
+        let e = w.acquire().unwrap_err();
+        assert!(e.contains("--max-watch-streams"), "{e}");
         drop(a);
-        assert!(g.watch_slot().is_ok());
+        assert!(w.acquire().is_ok());
     }
 
     #[test]
     fn params_size_is_capped() {
-        let g = small();
-        assert!(g.check_params("0123456789").is_ok());
-        let e = g.check_params("0123456789x").unwrap_err();
-        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
-        assert!(e.message().contains("--max-params-bytes"), "{e:?}");
+        let l = small();
+        assert!(l.check_params("0123456789").is_ok());
+        let e = l.check_params("0123456789x").unwrap_err();
+        assert!(e.contains("--max-params-bytes"), "{e:?}");
     }
 }

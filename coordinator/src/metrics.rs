@@ -17,10 +17,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::core::AckKind as AckStatus;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use sweep_proto::v1::AckStatus;
 use tracing::{info, warn};
 
 use crate::scheduler::Expired;

@@ -13,6 +13,10 @@ pub mod v1 {
     tonic::include_proto!("sweep.v1");
 }
 
+/// `sweep.proto` compiled to a `FileDescriptorSet`: what the coordinator's reflection service answers with.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/sweep_descriptor.bin"));
+
 /// The largest message a worker may send (a chunk report with its solutions and artifact): bounds what one bad
 /// client can make the coordinator buffer.
 pub const MAX_REPORT_BYTES: usize = 64 << 20;

@@ -788,7 +788,17 @@ async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         };
         match client.heartbeat(req).await {
             Ok(resp) => {
-                let revoked = resp.into_inner().revoked;
+                let resp = resp.into_inner();
+                if resp.register_again {
+                    // The coordinator restarted while every thread was busy (so no lease asked): describe this
+                    // worker again, or `sweep workers` shows it with no threads until its next lease.
+                    let req = register_request(&sh.cfg, &sh.worker_id);
+                    match client.register(req).await {
+                        Ok(_) => info!("registered again with a restarted coordinator"),
+                        Err(e) => debug!(error = %e, "register again failed"),
+                    }
+                }
+                let revoked = resp.revoked;
                 if !revoked.is_empty() {
                     let mut st = sh.lock();
                     st.queue.retain(|l| !revoked.contains(&l.lease_id));

@@ -1,0 +1,285 @@
+//! Chunk reports: checked outside the lock (decoding, the space's verifier and digests can be costly), then
+//! applied under it, where the scheduler decides whether the result is new, a vote, a duplicate or refused.
+
+use sweep_space::{ChunkOutput, Job};
+use tracing::{info, warn};
+
+use super::{Ack, AckKind, Core, CoreError};
+use crate::limits::{output_bytes, Limits, Usage};
+use crate::scheduler::{ChunkRecord, Completion, JobId, LeaseId, Millis};
+use crate::store::Op;
+
+/// A report after decoding and verification, ready to be applied under the lock.
+pub enum Checked {
+    Rejected(LeaseId, String),
+    /// Over a configured limit: refused like a failed verification (the attempt counts, the chunk goes back).
+    OverLimit {
+        lease: LeaseId,
+        job: JobId,
+        chunk: u64,
+        message: String,
+    },
+    Ready {
+        lease: LeaseId,
+        job: JobId,
+        chunk: u64,
+        digest: String,
+        output: ChunkOutput,
+        verified: Result<(), sweep_space::SpaceError>,
+    },
+}
+
+impl Checked {
+    /// Checks one decoded report against the per-report limit and the space's verifier; `job` is the job it
+    /// names with its chunk count, `None` if there is no such job.
+    pub fn new(
+        limits: &Limits,
+        lease: LeaseId,
+        job_id: JobId,
+        chunk: u64,
+        output: Result<ChunkOutput, String>,
+        job: Option<(&dyn Job, u64)>,
+    ) -> Checked {
+        let output = match output {
+            Ok(o) => o,
+            Err(e) => return Checked::Rejected(lease, e),
+        };
+        let Some((job, n_chunks)) = job else {
+            return Checked::Rejected(lease, format!("no job {job_id}"));
+        };
+        if let Err(message) = limits.check_report(output.solutions.len()) {
+            return Checked::OverLimit {
+                lease,
+                job: job_id,
+                chunk,
+                message,
+            };
+        }
+        let verified = job.verify(n_chunks, chunk, &output);
+        Checked::Ready {
+            lease,
+            job: job_id,
+            chunk,
+            digest: hex(&output.digest()),
+            output,
+            verified,
+        }
+    }
+
+    /// What the report says it found (for the metrics): nodes, and whether it failed verification.
+    pub fn nodes_and_failed(&self) -> (u64, bool) {
+        match self {
+            Checked::Ready {
+                output, verified, ..
+            } => (output.nodes, verified.is_err()),
+            _ => (0, false),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Core {
+    /// Applies one checked report from `worker`. `stored_digest` reads a done chunk's digest from the store,
+    /// for a duplicate whose first result is no longer in the outbox.
+    pub fn apply_report(
+        &mut self,
+        worker: &str,
+        checked: Checked,
+        stored_digest: &dyn Fn(JobId, u64) -> Result<Option<String>, CoreError>,
+        now: Millis,
+    ) -> Result<Ack, CoreError> {
+        let (lease, job_id, chunk, digest, output, verified) = match checked {
+            Checked::Rejected(lease, message) => {
+                return Ok(Ack {
+                    lease,
+                    kind: AckKind::Rejected,
+                    message,
+                })
+            }
+            Checked::OverLimit {
+                lease,
+                job,
+                chunk,
+                message,
+            } => return self.refuse_over_limit(worker, lease, (job, chunk), message, now),
+            Checked::Ready {
+                lease,
+                job,
+                chunk,
+                digest,
+                output,
+                verified,
+            } => (lease, job, chunk, digest, output, verified),
+        };
+        self.check_writable()?;
+        self.touch_worker(worker, now);
+        if let Err(e) = verified {
+            let banned = self.sched.reject_result(job_id, chunk, lease, worker);
+            warn!(worker, job = job_id, chunk = chunk, error = %e, banned, "result failed verification");
+            self.last_errors.insert((job_id, chunk), e.to_string());
+            self.stage_dirty(now);
+            return Ok(Ack {
+                lease,
+                kind: AckKind::Rejected,
+                message: e.to_string(),
+            });
+        }
+        // The per-job caps, checked under the lock so that concurrent reports cannot overshoot them together.
+        let add = Usage {
+            solutions: output.solutions.len() as u64,
+            bytes: output_bytes(&output),
+        };
+        let used = self.usage.get(&job_id).copied().unwrap_or_default();
+        if let Err(message) = self.limits.check_job(job_id, used, add) {
+            return self.refuse_over_limit(worker, lease, (job_id, chunk), message, now);
+        }
+        let outcome = self
+            .sched
+            .complete_vote(job_id, chunk, lease, worker, &digest);
+        self.progress.remove(&lease);
+        let (kind, message) = match outcome {
+            Completion::Voted {
+                agreeing,
+                needed,
+                disagreement,
+                poisoned,
+            } => {
+                if disagreement {
+                    warn!(
+                        worker,
+                        job = job_id,
+                        chunk,
+                        "replicated results disagree; the chunk runs again"
+                    );
+                }
+                if poisoned {
+                    self.last_errors.insert(
+                        (job_id, chunk),
+                        "replicated results kept disagreeing".into(),
+                    );
+                }
+                (
+                    AckKind::Voted,
+                    format!("vote recorded: {agreeing} of {needed} agreeing results"),
+                )
+            }
+            Completion::Accepted { outvoted, .. } => {
+                for w in &outvoted {
+                    warn!(worker = %w, job = job_id, chunk, banned = self.sched.is_banned(w), "worker outvoted: its result disagreed with the quorum");
+                }
+                let Some(entry) = self.jobs.get_mut(&job_id) else {
+                    return Ok(Ack {
+                        lease,
+                        kind: AckKind::Rejected,
+                        message: format!("no job {job_id}"),
+                    });
+                };
+                entry.tally.add(&output);
+                let tally = entry.tally.clone();
+                let usage = self.usage.entry(job_id).or_default();
+                usage.solutions += add.solutions;
+                usage.bytes += add.bytes;
+                self.pending.push(Op::Chunk(
+                    job_id,
+                    chunk,
+                    ChunkRecord::Done {
+                        digest,
+                        worker: worker.to_string(),
+                    },
+                ));
+                self.pending.push(Op::Output(job_id, chunk, output));
+                if self.checkpoints.remove(&(job_id, chunk)).is_some() {
+                    self.pending.push(Op::Checkpoint(job_id, chunk, None));
+                }
+                // The tally right after this result: a group commit may be split after it (see
+                // `store::split_commit`), and every part must carry a tally that sums exactly its done chunks.
+                self.pending.push(Op::Tally(job_id, tally));
+                if let Some(w) = self.workers.get_mut(worker) {
+                    w.chunks_done += 1;
+                }
+                (AckKind::Accepted, String::new())
+            }
+            Completion::Duplicate => {
+                let stored = match self.pending_digest(job_id, chunk) {
+                    Some(d) => Some(d),
+                    None => stored_digest(job_id, chunk)?,
+                };
+                let matches = stored.as_deref() == Some(digest.as_str());
+                if let Some(e) = self.jobs.get_mut(&job_id) {
+                    e.record.duplicates += 1;
+                    if !matches {
+                        e.record.digest_mismatches += 1;
+                    }
+                    let rec = e.record.clone();
+                    self.pending.push(Op::Job(rec));
+                }
+                if matches {
+                    info!(
+                        worker,
+                        job = job_id,
+                        chunk = chunk,
+                        "duplicate result, digest matches; not counted"
+                    );
+                    (
+                        AckKind::Duplicate,
+                        "chunk already done; digest matches".to_string(),
+                    )
+                } else {
+                    warn!(
+                        worker,
+                        job = job_id,
+                        chunk = chunk,
+                        "duplicate result with a DIFFERENT digest; not counted"
+                    );
+                    (
+                        AckKind::Duplicate,
+                        "chunk already done; digest MISMATCH (logged)".to_string(),
+                    )
+                }
+            }
+            Completion::Rejected(msg) => (AckKind::Rejected, msg),
+        };
+        self.stage_dirty(now);
+        Ok(Ack {
+            lease,
+            kind,
+            message,
+        })
+    }
+
+    /// A report over a limit: the attempt counts and the chunk goes back, with the limit as its last error.
+    fn refuse_over_limit(
+        &mut self,
+        worker: &str,
+        lease: LeaseId,
+        (job, chunk): (JobId, u64),
+        message: String,
+        now: Millis,
+    ) -> Result<Ack, CoreError> {
+        self.check_writable()?;
+        warn!(worker, job, chunk, error = %message, "report refused: over a limit");
+        if self.sched.lease_job_chunk(lease) == Some((job, chunk)) {
+            self.last_errors.insert((job, chunk), message.clone());
+            self.sched.fail(lease, false);
+            self.stage_dirty(now);
+        }
+        Ok(Ack {
+            lease,
+            kind: AckKind::Rejected,
+            message,
+        })
+    }
+
+    /// The digest staged for a done chunk in the outbox, if its batch is not written yet.
+    fn pending_digest(&self, job: JobId, chunk: u64) -> Option<String> {
+        self.pending.iter().rev().find_map(|op| match op {
+            Op::Chunk(j, c, ChunkRecord::Done { digest, .. }) if *j == job && *c == chunk => {
+                Some(digest.clone())
+            }
+            _ => None,
+        })
+    }
+}

@@ -1,0 +1,314 @@
+//! The core driven directly, with the in-memory store and simulated time: no sockets, no runtime, no clock.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SpaceError};
+
+use super::*;
+use crate::scheduler::SchedulerConfig;
+use crate::store::{split_commit, Store};
+
+/// A job of `n` chunks whose chunk `i` finds the counter `i` (verify checks exactly that).
+#[derive(Debug)]
+struct Sums {
+    n: u64,
+}
+
+impl Job for Sums {
+    fn space(&self) -> &'static str {
+        "sums"
+    }
+
+    fn params(&self) -> serde_json::Value {
+        json!({ "n": self.n })
+    }
+
+    fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
+        Ok(Plan {
+            n_chunks: requested.unwrap_or(self.n),
+            total_nodes: None,
+        })
+    }
+
+    fn run_chunk(&self, _: u64, chunk: u64, _: &Control) -> Result<ChunkOutput, SpaceError> {
+        Ok(output(chunk, chunk))
+    }
+
+    fn verify(&self, _: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        if out.counters.get("sum").copied() == Some(u128::from(chunk)) {
+            Ok(())
+        } else {
+            Err(SpaceError::Verification(format!(
+                "chunk {chunk}: wrong sum"
+            )))
+        }
+    }
+
+    fn result(&self, answer: &Answer) -> serde_json::Value {
+        json!({ "sum": answer.tally.counter("sum").to_string() })
+    }
+
+    fn render_text(&self, result: &serde_json::Value) -> String {
+        result.to_string()
+    }
+}
+
+fn output(chunk: u64, sum: u64) -> ChunkOutput {
+    let mut o = ChunkOutput {
+        nodes: chunk + 1,
+        ..ChunkOutput::default()
+    };
+    o.counters.insert("sum".into(), u128::from(sum));
+    o
+}
+
+fn job_of(space: &str, params: &serde_json::Value) -> Result<Arc<dyn Job>, String> {
+    match (space, params["n"].as_u64()) {
+        ("sums", Some(n)) => Ok(Arc::new(Sums { n })),
+        _ => Err(format!("no space {space}")),
+    }
+}
+
+const TTL: u64 = 1_000;
+
+fn open(store: &Store, now: u64) -> Core {
+    let cfg = SchedulerConfig {
+        lease_ttl_ms: TTL,
+        ..SchedulerConfig::default()
+    };
+    Core::open(store.load().unwrap(), cfg, Limits::default(), &job_of, now).unwrap()
+}
+
+/// Writes the outbox as the committer would.
+fn commit(core: &mut Core, store: &Store) {
+    let (ops, _) = core.take_batch();
+    store.write_parts(split_commit(ops)).unwrap();
+}
+
+fn submit(core: &mut Core, n: u64, replicate: u32, now: u64) -> JobId {
+    let node = SubmitNode {
+        job: Arc::new(Sums { n }),
+        plan: Plan {
+            n_chunks: n,
+            total_nodes: None,
+        },
+        inputs: Vec::new(),
+    };
+    let (view, existing) = core.submit(vec![node], 0, false, replicate, now).unwrap();
+    assert!(!existing);
+    view.id
+}
+
+fn register(core: &mut Core, name: &str, identity: Option<&str>) -> String {
+    core.register(
+        Registration {
+            name: name.into(),
+            identity: identity.map(str::to_string),
+            threads: 4,
+            memory_bytes: 1 << 30,
+            version: "test".into(),
+            spaces: vec!["sums".into()],
+        },
+        0,
+    )
+}
+
+fn lease_one(core: &mut Core, worker: &str, now: u64) -> LeaseView {
+    match core.lease(worker, 1, now).unwrap() {
+        LeaseAnswer::Chunks(mut c) if c.len() == 1 => c.remove(0),
+        other => panic!("expected one chunk, got {other:?}"),
+    }
+}
+
+fn report(core: &mut Core, worker: &str, l: &LeaseView, sum: u64, now: u64) -> Ack {
+    let job = core.job_and_chunks(l.job).unwrap();
+    let checked = Checked::new(
+        &Limits::default(),
+        l.lease,
+        l.job,
+        l.chunk,
+        Ok(output(l.chunk, sum)),
+        Some((job.0.as_ref(), job.1)),
+    );
+    core.apply_report(worker, checked, &|_, _| Ok(None), now)
+        .unwrap()
+}
+
+#[test]
+fn a_job_runs_to_done_and_its_answer_is_in_the_outbox() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let id = submit(&mut core, 3, 1, 10);
+    let w = register(&mut core, "w", None);
+    for t in 0..3 {
+        let l = lease_one(&mut core, &w, 100 + t);
+        let ack = report(&mut core, &w, &l, l.chunk, 200 + t);
+        assert_eq!(ack.kind, AckKind::Accepted, "{ack:?}");
+    }
+    let view = core.job_view(id, 300).unwrap();
+    assert_eq!(view.state, JobState::Done);
+    assert_eq!((view.chunks_done, view.completions, view.nodes), (3, 3, 6));
+    assert_eq!(
+        view.finished_ms, 202,
+        "finished at the simulated time of its last result"
+    );
+    commit(&mut core, &store);
+    let snap = store.load().unwrap();
+    assert_eq!(snap.tallies[&id].counter("sum"), 3);
+    assert_eq!(snap.done.len(), 3);
+}
+
+#[test]
+fn a_second_result_for_a_done_chunk_is_compared_never_counted() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let id = submit(&mut core, 2, 1, 0);
+    let (a, b) = (
+        register(&mut core, "a", None),
+        register(&mut core, "b", None),
+    );
+    let la = lease_one(&mut core, &a, 1);
+    // a's lease expires; b gets the same chunk and finishes it; then a reports late.
+    assert_eq!(core.expire(1 + TTL + 1).len(), 1);
+    let lb = lease_one(&mut core, &b, 1 + TTL + 2);
+    assert_eq!(lb.chunk, la.chunk);
+    assert_eq!(
+        report(&mut core, &b, &lb, lb.chunk, TTL + 3).kind,
+        AckKind::Accepted
+    );
+    let late = report(&mut core, &a, &la, la.chunk, TTL + 4);
+    assert_eq!(late.kind, AckKind::Duplicate);
+    assert!(late.message.contains("digest matches"), "{late:?}");
+    let view = core.job_view(id, TTL + 5).unwrap();
+    assert_eq!(
+        (view.completions, view.duplicates, view.reissued),
+        (1, 1, 1)
+    );
+}
+
+#[test]
+fn a_liar_cannot_start_afresh_under_a_new_name_when_its_token_is_known() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    submit(&mut core, 10, 1, 0);
+    // Two names, one token: bad results of either count against both.
+    let a = register(&mut core, "liar-a", Some("token-aaaa"));
+    let b = register(&mut core, "liar-b", Some("token-aaaa"));
+    let honest = register(&mut core, "honest", Some("token-bbbb"));
+    for (i, w) in [&a, &b, &a].into_iter().enumerate() {
+        let l = lease_one(&mut core, w, 10 + i as u64);
+        let ack = report(&mut core, w, &l, l.chunk + 1, 20 + i as u64);
+        assert_eq!(ack.kind, AckKind::Rejected);
+    }
+    for w in [&a, &b] {
+        assert!(
+            matches!(
+                core.lease(w, 1, 30),
+                Err(CoreError::WorkerRefused { bad_results: 3, .. })
+            ),
+            "{w} must be refused"
+        );
+        assert!(core.worker_view(w).unwrap().banned);
+    }
+    // A third name under the same token is refused at once; another token is not.
+    let c = register(&mut core, "liar-c", Some("token-aaaa"));
+    assert!(core.lease(&c, 1, 31).is_err());
+    let l = lease_one(&mut core, &honest, 32);
+    assert_eq!(
+        report(&mut core, &honest, &l, l.chunk, 33).kind,
+        AckKind::Accepted
+    );
+}
+
+#[test]
+fn without_tokens_standing_stays_with_the_name() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    submit(&mut core, 10, 1, 0);
+    let a = register(&mut core, "a", None);
+    for t in 0..3 {
+        let l = lease_one(&mut core, &a, 10 + t);
+        report(&mut core, &a, &l, l.chunk + 1, 20 + t);
+    }
+    assert!(core.lease(&a, 1, 30).is_err());
+    let b = register(&mut core, "b", None);
+    assert!(core.lease(&b, 1, 31).is_ok());
+}
+
+#[test]
+fn a_failed_store_refuses_every_change_until_restart() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let id = submit(&mut core, 2, 1, 0);
+    let w = register(&mut core, "w", None);
+    core.note_store_failure("disk full".into());
+    assert!(matches!(
+        core.lease(&w, 1, 1),
+        Err(CoreError::StoreFailed(_))
+    ));
+    assert!(matches!(core.cancel(id, 1), Err(CoreError::StoreFailed(_))));
+    assert!(core.heartbeat(&w, Vec::new(), 1).is_err());
+    assert_eq!(core.store_failure(), Some("disk full"));
+}
+
+#[test]
+fn a_worker_unknown_after_a_restart_is_asked_to_register_from_its_heartbeat() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    submit(&mut core, 2, 1, 0);
+    let w = register(&mut core, "w", None);
+    let l = lease_one(&mut core, &w, 1);
+    commit(&mut core, &store);
+    // The coordinator restarts: the worker's lease survives in the store, its description does not.
+    let mut core = open(&store, 2);
+    let beat = core
+        .heartbeat(
+            &w,
+            vec![LeaseProgress {
+                lease: l.lease,
+                nodes: 5,
+                checkpoint: None,
+            }],
+            3,
+        )
+        .unwrap();
+    assert!(beat.register_again && beat.revoked.is_empty(), "{beat:?}");
+    assert_eq!(core.worker_view(&w).unwrap().threads, 0);
+    register(&mut core, &w, None);
+    let beat = core.heartbeat(&w, Vec::new(), 4).unwrap();
+    assert!(!beat.register_again);
+    assert_eq!(core.worker_view(&w).unwrap().threads, 4);
+}
+
+#[test]
+fn cancelling_an_input_cancels_its_readers() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let dag = vec![
+        SubmitNode {
+            job: Arc::new(Sums { n: 2 }),
+            plan: Plan {
+                n_chunks: 2,
+                total_nodes: None,
+            },
+            inputs: Vec::new(),
+        },
+        SubmitNode {
+            job: Arc::new(Sums { n: 3 }),
+            plan: Plan {
+                n_chunks: 3,
+                total_nodes: None,
+            },
+            inputs: vec![0],
+        },
+    ];
+    let (reader, _) = core.submit(dag, 0, false, 1, 0).unwrap();
+    assert_eq!(reader.inputs_waiting, 1);
+    let input = reader.input_jobs[0];
+    core.cancel(input, 1).unwrap();
+    assert_eq!(
+        core.job_view(reader.id, 2).unwrap().state,
+        JobState::Cancelled
+    );
+}

@@ -1,0 +1,296 @@
+//! What the core shows of itself: plain values copied out under the lock, with domain types (a job state is a
+//! [`JobState`], a node count a `u128`). The gRPC adapter turns them into wire messages and the dashboard into
+//! JSON; neither reaches into the core's tables.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::Core;
+use crate::scheduler::{JobId, JobState, Millis};
+
+/// One job as `sweep status`, the dashboard and the watch stream see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobView {
+    pub id: JobId,
+    pub space: String,
+    /// The job's canonical parameters, as JSON text.
+    pub params_json: String,
+    pub state: JobState,
+    pub priority: i32,
+    pub chunks_total: u64,
+    pub chunks_done: u64,
+    pub chunks_leased: u64,
+    pub chunks_poisoned: u64,
+    /// Chunks handed out again after an expiry or a failure.
+    pub reissued: u64,
+    /// Nodes of the accepted chunks (part of the answer).
+    pub nodes: u128,
+    /// Nodes the running chunks reported by heartbeat (progress only).
+    pub running_nodes: u64,
+    /// The job's size when its space knows it in advance.
+    pub total_nodes: Option<u128>,
+    pub created_ms: u64,
+    /// 0 while the job runs.
+    pub finished_ms: u64,
+    /// Distinct workers holding a lease of this job now.
+    pub workers: u32,
+    pub completions: u64,
+    /// Reports of chunks already done (compared by digest, never counted).
+    pub duplicates: u64,
+    pub input_jobs: Vec<JobId>,
+    /// How many of `input_jobs` still hold this job back.
+    pub inputs_waiting: u32,
+    /// blake3 of the merged artifact, once stored.
+    pub artifact_digest: Option<String>,
+    pub replicate: u32,
+    /// Replicated results that disagreed with an earlier result for the same chunk.
+    pub disagreements: u64,
+    /// Nothing checks this job's results: its space cannot verify them and no quorum does either.
+    pub unverified: bool,
+    /// The most recent failed attempts, newest last.
+    pub failures: Vec<FailedAttempt>,
+    /// Chunks with a saved resume state.
+    pub checkpoints: u64,
+}
+
+impl JobView {
+    /// Chunks neither done, leased nor poisoned.
+    pub fn pending(&self) -> u64 {
+        self.chunks_total
+            .saturating_sub(self.chunks_done)
+            .saturating_sub(self.chunks_leased)
+            .saturating_sub(self.chunks_poisoned)
+    }
+}
+
+/// One failed attempt at a chunk: where, when and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedAttempt {
+    pub chunk: u64,
+    pub worker: String,
+    /// For a program, its exit status or signal and the tail of its stderr.
+    pub error: String,
+    pub unix_ms: u64,
+}
+
+/// A chunk that failed too often and is left out of the answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoisonedChunk {
+    pub chunk: u64,
+    pub attempts: u32,
+    pub last_error: String,
+}
+
+/// A job's answer as far as it goes: the space's result JSON over the accepted chunks, and what is missing.
+#[derive(Clone, Debug)]
+pub struct ResultsView {
+    pub job: JobView,
+    /// The space's result (`Job::result`), shared: a finished job's answer is computed once and kept.
+    pub result: Arc<serde_json::Value>,
+    pub poisoned: Vec<PoisonedChunk>,
+}
+
+/// One worker as `sweep workers` sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerView {
+    pub name: String,
+    pub threads: u32,
+    pub memory_bytes: u64,
+    pub last_seen_ms: u64,
+    /// Chunks of this worker accepted since the coordinator started.
+    pub chunks_done: u64,
+    pub leases_held: u32,
+    /// Results that failed verification or lost a replication vote, counted against the worker's standing
+    /// (its token's identity when tokens are on).
+    pub bad_results: u32,
+    pub banned: bool,
+    pub draining: bool,
+    pub version: String,
+}
+
+/// What the dashboard and `/metrics` read: one consistent snapshot, taken under one short lock. It reads
+/// memory only, so it may be ahead of the store by one commit.
+#[derive(Clone, Debug, Default)]
+pub struct Observation {
+    pub now_ms: u64,
+    pub lease_ttl_ms: u64,
+    /// Workers heard from within one lease time.
+    pub live_workers: u32,
+    pub jobs: Vec<JobView>,
+    pub workers: Vec<WorkerObservation>,
+}
+
+/// One worker in an [`Observation`].
+#[derive(Clone, Debug, Default)]
+pub struct WorkerObservation {
+    pub name: String,
+    pub threads: u32,
+    pub last_seen_ms: u64,
+    /// Chunks of this worker accepted since the coordinator started.
+    pub chunks_done: u64,
+    /// Leases it holds now.
+    pub leases: u32,
+    /// Nodes its running chunks have reported by heartbeat so far.
+    pub running_nodes: u64,
+}
+
+/// How the coordinator answered one chunk report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckKind {
+    /// Stored: the result is part of the answer.
+    Accepted,
+    /// The chunk was already done; compared by digest, not counted.
+    Duplicate,
+    /// Not stored (unknown job, failed verification, over a limit, cancelled job). Do not retry.
+    Rejected,
+    /// A replicated job's vote, recorded; the chunk needs more agreeing results.
+    Voted,
+}
+
+/// The answer to one report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ack {
+    pub lease: crate::scheduler::LeaseId,
+    pub kind: AckKind,
+    pub message: String,
+}
+
+/// One chunk handed to a worker, with everything it needs to run it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseView {
+    pub lease: crate::scheduler::LeaseId,
+    pub job: JobId,
+    pub space: String,
+    pub params_json: String,
+    pub n_chunks: u64,
+    pub chunk: u64,
+    pub deadline_ms: u64,
+    /// Every input job with the digest of its stored artifact, in the order the job binds them.
+    pub inputs: Vec<(JobId, String)>,
+    /// The chunk's saved resume state, if an earlier attempt left one.
+    pub checkpoint: Option<String>,
+    /// Digests of the files the job ships.
+    pub shipped: Vec<String>,
+}
+
+/// The answer to a lease request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseAnswer {
+    /// Zero or more chunks (none: nothing to do now).
+    Chunks(Vec<LeaseView>),
+    /// The worker is draining: finish what it holds, take nothing new.
+    Drain,
+    /// This coordinator does not know the worker (it restarted): register again.
+    RegisterAgain,
+}
+
+impl Core {
+    pub fn job_view(&self, id: JobId, _now: Millis) -> Option<JobView> {
+        let e = self.jobs.get(&id)?;
+        let counts = self.sched.counts(id)?;
+        let running_nodes: u64 = self
+            .progress
+            .iter()
+            .filter(|(lease, _)| self.sched.lease_job_chunk(**lease).map(|(j, _)| j) == Some(id))
+            .map(|(_, n)| *n)
+            .sum();
+        let workers: HashSet<String> = self
+            .sched
+            .leases_of(id)
+            .into_iter()
+            .map(|(_, _, w)| w)
+            .collect();
+        Some(JobView {
+            id,
+            space: e.record.space.clone(),
+            params_json: e.params_json.clone(),
+            state: e.record.state,
+            priority: e.record.priority,
+            chunks_total: counts.total,
+            chunks_done: counts.done,
+            chunks_leased: counts.leased,
+            chunks_poisoned: counts.poisoned,
+            reissued: counts.reissued,
+            nodes: e.tally.nodes,
+            running_nodes,
+            total_nodes: e.record.total_nodes,
+            created_ms: e.record.created_ms,
+            finished_ms: e.record.finished_ms,
+            workers: workers.len() as u32,
+            completions: e.tally.chunks,
+            duplicates: e.record.duplicates,
+            input_jobs: e.record.input_jobs.clone(),
+            inputs_waiting: self.sched.waiting_for(id).len() as u32,
+            artifact_digest: e.record.artifact_digest.clone(),
+            replicate: e.record.replicate,
+            disagreements: counts.disagreements,
+            unverified: !e.job.verifiable() && e.record.replicate < 2,
+            failures: e.failures.iter().cloned().collect(),
+            checkpoints: self.checkpoints.keys().filter(|(j, _)| *j == id).count() as u64,
+        })
+    }
+
+    /// Every job, in id order.
+    pub fn job_views(&self, now: Millis) -> Vec<JobView> {
+        self.sched
+            .jobs()
+            .filter_map(|id| self.job_view(id, now))
+            .collect()
+    }
+
+    pub fn worker_view(&self, name: &str) -> Option<WorkerView> {
+        let w = self.workers.get(name)?;
+        Some(WorkerView {
+            name: name.to_string(),
+            threads: w.threads,
+            memory_bytes: w.memory_bytes,
+            last_seen_ms: w.last_seen_ms,
+            chunks_done: w.chunks_done,
+            leases_held: self.sched.leases_held(name) as u32,
+            bad_results: self.sched.bad_results(name),
+            banned: self.sched.is_banned(name),
+            draining: self.sched.is_draining(name),
+            version: w.version.clone(),
+        })
+    }
+
+    /// Every worker that has been heard from, by name.
+    pub fn worker_views(&self) -> Vec<WorkerView> {
+        let mut names: Vec<&String> = self.workers.keys().collect();
+        names.sort();
+        names
+            .into_iter()
+            .filter_map(|n| self.worker_view(n))
+            .collect()
+    }
+
+    /// One consistent snapshot of jobs and workers for the dashboard and `/metrics`.
+    pub fn observe(&self, now: Millis) -> Observation {
+        let mut held: HashMap<String, (u32, u64)> = HashMap::new();
+        for job in self.sched.jobs() {
+            for (lease, _, worker) in self.sched.leases_of(job) {
+                let h = held.entry(worker).or_default();
+                h.0 += 1;
+                h.1 += self.progress.get(&lease).copied().unwrap_or(0);
+            }
+        }
+        let workers = self.workers.iter().map(|(name, w)| {
+            let (leases, running_nodes) = held.get(name).copied().unwrap_or_default();
+            WorkerObservation {
+                name: name.clone(),
+                threads: w.threads,
+                last_seen_ms: w.last_seen_ms,
+                chunks_done: w.chunks_done,
+                leases,
+                running_nodes,
+            }
+        });
+        Observation {
+            now_ms: now,
+            lease_ttl_ms: self.sched.config().lease_ttl_ms,
+            live_workers: self.live_workers(now),
+            jobs: self.job_views(now),
+            workers: workers.collect(),
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Domain views to wire messages and back: the edge where `v1` types meet the core's.
+
+use sweep_proto::v1;
+
+use crate::core::{Ack, AckKind, FailedAttempt, JobView, LeaseView, PoisonedChunk, WorkerView};
+use crate::scheduler::JobState;
+
+pub fn job_state(s: JobState) -> String {
+    s.as_str().to_string()
+}
+
+pub fn job_info(j: JobView) -> v1::JobInfo {
+    v1::JobInfo {
+        id: j.id,
+        space: j.space,
+        params_json: j.params_json,
+        state: job_state(j.state),
+        priority: j.priority,
+        chunks_total: j.chunks_total,
+        chunks_done: j.chunks_done,
+        chunks_leased: j.chunks_leased,
+        chunks_poisoned: j.chunks_poisoned,
+        reissued: j.reissued,
+        nodes: j.nodes.to_string(),
+        running_nodes: j.running_nodes,
+        total_nodes: j.total_nodes.map(|n| n.to_string()).unwrap_or_default(),
+        created_unix_ms: j.created_ms,
+        finished_unix_ms: j.finished_ms,
+        workers: j.workers,
+        completions: j.completions,
+        duplicates: j.duplicates,
+        input_job: j.input_jobs.first().copied().unwrap_or(0),
+        input_jobs: j.input_jobs,
+        inputs_waiting: j.inputs_waiting,
+        artifact_digest: j.artifact_digest.unwrap_or_default(),
+        replicate: j.replicate,
+        disagreements: j.disagreements,
+        unverified: j.unverified,
+        failures: j.failures.into_iter().map(failed_attempt).collect(),
+        checkpoints: j.checkpoints,
+    }
+}
+
+fn failed_attempt(f: FailedAttempt) -> v1::FailedAttempt {
+    v1::FailedAttempt {
+        chunk: f.chunk,
+        worker: f.worker,
+        error: f.error,
+        unix_ms: f.unix_ms,
+    }
+}
+
+pub fn poisoned_chunk(p: PoisonedChunk) -> v1::PoisonedChunk {
+    v1::PoisonedChunk {
+        chunk: p.chunk,
+        attempts: p.attempts,
+        last_error: p.last_error,
+    }
+}
+
+pub fn worker_status(w: WorkerView) -> v1::WorkerStatus {
+    v1::WorkerStatus {
+        name: w.name,
+        threads: w.threads,
+        memory_bytes: w.memory_bytes,
+        last_seen_unix_ms: w.last_seen_ms,
+        chunks_done: w.chunks_done,
+        leases_held: w.leases_held,
+        bad_results: w.bad_results,
+        banned: w.banned,
+        draining: w.draining,
+        version: w.version,
+    }
+}
+
+pub fn chunk_lease(l: LeaseView) -> v1::ChunkLease {
+    let inputs: Vec<v1::InputArtifact> = l
+        .inputs
+        .into_iter()
+        .map(|(job_id, digest)| v1::InputArtifact { job_id, digest })
+        .collect();
+    // Workers older than `inputs` understand a single input.
+    let (input_job, input_digest) = match inputs.as_slice() {
+        [one] => (one.job_id, one.digest.clone()),
+        _ => (0, String::new()),
+    };
+    v1::ChunkLease {
+        lease_id: l.lease,
+        job_id: l.job,
+        space: l.space,
+        params_json: l.params_json,
+        n_chunks: l.n_chunks,
+        chunk: l.chunk,
+        deadline_unix_ms: l.deadline_ms,
+        input_job,
+        input_digest,
+        inputs,
+        checkpoint: l.checkpoint.unwrap_or_default(),
+        shipped: l.shipped,
+    }
+}
+
+pub fn ack_status(k: AckKind) -> v1::AckStatus {
+    match k {
+        AckKind::Accepted => v1::AckStatus::Accepted,
+        AckKind::Duplicate => v1::AckStatus::Duplicate,
+        AckKind::Rejected => v1::AckStatus::Rejected,
+        AckKind::Voted => v1::AckStatus::Voted,
+    }
+}
+
+pub fn report_ack(a: Ack) -> v1::ReportAck {
+    v1::ReportAck {
+        lease_id: a.lease,
+        status: ack_status(a.kind) as i32,
+        message: a.message,
+    }
+}

@@ -1,0 +1,217 @@
+//! The `Jobs` service: what people and their tools call (ship, submit, list, status, watch, results, cancel,
+//! pause, resume, workers, drain).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sweep_proto::v1::{self, jobs_server};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use super::{convert, status};
+use crate::coordinator::{SubmitSpec, MAX_SHIPPED_BYTES};
+use crate::Coordinator;
+
+#[derive(Clone)]
+pub struct JobsApi(pub(super) Arc<Coordinator>);
+
+#[tonic::async_trait]
+impl jobs_server::Jobs for JobsApi {
+    async fn ship(
+        &self,
+        req: Request<tonic::Streaming<v1::ArtifactPiece>>,
+    ) -> Result<Response<v1::ShipResponse>, Status> {
+        let mut stream = req.into_inner();
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut want: Option<(String, u64)> = None;
+        while let Some(piece) = stream.message().await? {
+            let (digest, total) = want.get_or_insert_with(|| (piece.digest.clone(), piece.total));
+            if piece.digest != *digest
+                || piece.total != *total
+                || piece.offset != bytes.len() as u64
+            {
+                return Err(Status::invalid_argument(
+                    "shipped pieces out of order, or with another digest or size",
+                ));
+            }
+            // Checked before buffering: a client must not make the coordinator hold more than it may store.
+            if *total > MAX_SHIPPED_BYTES {
+                return Err(Status::invalid_argument(format!(
+                    "a shipped file may have at most {MAX_SHIPPED_BYTES} bytes, this one has {total}"
+                )));
+            }
+            if bytes.len() as u64 + piece.data.len() as u64 > *total {
+                return Err(Status::invalid_argument("more bytes than the file's size"));
+            }
+            bytes.extend_from_slice(&piece.data);
+        }
+        let Some((digest, total)) = want else {
+            return Err(Status::invalid_argument("no file was sent"));
+        };
+        if bytes.len() as u64 != total {
+            return Err(Status::invalid_argument(format!(
+                "the file has {} of its {total} bytes",
+                bytes.len()
+            )));
+        }
+        let n = bytes.len() as u64;
+        let existing = self.0.ship(&digest, bytes).await.map_err(status)?;
+        Ok(Response::new(v1::ShipResponse {
+            digest,
+            bytes: n,
+            existing,
+        }))
+    }
+
+    async fn submit(
+        &self,
+        req: Request<v1::SubmitRequest>,
+    ) -> Result<Response<v1::SubmitResponse>, Status> {
+        let req = req.into_inner();
+        let (job, existing) = self
+            .0
+            .submit(SubmitSpec {
+                space: req.space,
+                params_json: req.params_json,
+                chunks: req.chunks,
+                priority: req.priority,
+                reuse_existing: req.reuse_existing,
+                replicate: req.replicate,
+            })
+            .await
+            .map_err(status)?;
+        Ok(Response::new(v1::SubmitResponse {
+            job: Some(convert::job_info(job)),
+            existing,
+        }))
+    }
+
+    async fn list_jobs(
+        &self,
+        _: Request<v1::ListJobsRequest>,
+    ) -> Result<Response<v1::ListJobsResponse>, Status> {
+        let (jobs, workers) = self.0.jobs().await.map_err(status)?;
+        Ok(Response::new(v1::ListJobsResponse {
+            jobs: jobs.into_iter().map(convert::job_info).collect(),
+            workers,
+        }))
+    }
+
+    async fn job_status(
+        &self,
+        req: Request<v1::JobRequest>,
+    ) -> Result<Response<v1::JobInfo>, Status> {
+        let job = self.0.job(req.into_inner().job_id).await.map_err(status)?;
+        Ok(Response::new(convert::job_info(job)))
+    }
+
+    type WatchStream = ReceiverStream<Result<v1::WatchEvent, Status>>;
+
+    async fn watch(
+        &self,
+        req: Request<v1::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let req = req.into_inner();
+        if req.job_id != 0 {
+            self.0.job_now(req.job_id).map_err(status)?;
+        }
+        let interval = Duration::from_millis(
+            req.interval_ms
+                .clamp(50, 60_000)
+                .max(if req.interval_ms == 0 { 500 } else { 50 }),
+        );
+        let (slot, mut changes) = self.0.open_watch().map_err(status)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let coord = self.0.clone();
+        let mut stopping = self.0.stopping();
+        tokio::spawn(async move {
+            // Held while the stream lives: the slot frees when the client goes away.
+            let _slot = slot;
+            let mut tick = tokio::time::interval(interval);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = changes.changed() => {}
+                    _ = stopping.wait_for(|s| *s) => break,
+                }
+                let (jobs, workers) = coord.watch_event(req.job_id);
+                let event = v1::WatchEvent {
+                    jobs: jobs.into_iter().map(convert::job_info).collect(),
+                    workers,
+                };
+                if tx.send(Ok(event)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn results(
+        &self,
+        req: Request<v1::JobRequest>,
+    ) -> Result<Response<v1::ResultsResponse>, Status> {
+        let r = self
+            .0
+            .results(req.into_inner().job_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(v1::ResultsResponse {
+            job: Some(convert::job_info(r.job)),
+            result_json: r.result.to_string(),
+            poisoned: r
+                .poisoned
+                .into_iter()
+                .map(convert::poisoned_chunk)
+                .collect(),
+        }))
+    }
+
+    async fn cancel(&self, req: Request<v1::JobRequest>) -> Result<Response<v1::JobInfo>, Status> {
+        let job = self
+            .0
+            .cancel(req.into_inner().job_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(convert::job_info(job)))
+    }
+
+    async fn pause(&self, req: Request<v1::JobRequest>) -> Result<Response<v1::JobInfo>, Status> {
+        let job = self
+            .0
+            .pause(req.into_inner().job_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(convert::job_info(job)))
+    }
+
+    async fn resume(&self, req: Request<v1::JobRequest>) -> Result<Response<v1::JobInfo>, Status> {
+        let job = self
+            .0
+            .resume(req.into_inner().job_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(convert::job_info(job)))
+    }
+
+    async fn list_workers(
+        &self,
+        _: Request<v1::ListWorkersRequest>,
+    ) -> Result<Response<v1::ListWorkersResponse>, Status> {
+        let workers = self
+            .0
+            .workers()
+            .into_iter()
+            .map(convert::worker_status)
+            .collect();
+        Ok(Response::new(v1::ListWorkersResponse { workers }))
+    }
+
+    async fn drain(
+        &self,
+        req: Request<v1::DrainRequest>,
+    ) -> Result<Response<v1::WorkerStatus>, Status> {
+        let w = self.0.drain(&req.into_inner().worker).map_err(status)?;
+        Ok(Response::new(convert::worker_status(w)))
+    }
+}

@@ -1,0 +1,209 @@
+//! `/metrics` in the OpenMetrics text format: gauges from one [`Observation`], the event counters and the
+//! RPC latency histograms of [`Metrics`].
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use std::collections::BTreeMap;
+
+use super::state::chunk_totals;
+use crate::core::Observation;
+use crate::metrics::{Labels, Metrics};
+use crate::scheduler::JobState;
+
+fn labels<const N: usize>(pairs: [(&str, String); N]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+type FloatCounter = Counter<f64, AtomicU64>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The `/metrics` text: gauges from the snapshot, the event counters and the RPC histograms.
+///
+/// A registry is built per scrape: the snapshot's series (one per job and state) come and go with the jobs,
+/// while the long-lived counters are registered by handle (prometheus-client metrics are shared handles).
+pub(super) fn render_metrics(
+    obs: &Observation,
+    m: &Metrics,
+    nodes_per_s: f64,
+    chunks_per_s: f64,
+) -> Result<String, std::fmt::Error> {
+    let mut reg = Registry::default();
+
+    let chunks = Family::<Labels, Gauge>::default();
+    let totals = chunk_totals(obs);
+    for (state, n) in [
+        ("pending", totals.pending),
+        ("leased", totals.leased),
+        ("done", totals.done),
+        ("poisoned", totals.poisoned),
+    ] {
+        chunks
+            .get_or_create(&labels([("state", state.to_string())]))
+            .set(n as i64);
+    }
+    reg.register("sweep_chunks", "Chunks of all jobs by state", chunks);
+
+    let job_chunks = Family::<Labels, Gauge>::default();
+    let job_nodes = Family::<Labels, FloatCounter>::default();
+    let job_completions = Family::<Labels, Counter>::default();
+    let job_duplicates = Family::<Labels, Counter>::default();
+    let job_reissued = Family::<Labels, Counter>::default();
+    let mut jobs_by_state: BTreeMap<&str, i64> =
+        JobState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+    for j in &obs.jobs {
+        *jobs_by_state.entry(j.state.as_str()).or_default() += 1;
+        let id = [("job", j.id.to_string()), ("space", j.space.clone())];
+        for (state, n) in [
+            ("pending", j.pending()),
+            ("leased", j.chunks_leased),
+            ("done", j.chunks_done),
+            ("poisoned", j.chunks_poisoned),
+        ] {
+            let mut l = labels(id.clone());
+            l.push(("state".into(), state.into()));
+            job_chunks.get_or_create(&l).set(n as i64);
+        }
+        job_nodes
+            .get_or_create(&labels(id.clone()))
+            .inc_by(j.nodes as f64);
+        job_completions
+            .get_or_create(&labels(id.clone()))
+            .inc_by(j.completions);
+        job_duplicates
+            .get_or_create(&labels(id.clone()))
+            .inc_by(j.duplicates);
+        job_reissued.get_or_create(&labels(id)).inc_by(j.reissued);
+    }
+    let jobs = Family::<Labels, Gauge>::default();
+    for (state, n) in jobs_by_state {
+        jobs.get_or_create(&labels([("state", state.to_string())]))
+            .set(n);
+    }
+    reg.register("sweep_jobs", "Jobs by state", jobs);
+    reg.register(
+        "sweep_job_chunks",
+        "Chunks of each job by state",
+        job_chunks,
+    );
+    reg.register(
+        "sweep_job_nodes",
+        "Nodes (the space's unit of work) of each job's accepted chunks",
+        job_nodes,
+    );
+    reg.register(
+        "sweep_job_completions",
+        "Accepted chunk results of each job (durable)",
+        job_completions,
+    );
+    reg.register(
+        "sweep_job_duplicates",
+        "Results of already-done chunks of each job, not counted (durable)",
+        job_duplicates,
+    );
+    reg.register(
+        "sweep_job_chunks_reissued",
+        "Chunks of each job handed out again after an expiry or a failure",
+        job_reissued,
+    );
+
+    reg.register(
+        "sweep_completions",
+        "Chunk results accepted since the coordinator started",
+        m.completions.clone(),
+    );
+    reg.register(
+        "sweep_duplicates",
+        "Results of already-done chunks since the coordinator started",
+        m.duplicates.clone(),
+    );
+    reg.register(
+        "sweep_reports_rejected",
+        "Chunk results rejected (failed verification, unknown or cancelled job, undecodable)",
+        m.rejected.clone(),
+    );
+    reg.register(
+        "sweep_verification_failures",
+        "Chunk results that failed the space's verifier",
+        m.verification_failures.clone(),
+    );
+    reg.register(
+        "sweep_lease_expiries",
+        "Leases that expired without a heartbeat",
+        m.lease_expiries.clone(),
+    );
+    reg.register(
+        "sweep_chunks_poisoned_by_expiry",
+        "Chunks poisoned because their last allowed lease expired",
+        m.poisoned_by_expiry.clone(),
+    );
+    reg.register(
+        "sweep_workers_lost",
+        "Workers that went silent for a lease time",
+        m.workers_lost.clone(),
+    );
+
+    let workers = Family::<Labels, Gauge>::default();
+    let known = obs.workers.len() as i64;
+    workers
+        .get_or_create(&labels([("state", "live".to_string())]))
+        .set(obs.live_workers as i64);
+    workers
+        .get_or_create(&labels([("state", "silent".to_string())]))
+        .set(known - obs.live_workers as i64);
+    reg.register(
+        "sweep_workers",
+        "Workers known to the coordinator, live (heard from within a lease time) or silent",
+        workers,
+    );
+    let threads = Gauge::<i64>::default();
+    let horizon = obs.now_ms.saturating_sub(obs.lease_ttl_ms);
+    threads.set(
+        obs.workers
+            .iter()
+            .filter(|w| w.last_seen_ms >= horizon)
+            .map(|w| w.threads as i64)
+            .sum(),
+    );
+    reg.register(
+        "sweep_worker_threads",
+        "Threads of the live workers",
+        threads,
+    );
+    let rate = FloatGauge::default();
+    rate.set(nodes_per_s);
+    reg.register(
+        "sweep_nodes_per_second",
+        "Nodes per second over the dashboard's rate window (about half a lease time)",
+        rate,
+    );
+    let crate_ = FloatGauge::default();
+    crate_.set(chunks_per_s);
+    reg.register(
+        "sweep_chunks_per_second",
+        "Chunks completed per second over the same window",
+        crate_,
+    );
+    reg.register(
+        "sweep_rpc_duration_seconds",
+        "gRPC handling time by method, until the response head",
+        m.rpc_seconds.clone(),
+    );
+    reg.register(
+        "sweep_rpc_errors",
+        "gRPC calls answered with an error status, by method and code",
+        m.rpc_errors.clone(),
+    );
+
+    let mut text = String::new();
+    encode(&mut text, &reg)?;
+    Ok(text)
+}

@@ -1,0 +1,298 @@
+//! The dashboard's state view and the `/metrics` text, checked against a hand-made observation.
+
+use std::collections::BTreeMap;
+
+use super::metrics_text::render_metrics;
+use super::state::{state_view, History, HISTORY_SAMPLES, RATE_POINTS};
+use crate::core::{AckKind as AckStatus, FailedAttempt, JobView, Observation, WorkerObservation};
+use crate::metrics::Metrics;
+use crate::scheduler::JobState;
+
+/// A parsed sample line: `name{k="v",...} value`.
+#[derive(Debug)]
+struct Line {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// A small parser of the exposition format, enough to read back what [`render_metrics`] writes: it
+/// rejects any line it does not understand, so malformed output fails the test.
+fn parse(text: &str) -> (Vec<Line>, BTreeMap<String, String>) {
+    let mut lines = Vec::new();
+    let mut types = BTreeMap::new();
+    let mut saw_eof = false;
+    for raw in text.lines() {
+        assert!(!saw_eof, "text after # EOF: {raw}");
+        if raw == "# EOF" {
+            saw_eof = true;
+            continue;
+        }
+        if let Some(rest) = raw.strip_prefix("# TYPE ") {
+            let (name, ty) = rest.split_once(' ').expect("TYPE line has a type");
+            types.insert(name.to_string(), ty.to_string());
+            continue;
+        }
+        if raw.starts_with("# HELP ") || raw.starts_with("# UNIT ") {
+            continue;
+        }
+        let (series, value) = raw.rsplit_once(' ').expect("sample has a value");
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|e| panic!("bad value in {raw}: {e}"));
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_string(), BTreeMap::new()),
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').expect("labels end with }");
+                let mut labels = BTreeMap::new();
+                for pair in body.split(',').filter(|p| !p.is_empty()) {
+                    let (k, v) = pair.split_once('=').expect("label k=v");
+                    let v = v
+                        .strip_prefix('"')
+                        .and_then(|v| v.strip_suffix('"'))
+                        .expect("quoted label value");
+                    labels.insert(k.to_string(), v.to_string());
+                }
+                (name.to_string(), labels)
+            }
+        };
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "bad metric name {name}"
+        );
+        lines.push(Line {
+            name,
+            labels,
+            value,
+        });
+    }
+    assert!(saw_eof, "no # EOF line");
+    (lines, types)
+}
+
+fn value(lines: &[Line], name: &str, want: &[(&str, &str)]) -> f64 {
+    let hits: Vec<&Line> = lines
+        .iter()
+        .filter(|l| {
+            l.name == name
+                && want
+                    .iter()
+                    .all(|(k, v)| l.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .collect();
+    assert_eq!(hits.len(), 1, "{name} {want:?}: {hits:?}");
+    hits[0].value
+}
+
+fn job(id: u64, state: JobState, total: u64, done: u64, leased: u64, poisoned: u64) -> JobView {
+    JobView {
+        id,
+        space: "star".into(),
+        params_json: "{}".into(),
+        state,
+        priority: 0,
+        chunks_total: total,
+        chunks_done: done,
+        chunks_leased: leased,
+        chunks_poisoned: poisoned,
+        reissued: 2,
+        nodes: u128::MAX,
+        running_nodes: 0,
+        total_nodes: None,
+        created_ms: 0,
+        finished_ms: 0,
+        workers: 0,
+        completions: done,
+        duplicates: 1,
+        input_jobs: Vec::new(),
+        inputs_waiting: 0,
+        artifact_digest: None,
+        replicate: 1,
+        disagreements: 0,
+        unverified: false,
+        failures: Vec::new(),
+        checkpoints: 0,
+    }
+}
+
+fn observation() -> Observation {
+    Observation {
+        now_ms: 100_000,
+        lease_ttl_ms: 10_000,
+        live_workers: 1,
+        jobs: vec![
+            job(1, JobState::Running, 10, 4, 3, 1),
+            job(2, JobState::Done, 5, 5, 0, 0),
+        ],
+        workers: vec![
+            WorkerObservation {
+                name: "w0".into(),
+                threads: 4,
+                last_seen_ms: 99_000,
+                chunks_done: 9,
+                leases: 3,
+                running_nodes: 7,
+            },
+            WorkerObservation {
+                name: "gone".into(),
+                threads: 8,
+                last_seen_ms: 1_000,
+                ..WorkerObservation::default()
+            },
+        ],
+    }
+}
+
+#[test]
+fn a_job_view_says_whether_it_is_verified_and_why_attempts_failed() {
+    let mut obs = observation();
+    obs.jobs[0].unverified = true;
+    obs.jobs[0].failures.push(FailedAttempt {
+        chunk: 3,
+        worker: "w1".into(),
+        error: "exit status 2; stderr tail:\nboom".into(),
+        unix_ms: 5,
+    });
+    let view = state_view(obs, &History::default(), &Metrics::default(), 0);
+    let json = serde_json::to_value(&view).unwrap();
+    assert_eq!(json["jobs"][0]["unverified"], true);
+    assert_eq!(json["jobs"][0]["failures"][0]["chunk"], 3);
+    assert_eq!(
+        json["jobs"][0]["failures"][0]["error"],
+        "exit status 2; stderr tail:\nboom"
+    );
+    assert_eq!(json["jobs"][1]["unverified"], false);
+    assert_eq!(json["jobs"][1]["failures"], serde_json::json!([]));
+}
+
+#[test]
+fn metric_text_parses_back_to_the_snapshot() {
+    let m = Metrics::default();
+    m.report("w0", AckStatus::Accepted, 10, false);
+    m.report("w0", AckStatus::Rejected, 10, true);
+    m.report("w0", AckStatus::Duplicate, 10, false);
+    m.lease_expiries.inc_by(3);
+    let text = render_metrics(&observation(), &m, 1234.5, 2.0).expect("encode");
+    let (lines, types) = parse(&text);
+
+    assert_eq!(value(&lines, "sweep_chunks", &[("state", "pending")]), 2.0);
+    assert_eq!(value(&lines, "sweep_chunks", &[("state", "leased")]), 3.0);
+    assert_eq!(value(&lines, "sweep_chunks", &[("state", "done")]), 9.0);
+    assert_eq!(value(&lines, "sweep_chunks", &[("state", "poisoned")]), 1.0);
+    assert_eq!(
+        value(
+            &lines,
+            "sweep_job_chunks",
+            &[("job", "1"), ("state", "leased")]
+        ),
+        3.0
+    );
+    assert_eq!(value(&lines, "sweep_jobs", &[("state", "running")]), 1.0);
+    assert_eq!(value(&lines, "sweep_jobs", &[("state", "paused")]), 0.0);
+    assert_eq!(
+        value(&lines, "sweep_job_completions_total", &[("job", "2")]),
+        5.0
+    );
+    // Node counts beyond 64 bits survive as floats.
+    assert!(value(&lines, "sweep_job_nodes_total", &[("job", "1")]) > 3.0e38);
+    assert_eq!(
+        value(&lines, "sweep_job_chunks_reissued_total", &[("job", "1")]),
+        2.0
+    );
+    assert_eq!(value(&lines, "sweep_completions_total", &[]), 1.0);
+    assert_eq!(value(&lines, "sweep_duplicates_total", &[]), 1.0);
+    assert_eq!(value(&lines, "sweep_reports_rejected_total", &[]), 1.0);
+    assert_eq!(value(&lines, "sweep_verification_failures_total", &[]), 1.0);
+    assert_eq!(value(&lines, "sweep_lease_expiries_total", &[]), 3.0);
+    assert_eq!(value(&lines, "sweep_workers", &[("state", "live")]), 1.0);
+    assert_eq!(value(&lines, "sweep_workers", &[("state", "silent")]), 1.0);
+    assert_eq!(value(&lines, "sweep_worker_threads", &[]), 4.0);
+    assert_eq!(value(&lines, "sweep_nodes_per_second", &[]), 1234.5);
+    assert_eq!(types["sweep_lease_expiries"], "counter");
+    assert_eq!(types["sweep_chunks"], "gauge");
+}
+
+#[test]
+fn rpc_histogram_counts_by_method() {
+    let m = Metrics::default();
+    let h = m
+        .rpc_seconds
+        .get_or_create(&vec![("method".into(), "Work/Lease".into())]);
+    h.observe(0.001);
+    h.observe(0.003);
+    let text = render_metrics(&Observation::default(), &m, 0.0, 0.0).expect("encode");
+    let (lines, types) = parse(&text);
+    assert_eq!(types["sweep_rpc_duration_seconds"], "histogram");
+    assert_eq!(
+        value(
+            &lines,
+            "sweep_rpc_duration_seconds_count",
+            &[("method", "Work/Lease")]
+        ),
+        2.0
+    );
+    let sum = value(
+        &lines,
+        "sweep_rpc_duration_seconds_sum",
+        &[("method", "Work/Lease")],
+    );
+    assert!((sum - 0.004).abs() < 1e-9, "{sum}");
+    // Cumulative buckets: every observation is below the +Inf bucket.
+    assert_eq!(
+        value(
+            &lines,
+            "sweep_rpc_duration_seconds_bucket",
+            &[("method", "Work/Lease"), ("le", "+Inf")]
+        ),
+        2.0
+    );
+}
+
+#[test]
+fn history_rates_use_the_window_and_stay_bounded() {
+    let m = Metrics::default();
+    let mut h = History::default();
+    let mut obs = Observation {
+        lease_ttl_ms: 10_000,
+        live_workers: 1,
+        ..Observation::default()
+    };
+    // 100 nodes and 1 chunk a second for two hours of samples.
+    for s in 0..7200u64 {
+        obs.now_ms = 1_000_000 + s * 1000;
+        let mut j = job(1, JobState::Running, 100_000, s, 0, 0);
+        j.nodes = u128::from(s * 100);
+        obs.jobs = vec![j];
+        h.record(&obs, &m);
+    }
+    assert_eq!(h.samples.len(), HISTORY_SAMPLES);
+    assert!(h.points.len() <= RATE_POINTS);
+    let last = h.samples.back().copied().expect("a sample");
+    assert!((last.nodes_per_s - 100.0).abs() < 1e-9, "{last:?}");
+    assert!((last.chunks_per_s - 1.0).abs() < 1e-9, "{last:?}");
+    assert_eq!(h.rates.jobs[&1], (100.0, 1.0));
+    let view = state_view(obs.clone(), &h, &m, last.t_ms - 3000);
+    assert_eq!(view.samples.len(), 3);
+    // 100,000 - 7,199 chunks left at 1 chunk/s; the job has no node total, so the ETA is by chunks.
+    assert_eq!(view.jobs[0].eta_s, Some(100_000.0 - 7199.0));
+}
+
+#[test]
+fn an_expired_lease_never_makes_a_negative_rate() {
+    let m = Metrics::default();
+    let mut h = History::default();
+    let mut obs = Observation {
+        lease_ttl_ms: 10_000,
+        ..Observation::default()
+    };
+    for (s, running) in [(0u64, 500u64), (1, 900), (2, 0)] {
+        obs.now_ms = s * 1000;
+        let mut j = job(1, JobState::Running, 10, 0, 1, 0);
+        j.nodes = 0;
+        j.running_nodes = running;
+        obs.jobs = vec![j];
+        h.record(&obs, &m);
+    }
+    assert_eq!(h.rates.nodes_per_s, 0.0);
+}
