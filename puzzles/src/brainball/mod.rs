@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::perm::split_range;
+use crate::rng::SplitMix64;
 use crate::space::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, SpaceError};
 
 pub use ball::{Ball, Ring};
@@ -210,25 +211,14 @@ const DRAWS_PER_POSITION: u64 = 12;
 /// Position `index` of [`random_positions`] for `seed`, drawn without the ones before it (splitmix64's state
 /// only advances by a constant per draw), so a chunk of a census draws just its own samples.
 pub fn random_position_at(seed: u64, index: u64) -> Ring {
-    let mut state = seed.wrapping_add(
-        index
-            .wrapping_mul(DRAWS_PER_POSITION)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15),
-    );
-    let mut next = move || {
-        // splitmix64: small, fast, and the same on every machine.
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
+    // splitmix64 (see `crate::rng`): small, fast, the same on every machine, and free to jump ahead.
+    let mut rng = SplitMix64::at(seed, index.wrapping_mul(DRAWS_PER_POSITION));
     let mut tiles: [i8; 13] = std::array::from_fn(|i| i as i8 + 1);
     for i in (1..12).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
+        let j = rng.below(i as u64 + 1) as usize;
         tiles.swap(i, j);
     }
-    let colours = next();
+    let colours = rng.next_u64();
     for (i, t) in tiles[..12].iter_mut().enumerate() {
         if colours >> i & 1 == 1 {
             *t = -*t;
