@@ -78,10 +78,11 @@ type Spelled = ([u8; SLOTS], [u8; SLOTS]);
 
 impl Layout {
     pub fn new(k: usize, s: usize) -> Result<Layout, SpaceError> {
-        if !(1..=8).contains(&k) || !(1..k).contains(&s) {
+        // s = 0 is one segment of every state: what a database of one tile is cut into.
+        if !(1..=8).contains(&k) || s >= k {
             return Err(SpaceError::InvalidParam {
                 name: "tiles",
-                reason: format!("{k} tiles cut by {s}: need 1 <= s < k <= 8"),
+                reason: format!("{k} tiles cut by {s}: need 0 <= s < k <= 8"),
             });
         }
         let mut dest = [[0u8; SLOTS]; N_TWISTS];
@@ -194,7 +195,8 @@ impl Layout {
         self.encode(&(slots, [0u8; SLOTS]))
     }
 
-    fn words(&self) -> usize {
+    /// 64-bit words of one segment's bitmap.
+    pub fn words(&self) -> usize {
         self.segment_len().div_ceil(64)
     }
 }
