@@ -28,10 +28,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::pdb::{self, patterns, unrank, Pdb, MAX_TILES};
+use super::pdb::{self, patterns, Pdb, MAX_TILES};
 use super::segbfs::{expand, Kind, Layout, SegKey, SegmentStore};
 use super::{Brainball, BrainballJob, BrainballParams, Mode};
-use crate::brainball::ball::SLOTS;
 use crate::perm::split_range;
 use crate::space::{ChunkOutput, Control, Job, JobInput, SearchSpace, SpaceError};
 
@@ -331,14 +330,21 @@ pub fn database_chunk(
     let (lo, hi) = split_range(patterns(k) as u128, n_chunks, chunk);
     let (lo, hi) = (lo as usize, hi as usize);
     let mut dist = Vec::with_capacity(hi - lo);
-    let mut slots = [0u8; SLOTS];
-    let mut cols = [0u8; SLOTS];
+    // Rank order and the layout differ only in where the colour bits go: a placement rank is the segment's
+    // placement digits then the offset's (the same mixed radix), and colour bit n is tile n's in a rank but
+    // tile 0 comes first (most significant) in a segment's and tile s first in an offset's. So the (segment,
+    // offset) of a rank is arithmetic, with the bit reversals tabulated per colouring.
+    let (s, tail) = (layout.s, k - layout.s);
+    let reversed = |v: usize, bits: usize| (0..bits).fold(0, |r, b| r << 1 | (v >> b & 1));
+    let seg_colours: Vec<usize> = (0..1usize << k)
+        .map(|c| reversed(c & ((1 << s) - 1), s))
+        .collect();
+    let off_colours: Vec<usize> = (0..1usize << k).map(|c| reversed(c >> s, tail)).collect();
+    let tail_placements = layout.segment_len() >> tail;
     for i in lo..hi {
-        let c = unrank(k, i, &mut slots[..k]);
-        for (n, col) in cols[..k].iter_mut().enumerate() {
-            *col = (c >> n & 1) as u8;
-        }
-        let (seg, off) = layout.encode(&(slots, cols));
+        let (c, r) = (i & ((1 << k) - 1), i >> k);
+        let seg = ((r / tail_placements) << s | seg_colours[c]) as u32;
+        let off = (r % tail_placements) << tail | off_colours[c];
         // The levels grow, so the first one holding the pattern is found by bisection.
         let d = levels.partition_point(|v| !v.holds(seg, off));
         if d == levels.len() {
