@@ -14,6 +14,7 @@ pub mod brainball;
 pub mod buzzled;
 pub mod peg;
 pub mod perm;
+pub mod rng;
 pub mod star;
 
 /// The contract every space here implements, from `sweep-space`, under the name the modules use.

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::perm::{split_range, FACTORIALS};
+use crate::rng::SplitMix64;
 use crate::space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
 
 /// The registry's handle for the star space.
@@ -327,9 +328,9 @@ impl StarJob {
         if width == 0 {
             return Ok(0.0);
         }
-        let mut rng = SplitMix(
+        let mut rng = SplitMix64::new(
             (self.geo.n as u64)
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .wrapping_mul(crate::rng::GAMMA)
                 .wrapping_add(n_chunks.rotate_left(24))
                 ^ chunk,
         );
@@ -337,7 +338,7 @@ impl StarJob {
         let probes = probes.max(1);
         let mut sum = 0.0;
         for _ in 0..probes {
-            let pick = lo + rng.below(width) as usize;
+            let pick = lo + rng.scaled(width) as usize;
             if let Some(&p) = self.prefixes.get(pick) {
                 sum += probe(&mut search, p, &mut rng);
             }
@@ -346,27 +347,9 @@ impl StarJob {
     }
 }
 
-/// A small deterministic generator (splitmix64): the estimate must not depend on the machine or the run.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in 0..bound (bound > 0), by the multiply-shift method: the bias is below 2^-32 for our bounds.
-    fn below(&mut self, bound: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(bound)) >> 64) as u64
-    }
-}
-
 /// One random walk from prefix `p`, counted as the kernel counts nodes (the prefix, each placed pair, each
 /// closed star): the Knuth estimate of the prefix's subtree.
-fn probe(search: &mut Search, p: Prefix, rng: &mut SplitMix) -> f64 {
+fn probe(search: &mut Search, p: Prefix, rng: &mut SplitMix64) -> f64 {
     let Some((mut free, mut k, mut witness)) = search.start(p) else {
         return 0.0;
     };
@@ -390,7 +373,7 @@ fn probe(search: &mut Search, p: Prefix, rng: &mut SplitMix) -> f64 {
                 children.push((v, t - v, w));
             }
         }
-        let Some(&(v, w, wit)) = children.get(rng.below(children.len() as u64) as usize) else {
+        let Some(&(v, w, wit)) = children.get(rng.scaled(children.len() as u64) as usize) else {
             return nodes;
         };
         weight *= children.len() as f64;

@@ -11,7 +11,8 @@
 
 use serde_json::{json, Value};
 
-use crate::brainball::solve::solve_with;
+use crate::brainball::pdb::Pdb;
+use crate::brainball::solve::{solve_against, Patterns};
 use crate::brainball::{decode_solution, encode_solution, random_position_at};
 use crate::perm::split_range;
 use crate::space::{Answer, ChunkOutput, Control, SpaceError};
@@ -40,7 +41,7 @@ fn distance_of(counter: &str) -> Option<usize> {
 #[allow(clippy::too_many_arguments)]
 pub fn run_chunk(
     table: &Table,
-    pattern_tiles: usize,
+    pdb: &Pdb,
     seed: u64,
     samples: u64,
     n_chunks: u64,
@@ -52,9 +53,9 @@ pub fn run_chunk(
     let mut hardest = Vec::new();
     let mut max = 0;
     for j in lo as u64..hi as u64 {
-        let sol = solve_with(
+        let sol = solve_against(
             table,
-            pattern_tiles,
+            Patterns::Bound(pdb),
             table.depth(),
             random_position_at(seed, j),
             ctl,

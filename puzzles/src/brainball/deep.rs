@@ -13,6 +13,7 @@
 //! no search. Resubmitting with a larger `--max-twists` reuses every round already done.
 
 use crate::brainball::ball::{Ball, N_TWISTS};
+use crate::brainball::pdb::Pdb;
 use crate::brainball::prune::{Pruner, DEAD};
 use crate::brainball::solve::{descend, walk_level, Level};
 use crate::brainball::table::Table;
@@ -54,7 +55,7 @@ pub fn split_len(split: u8, f: u8) -> u8 {
 #[allow(clippy::too_many_arguments)]
 pub fn run_chunk(
     table: &Table,
-    pattern_tiles: usize,
+    pdb: &Pdb,
     ball: Ball,
     known: Option<&[u8]>,
     split: u8,
@@ -73,7 +74,6 @@ pub fn run_chunk(
     }
     let all = prefixes(split_len(split, f));
     let (lo, hi) = split_range(all.len() as u128, n_chunks, chunk);
-    let pdb = crate::brainball::pdb::Pdb::for_tiles(pattern_tiles)?;
     let Level {
         hit,
         probes,

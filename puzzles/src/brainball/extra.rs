@@ -38,6 +38,7 @@ impl BrainballParams {
             max_twists: None,
             split: None,
             pattern_tiles: super::default_tiles(),
+            level: None,
         }
     }
 }
@@ -179,6 +180,8 @@ impl BrainballJob {
             table: None,
             round: None,
             previous: None,
+            pdb: None,
+            levels: None,
         }
     }
 
@@ -199,8 +202,11 @@ impl BrainballJob {
         })
     }
 
+    /// Binds the table, then (census and deep) the stored pattern database, then (a deep round after the first)
+    /// the previous round's result: the order of [`Job::inputs`].
     pub(super) fn bind_rounds(&self, artifacts: &[&[u8]]) -> Result<Arc<dyn Job>, SpaceError> {
-        let want = 1 + usize::from(self.previous_round().is_some());
+        let reads_patterns = matches!(self.mode, Mode::Census | Mode::Deep);
+        let want = 1 + usize::from(reads_patterns) + usize::from(self.previous_round().is_some());
         if artifacts.len() != want {
             return Err(SpaceError::BadParams {
                 space: Brainball::NAME,
@@ -221,7 +227,23 @@ impl BrainballJob {
                 ),
             });
         }
-        let previous = match (self.round, artifacts.get(1)) {
+        let pdb = if reads_patterns {
+            let p = super::pdb::Pdb::shared(artifacts[1])?;
+            if p.tiles() != self.params.pattern_tiles as usize {
+                return Err(SpaceError::BadParams {
+                    space: Brainball::NAME,
+                    reason: format!(
+                        "the input pattern database has {} tiles, this job needs {}",
+                        p.tiles(),
+                        self.params.pattern_tiles
+                    ),
+                });
+            }
+            Some(p)
+        } else {
+            None
+        };
+        let previous = match (self.round, artifacts.get(1 + usize::from(reads_patterns))) {
             (Some(r), Some(a)) => {
                 let shorter = (r.level + self.params.depth) as usize - 2;
                 if !a.is_empty() {
@@ -234,6 +256,7 @@ impl BrainballJob {
         Ok(Arc::new(BrainballJob {
             table: Some(Arc::new(table)),
             previous,
+            pdb,
             ..self.clone()
         }))
     }
@@ -259,18 +282,14 @@ impl BrainballJob {
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
         let table = self.bound_table()?;
-        let tiles = self.params.pattern_tiles as usize;
+        let pdb = self.pdb.as_deref().ok_or_else(|| SpaceError::BadParams {
+            space: Brainball::NAME,
+            reason: "this chunk needs its pattern database: bind the pattern job's artifact first"
+                .into(),
+        })?;
         if self.mode == Mode::Census {
             let samples = self.params.samples.unwrap_or(0);
-            return census::run_chunk(
-                table,
-                tiles,
-                self.params.seed,
-                samples,
-                n_chunks,
-                chunk,
-                ctl,
-            );
+            return census::run_chunk(table, pdb, self.params.seed, samples, n_chunks, chunk, ctl);
         }
         let r = self.round()?;
         if r.level >= r.first + 2 && self.previous.is_none() {
@@ -283,7 +302,7 @@ impl BrainballJob {
         let known = deep::known_before(table, r.ball, self.previous.as_deref().map(Vec::as_slice));
         deep::run_chunk(
             table,
-            tiles,
+            pdb,
             r.ball,
             known.as_deref(),
             r.split,

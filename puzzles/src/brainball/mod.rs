@@ -14,10 +14,15 @@
 //!   of exact counters ([`census`]).
 //! - `deep --position P --max-twists L`: one position's search split by its first twists, in rounds chained
 //!   through job inputs ([`deep`]). The glue of these two modes is in `extra.rs`, apart from the dispatch below.
+//! - `pattern [--level L] --pattern-tiles K`: the pattern database that bounds `deep` and `census` searches, built
+//!   once in chunks as a chain of breadth-first level jobs and stored like the table ([`pattern`]). Census and
+//!   deep jobs name it as their second input; a `solve` job still builds it in-process the first time a position
+//!   needs it, which few do.
 
 pub mod ball;
 pub mod census;
 pub mod deep;
+pub mod pattern;
 pub mod pdb;
 pub mod prune;
 pub mod segbfs;
@@ -30,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::perm::split_range;
+use crate::rng::SplitMix64;
 use crate::space::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, SpaceError};
 
 pub use ball::{Ball, Ring};
@@ -51,6 +57,8 @@ pub enum Mode {
     Census,
     /// One position searched by many chunks (split by its first --split twists), up to --max-twists.
     Deep,
+    /// Build the pattern database of --pattern-tiles tiles (or, with --level, one breadth-first level of it).
+    Pattern,
 }
 
 fn default_depth() -> u8 {
@@ -108,6 +116,10 @@ pub struct BrainballParams {
     #[arg(long, default_value_t = pdb::SOLVER_TILES as u8)]
     #[serde(default = "default_tiles", skip_serializing_if = "is_default_tiles")]
     pub pattern_tiles: u8,
+    /// pattern: one breadth-first level of the database (the jobs the database job reads; not needed by hand).
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<u8>,
 }
 
 /// Random batches larger than this are surely a typo; a million solves is hours of cluster time already.
@@ -128,7 +140,14 @@ impl SearchSpace for Brainball {
     fn build(params: BrainballParams) -> Result<BrainballJob, SpaceError> {
         table::check_depth(params.depth)?;
         pdb::check_tiles(params.pattern_tiles as usize)?;
+        if params.level.is_some() && params.mode != Some(Mode::Pattern) {
+            return Err(SpaceError::InvalidParam {
+                name: "level",
+                reason: "only a pattern database job takes --level".into(),
+            });
+        }
         match params.mode {
+            Some(Mode::Pattern) => return pattern::build_job(params),
             Some(Mode::Census) => return build_census(params),
             Some(Mode::Deep) => return build_deep(params),
             _ => {}
@@ -210,25 +229,14 @@ const DRAWS_PER_POSITION: u64 = 12;
 /// Position `index` of [`random_positions`] for `seed`, drawn without the ones before it (splitmix64's state
 /// only advances by a constant per draw), so a chunk of a census draws just its own samples.
 pub fn random_position_at(seed: u64, index: u64) -> Ring {
-    let mut state = seed.wrapping_add(
-        index
-            .wrapping_mul(DRAWS_PER_POSITION)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15),
-    );
-    let mut next = move || {
-        // splitmix64: small, fast, and the same on every machine.
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
+    // splitmix64 (see `crate::rng`): small, fast, the same on every machine, and free to jump ahead.
+    let mut rng = SplitMix64::at(seed, index.wrapping_mul(DRAWS_PER_POSITION));
     let mut tiles: [i8; 13] = std::array::from_fn(|i| i as i8 + 1);
     for i in (1..12).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
+        let j = rng.below(i as u64 + 1) as usize;
         tiles.swap(i, j);
     }
-    let colours = next();
+    let colours = rng.next_u64();
     for (i, t) in tiles[..12].iter_mut().enumerate() {
         if colours >> i & 1 == 1 {
             *t = -*t;
@@ -248,6 +256,10 @@ pub struct BrainballJob {
     round: Option<Round>,
     /// A deep round's bound input: the previous round's merged artifact (a solution, or empty for none).
     previous: Option<Arc<Vec<u8>>>,
+    /// The stored pattern database a census or deep job is bound to (shared per process: [`pdb::Pdb::shared`]).
+    pdb: Option<Arc<pdb::Pdb>>,
+    /// A pattern job's bound levels (see [`pattern`]).
+    levels: Option<Arc<Vec<pattern::Visited>>>,
 }
 
 /// Chunks a solve job is split into unless asked otherwise: enough to spread a batch over many workers.
@@ -274,6 +286,7 @@ impl BrainballJob {
             Mode::Deep => self.round.map_or(1, |r| {
                 deep::prefixes(deep::split_len(r.split, r.level)).len() as u64
             }),
+            Mode::Pattern => self.pattern_max_chunks(),
         }
     }
 
@@ -377,6 +390,7 @@ impl Job for BrainballJob {
             match self.mode {
                 Mode::Table | Mode::Deep => max,
                 Mode::Solve | Mode::Census => DEFAULT_SOLVE_CHUNKS,
+                Mode::Pattern => pattern::DEFAULT_CHUNKS,
             },
         )?;
         Ok(Plan {
@@ -386,7 +400,11 @@ impl Job for BrainballJob {
     }
 
     fn inputs(&self) -> Vec<JobInput> {
-        // Every mode but the table itself reads the table of its depth; a deep round also reads the round before.
+        if self.mode == Mode::Pattern {
+            return self.pattern_inputs();
+        }
+        // Every other mode but the table itself reads the table of its depth; census and deep jobs read the stored
+        // pattern database next, and a deep round also reads the round before.
         let table = (self.mode != Mode::Table)
             .then(|| {
                 Brainball::build(BrainballParams {
@@ -401,10 +419,20 @@ impl Job for BrainballJob {
                 space: Brainball::NAME.to_string(),
                 params: t.params(),
             });
-        table.into_iter().chain(self.previous_round()).collect()
+        let patterns = matches!(self.mode, Mode::Census | Mode::Deep)
+            .then(|| pattern::input(self.params.pattern_tiles, None))
+            .flatten();
+        table
+            .into_iter()
+            .chain(patterns)
+            .chain(self.previous_round())
+            .collect()
     }
 
     fn bind_inputs(&self, artifacts: &[&[u8]]) -> Result<Arc<dyn Job>, SpaceError> {
+        if self.mode == Mode::Pattern {
+            return self.bind_pattern(artifacts);
+        }
         self.bind_rounds(artifacts)
     }
 
@@ -440,6 +468,7 @@ impl Job for BrainballJob {
                 self.solve_chunk(table, n_chunks, chunk, ctl)
             }
             Mode::Census | Mode::Deep => self.run_extra_chunk(n_chunks, chunk, ctl),
+            Mode::Pattern => self.run_pattern_chunk(n_chunks, chunk, ctl),
         }
     }
 
@@ -489,6 +518,7 @@ impl Job for BrainballJob {
                 }
             }
             Mode::Census | Mode::Deep => self.verify_extra(n_chunks, chunk, out)?,
+            Mode::Pattern => self.verify_pattern(n_chunks, chunk, out)?,
         }
         Ok(())
     }
@@ -500,6 +530,9 @@ impl Job for BrainballJob {
         if self.mode == Mode::Deep {
             return self.merge_round(artifacts);
         }
+        if self.mode == Mode::Pattern {
+            return self.merge_pattern(artifacts);
+        }
         if self.mode != Mode::Table {
             return Ok(Vec::new());
         }
@@ -510,6 +543,7 @@ impl Job for BrainballJob {
     fn result(&self, answer: &Answer) -> Value {
         match self.mode {
             Mode::Census | Mode::Deep => self.extra_result(answer),
+            Mode::Pattern => self.pattern_result(answer),
             Mode::Table => {
                 let depth = self.params.depth;
                 match table::summarize(&answer.artifact) {
@@ -557,6 +591,9 @@ impl Job for BrainballJob {
         }
         if result["mode"] == "deep" {
             return render_deep(result);
+        }
+        if result["mode"] == "pattern" {
+            return pattern::render(result);
         }
         if result["mode"] == "table" {
             if let Some(e) = result["error"].as_str() {

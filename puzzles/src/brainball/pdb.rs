@@ -15,12 +15,25 @@
 //! - The inverse: a position is a signed slot permutation P (applied to solved), its distance is the length of
 //!   the shortest word of twists for P, and each twist is an involution, so P^-1 has the reversed word.
 //!
-//! Size: k = 6 gives 42,577,920 patterns (one byte each), built in about 10 s; k = 7 would be 511 M.
+//! Size: k = 6 gives 42,577,920 patterns (one byte each), built in about 18 s; k = 7 would be 511 M.
+//!
+//! Two origins, one database: [`Pdb::for_tiles`] builds it in this process (the library's [`crate::brainball::solve`]
+//! and the `solve` mode, which rarely need it), and the `pattern` jobs ([`crate::brainball::pattern`]) build it
+//! once in chunks on a cluster, whose stored artifact [`Pdb::shared`] loads once per process for every `deep`
+//! and `census` job. Serialised (see [`Pdb::to_bytes`]): magic `SWBBPDB1`, tiles, largest distance, 6 reserved
+//! bytes, the pattern count (u64 LE), one distance byte per pattern in [`rank`] order, and a blake3 digest of
+//! everything before it.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::brainball::ball::{Ball, N_TWISTS, SLOTS, TILES, TWISTS};
 use crate::space::SpaceError;
+
+/// Identifies a serialised database and its version.
+const MAGIC: &[u8; 8] = b"SWBBPDB1";
+/// Magic, tiles, largest distance, 6 reserved bytes, pattern count.
+const HEADER_LEN: usize = 8 + 8 + 8;
+const DIGEST_LEN: usize = 32;
 
 /// Tiles per pattern in the solver's database.
 pub const SOLVER_TILES: usize = 6;
@@ -104,6 +117,103 @@ impl Pdb {
         static P: [OnceLock<Pdb>; MAX_TILES + 1] = [const { OnceLock::new() }; MAX_TILES + 1];
         check_tiles(k)?;
         Ok(P[k].get_or_init(|| Pdb::build(k)))
+    }
+
+    /// A database from its distances (in [`rank`] order), checked: one per pattern of `k` tiles, every one
+    /// reached (no `u8::MAX`), solved at 0.
+    pub fn from_distances(k: usize, dist: Vec<u8>) -> Result<Pdb, SpaceError> {
+        let bad = |why: String| SpaceError::Verification(format!("pattern database: {why}"));
+        check_tiles(k)?;
+        if dist.len() != patterns(k) {
+            return Err(bad(format!(
+                "{} distances for the {} patterns of {k} tiles",
+                dist.len(),
+                patterns(k)
+            )));
+        }
+        // Far above any real distance (6 tiles: 14) and below the u8::MAX that marks an unreached pattern.
+        const LIMIT: u8 = 60;
+        let max = dist.iter().copied().max().unwrap_or(0);
+        if max > LIMIT {
+            return Err(bad(format!(
+                "a distance of {max}: a pattern was never reached, or the bytes are not distances"
+            )));
+        }
+        let solved: Vec<u8> = (0..k as u8).collect();
+        if dist[rank(&solved, 0)] != 0 {
+            return Err(bad("solved is not at distance 0".into()));
+        }
+        Ok(Pdb { k, dist, max })
+    }
+
+    /// The serialised database (layout in the module doc).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serialise(self.k, self.max, &self.dist)
+    }
+
+    /// Loads a serialised database, checking header, size, digest and distances: bytes that are not a whole,
+    /// intact database are an error, never a panic or a silently wrong bound.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Pdb, SpaceError> {
+        let bad = |why: String| SpaceError::Verification(format!("pattern database: {why}"));
+        if bytes.len() < HEADER_LEN + DIGEST_LEN || &bytes[..8] != MAGIC {
+            return Err(bad(
+                "not a brainball pattern database (bad magic or too short)".into(),
+            ));
+        }
+        let k = bytes[8] as usize;
+        check_tiles(k)?;
+        let mut c = [0u8; 8];
+        c.copy_from_slice(&bytes[16..24]);
+        let count = u64::from_le_bytes(c);
+        let body = bytes.len() - HEADER_LEN - DIGEST_LEN;
+        if count != body as u64 || body != patterns(k) {
+            return Err(bad(format!(
+                "header says {count} patterns, the body holds {body} bytes, {k} tiles have {}",
+                patterns(k)
+            )));
+        }
+        let (data, digest) = bytes.split_at(bytes.len() - DIGEST_LEN);
+        if blake3::hash(data).as_bytes() != digest {
+            return Err(bad("digest mismatch: the database is corrupt".into()));
+        }
+        let pdb = Pdb::from_distances(k, data[HEADER_LEN..].to_vec())?;
+        if pdb.max != bytes[9] {
+            return Err(bad(format!(
+                "header says the largest distance is {}, the body's is {}",
+                bytes[9], pdb.max
+            )));
+        }
+        Ok(pdb)
+    }
+
+    /// [`Pdb::from_bytes`] once per process for the same bytes: every `deep` round and `census` job a worker
+    /// binds to the stored database shares one copy (43 MB for 6 tiles) instead of parsing its own. Keyed by the
+    /// artifact's own digest (its last 32 bytes); held weakly, so the copy goes with the last job using it.
+    pub fn shared(bytes: &[u8]) -> Result<Arc<Pdb>, SpaceError> {
+        static CACHE: Mutex<Vec<([u8; DIGEST_LEN], Weak<Pdb>)>> = Mutex::new(Vec::new());
+        let key: Option<[u8; DIGEST_LEN]> = bytes
+            .len()
+            .checked_sub(DIGEST_LEN)
+            .and_then(|at| bytes[at..].try_into().ok());
+        let lock = || CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(key) = key {
+            let found = lock()
+                .iter()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, w)| w.upgrade());
+            if let Some(p) = found {
+                return Ok(p);
+            }
+        }
+        // Parsed outside the lock: checking 43 MB takes a moment, and a second binder of the same bytes merely
+        // repeats it.
+        let pdb = Arc::new(Pdb::from_bytes(bytes)?);
+        if let Some(key) = key {
+            let mut cache = lock();
+            cache.retain(|(_, w)| w.strong_count() > 0);
+            cache.push((key, Arc::downgrade(&pdb)));
+        }
+        Ok(pdb)
     }
 
     pub fn tiles(&self) -> usize {
@@ -248,6 +358,20 @@ impl Pdb {
     }
 }
 
+/// Header, `dist`, digest: the layout of [`Pdb::to_bytes`], also written by the `pattern` job's merge.
+pub(crate) fn serialise(k: usize, max: u8, dist: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + dist.len() + DIGEST_LEN);
+    out.extend_from_slice(MAGIC);
+    out.push(k as u8);
+    out.push(max);
+    out.extend_from_slice(&[0u8; 6]);
+    out.extend_from_slice(&(dist.len() as u64).to_le_bytes());
+    out.extend_from_slice(dist);
+    let digest = blake3::hash(&out);
+    out.extend_from_slice(digest.as_bytes());
+    out
+}
+
 /// Patterns of k tiles: 12 * 11 * ... * (13 - k) placements times 2^k colourings.
 pub fn patterns(k: usize) -> usize {
     (0..k).map(|i| SLOTS - i).product::<usize>() << k
@@ -266,7 +390,7 @@ pub(crate) fn rank(slots: &[u8], colours: u32) -> usize {
 }
 
 /// Inverse of [`rank`]: fills `slots`, returns the colour bits.
-fn unrank(k: usize, index: usize, slots: &mut [u8]) -> u32 {
+pub(crate) fn unrank(k: usize, index: usize, slots: &mut [u8]) -> u32 {
     let colours = (index & ((1 << k) - 1)) as u32;
     let mut r = index >> k;
     let mut digits = [0usize; SLOTS];

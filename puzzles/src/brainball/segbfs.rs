@@ -71,17 +71,41 @@ pub struct Layout {
     /// Where the tile in slot x goes under twist t, and whether it turns over.
     dest: [[u8; SLOTS]; N_TWISTS],
     turn: [[u8; SLOTS]; N_TWISTS],
+    /// The placement digits of tiles s..k for each placement part of an offset, 4 bits a digit (tile s lowest):
+    /// the inner loop of [`expand`] reads them instead of dividing.
+    tail_digits: Vec<u32>,
 }
+
+/// `SELECT_FREE[used][n]`: the n-th slot (from 0) not in the 12-bit mask `used` (12 when there is none), so that
+/// spelling out a placement digit is one load instead of a scan.
+static SELECT_FREE: [[u8; SLOTS]; 1 << SLOTS] = {
+    let mut t = [[SLOTS as u8; SLOTS]; 1 << SLOTS];
+    let mut used = 0;
+    while used < 1 << SLOTS {
+        let mut n = 0;
+        let mut x = 0;
+        while x < SLOTS {
+            if used >> x & 1 == 0 {
+                t[used][n] = x as u8;
+                n += 1;
+            }
+            x += 1;
+        }
+        used += 1;
+    }
+    t
+};
 
 /// A state spelled out: slot and colour of tiles 1..k.
 type Spelled = ([u8; SLOTS], [u8; SLOTS]);
 
 impl Layout {
     pub fn new(k: usize, s: usize) -> Result<Layout, SpaceError> {
-        if !(1..=8).contains(&k) || !(1..k).contains(&s) {
+        // s = 0 is one segment of every state: what a database of one tile is cut into.
+        if !(1..=8).contains(&k) || s >= k {
             return Err(SpaceError::InvalidParam {
                 name: "tiles",
-                reason: format!("{k} tiles cut by {s}: need 1 <= s < k <= 8"),
+                reason: format!("{k} tiles cut by {s}: need 0 <= s < k <= 8"),
             });
         }
         let mut dest = [[0u8; SLOTS]; N_TWISTS];
@@ -92,7 +116,24 @@ impl Layout {
                 turn[t][x as usize] = u8::from(tw.flip >> (5 * (SLOTS - 1 - d)) & 1 == 1);
             }
         }
-        Ok(Layout { k, s, dest, turn })
+        // Offsets' placement parts in mixed radix, tile s most significant (as `encode` writes them).
+        let tail = placements(s, k) as usize;
+        let mut tail_digits = Vec::with_capacity(tail);
+        for mut r in 0..tail {
+            let mut packed = 0u32;
+            for n in (s..k).rev() {
+                packed |= ((r % (SLOTS - n)) as u32) << (4 * (n - s));
+                r /= SLOTS - n;
+            }
+            tail_digits.push(packed);
+        }
+        Ok(Layout {
+            k,
+            s,
+            dest,
+            turn,
+            tail_digits,
+        })
     }
 
     pub fn segments(&self) -> u32 {
@@ -180,6 +221,44 @@ impl Layout {
         out
     }
 
+    /// The offset in the target segment of state `off` of a source segment under twist `t`, where `src_used` and
+    /// `dst_used` are the slots of tiles 0..s in the source and the target: [`Layout::encode`] of
+    /// [`Layout::twist`] of [`Layout::decode`] for the tail tiles only, by table loads and no division (the
+    /// inner loop of the breadth-first search). An offset past the segment gives a value past it too.
+    #[inline]
+    fn twist_tail(
+        &self,
+        t: usize,
+        off: usize,
+        mut src_used: u32,
+        mut dst_used: u32,
+        tail_tiles: usize,
+        colour_mask: usize,
+    ) -> usize {
+        let Some(&packed) = self.tail_digits.get(off >> tail_tiles) else {
+            return usize::MAX;
+        };
+        let colours = off & colour_mask;
+        let (mut to, mut to_colours) = (0usize, 0usize);
+        for i in 0..tail_tiles {
+            let digit = (packed >> (4 * i) & 15) as usize;
+            let x =
+                SELECT_FREE[src_used as usize & ((1 << SLOTS) - 1)][digit.min(SLOTS - 1)] as usize;
+            if x >= SLOTS {
+                return usize::MAX;
+            }
+            src_used |= 1 << x;
+            let y = u32::from(self.dest[t][x]);
+            let below = (dst_used & ((1 << y) - 1)).count_ones();
+            dst_used |= 1 << y;
+            to = to * (SLOTS - self.s - i) + (y - below) as usize;
+            // Colour bits: tile s is the most significant of the tail's.
+            let c = (colours >> (tail_tiles - 1 - i) & 1) as u8 ^ self.turn[t][x];
+            to_colours = to_colours << 1 | usize::from(c);
+        }
+        to << tail_tiles | to_colours
+    }
+
     /// The segment every state of `seg` lands in under twist `t` (any state of it shows where).
     pub fn segment_after(&self, t: usize, seg: u32) -> u32 {
         self.encode(&self.twist(t, &self.decode(seg, 0))).0
@@ -194,7 +273,8 @@ impl Layout {
         self.encode(&(slots, [0u8; SLOTS]))
     }
 
-    fn words(&self) -> usize {
+    /// 64-bit words of one segment's bitmap.
+    pub fn words(&self) -> usize {
         self.segment_len().div_ceil(64)
     }
 }
@@ -254,15 +334,31 @@ pub fn expand(
             else {
                 continue;
             };
+            // Tiles 0..s are the same in every state of the source (that is what a segment is), and so are their
+            // images: spelled out once per source. Checked once here instead of per state.
+            let head = layout.decode(source, 0);
+            if layout.encode(&layout.twist(t, &head)).0 != target {
+                return Err(SpaceError::Verification(format!(
+                    "twist {t} took segment {source} elsewhere than {target}"
+                )));
+            }
+            let (mut src_used, mut dst_used) = (0u32, 0u32);
+            for n in 0..layout.s {
+                let x = head.0[n] as usize;
+                src_used |= 1 << x;
+                dst_used |= 1 << layout.dest[t][x];
+            }
+            let (tail_tiles, seg_len) = (layout.k - layout.s, layout.segment_len());
+            let colour_mask = (1usize << tail_tiles) - 1;
             for (w, &word) in front.iter().enumerate() {
                 let mut bits = word;
                 while bits != 0 {
                     let off = w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
-                    let (seg, to) = layout.encode(&layout.twist(t, &layout.decode(source, off)));
-                    if seg != target {
+                    let to = layout.twist_tail(t, off, src_used, dst_used, tail_tiles, colour_mask);
+                    if to >= seg_len {
                         return Err(SpaceError::Verification(format!(
-                            "twist {t} took segment {source} to {seg}, not {target}"
+                            "state {off} of segment {source} has no image under twist {t}"
                         )));
                     }
                     if visited[to / 64] >> (to % 64) & 1 == 0 {

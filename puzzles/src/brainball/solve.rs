@@ -172,9 +172,38 @@ pub fn solve_with(
     start: Ring,
     ctl: &Control,
 ) -> Result<Solution, SpaceError> {
+    solve_against(table, Patterns::Tiles(pattern_tiles), forward, start, ctl)
+}
+
+/// Where a search gets its pattern database once it goes past `forward` levels.
+#[derive(Clone, Copy, Debug)]
+pub enum Patterns<'a> {
+    /// Built in this process on first use ([`Pdb::for_tiles`]): the library's and the `solve` mode's way.
+    Tiles(usize),
+    /// Already loaded: the stored database a census or deep job is bound to.
+    Bound(&'a Pdb),
+}
+
+impl<'a> Patterns<'a> {
+    fn get(self) -> Result<&'a Pdb, SpaceError> {
+        match self {
+            Patterns::Tiles(k) => Pdb::for_tiles(k),
+            Patterns::Bound(p) => Ok(p),
+        }
+    }
+}
+
+/// [`solve`] with the pattern database `patterns`.
+pub fn solve_against(
+    table: &Table,
+    patterns: Patterns<'_>,
+    forward: u8,
+    start: Ring,
+    ctl: &Control,
+) -> Result<Solution, SpaceError> {
     let ball = start.canonical();
     let mut probes = 0;
-    let (path, proof) = shortest(table, pattern_tiles, forward, ball, ctl, &mut probes)?;
+    let (path, proof) = shortest(table, patterns, forward, ball, ctl, &mut probes)?;
     let mut sol = to_moves(start, &path, proof);
     sol.probes = probes;
     Ok(sol)
@@ -432,7 +461,7 @@ pub fn first_level(depth: u8, pdb: Option<&Pdb>, ball: Ball) -> (u8, Option<u8>)
 /// nodes whose remaining budget it exceeds (IDA* with the table as an exact bound at the leaves).
 fn shortest(
     table: &Table,
-    pattern_tiles: usize,
+    patterns: Patterns<'_>,
     forward: u8,
     ball: Ball,
     ctl: &Control,
@@ -449,7 +478,7 @@ fn shortest(
     let mut pattern_bound = None;
     loop {
         if f > forward && pattern.is_none() {
-            let p = Pdb::for_tiles(pattern_tiles)?;
+            let p = patterns.get()?;
             let (from, bound) = first_level(depth, Some(p), ball);
             f = f.max(from);
             pattern = Some(p);

@@ -676,7 +676,8 @@ fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances
         let job = job(&args);
         // Round for 7 twists (8 has the wrong parity): it reads the table and the rounds for 5 and 3.
         assert_eq!(job.params()["max_twists"], json!(7));
-        assert_eq!(job.inputs().len(), 2);
+        // It reads the table, the stored pattern database, and the round for 5.
+        assert_eq!(job.inputs().len(), 3);
         let mut results = Vec::new();
         for chunks in [Some(1), Some(5), None] {
             let bound = bound_all(job.clone(), chunks);
@@ -744,7 +745,7 @@ fn census_and_deep_parameters_are_checked() {
     );
     let j = job(&["census", "--samples", "1000", "--seed", "4"]);
     assert_eq!(j.plan(None).unwrap().n_chunks, 256);
-    assert_eq!(j.inputs().len(), 1);
+    assert_eq!(j.inputs().len(), 2, "the table and the pattern database");
     let again = crate::job_from_params("brainball", &j.params()).unwrap();
     assert_eq!(again.params(), j.params());
 }
@@ -796,7 +797,7 @@ fn census_chunks_are_checked_and_summed_into_intervals() {
 #[ignore]
 fn a_small_census_solves_every_sample_optimally() {
     let job = job(&["census", "--samples", "20", "--seed", "1"]);
-    let bound = bound(job.clone());
+    let bound = bound_all(job.clone(), None);
     let answer = run_all_with(bound.as_ref(), Some(4));
     let r = job.result(&answer);
     assert_eq!(r["solved"], json!(20));
@@ -857,4 +858,154 @@ fn segmented_breadth_first_search_matches_the_in_memory_one() {
         segment: 0,
     };
     assert!(store.map.contains_key(&last));
+}
+
+#[test]
+fn the_level_count_of_every_pattern_size_is_the_in_memory_maximum() {
+    use super::pattern::{build_in_chunks, LEVELS};
+    use super::pdb::Pdb;
+    let ctl = Control::new();
+    for (k, &levels) in LEVELS.iter().enumerate().take(6).skip(1) {
+        let whole = Pdb::build(k);
+        assert_eq!(whole.max(), levels, "{k} tiles");
+        // Uneven chunkings (one chunk, a prime number of them, more than a small layout has): the same bytes.
+        for n in [1, 7, 10_000] {
+            let chunked = build_in_chunks(k, n, &ctl).unwrap();
+            assert_eq!(
+                chunked.to_bytes(),
+                whole.to_bytes(),
+                "{k} tiles in {n} chunks"
+            );
+        }
+    }
+}
+
+/// The solver's 6-tile database built in chunks is byte for byte the in-memory one (about a minute of one core:
+/// `cargo test -p sweep-puzzles --release brainball -- --ignored`).
+#[test]
+#[ignore]
+fn the_six_tile_database_in_chunks_is_the_in_memory_one() {
+    use super::pattern::{build_in_chunks, LEVELS};
+    let chunked = build_in_chunks(6, 32, &Control::new()).unwrap();
+    let whole = super::pdb::Pdb::for_tiles(6).unwrap();
+    assert_eq!(whole.max(), LEVELS[6]);
+    assert_eq!(
+        blake3::hash(&chunked.to_bytes()),
+        blake3::hash(&whole.to_bytes())
+    );
+}
+
+#[test]
+fn the_pattern_jobs_chain_their_levels_and_store_the_in_memory_database() {
+    use super::pattern::LEVELS;
+    use super::pdb::Pdb;
+    let db = job(&["pattern", "--pattern-tiles", "3"]);
+    // The database reads every level; a level reads the two before it.
+    assert_eq!(db.inputs().len(), LEVELS[3] as usize);
+    let level = |l: &str| job(&["pattern", "--pattern-tiles", "3", "--level", l]);
+    assert_eq!(level("1").inputs().len(), 0);
+    assert_eq!(level("2").inputs().len(), 1);
+    assert_eq!(level("5").inputs()[1].params, level("3").params());
+    let want = Pdb::build(3).to_bytes();
+    for chunks in [Some(1), Some(3), None] {
+        let answer = run_all_with(bound_all(db.clone(), chunks).as_ref(), chunks);
+        assert_eq!(answer.artifact, want);
+        let r = db.result(&answer);
+        assert_eq!(r["max"], json!(LEVELS[3]));
+        assert!(db.render_text(&r).contains("3-tile pattern database"));
+    }
+    // Every census and deep job of a pattern size names the same database, whatever its depth.
+    let census = job(&[
+        "census",
+        "--samples",
+        "3",
+        "--depth",
+        "2",
+        "--pattern-tiles",
+        "3",
+    ]);
+    assert_eq!(census.inputs()[1].params, db.params());
+    let err = |args: &[&str]| {
+        let space = crate::lookup("brainball").unwrap();
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        space.parse_args(&args).unwrap_err().to_string()
+    };
+    assert!(err(&["pattern", "--pattern-tiles", "3", "--level", "0"]).contains("level"));
+    assert!(err(&["pattern", "--pattern-tiles", "3", "--level", "99"]).contains("level"));
+    assert!(err(&["census", "--samples", "3", "--level", "2"]).contains("level"));
+    assert!(err(&["pattern", "--position", HEADLINE]).contains("position"));
+}
+
+#[test]
+fn garbled_pattern_artifacts_are_refused_with_a_reason() {
+    use super::pattern::{layout, Visited};
+    use super::pdb::Pdb;
+    let good = Pdb::build(3).to_bytes();
+    assert!(Pdb::from_bytes(&good).is_ok());
+    let refused = |bytes: &[u8]| Pdb::from_bytes(bytes).unwrap_err().to_string();
+    assert!(refused(b"").contains("not a brainball pattern database"));
+    assert!(refused(b"SWBBTAB1 a table, not a database........").contains("bad magic"));
+    assert!(refused(&good[..good.len() - 1]).contains("patterns"));
+    let mut flipped = good.clone();
+    flipped[100] ^= 1;
+    assert!(refused(&flipped).contains("digest mismatch"));
+    // A well-formed database of distances that are not distances: every byte intact, the contents wrong.
+    let mut forged = vec![0u8; super::pdb::patterns(3)];
+    forged[5] = u8::MAX;
+    let forged = super::pdb::serialise(3, u8::MAX, &forged);
+    assert!(refused(&forged).contains("never reached"));
+    // The same through a job: binding a deep search to garbage is an error, not a panic.
+    let deep = job(&[
+        "deep",
+        "--position",
+        HEADLINE,
+        "--depth",
+        "1",
+        "--pattern-tiles",
+        "3",
+        "--max-twists",
+        "3",
+    ]);
+    let table = run_all(
+        crate::job_from_params("brainball", &deep.inputs()[0].params)
+            .unwrap()
+            .as_ref(),
+    );
+    let err = deep
+        .bind_inputs(&[&table.artifact, &flipped])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pattern database"), "{err}");
+    let four = Pdb::build(4).to_bytes();
+    let err = deep
+        .bind_inputs(&[&table.artifact, &four])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("4 tiles"), "{err}");
+    assert!(deep.bind_inputs(&[&table.artifact]).is_err());
+    // A level: wrong level, cut short, flipped.
+    let l = layout(3).unwrap();
+    let level1 = job(&["pattern", "--pattern-tiles", "3", "--level", "1"]);
+    let bytes = run_all(level1.as_ref()).artifact;
+    assert!(Visited::from_bytes(&l, 1, &bytes).is_ok());
+    assert!(Visited::from_bytes(&l, 2, &bytes)
+        .unwrap_err()
+        .to_string()
+        .contains("level 1"));
+    assert!(Visited::from_bytes(&l, 1, &bytes[..40]).is_err());
+    let mut bad = bytes.clone();
+    bad[30] ^= 4;
+    assert!(Visited::from_bytes(&l, 1, &bad)
+        .unwrap_err()
+        .to_string()
+        .contains("digest"));
+    let level2 = job(&["pattern", "--pattern-tiles", "3", "--level", "2"]);
+    assert!(level2.bind_inputs(&[&bad]).is_err());
+    assert!(level2.bind_inputs(&[]).is_err());
+    // An unbound level chunk says what it misses.
+    assert!(level2
+        .run_chunk(1, 0, &Control::new())
+        .unwrap_err()
+        .to_string()
+        .contains("bind"));
 }

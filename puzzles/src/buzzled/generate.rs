@@ -11,27 +11,8 @@ use super::propagate::{Flow, Solver, N_PATHS};
 use super::puzzle::Puzzle;
 use crate::space::SpaceError;
 
-/// SplitMix64: tiny, fast, good enough to draw boards, and fixed forever so seeds stay reproducible.
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0); the modulo bias is below 2^-40 for the sizes used here.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
+/// The board generator's random numbers: splitmix64, frozen so that seeds stay reproducible (see `crate::rng`).
+pub use crate::rng::SplitMix64;
 
 /// Flips tried on one random board before starting over.
 const FLIPS_PER_BOARD: usize = 200;

@@ -42,11 +42,8 @@ pub type PosSet = HashSet<u64, PosBuild>;
 /// A well-mixed 64-bit hash of a position, used to assign positions to chunks (independent of `PosHasher`, so
 /// a chunk's own hash table does not see only keys of one residue class).
 pub fn owner_hash(pos: u64) -> u64 {
-    // splitmix64's finaliser.
-    let mut z = pos.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    // splitmix64's first output for seed `pos` (frozen in `crate::rng`: chunk ownership must not move).
+    crate::rng::SplitMix64::new(pos).next_u64()
 }
 
 #[derive(Clone, Debug)]

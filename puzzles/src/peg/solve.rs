@@ -49,30 +49,8 @@ pub enum Outcome {
     ImpossibleBySearch,
 }
 
-/// splitmix64: a tiny, well-mixed generator, enough to shuffle a move order.
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    pub fn new(seed: u64) -> SplitMix {
-        SplitMix(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// A uniformly shuffled `0..n`.
-    pub fn permutation(&mut self, n: usize) -> Vec<usize> {
-        let mut v: Vec<usize> = (0..n).collect();
-        for i in (1..n).rev() {
-            let j = (self.next_u64() % (i as u64 + 1)) as usize;
-            v.swap(i, j);
-        }
-        v
-    }
-}
+/// The move-order shuffler (splitmix64, shared by every space: see `crate::rng`), under the name the benches use.
+pub use crate::rng::SplitMix64 as SplitMix;
 
 pub struct Solver<'a> {
     game: &'a Game,
