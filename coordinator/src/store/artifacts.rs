@@ -1,0 +1,340 @@
+//! Artifacts (tables of hundreds of MB) and shipped files, kept as files under `artifacts/` beside sled's own
+//! files, not in sled: sled keeps every large value in its log until it rewrites a whole segment, so a 169 MB
+//! table written as chunks and then once merged left 755 MB on disk.
+//!
+//! A file is written and synced (to a temporary name, then renamed) *before* the batch that records its hash,
+//! so a recorded hash always has its file; a crash in between leaves an unreferenced file that the next write
+//! of the same chunk replaces or that start-up removes. Reading checks the hash, so a damaged or missing file
+//! is reported, never served.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::keys::{chunk_key, job_key, key_text};
+use super::{Store, StoreError};
+use crate::scheduler::JobId;
+
+/// Where artifacts live: named, write-once-then-replace blobs.
+pub trait Blobs: Send + Sync {
+    /// Stores `bytes` under `name` durably and atomically (readers see the old blob or the new one).
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError>;
+    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    fn remove(&self, name: &str) -> Result<(), StoreError>;
+    fn list(&self) -> Result<Vec<String>, StoreError>;
+}
+
+/// Blobs as files in one directory.
+pub struct FileBlobs {
+    dir: PathBuf,
+}
+
+const TMP_PREFIX: &str = ".tmp-";
+
+impl FileBlobs {
+    pub fn open(dir: PathBuf) -> Result<FileBlobs, StoreError> {
+        std::fs::create_dir_all(&dir).map_err(|source| StoreError::File {
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(FileBlobs { dir })
+    }
+
+    fn io<T>(&self, path: &Path, r: std::io::Result<T>) -> Result<T, StoreError> {
+        r.map_err(|source| StoreError::File {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+impl Blobs for FileBlobs {
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        use std::io::Write;
+        let tmp = self.dir.join(format!("{TMP_PREFIX}{name}"));
+        let path = self.dir.join(name);
+        let written = std::fs::File::create(&tmp).and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        });
+        if let Err(e) = written {
+            // Do not leave half a table behind on a full disk.
+            let _ = std::fs::remove_file(&tmp);
+            return self.io(&tmp, Err(e));
+        }
+        self.io(&path, std::fs::rename(&tmp, &path))?;
+        // The rename is durable only once the directory is synced.
+        self.io(
+            &self.dir,
+            std::fs::File::open(&self.dir).and_then(|d| d.sync_all()),
+        )
+    }
+
+    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let path = self.dir.join(name);
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => self.io(&path, Err(e)),
+        }
+    }
+
+    fn remove(&self, name: &str) -> Result<(), StoreError> {
+        let path = self.dir.join(name);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => self.io(&path, Err(e)),
+            _ => Ok(()),
+        }
+    }
+
+    fn list(&self) -> Result<Vec<String>, StoreError> {
+        let entries = self.io(&self.dir, std::fs::read_dir(&self.dir))?;
+        let mut names = Vec::new();
+        for e in entries {
+            let e = self.io(&self.dir, e)?;
+            names.push(e.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+}
+
+/// The in-memory twin of [`FileBlobs`].
+#[derive(Default)]
+pub struct MemBlobs {
+    map: Mutex<BTreeMap<String, Vec<u8>>>,
+}
+
+impl MemBlobs {
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<u8>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Blobs for MemBlobs {
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.map().insert(name.to_string(), bytes.to_vec());
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.map().get(name).cloned())
+    }
+
+    fn remove(&self, name: &str) -> Result<(), StoreError> {
+        self.map().remove(name);
+        Ok(())
+    }
+
+    fn list(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.map().keys().cloned().collect())
+    }
+}
+
+pub(super) fn chunk_blob(job: JobId, chunk: u64) -> String {
+    format!("a-{job}-{chunk}")
+}
+
+fn shipped_blob(digest: &str) -> String {
+    format!("s-{digest}")
+}
+
+fn shipped_key(digest: &str) -> Vec<u8> {
+    format!("s/{digest}").into_bytes()
+}
+
+/// Whether `digest` is a blake3 digest in lower-case hex: the only names a shipped file may have (they become
+/// file names).
+pub fn is_digest(digest: &str) -> bool {
+    digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+pub(super) fn job_blob(job: JobId) -> String {
+    format!("r-{job}")
+}
+
+/// blake3 of `bytes` in hex: the digest job records and workers use for artifacts.
+pub fn digest_hex(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+pub(super) fn hash(bytes: &[u8]) -> Vec<u8> {
+    blake3::hash(bytes).as_bytes().to_vec()
+}
+
+impl Store {
+    /// Removes temporary files and artifacts whose hash was never recorded (a crash between the file and the
+    /// batch) or has been dropped (chunk artifacts after their merge).
+    pub(super) fn remove_unreferenced_blobs(&self) -> Result<(), StoreError> {
+        for name in self.blobs.list()? {
+            let key = if let Some(rest) = name.strip_prefix("a-") {
+                rest.split_once('-')
+                    .and_then(|(j, c)| Some(chunk_key(b'a', j.parse().ok()?, c.parse().ok()?)))
+            } else if let Some(rest) = name.strip_prefix("r-") {
+                rest.parse().ok().map(|j| job_key(b'r', j))
+            } else {
+                name.strip_prefix("s-").map(shipped_key)
+            };
+            let referenced = match key {
+                Some(k) => self.kv.get(&k)?.is_some(),
+                // Temporary files of an interrupted write; foreign files are left alone.
+                None => !name.starts_with(TMP_PREFIX),
+            };
+            if !referenced {
+                self.blobs.remove(&name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An artifact's bytes, checked against the hash recorded under `key`.
+    pub(super) fn checked_blob(
+        &self,
+        name: &str,
+        key: &[u8],
+        want: &[u8],
+    ) -> Result<Vec<u8>, StoreError> {
+        let damaged = |why: String| StoreError::Damaged {
+            key: key_text(key),
+            why,
+        };
+        let bytes = self
+            .blobs
+            .get(name)?
+            .ok_or_else(|| damaged(format!("its artifact file `{name}` is missing")))?;
+        if hash(&bytes) != want {
+            return Err(damaged(format!(
+                "its artifact file `{name}` does not match the recorded hash"
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// Whether any chunk of `job` stored an artifact (only those jobs need a merge).
+    pub fn has_chunk_artifacts(&self, job: JobId) -> Result<bool, StoreError> {
+        Ok(!self.kv.scan(&job_key(b'a', job))?.is_empty())
+    }
+
+    /// A finished job's merged artifact, if it has been stored.
+    pub fn artifact(&self, job: JobId) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = job_key(b'r', job);
+        match self.kv.get(&key)? {
+            Some(want) => self.checked_blob(&job_blob(job), &key, &want).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Stores a shipped file under its digest, durably: the file first, then its record. Storing it again
+    /// is a no-op.
+    pub fn put_shipped(&self, digest: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let key = shipped_key(digest);
+        if !is_digest(digest) || digest_hex(bytes) != digest {
+            return Err(StoreError::Damaged {
+                key: key_text(&key),
+                why: "the file does not match its digest".into(),
+            });
+        }
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        self.blobs.put(&shipped_blob(digest), bytes)?;
+        self.kv.apply(vec![(key, Some(hash(bytes)))])
+    }
+
+    /// Whether a shipped file with this digest is stored.
+    pub fn has_shipped(&self, digest: &str) -> Result<bool, StoreError> {
+        Ok(is_digest(digest) && self.kv.get(&shipped_key(digest))?.is_some())
+    }
+
+    /// A shipped file's bytes, checked against its digest.
+    pub fn shipped(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        if !is_digest(digest) {
+            return Ok(None);
+        }
+        let key = shipped_key(digest);
+        match self.kv.get(&key)? {
+            Some(want) => self
+                .checked_blob(&shipped_blob(digest), &key, &want)
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sweep_space::ChunkOutput;
+
+    use super::*;
+    use crate::store::test_support::{reopen, temp_store_dir};
+    use crate::store::Op;
+
+    fn artifacts_are_raw_and_stored_once(store: &Store) {
+        let with = |a: Vec<u8>| ChunkOutput {
+            nodes: 1,
+            artifact: a,
+            ..Default::default()
+        };
+        store
+            .write(vec![
+                Op::Output(4, 0, with(vec![1, 2, 3])),
+                Op::Output(4, 1, with(vec![4])),
+            ])
+            .unwrap();
+        let outs = store.outputs(4).unwrap();
+        assert_eq!(outs, vec![(0, with(vec![1, 2, 3])), (1, with(vec![4]))]);
+        assert_eq!(store.artifact(4).unwrap(), None);
+        store
+            .write(vec![Op::Artifact(4, std::sync::Arc::new(vec![9, 9]))])
+            .unwrap();
+        assert_eq!(store.artifact(4).unwrap(), Some(vec![9, 9]));
+        // The chunk artifacts are gone; the outputs (nodes, counters) stay.
+        assert_eq!(
+            store.outputs(4).unwrap(),
+            vec![(0, with(vec![])), (1, with(vec![]))]
+        );
+    }
+
+    #[test]
+    fn artifacts_in_memory_and_in_sled() {
+        artifacts_are_raw_and_stored_once(&Store::in_memory());
+        let dir = std::env::temp_dir().join(format!("sweep-store-art-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        artifacts_are_raw_and_stored_once(&reopen(&dir));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn artifacts_live_in_files_and_damage_is_named() {
+        let dir = temp_store_dir("files");
+        let with = |a: Vec<u8>| ChunkOutput {
+            nodes: 1,
+            artifact: a,
+            ..Default::default()
+        };
+        {
+            let store = reopen(&dir);
+            store
+                .write(vec![Op::Output(7, 0, with(vec![5; 1000]))])
+                .unwrap();
+        }
+        let file = dir.join("artifacts").join("a-7-0");
+        assert_eq!(std::fs::read(&file).unwrap(), vec![5; 1000]);
+        // An unreferenced file (a crash between file and batch) and a temporary file go at start-up.
+        std::fs::write(dir.join("artifacts").join("a-7-1"), b"orphan").unwrap();
+        std::fs::write(dir.join("artifacts").join(".tmp-r-7"), b"half").unwrap();
+        {
+            let store = reopen(&dir);
+            assert!(!dir.join("artifacts").join("a-7-1").exists());
+            assert!(!dir.join("artifacts").join(".tmp-r-7").exists());
+            assert_eq!(store.outputs(7).unwrap(), vec![(0, with(vec![5; 1000]))]);
+        }
+        std::fs::write(&file, vec![6; 1000]).unwrap();
+        let err = reopen(&dir).outputs(7).unwrap_err();
+        assert!(err.to_string().contains("does not match"), "{err}");
+        std::fs::remove_file(&file).unwrap();
+        let err = reopen(&dir).outputs(7).unwrap_err();
+        assert!(err.to_string().contains("`a-7-0` is missing"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

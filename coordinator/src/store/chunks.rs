@@ -1,0 +1,175 @@
+//! Chunk records and outputs read wherever they live: in a block (format 3) or under a key of their own
+//! (format 2's `c/` and `o/`, and any output too large to inline). Everything that reads or repairs single
+//! chunks goes through here, so that which of the two holds a chunk is decided in one place.
+
+use std::collections::BTreeMap;
+
+use sweep_space::ChunkOutput;
+
+use super::artifacts::chunk_blob;
+use super::blocks::{block_entries, block_of, block_start, decode_entry, BlockEdits};
+use super::keys::{be_u64, chunk_key, job_key};
+use super::kv::Writes;
+use super::records::decode;
+use super::{Store, StoreError};
+use crate::scheduler::{ChunkRecord, JobId};
+
+/// One chunk record or output as [`Store::scan_chunks`] finds it: under its format-2 key (`c/` or `o/`
+/// + job + chunk), whether it is held by a block or by a key of its own.
+#[derive(Debug)]
+pub(crate) struct StoredChunk {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    /// The block that holds it, if any: named when it does not decode.
+    pub block: Option<Vec<u8>>,
+}
+
+impl StoredChunk {
+    pub(crate) fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, StoreError> {
+        match &self.block {
+            Some(b) => {
+                let chunk = be_u64(&self.key, self.key.get(10..).unwrap_or_default())?;
+                decode_entry(b, chunk, &self.value)
+            }
+            None => decode(&self.key, &self.value),
+        }
+    }
+}
+
+/// Blocks that do not decode: each key with the error naming it.
+pub(crate) type DamagedBlocks = Vec<(Vec<u8>, StoreError)>;
+
+impl Store {
+    /// Every stored result of a job, in chunk order, each with its artifact (empty once the job's merged
+    /// artifact has replaced them).
+    pub fn outputs(&self, job: JobId) -> Result<Vec<(u64, ChunkOutput)>, StoreError> {
+        let mut hashes: BTreeMap<u64, (Vec<u8>, Vec<u8>)> = BTreeMap::new();
+        for (k, v) in self.kv.scan(&job_key(b'a', job))? {
+            hashes.insert(be_u64(&k, &k[10..])?, (k, v));
+        }
+        let (found, mut damaged) = self.scan_chunks(b'o', Some(job))?;
+        if let Some((_, e)) = damaged.pop() {
+            return Err(e);
+        }
+        found
+            .into_iter()
+            .map(|s| {
+                let chunk = be_u64(&s.key, &s.key[10..])?;
+                let mut out: ChunkOutput = s.decode()?;
+                if let Some((key, want)) = hashes.remove(&chunk) {
+                    out.artifact = self.checked_blob(&chunk_blob(job, chunk), &key, &want)?;
+                }
+                Ok((chunk, out))
+            })
+            .collect()
+    }
+
+    /// Every chunk record of a job (chunks without one are pending, never leased).
+    pub fn chunks(&self, job: JobId) -> Result<Vec<(u64, ChunkRecord)>, StoreError> {
+        let (found, mut damaged) = self.scan_chunks(b'c', Some(job))?;
+        if let Some((_, e)) = damaged.pop() {
+            return Err(e);
+        }
+        found
+            .into_iter()
+            .map(|s| Ok((be_u64(&s.key, &s.key[10..])?, s.decode()?)))
+            .collect()
+    }
+
+    pub fn chunk(&self, job: JobId, chunk: u64) -> Result<Option<ChunkRecord>, StoreError> {
+        let (bkey, offset) = block_of(job, chunk);
+        if let Some(bytes) = self.kv.get(&bkey)? {
+            let held = block_entries(&bkey, &bytes)?
+                .into_iter()
+                .find(|e| e.offset == offset)
+                .and_then(|e| e.record);
+            if let Some(rec) = held {
+                return decode_entry(&bkey, chunk, rec).map(Some);
+            }
+        }
+        let key = chunk_key(b'c', job, chunk);
+        self.kv.get(&key)?.map(|v| decode(&key, &v)).transpose()
+    }
+
+    /// Chunk records (`tag` = `b'c'`) or outputs (`b'o'`) of one job or of all, each under its format-2 key
+    /// whether a block or a key of its own holds it, in key order; a block's entry wins over a key of its own.
+    /// Blocks that do not decode come back apart, as errors naming them; the keys of their own they would have
+    /// hidden are not (a format-2 store's older states of the same chunks), so after fsck drops such a block
+    /// those show through: work repeated, never invented.
+    pub(crate) fn scan_chunks(
+        &self,
+        tag: u8,
+        job: Option<JobId>,
+    ) -> Result<(Vec<StoredChunk>, DamagedBlocks), StoreError> {
+        let prefix = |t: u8| match job {
+            Some(j) => job_key(t, j),
+            None => vec![t, b'/'],
+        };
+        let mut found: BTreeMap<Vec<u8>, StoredChunk> = BTreeMap::new();
+        for (key, value) in self.kv.scan(&prefix(tag))? {
+            found.insert(
+                key.clone(),
+                StoredChunk {
+                    key,
+                    value,
+                    block: None,
+                },
+            );
+        }
+        let mut damaged = Vec::new();
+        for (bkey, bytes) in self.kv.scan(&prefix(b'b'))? {
+            let entries = block_start(&bkey).and_then(|s| Ok((s, block_entries(&bkey, &bytes)?)));
+            let ((job, first), entries) = match entries {
+                Ok(x) => x,
+                Err(e) => {
+                    damaged.push((bkey, e));
+                    continue;
+                }
+            };
+            for e in entries {
+                let held = if tag == b'c' { e.record } else { e.output };
+                if let Some(value) = held {
+                    let key = chunk_key(tag, job, first + u64::from(e.offset));
+                    let stored = StoredChunk {
+                        key: key.clone(),
+                        value: value.to_vec(),
+                        block: Some(bkey.clone()),
+                    };
+                    found.insert(key, stored);
+                }
+            }
+        }
+        Ok((found.into_values().collect(), damaged))
+    }
+
+    /// Applies raw writes atomically (for fsck's repair), except that writes to format-2 chunk keys
+    /// (`c/` and `o/` + job + chunk) change the chunk wherever it lives: setting one sets the entry in its
+    /// block, removing one removes both the entry and the key of its own. Blocks that do not decode are
+    /// replaced (fsck reports them first).
+    pub(crate) fn apply_chunk_writes(&self, writes: Writes) -> Result<(), StoreError> {
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut blocks = BlockEdits::new(self.kv.as_ref(), true);
+        let mut raw = Vec::with_capacity(writes.len());
+        for (key, value) in writes {
+            let chunk_write = key.len() == 18 && (key.starts_with(b"c/") || key.starts_with(b"o/"));
+            if !chunk_write {
+                raw.push((key, value));
+                continue;
+            }
+            let (job, chunk) = (be_u64(&key, &key[2..10])?, be_u64(&key, &key[10..])?);
+            let entry = blocks.entry(job, chunk)?;
+            let field = if key[0] == b'c' {
+                &mut entry.record
+            } else {
+                &mut entry.output
+            };
+            if value.is_none() {
+                raw.push((key, None));
+            }
+            *field = value;
+        }
+        // Blocks last: a batch keeps the last write of a key, and a replaced damaged block is also dropped.
+        blocks.drain_into(&mut raw);
+        self.kv.apply(raw)
+    }
+}

@@ -1,0 +1,55 @@
+//! Records and store directories the store's unit tests share, so that each test module next to its code
+//! builds them the same way.
+
+use std::path::{Path, PathBuf};
+
+use super::{JobRecord, Store};
+use crate::scheduler::{ChunkRecord, JobId, JobState};
+
+pub(super) fn done_record(chunk: u64) -> ChunkRecord {
+    ChunkRecord::Done {
+        digest: format!("{chunk:064x}"),
+        worker: format!("w{}", chunk % 3),
+    }
+}
+
+pub(super) fn record(id: JobId) -> JobRecord {
+    JobRecord {
+        id,
+        space: "star".into(),
+        params: serde_json::json!({"points": 6}),
+        n_chunks: 3,
+        total_nodes: Some(10),
+        priority: 0,
+        state: JobState::Running,
+        created_ms: 1,
+        finished_ms: 0,
+        duplicates: 0,
+        digest_mismatches: 0,
+        input_jobs: Vec::new(),
+        artifact_digest: None,
+        replicate: 1,
+    }
+}
+
+/// Opens the store at `dir`, waiting for a handle just dropped in this process to let go of sled's file
+/// lock (sled's background flusher releases it a moment after the last `Db` is dropped).
+pub(super) fn reopen(dir: &Path) -> Store {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match Store::open(dir) {
+            Ok(store) => return store,
+            Err(e) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot reopen {}: {e}", dir.display()),
+        }
+    }
+}
+
+pub(super) fn temp_store_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sweep-store-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
