@@ -7,11 +7,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
+use sweep_client::{Client, ClientError};
 use sweep_coordinator::scheduler::SchedulerConfig;
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
-use sweep_proto::v1::{self, jobs_client::JobsClient};
-use sweep_worker::connect::{self, SecureChannel};
-use tonic::transport::Channel;
+use sweep_proto::v1;
 
 use crate::local::{poisoned_list, runtime, shutdown_signal};
 use crate::output::Report;
@@ -161,67 +160,21 @@ pub enum Control {
     Resume,
 }
 
-async fn connect(
-    url: &str,
-    security: &crate::security::ClientArgs,
-) -> anyhow::Result<JobsClient<SecureChannel>> {
-    let security = security.security();
-    let endpoint = connect::endpoint(url, &security)
-        .map_err(|e| usage(e.to_string()))?
-        .connect_timeout(Duration::from_secs(5));
-    let token = connect::token_interceptor(&security).map_err(|e| usage(e.to_string()))?;
-    let channel = endpoint.connect().await.map_err(|e| Exit {
-        code: exit::UNAVAILABLE,
-        message: format!("cannot reach the coordinator at {url}: {}", source_text(&e)),
-    })?;
-    Ok(JobsClient::new(connect::secure(channel, token))
-        .max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES))
+async fn connect(url: &str, security: &crate::security::ClientArgs) -> anyhow::Result<Client> {
+    Ok(Client::connect(url, &security.security()).await?)
 }
 
-/// A `Jobs` client that accepts answers as large as the coordinator may send.
-/// Sends files a job ships (`exec --ship`) to the coordinator, in pieces small enough for any message limit;
-/// returns their digest. A coordinator that has them already keeps its copy.
+/// Sends the files a job ships (`exec --ship`) to the coordinator.
 pub async fn ship(
-    c: &mut JobsClient<SecureChannel>,
+    c: &mut Client,
     crate::exec::Shipped { digest, packed }: crate::exec::Shipped,
-) -> anyhow::Result<String> {
-    const PIECE: usize = 1 << 20;
-    let total = packed.len() as u64;
-    let pieces: Vec<v1::ArtifactPiece> = packed
-        .chunks(PIECE)
-        .enumerate()
-        .map(|(i, data)| v1::ArtifactPiece {
-            offset: (i * PIECE) as u64,
-            total,
-            digest: digest.clone(),
-            data: data.to_vec(),
-        })
-        .collect();
-    let resp = c
-        .ship(tokio_stream::iter(pieces))
-        .await
-        .context("cannot ship the files to the coordinator")?
-        .into_inner();
-    anyhow::ensure!(
-        resp.digest == digest,
-        "the coordinator stored the shipped files under another digest ({}, expected {digest})",
-        resp.digest
-    );
-    Ok(digest)
-}
-
-pub fn jobs_client(channel: Channel) -> JobsClient<Channel> {
-    JobsClient::new(channel).max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES)
-}
-
-fn source_text(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        text = s.to_string();
-        cur = s.source();
+) -> anyhow::Result<()> {
+    match c.ship(&digest, &packed).await {
+        Ok(()) => Ok(()),
+        // The coordinator's reply names what went wrong itself.
+        Err(e @ ClientError::Reply(_)) => Err(e.into()),
+        Err(e) => Err(anyhow::Error::new(e).context("cannot ship the files to the coordinator")),
     }
-    text
 }
 
 pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
@@ -388,8 +341,7 @@ pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode>
                 reuse_existing: false,
                 replicate: parsed.engine.replicate,
             })
-            .await?
-            .into_inner();
+            .await?;
         let job = resp
             .job
             .ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
@@ -461,15 +413,9 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
         let (jobs, workers) = match a.job {
-            Some(id) => (
-                vec![c
-                    .job_status(v1::JobRequest { job_id: id })
-                    .await?
-                    .into_inner()],
-                None,
-            ),
+            Some(id) => (vec![c.job_status(id).await?], None),
             None => {
-                let r = c.list_jobs(v1::ListJobsRequest {}).await?.into_inner();
+                let r = c.list_jobs().await?;
                 (r.jobs, Some(r.workers))
             }
         };
@@ -523,11 +469,8 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
         loop {
             let attempt = async {
                 let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
-                let mut stream = c
-                    .watch(v1::WatchRequest { job_id: a.job.unwrap_or(0), interval_ms: a.interval_ms })
-                    .await?
-                    .into_inner();
-                while let Some(ev) = stream.message().await? {
+                let mut stream = c.watch(a.job.unwrap_or(0), a.interval_ms).await?;
+                while let Some(ev) = stream.next().await? {
                     bars.update_folded(&ev, None);
                     let all_finished = !ev.jobs.is_empty() && ev.jobs.iter().all(|j| j.state != "running" && j.state != "paused");
                     if all_finished && !a.follow {
@@ -541,11 +484,12 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
                     Ok(true) => break,
                     Ok(false) => {}
                     Err(e) => {
-                        if !connected_once && e.downcast_ref::<tonic::Status>().is_some_and(|s| s.code() == tonic::Code::NotFound) {
+                        let failure = e.downcast_ref::<ClientError>();
+                        if !connected_once && failure.and_then(ClientError::status).is_some_and(|s| s.code() == tonic::Code::NotFound) {
                             return Err(e);
                         }
                         // A refused token or a bad URL does not fix itself by reconnecting.
-                        if e.downcast_ref::<tonic::Status>().is_some_and(connect::is_refusal) || e.downcast_ref::<Exit>().is_some_and(|x| x.code == exit::USAGE) {
+                        if matches!(failure, Some(ClientError::Refused(_) | ClientError::Settings(_))) {
                             return Err(e);
                         }
                         eprintln!("watch: {} (reconnecting)", crate::one_line(&e));
@@ -570,10 +514,7 @@ pub fn results(
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
-        let r = c
-            .results(v1::JobRequest { job_id: a.job })
-            .await?
-            .into_inner();
+        let r = c.results(a.job).await?;
         let info = r
             .job
             .clone()
@@ -619,13 +560,11 @@ pub fn control(a: JobArgs, what: Control) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
-        let req = v1::JobRequest { job_id: a.job };
         let info = match what {
-            Control::Cancel => c.cancel(req).await?,
-            Control::Pause => c.pause(req).await?,
-            Control::Resume => c.resume(req).await?,
-        }
-        .into_inner();
+            Control::Cancel => c.cancel(a.job).await?,
+            Control::Pause => c.pause(a.job).await?,
+            Control::Resume => c.resume(a.job).await?,
+        };
         if a.json {
             println!("{}", info_json(&info));
         } else {
@@ -655,11 +594,7 @@ pub fn workers(a: WorkersArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
-        let list = c
-            .list_workers(v1::ListWorkersRequest {})
-            .await?
-            .into_inner()
-            .workers;
+        let list = c.list_workers().await?;
         if a.json {
             let list: Vec<_> = list.iter().map(worker_json).collect();
             println!("{}", serde_json::json!({ "workers": list }));
@@ -702,10 +637,7 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
-        let w = c
-            .drain(v1::DrainRequest { worker: a.worker })
-            .await?
-            .into_inner();
+        let w = c.drain(&a.worker).await?;
         if a.json {
             println!("{}", worker_json(&w));
         } else {

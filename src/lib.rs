@@ -182,15 +182,17 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(x) = e.downcast_ref::<Exit>() {
         return x.code;
     }
-    if let Some(s) = e.downcast_ref::<tonic::Status>() {
-        return match s.code() {
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => exit::UNAVAILABLE,
-            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => exit::AUTH,
-            tonic::Code::InvalidArgument
-            | tonic::Code::NotFound
-            | tonic::Code::FailedPrecondition => exit::USAGE,
-            _ => exit::FAILURE,
+    if let Some(c) = e.downcast_ref::<sweep_client::ClientError>() {
+        return match c {
+            sweep_client::ClientError::Settings(_) => exit::USAGE,
+            sweep_client::ClientError::Unreachable { .. } => exit::UNAVAILABLE,
+            sweep_client::ClientError::Refused(_) => exit::AUTH,
+            sweep_client::ClientError::Call(s) => status_exit_code(s),
+            sweep_client::ClientError::Reply(_) => exit::FAILURE,
         };
+    }
+    if let Some(s) = e.downcast_ref::<tonic::Status>() {
+        return status_exit_code(s);
     }
     if let Some(s) = e.downcast_ref::<sweep_space::SpaceError>() {
         return match s {
@@ -206,10 +208,37 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     exit::FAILURE
 }
 
+fn status_exit_code(s: &tonic::Status) -> u8 {
+    match s.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => exit::UNAVAILABLE,
+        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => exit::AUTH,
+        tonic::Code::InvalidArgument | tonic::Code::NotFound | tonic::Code::FailedPrecondition => {
+            exit::USAGE
+        }
+        _ => exit::FAILURE,
+    }
+}
+
 /// Errors print as one line: context first, then causes; tonic statuses as their message only.
 fn one_line(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
+    let mut push = |text: String| {
+        let text = text.trim().replace('\n', " ");
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    };
     for cause in e.chain() {
+        if let Some(c) = cause.downcast_ref::<sweep_client::ClientError>() {
+            // The client's error says what a status means; the transport's causes below it say why.
+            push(c.to_string());
+            let mut below = c.status().and_then(std::error::Error::source);
+            while let Some(s) = below {
+                push(s.to_string());
+                below = s.source();
+            }
+            continue;
+        }
         let text = match cause.downcast_ref::<tonic::Status>() {
             Some(s)
                 if s.code() == tonic::Code::Unavailable && s.message().contains("transport") =>
@@ -227,10 +256,7 @@ fn one_line(e: &anyhow::Error) -> String {
             Some(s) => s.message().to_string(),
             None => cause.to_string(),
         };
-        let text = text.trim().replace('\n', " ");
-        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
+        push(text);
     }
     parts.join(": ")
 }

@@ -109,15 +109,12 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
         let server = tokio::spawn(sweep_coordinator::serve(listener, coord, Default::default(), async {
             let _ = coord_stopped.await;
         }));
-        let channel = tonic::transport::Endpoint::from_shared(url.clone())?
-            .connect()
+        // The embedded coordinator asks for no token.
+        let mut jobs = sweep_client::Client::connect(&url, &Default::default())
             .await
-            .context("cannot reach the embedded coordinator")?;
-        let mut jobs = crate::client::jobs_client(channel.clone());
+            .map_err(|e| anyhow::anyhow!("cannot reach the embedded coordinator: {e}"))?;
         if let Some(shipped) = ship {
-            let no_token = sweep_worker::connect::token_interceptor(&Default::default())?;
-            let mut secure = sweep_proto::v1::jobs_client::JobsClient::new(sweep_worker::connect::secure(channel, no_token));
-            crate::client::ship(&mut secure, shipped).await?;
+            crate::client::ship(&mut jobs, shipped).await?;
         }
         let submitted = jobs
             .submit(v1::SubmitRequest {
@@ -128,12 +125,11 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
                 reuse_existing: true,
                 replicate: 1,
             })
-            .await?
-            .into_inner();
+            .await?;
         let mut info = submitted.job.ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
         // `sweep run` means "get me the answer": a job someone paused is resumed.
         if submitted.existing && info.state == "paused" {
-            info = jobs.resume(v1::JobRequest { job_id: info.id }).await?.into_inner();
+            info = jobs.resume(info.id).await?;
         }
         // On stderr even with --json: stdout carries only the answer.
         if submitted.existing && info.state == "running" {
@@ -153,13 +149,13 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
         }));
         // Every job, folded to ours and the inputs it waits for (a table built first, the layers of a layered
         // search): its bar, the input running now, and how many of its inputs are done.
-        let mut stream = jobs.watch(v1::WatchRequest { job_id: 0, interval_ms: 100 }).await?.into_inner();
+        let mut stream = jobs.watch(0, 100).await?;
         let mut bars = Bars::new(if engine.json || engine.no_progress { Mode::Off } else { Mode::Auto });
         let signal = shutdown_signal();
         tokio::pin!(signal);
         let interrupted = loop {
             tokio::select! {
-                ev = stream.message() => {
+                ev = stream.next() => {
                     let Some(ev) = ev? else { anyhow::bail!("the embedded coordinator stopped reporting progress") };
                     bars.update_folded(&ev, Some(info.id));
                     if ev.jobs.iter().any(|j| j.id == info.id && j.state != "running" && j.state != "paused") {
@@ -172,7 +168,7 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
         bars.finish();
         let _ = stop_worker.send(());
         let _ = tokio::time::timeout(Duration::from_secs(60), worker).await;
-        let results = if interrupted { None } else { Some(jobs.results(v1::JobRequest { job_id: info.id }).await?.into_inner()) };
+        let results = if interrupted { None } else { Some(jobs.results(info.id).await?) };
         // Graceful shutdown waits for open streams and connections: close ours first.
         drop(stream);
         drop(jobs);
