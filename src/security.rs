@@ -7,7 +7,7 @@ use clap::Args;
 use sweep_client::ClientSecurity;
 use sweep_coordinator::ServeSecurity;
 
-use crate::{exit, Exit};
+use crate::exit::{self, Exit};
 
 /// How a client authenticates and what it trusts.
 #[derive(Args, Debug, Default, Clone)]

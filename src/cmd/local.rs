@@ -1,4 +1,5 @@
-//! `sweep run` (embedded coordinator + local workers over real gRPC) and `sweep solve` (in-process, rayon).
+//! `sweep run` (embedded coordinator + local workers over real gRPC) and `sweep solve` (in-process, rayon): a
+//! job on this machine.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,9 +15,11 @@ use sweep_space::inputs::{self, DagNode};
 use tokio::sync::oneshot;
 
 use crate::args::{self, JobArgs};
+use crate::exit::{self, one_line, usage, Exit};
 use crate::output::Report;
 use crate::progress::{Bars, Mode};
-use crate::{exit, usage, Exit};
+use crate::render::{failures_json, poisoned_list};
+use crate::runtime::{runtime, shutdown_signal};
 use sweep_space::Registry;
 
 fn default_threads() -> usize {
@@ -43,43 +46,6 @@ fn parse_or_help(registry: &Registry, args: &[String]) -> anyhow::Result<Option<
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
-
-pub fn poisoned_list(r: &v1::ResultsResponse) -> Vec<serde_json::Value> {
-    r.poisoned
-        .iter()
-        .map(|p| serde_json::json!({"chunk": p.chunk, "attempts": p.attempts, "last_error": p.last_error}))
-        .collect()
-}
-
 pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
     let Some(JobArgs { job, engine, ship }) = parse_or_help(registry, &raw)? else {
         return Ok(ExitCode::SUCCESS);
@@ -99,7 +65,7 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let store = Store::open(&engine.data)
             .with_context(|| format!("cannot use --data {}", engine.data.display()))
-            .map_err(|e| Exit { code: exit::USAGE, message: crate::one_line(&e) })?;
+            .map_err(|e| Exit { code: exit::USAGE, message: one_line(&e) })?;
         let config = CoordinatorConfig { registry: registry.clone(), ..CoordinatorConfig::default() };
         let coord = Coordinator::open(store, config)
             .with_context(|| format!("cannot load the jobs stored in {}", engine.data.display()))?;
@@ -114,7 +80,7 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
             .await
             .map_err(|e| anyhow::anyhow!("cannot reach the embedded coordinator: {e}"))?;
         if let Some(shipped) = ship {
-            crate::client::ship(&mut jobs, shipped).await?;
+            crate::remote::ship(&mut jobs, shipped).await?;
         }
         let submitted = jobs
             .submit(v1::SubmitRequest {
@@ -199,7 +165,7 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
             result,
             poisoned: poisoned_list(&results),
             unverified: final_info.unverified,
-            failures: crate::client::failures_json(&final_info.failures),
+            failures: failures_json(&final_info.failures),
         };
         report.print(job.as_ref(), engine.json);
         crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;
