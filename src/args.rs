@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use sweep_space::{FileRead, Job, Registry, Space, SpaceError};
 
-use crate::usage;
+use crate::exit::usage;
 
 /// Flags the engine takes wherever they appear after the space name. Spaces must not use these names
 /// (a test checks every registered space).

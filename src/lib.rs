@@ -15,57 +15,22 @@
 pub use sweep_space::{self as space, Registry};
 
 mod args;
-mod buzzled_cmd;
-mod client;
+mod cmd;
 pub mod exec;
-mod local;
+pub mod exit;
 mod output;
 mod progress;
 mod recover;
+mod remote;
+mod render;
+mod runtime;
 mod security;
-mod store_cmd;
+
+pub use exit::{usage, Exit};
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-/// Exit codes, decided in one place ([`exit_code`]).
-pub mod exit {
-    pub const FAILURE: u8 = 1;
-    /// Bad input: an unknown space, a bad option value, a data dir that is not a store.
-    pub const USAGE: u8 = 2;
-    /// The coordinator could not be reached.
-    pub const UNAVAILABLE: u8 = 3;
-    /// The job finished but some chunks were poisoned: the answer is incomplete.
-    pub const POISONED: u8 = 4;
-    /// The coordinator refused the token (missing, unknown, or a worker token on an admin command).
-    pub const AUTH: u8 = 5;
-    /// Interrupted by Ctrl-C or SIGTERM; stored progress is kept.
-    pub const INTERRUPTED: u8 = 130;
-}
-
-/// An error that carries its exit code.
-#[derive(Debug)]
-pub struct Exit {
-    pub code: u8,
-    pub message: String,
-}
-
-impl std::fmt::Display for Exit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Exit {}
-
-pub fn usage(message: impl Into<String>) -> anyhow::Error {
-    Exit {
-        code: exit::USAGE,
-        message: message.into(),
-    }
-    .into()
-}
 
 #[derive(Parser)]
 #[command(
@@ -106,31 +71,31 @@ enum Command {
     #[command(disable_help_flag = true)]
     Submit(SpaceArgs),
     /// Serve jobs to workers: gRPC on --listen, progress kept in the sled store in --data.
-    Coordinator(client::CoordinatorArgs),
+    Coordinator(cmd::coordinator::CoordinatorArgs),
     /// Lease chunks from a coordinator and run them on all cores.
-    Worker(client::WorkerArgs),
+    Worker(cmd::worker::WorkerArgs),
     /// Show every job, or one job.
-    Status(client::StatusArgs),
+    Status(cmd::jobs::StatusArgs),
     /// Live progress bars for every job, or one job, until they finish.
-    Watch(client::WatchArgs),
+    Watch(cmd::jobs::WatchArgs),
     /// The answer of a job.
-    Results(client::ResultsArgs),
+    Results(cmd::jobs::ResultsArgs),
     /// Cancel a job (its stored results stay, it gets no more work).
-    Cancel(client::JobArgs),
+    Cancel(cmd::jobs::JobArgs),
     /// Pause a job: no new chunks are handed out.
-    Pause(client::JobArgs),
+    Pause(cmd::jobs::JobArgs),
     /// Resume a paused job.
-    Resume(client::JobArgs),
+    Resume(cmd::jobs::JobArgs),
     /// List the workers the coordinator has seen: cores, memory, last heartbeat, chunks, standing.
-    Workers(client::WorkersArgs),
+    Workers(cmd::workers::WorkersArgs),
     /// Ask a worker to finish its chunks, take no new ones and stop.
-    Drain(client::DrainArgs),
+    Drain(cmd::workers::DrainArgs),
     /// Check a stopped coordinator's store, or repair it from its chunk records.
-    Store(store_cmd::StoreArgs),
+    Store(cmd::store::StoreArgs),
     /// List the search spaces.
     Spaces,
     /// Buzzled tools: `generate` prints a random puzzle with exactly one solution.
-    Buzzled(buzzled_cmd::BuzzledArgs),
+    Buzzled(cmd::buzzled::BuzzledArgs),
 }
 
 /// The spaces `sweep` itself knows: the five puzzles and `exec`.
@@ -145,21 +110,21 @@ pub fn main_with(registry: Registry) -> ExitCode {
     init_tracing(cli.log_json);
     let reg = &registry;
     let result = match cli.command {
-        Command::Run(SpaceArgs { args }) => local::run(reg, args),
-        Command::Solve(SpaceArgs { args }) => local::solve(reg, args),
-        Command::Submit(SpaceArgs { args }) => client::submit(reg, args),
-        Command::Coordinator(a) => client::coordinator(reg, a),
-        Command::Worker(a) => client::worker(reg, a),
-        Command::Status(a) => client::status(a),
-        Command::Watch(a) => client::watch(a),
-        Command::Results(a) => client::results(reg, a),
-        Command::Cancel(a) => client::control(a, client::Control::Cancel),
-        Command::Pause(a) => client::control(a, client::Control::Pause),
-        Command::Resume(a) => client::control(a, client::Control::Resume),
-        Command::Workers(a) => client::workers(a),
-        Command::Drain(a) => client::drain(a),
-        Command::Store(a) => store_cmd::run(a),
-        Command::Buzzled(a) => buzzled_cmd::run(a),
+        Command::Run(SpaceArgs { args }) => cmd::local::run(reg, args),
+        Command::Solve(SpaceArgs { args }) => cmd::local::solve(reg, args),
+        Command::Submit(SpaceArgs { args }) => cmd::submit::submit(reg, args),
+        Command::Coordinator(a) => cmd::coordinator::coordinator(reg, a),
+        Command::Worker(a) => cmd::worker::worker(reg, a),
+        Command::Status(a) => cmd::jobs::status(a),
+        Command::Watch(a) => cmd::jobs::watch(a),
+        Command::Results(a) => cmd::jobs::results(reg, a),
+        Command::Cancel(a) => cmd::jobs::control(a, cmd::jobs::Control::Cancel),
+        Command::Pause(a) => cmd::jobs::control(a, cmd::jobs::Control::Pause),
+        Command::Resume(a) => cmd::jobs::control(a, cmd::jobs::Control::Resume),
+        Command::Workers(a) => cmd::workers::workers(a),
+        Command::Drain(a) => cmd::workers::drain(a),
+        Command::Store(a) => cmd::store::run(a),
+        Command::Buzzled(a) => cmd::buzzled::run(a),
         Command::Spaces => {
             for s in registry.spaces() {
                 println!("{:<10} {}", s.name(), s.about());
@@ -171,26 +136,28 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             let code = exit_code(&e);
-            eprintln!("sweep: {}", one_line(&e));
+            eprintln!("sweep: {}", exit::one_line(&e));
             ExitCode::from(code)
         }
     }
 }
 
-/// The one place that turns errors into exit codes.
+/// The one place that turns errors into exit codes (the codes are in [`exit`]).
 fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(x) = e.downcast_ref::<Exit>() {
         return x.code;
     }
-    if let Some(s) = e.downcast_ref::<tonic::Status>() {
-        return match s.code() {
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => exit::UNAVAILABLE,
-            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => exit::AUTH,
-            tonic::Code::InvalidArgument
-            | tonic::Code::NotFound
-            | tonic::Code::FailedPrecondition => exit::USAGE,
-            _ => exit::FAILURE,
+    if let Some(c) = e.downcast_ref::<sweep_client::ClientError>() {
+        return match c {
+            sweep_client::ClientError::Settings(_) => exit::USAGE,
+            sweep_client::ClientError::Unreachable { .. } => exit::UNAVAILABLE,
+            sweep_client::ClientError::Refused(_) => exit::AUTH,
+            sweep_client::ClientError::Call(s) => status_exit_code(s),
+            sweep_client::ClientError::Reply(_) => exit::FAILURE,
         };
+    }
+    if let Some(s) = e.downcast_ref::<tonic::Status>() {
+        return status_exit_code(s);
     }
     if let Some(s) = e.downcast_ref::<sweep_space::SpaceError>() {
         return match s {
@@ -206,33 +173,15 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     exit::FAILURE
 }
 
-/// Errors print as one line: context first, then causes; tonic statuses as their message only.
-fn one_line(e: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in e.chain() {
-        let text = match cause.downcast_ref::<tonic::Status>() {
-            Some(s)
-                if s.code() == tonic::Code::Unavailable && s.message().contains("transport") =>
-            {
-                "the coordinator is unreachable".to_string()
-            }
-            Some(s)
-                if matches!(
-                    s.code(),
-                    tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
-                ) =>
-            {
-                format!("refused by the coordinator: {}", s.message())
-            }
-            Some(s) => s.message().to_string(),
-            None => cause.to_string(),
-        };
-        let text = text.trim().replace('\n', " ");
-        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
+fn status_exit_code(s: &tonic::Status) -> u8 {
+    match s.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => exit::UNAVAILABLE,
+        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => exit::AUTH,
+        tonic::Code::InvalidArgument | tonic::Code::NotFound | tonic::Code::FailedPrecondition => {
+            exit::USAGE
         }
+        _ => exit::FAILURE,
     }
-    parts.join(": ")
 }
 
 fn init_tracing(json: bool) {

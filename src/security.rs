@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use sweep_client::ClientSecurity;
 use sweep_coordinator::ServeSecurity;
-use sweep_worker::connect::ClientSecurity;
 
-use crate::{exit, Exit};
+use crate::exit::{self, Exit};
 
 /// How a client authenticates and what it trusts.
 #[derive(Args, Debug, Default, Clone)]
@@ -27,7 +27,7 @@ pub struct ClientArgs {
 }
 
 impl ClientArgs {
-    /// The settings for `sweep_worker::connect`; the token comes from the file, else from SWEEP_TOKEN.
+    /// The settings for `sweep_client`; the token comes from the file, else from SWEEP_TOKEN.
     pub fn security(&self) -> ClientSecurity {
         ClientSecurity {
             token_file: self.token_file.clone(),

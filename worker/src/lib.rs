@@ -12,12 +12,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use sweep_proto::v1::{self, work_client::WorkClient};
+use sweep_client::{ClientSecurity, ConnectError, WorkClient};
+use sweep_proto::v1;
 use sweep_space::{Control, Job, Registry};
 use tokio::sync::{watch, Notify};
 use tracing::{debug, info, warn};
-
-pub mod connect;
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -34,7 +33,7 @@ pub struct WorkerConfig {
     /// again. `None`: memory only.
     pub cache_dir: Option<std::path::PathBuf>,
     /// Token and TLS settings for talking to the coordinator.
-    pub security: connect::ClientSecurity,
+    pub security: ClientSecurity,
     /// Tests only: falsify results this way, to prove the coordinator's checks catch it.
     pub lie: Option<Lie>,
     /// The spaces this worker runs, declared when it registers: the coordinator leases it chunks of these only.
@@ -107,7 +106,7 @@ impl WorkerConfig {
             prefetch: threads.max(1),
             grace: Duration::from_secs(30),
             cache_dir: None,
-            security: connect::ClientSecurity::default(),
+            security: ClientSecurity::default(),
             lie: None,
         }
     }
@@ -117,7 +116,7 @@ impl WorkerConfig {
 pub enum WorkerError {
     /// A bad URL, token file or TLS file.
     #[error(transparent)]
-    Connect(#[from] connect::ConnectError),
+    Connect(#[from] ConnectError),
     /// The coordinator refused this worker's token: retrying cannot help.
     #[error("the coordinator refused this worker: {0}")]
     Refused(String),
@@ -230,7 +229,7 @@ fn lease_inputs(lease: &v1::ChunkLease) -> Vec<(u64, String)> {
 
 struct Shared {
     cfg: WorkerConfig,
-    client: WorkClient<connect::SecureChannel>,
+    client: WorkClient,
     worker_id: String,
     state: Mutex<State>,
     work_ready: Notify,
@@ -457,13 +456,7 @@ pub async fn run(
     cfg: WorkerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, WorkerError> {
-    let endpoint = connect::endpoint(&cfg.connect, &cfg.security)?
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(Duration::from_secs(60));
-    let token = connect::token_interceptor(&cfg.security)?;
-    let mut client = WorkClient::new(connect::secure(endpoint.connect_lazy(), token))
-        .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES)
-        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES);
+    let mut client = sweep_client::work_client(&cfg.connect, &cfg.security)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
 
@@ -474,7 +467,7 @@ pub async fn run(
         tokio::select! {
             r = client.register(req) => match r {
                 Ok(r) => break r.into_inner(),
-                Err(e) if connect::is_refusal(&e) => {
+                Err(e) if sweep_client::is_refusal(&e) => {
                     return Err(WorkerError::Refused(e.message().to_string()))
                 }
                 Err(e) => {
@@ -614,7 +607,7 @@ async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 }
                 Err(e) => {
                     // Refused mid-run (a token rotated away): keep trying, the token file may be updated.
-                    if connect::is_refusal(&e) {
+                    if sweep_client::is_refusal(&e) {
                         warn!(error = %e.message(), "the coordinator refused the lease request");
                     }
                     debug!(error = %e, "lease failed; backing off");

@@ -1,4 +1,5 @@
-//! `sweep run` (embedded coordinator + local workers over real gRPC) and `sweep solve` (in-process, rayon).
+//! `sweep run` (embedded coordinator + local workers over real gRPC) and `sweep solve` (in-process, rayon): a
+//! job on this machine.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,9 +15,11 @@ use sweep_space::inputs::{self, DagNode};
 use tokio::sync::oneshot;
 
 use crate::args::{self, JobArgs};
+use crate::exit::{self, one_line, usage, Exit};
 use crate::output::Report;
 use crate::progress::{Bars, Mode};
-use crate::{exit, usage, Exit};
+use crate::render::{failures_json, poisoned_list};
+use crate::runtime::{runtime, shutdown_signal};
 use sweep_space::Registry;
 
 fn default_threads() -> usize {
@@ -43,43 +46,6 @@ fn parse_or_help(registry: &Registry, args: &[String]) -> anyhow::Result<Option<
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
-
-pub fn poisoned_list(r: &v1::ResultsResponse) -> Vec<serde_json::Value> {
-    r.poisoned
-        .iter()
-        .map(|p| serde_json::json!({"chunk": p.chunk, "attempts": p.attempts, "last_error": p.last_error}))
-        .collect()
-}
-
 pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
     let Some(JobArgs { job, engine, ship }) = parse_or_help(registry, &raw)? else {
         return Ok(ExitCode::SUCCESS);
@@ -99,7 +65,7 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let store = Store::open(&engine.data)
             .with_context(|| format!("cannot use --data {}", engine.data.display()))
-            .map_err(|e| Exit { code: exit::USAGE, message: crate::one_line(&e) })?;
+            .map_err(|e| Exit { code: exit::USAGE, message: one_line(&e) })?;
         let config = CoordinatorConfig { registry: registry.clone(), ..CoordinatorConfig::default() };
         let coord = Coordinator::open(store, config)
             .with_context(|| format!("cannot load the jobs stored in {}", engine.data.display()))?;
@@ -109,15 +75,12 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
         let server = tokio::spawn(sweep_coordinator::serve(listener, coord, Default::default(), async {
             let _ = coord_stopped.await;
         }));
-        let channel = tonic::transport::Endpoint::from_shared(url.clone())?
-            .connect()
+        // The embedded coordinator asks for no token.
+        let mut jobs = sweep_client::Client::connect(&url, &Default::default())
             .await
-            .context("cannot reach the embedded coordinator")?;
-        let mut jobs = crate::client::jobs_client(channel.clone());
+            .map_err(|e| anyhow::anyhow!("cannot reach the embedded coordinator: {e}"))?;
         if let Some(shipped) = ship {
-            let no_token = sweep_worker::connect::token_interceptor(&Default::default())?;
-            let mut secure = sweep_proto::v1::jobs_client::JobsClient::new(sweep_worker::connect::secure(channel, no_token));
-            crate::client::ship(&mut secure, shipped).await?;
+            crate::remote::ship(&mut jobs, shipped).await?;
         }
         let submitted = jobs
             .submit(v1::SubmitRequest {
@@ -128,12 +91,11 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
                 reuse_existing: true,
                 replicate: 1,
             })
-            .await?
-            .into_inner();
+            .await?;
         let mut info = submitted.job.ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
         // `sweep run` means "get me the answer": a job someone paused is resumed.
         if submitted.existing && info.state == "paused" {
-            info = jobs.resume(v1::JobRequest { job_id: info.id }).await?.into_inner();
+            info = jobs.resume(info.id).await?;
         }
         // On stderr even with --json: stdout carries only the answer.
         if submitted.existing && info.state == "running" {
@@ -153,13 +115,13 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
         }));
         // Every job, folded to ours and the inputs it waits for (a table built first, the layers of a layered
         // search): its bar, the input running now, and how many of its inputs are done.
-        let mut stream = jobs.watch(v1::WatchRequest { job_id: 0, interval_ms: 100 }).await?.into_inner();
+        let mut stream = jobs.watch(0, 100).await?;
         let mut bars = Bars::new(if engine.json || engine.no_progress { Mode::Off } else { Mode::Auto });
         let signal = shutdown_signal();
         tokio::pin!(signal);
         let interrupted = loop {
             tokio::select! {
-                ev = stream.message() => {
+                ev = stream.next() => {
                     let Some(ev) = ev? else { anyhow::bail!("the embedded coordinator stopped reporting progress") };
                     bars.update_folded(&ev, Some(info.id));
                     if ev.jobs.iter().any(|j| j.id == info.id && j.state != "running" && j.state != "paused") {
@@ -172,7 +134,7 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
         bars.finish();
         let _ = stop_worker.send(());
         let _ = tokio::time::timeout(Duration::from_secs(60), worker).await;
-        let results = if interrupted { None } else { Some(jobs.results(v1::JobRequest { job_id: info.id }).await?.into_inner()) };
+        let results = if interrupted { None } else { Some(jobs.results(info.id).await?) };
         // Graceful shutdown waits for open streams and connections: close ours first.
         drop(stream);
         drop(jobs);
@@ -203,7 +165,7 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
             result,
             poisoned: poisoned_list(&results),
             unverified: final_info.unverified,
-            failures: crate::client::failures_json(&final_info.failures),
+            failures: failures_json(&final_info.failures),
         };
         report.print(job.as_ref(), engine.json);
         crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;

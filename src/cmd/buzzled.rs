@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use sweep_puzzles::buzzled::{generate::generate, puzzle::format_puzzle_file};
 
-use crate::usage;
+use crate::exit::usage;
 
 #[derive(Args)]
 pub struct BuzzledArgs {

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use sweep_coordinator::fsck;
 use sweep_coordinator::store::Store;
 
-use crate::{exit, Exit};
+use crate::exit::{self, Exit};
 
 #[derive(Args)]
 pub struct StoreArgs {

@@ -1,6 +1,6 @@
-//! The one place where a client's connection to the coordinator is built: the endpoint, TLS (rustls, with an
-//! optional client certificate) and the token sent as `authorization: Bearer <token>` on every call. The worker
-//! and every `sweep` client command use it, so they agree on URLs, files and error messages.
+//! The connection to a coordinator: the endpoint, TLS (rustls, with an optional client certificate) and the token
+//! sent as `authorization: Bearer <token>` on every call. Workers and every `sweep` client command build their
+//! channels here, so they agree on URLs, files and error messages.
 //!
 //! A token given as a file is re-read when the file changes (checked at most once per second), so rotating a
 //! worker's token means writing the new one into its file: no restart, and no chunk is lost.
@@ -33,6 +33,7 @@ pub struct ClientSecurity {
     pub tls_key: Option<PathBuf>,
 }
 
+/// Settings that cannot make a connection: found before anything is sent.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     #[error("invalid coordinator URL `{url}`: {why}")]

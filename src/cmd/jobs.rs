@@ -1,0 +1,232 @@
+//! `sweep status`, `watch`, `results`, `cancel`, `pause` and `resume`: one job, or every job, of a running
+//! coordinator.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use sweep_client::ClientError;
+use sweep_space::Registry;
+
+use crate::exit::one_line;
+use crate::output::Report;
+use crate::progress::{Bars, Mode};
+use crate::remote::{connect, Remote};
+use crate::render::{caveats, failures_json, info_json, poisoned_list};
+use crate::runtime::{runtime, shutdown_signal};
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// One job (default: every job).
+    job: Option<u64>,
+    #[command(flatten)]
+    remote: Remote,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct WatchArgs {
+    /// One job (default: every job).
+    job: Option<u64>,
+    #[command(flatten)]
+    remote: Remote,
+    /// Snapshot interval.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    interval_ms: u64,
+    /// Keep watching after every job has finished (new jobs appear as they are submitted).
+    #[arg(long)]
+    follow: bool,
+}
+
+#[derive(Args)]
+pub struct JobArgs {
+    job: u64,
+    #[command(flatten)]
+    remote: Remote,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ResultsArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    /// Write the answer's pictures (SVG files) into this directory, created if missing.
+    #[arg(long, value_name = "DIR")]
+    svg: Option<PathBuf>,
+}
+
+pub enum Control {
+    Cancel,
+    Pause,
+    Resume,
+}
+
+pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
+        let (jobs, workers) = match a.job {
+            Some(id) => (vec![c.job_status(id).await?], None),
+            None => {
+                let r = c.list_jobs().await?;
+                (r.jobs, Some(r.workers))
+            }
+        };
+        if a.json {
+            let list: Vec<_> = jobs.iter().map(info_json).collect();
+            println!(
+                "{}",
+                serde_json::json!({ "jobs": list, "workers": workers })
+            );
+        } else {
+            if let Some(w) = workers {
+                println!("{w} live workers");
+            }
+            println!(
+                "{:>5} {:<10} {:<26} {:>17} {:>8} {:>8}  params",
+                "job", "space", "state", "chunks", "poisoned", "reissued"
+            );
+            for j in &jobs {
+                println!(
+                    "{:>5} {:<10} {:<26} {:>8}/{:<8} {:>8} {:>8}  {}",
+                    j.id,
+                    j.space,
+                    j.state,
+                    j.chunks_done,
+                    j.chunks_total,
+                    j.chunks_poisoned,
+                    j.reissued,
+                    j.params_json
+                );
+            }
+            for j in &jobs {
+                for line in caveats(j) {
+                    println!("{line}");
+                }
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        // On stdout: watching is this command's whole output, so `sweep watch > log` gets plain lines.
+        let mut bars = Bars::new(Mode::Stdout);
+        let signal = shutdown_signal();
+        tokio::pin!(signal);
+        let mut backoff = Duration::from_millis(200);
+        let mut connected_once = false;
+        // Reconnects while the coordinator restarts; ends when the watched jobs finish or on Ctrl-C.
+        loop {
+            let attempt = async {
+                let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
+                let mut stream = c.watch(a.job.unwrap_or(0), a.interval_ms).await?;
+                while let Some(ev) = stream.next().await? {
+                    bars.update_folded(&ev, None);
+                    let all_finished = !ev.jobs.is_empty() && ev.jobs.iter().all(|j| j.state != "running" && j.state != "paused");
+                    if all_finished && !a.follow {
+                        return Ok::<bool, anyhow::Error>(true);
+                    }
+                }
+                Ok(false)
+            };
+            tokio::select! {
+                r = attempt => match r {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(e) => {
+                        let failure = e.downcast_ref::<ClientError>();
+                        if !connected_once && failure.and_then(ClientError::status).is_some_and(|s| s.code() == tonic::Code::NotFound) {
+                            return Err(e);
+                        }
+                        // A refused token or a bad URL does not fix itself by reconnecting.
+                        if matches!(failure, Some(ClientError::Refused(_) | ClientError::Settings(_))) {
+                            return Err(e);
+                        }
+                        eprintln!("watch: {} (reconnecting)", one_line(&e));
+                    }
+                },
+                _ = &mut signal => break,
+            }
+            connected_once = true;
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+        bars.finish();
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn results(
+    registry: &Registry,
+    ResultsArgs { job: a, svg }: ResultsArgs,
+) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
+        let r = c.results(a.job).await?;
+        let info = r
+            .job
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("the coordinator returned no job info"))?;
+        let params: serde_json::Value =
+            serde_json::from_str(&info.params_json).context("job parameters are not JSON")?;
+        let job = registry
+            .job_from_params(&info.space, &params)
+            .with_context(|| {
+                format!(
+                    "job {} is of space `{}`, which this build of sweep cannot show",
+                    info.id, info.space
+                )
+            })?;
+        let result: serde_json::Value =
+            serde_json::from_str(&r.result_json).context("the result is not JSON")?;
+        let elapsed = if info.finished_unix_ms > 0 {
+            info.finished_unix_ms.saturating_sub(info.created_unix_ms) as f64 / 1000.0
+        } else {
+            started.elapsed().as_secs_f64()
+        };
+        let report = Report {
+            space: info.space.clone(),
+            params,
+            job: Some(info.id),
+            state: info.state.clone(),
+            chunks_total: info.chunks_total,
+            chunks_done: info.chunks_done,
+            nodes: info.nodes.parse().unwrap_or(0),
+            elapsed_s: elapsed,
+            result,
+            poisoned: poisoned_list(&r),
+            unverified: info.unverified,
+            failures: failures_json(&info.failures),
+        };
+        report.print(job.as_ref(), a.json);
+        crate::output::write_pictures(job.as_ref(), &report.result, svg.as_deref())?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn control(a: JobArgs, what: Control) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
+        let info = match what {
+            Control::Cancel => c.cancel(a.job).await?,
+            Control::Pause => c.pause(a.job).await?,
+            Control::Resume => c.resume(a.job).await?,
+        };
+        if a.json {
+            println!("{}", info_json(&info));
+        } else {
+            println!("job {} is {}", info.id, info.state);
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}

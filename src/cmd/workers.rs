@@ -1,0 +1,88 @@
+//! `sweep workers` and `sweep drain WORKER`: the workers a coordinator has seen, and sending one away.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::remote::{connect, Remote};
+use crate::render::worker_json;
+use crate::runtime::runtime;
+
+#[derive(Args)]
+pub struct WorkersArgs {
+    #[command(flatten)]
+    remote: Remote,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct DrainArgs {
+    /// The worker's name, as `sweep workers` lists it.
+    worker: String,
+    #[command(flatten)]
+    remote: Remote,
+    #[arg(long)]
+    json: bool,
+}
+
+/// `sweep workers`: every worker the coordinator has seen, with its standing.
+pub fn workers(a: WorkersArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
+        let list = c.list_workers().await?;
+        if a.json {
+            let list: Vec<_> = list.iter().map(worker_json).collect();
+            println!("{}", serde_json::json!({ "workers": list }));
+            return Ok(ExitCode::SUCCESS);
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        println!(
+            "{:<28} {:>7} {:>9} {:>10} {:>8} {:>6} {:>4}  state",
+            "worker", "threads", "memory", "last seen", "chunks", "leases", "bad"
+        );
+        for w in &list {
+            let state = if w.banned {
+                "refused (bad results)"
+            } else if w.draining {
+                "draining"
+            } else {
+                "ok"
+            };
+            println!(
+                "{:<28} {:>7} {:>7}G {:>9.1}s {:>8} {:>6} {:>4}  {}",
+                w.name,
+                w.threads,
+                w.memory_bytes >> 30,
+                now.saturating_sub(w.last_seen_unix_ms) as f64 / 1000.0,
+                w.chunks_done,
+                w.leases_held,
+                w.bad_results,
+                state
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `sweep drain WORKER`: the worker finishes what it holds, takes nothing new and exits.
+pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
+        let w = c.drain(&a.worker).await?;
+        if a.json {
+            println!("{}", worker_json(&w));
+        } else {
+            println!(
+                "worker {} is draining: it finishes its {} leased chunks, then stops",
+                w.name, w.leases_held
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}

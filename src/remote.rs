@@ -1,0 +1,36 @@
+//! What every command that talks to a standalone coordinator shares: its URL and security flags, and the
+//! connection made from them.
+
+use clap::Args;
+use sweep_client::{Client, ClientError};
+
+#[derive(Args)]
+pub struct Remote {
+    /// Coordinator URL.
+    #[arg(
+        long,
+        env = "SWEEP_COORDINATOR",
+        default_value = "http://127.0.0.1:7878"
+    )]
+    pub coordinator: String,
+    #[command(flatten)]
+    pub security: crate::security::ClientArgs,
+}
+
+/// Connects to the coordinator at `url`.
+pub async fn connect(url: &str, security: &crate::security::ClientArgs) -> anyhow::Result<Client> {
+    Ok(Client::connect(url, &security.security()).await?)
+}
+
+/// Sends the files a job ships (`exec --ship`) to the coordinator.
+pub async fn ship(
+    c: &mut Client,
+    crate::exec::Shipped { digest, packed }: crate::exec::Shipped,
+) -> anyhow::Result<()> {
+    match c.ship(&digest, &packed).await {
+        Ok(()) => Ok(()),
+        // The coordinator's reply names what went wrong itself.
+        Err(e @ ClientError::Reply(_)) => Err(e.into()),
+        Err(e) => Err(anyhow::Error::new(e).context("cannot ship the files to the coordinator")),
+    }
+}

@@ -1,0 +1,79 @@
+//! Wire messages (jobs, workers, failed attempts) as the JSON and text lines the commands print.
+
+use sweep_proto::v1;
+
+pub fn info_json(j: &v1::JobInfo) -> serde_json::Value {
+    serde_json::json!({
+        "job": j.id,
+        "space": j.space,
+        "params": serde_json::from_str::<serde_json::Value>(&j.params_json).unwrap_or(serde_json::Value::Null),
+        "state": j.state,
+        "priority": j.priority,
+        "chunks_total": j.chunks_total,
+        "chunks_done": j.chunks_done,
+        "chunks_leased": j.chunks_leased,
+        "chunks_poisoned": j.chunks_poisoned,
+        "reissued": j.reissued,
+        "completions": j.completions,
+        "duplicates": j.duplicates,
+        "replicate": j.replicate.max(1),
+        "disagreements": j.disagreements,
+        // `input_job` for scripts written when a job had one input at most.
+        "input_job": (j.input_job != 0).then_some(j.input_job),
+        "input_jobs": if j.input_jobs.is_empty() && j.input_job != 0 { vec![j.input_job] } else { j.input_jobs.clone() },
+        "inputs_waiting": j.inputs_waiting,
+        "artifact_digest": (!j.artifact_digest.is_empty()).then_some(&j.artifact_digest),
+        "nodes": crate::output::big(j.nodes.parse().unwrap_or(0)),
+        "unverified": j.unverified,
+        "checkpoints": j.checkpoints,
+        "failures": failures_json(&j.failures),
+    })
+}
+
+pub fn failures_json(failures: &[v1::FailedAttempt]) -> Vec<serde_json::Value> {
+    failures
+        .iter()
+        .map(|f| serde_json::json!({"chunk": f.chunk, "worker": f.worker, "error": f.error, "unix_ms": f.unix_ms}))
+        .collect()
+}
+
+/// The lines that tell a person why a job's answer needs care: it cannot be re-verified, or attempts failed.
+pub fn caveats(j: &v1::JobInfo) -> Vec<String> {
+    let mut lines = Vec::new();
+    if j.unverified {
+        lines.push(format!(
+            "job {}: unverified: the coordinator cannot re-check a {} chunk's answer; submit with --replicate 2 \
+             or more to have distinct workers agree",
+            j.id, j.space
+        ));
+    }
+    for f in &j.failures {
+        lines.push(format!(
+            "job {} chunk {} failed on {}: {}",
+            j.id, f.chunk, f.worker, f.error
+        ));
+    }
+    lines
+}
+
+pub fn poisoned_list(r: &v1::ResultsResponse) -> Vec<serde_json::Value> {
+    r.poisoned
+        .iter()
+        .map(|p| serde_json::json!({"chunk": p.chunk, "attempts": p.attempts, "last_error": p.last_error}))
+        .collect()
+}
+
+pub fn worker_json(w: &v1::WorkerStatus) -> serde_json::Value {
+    serde_json::json!({
+        "name": w.name,
+        "threads": w.threads,
+        "memory_bytes": w.memory_bytes,
+        "last_seen_unix_ms": w.last_seen_unix_ms,
+        "chunks_done": w.chunks_done,
+        "leases_held": w.leases_held,
+        "bad_results": w.bad_results,
+        "banned": w.banned,
+        "draining": w.draining,
+        "version": w.version,
+    })
+}
