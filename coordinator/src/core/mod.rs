@@ -183,7 +183,8 @@ impl Core {
                 )));
             }
         }
-        let usage = HashMap::new();
+        // What each job stored counts against its caps across restarts, not per coordinator run.
+        let usage: HashMap<JobId, Usage> = snap.usage.into_iter().collect();
         let mut sched = Scheduler::new(cfg, snap.next_lease);
         let mut jobs = BTreeMap::new();
         for rec in snap.jobs {
@@ -222,6 +223,9 @@ impl Core {
         for (job, chunk) in &snap.done {
             sched.restore_chunk(*job, *chunk, &done);
             restored += 1;
+        }
+        for (job, chunk, votes) in snap.votes {
+            sched.restore_votes(job, chunk, votes);
         }
         sched.finish_restore();
         info!(jobs = jobs.len(), chunk_records = restored, "store loaded");
@@ -375,6 +379,10 @@ impl Core {
                 }
                 self.pending.push(Op::Chunk(job, chunk, rec));
             }
+        }
+        for (job, chunk) in dirty.votes {
+            let votes = self.sched.votes(job, chunk);
+            self.pending.push(Op::Votes(job, chunk, votes));
         }
         for job in dirty.jobs {
             let Some(state) = self.sched.job_state(job) else {

@@ -312,3 +312,73 @@ fn cancelling_an_input_cancels_its_readers() {
         JobState::Cancelled
     );
 }
+
+#[test]
+fn replication_votes_survive_a_coordinator_restart() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let id = submit(&mut core, 1, 2, 0);
+    let (a, b, c) = (
+        register(&mut core, "a", None),
+        register(&mut core, "b", None),
+        register(&mut core, "c", None),
+    );
+    let la = lease_one(&mut core, &a, 1);
+    assert_eq!(report(&mut core, &a, &la, la.chunk, 2).kind, AckKind::Voted);
+    commit(&mut core, &store);
+
+    // Restarted: a's vote is still there, so b's agreeing vote completes the chunk, and a cannot vote twice.
+    let mut core = open(&store, 3);
+    for w in [&a, &b, &c] {
+        register(&mut core, w, None);
+    }
+    assert!(matches!(core.lease(&a, 1, 4).unwrap(), LeaseAnswer::Chunks(v) if v.is_empty()));
+    let lb = lease_one(&mut core, &b, 5);
+    let ack = report(&mut core, &b, &lb, lb.chunk, 6);
+    assert_eq!(ack.kind, AckKind::Accepted, "{ack:?}");
+    assert_eq!(core.job_view(id, 7).unwrap().state, JobState::Done);
+    commit(&mut core, &store);
+    // Accepted: the votes are dropped from the store.
+    assert!(store.load().unwrap().votes.is_empty());
+}
+
+#[test]
+fn per_job_output_caps_survive_a_restart() {
+    let store = Store::in_memory();
+    let limits = Limits {
+        max_job_solutions: 3,
+        ..Limits::default()
+    };
+    let cfg = SchedulerConfig {
+        lease_ttl_ms: TTL,
+        ..SchedulerConfig::default()
+    };
+    let mut core = Core::open(store.load().unwrap(), cfg, limits.clone(), &job_of, 0).unwrap();
+    submit(&mut core, 4, 1, 0);
+    let w = register(&mut core, "w", None);
+    let with_solutions = |core: &mut Core, l: &LeaseView, t: u64| {
+        let mut out = output(l.chunk, l.chunk);
+        out.solutions = vec!["s1".into(), "s2".into()];
+        let job = core.job_and_chunks(l.job).unwrap();
+        let checked = Checked::new(
+            &limits,
+            l.lease,
+            l.job,
+            l.chunk,
+            Ok(out),
+            Some((job.0.as_ref(), job.1)),
+        );
+        core.apply_report(&w, checked, &|_, _| Ok(None), t).unwrap()
+    };
+    let l = lease_one(&mut core, &w, 1);
+    assert_eq!(with_solutions(&mut core, &l, 2).kind, AckKind::Accepted);
+    commit(&mut core, &store);
+
+    // Two solutions stored; after a restart two more would exceed the cap of three.
+    let mut core = Core::open(store.load().unwrap(), cfg, limits.clone(), &job_of, 3).unwrap();
+    register(&mut core, &w, None);
+    let l = lease_one(&mut core, &w, 4);
+    let ack = with_solutions(&mut core, &l, 5);
+    assert_eq!(ack.kind, AckKind::Rejected, "{ack:?}");
+    assert!(ack.message.contains("--max-job-solutions"), "{ack:?}");
+}

@@ -61,6 +61,13 @@ impl JobState {
     }
 }
 
+/// One replicated result: who sent it and its digest. Kept until the chunk is accepted, durably.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vote {
+    pub worker: String,
+    pub digest: String,
+}
+
 /// A chunk's durable state, as the store keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
@@ -232,6 +239,8 @@ pub enum SchedError {
 pub struct Dirty {
     pub chunks: Vec<(JobId, u64)>,
     pub jobs: Vec<JobId>,
+    /// Chunks whose replication votes changed (see [`Scheduler::votes`]).
+    pub votes: Vec<(JobId, u64)>,
 }
 
 #[derive(Debug)]
@@ -433,6 +442,35 @@ impl Scheduler {
         };
     }
 
+    /// Restores the stored votes of a replicated chunk that is not accepted yet.
+    pub fn restore_votes(&mut self, job: JobId, chunk: u64, votes: Vec<Vote>) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if (chunk as usize) < j.slots.len() && !votes.is_empty() {
+            j.votes.insert(
+                chunk,
+                votes.into_iter().map(|v| (v.worker, v.digest)).collect(),
+            );
+        }
+    }
+
+    /// The votes a replicated chunk has so far (empty once it is accepted), as the store keeps them.
+    pub fn votes(&self, job: JobId, chunk: u64) -> Vec<Vote> {
+        self.jobs
+            .get(&job)
+            .and_then(|j| j.votes.get(&chunk))
+            .map(|v| {
+                v.iter()
+                    .map(|(worker, digest)| Vote {
+                        worker: worker.clone(),
+                        digest: digest.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Call once after restoring: the fresh scan skips chunks that restored as non-pending.
     pub fn finish_restore(&mut self) {
         for j in self.jobs.values_mut() {
@@ -631,6 +669,8 @@ impl Scheduler {
             let already = votes.iter().any(|(w, _)| w == worker);
             if !already {
                 votes.push((worker.to_string(), digest.to_string()));
+                // Votes are durable: a restarted coordinator must not ask for them again (nor forget a liar's).
+                self.dirty.votes.push((job, chunk));
             }
             let agreeing = votes.iter().filter(|(_, d)| d == digest).count() as u32;
             let disagreement = !already && votes.iter().any(|(_, d)| d != digest);
@@ -676,7 +716,9 @@ impl Scheduler {
                 .filter(|(_, d)| d != digest)
                 .map(|(w, _)| w.clone())
                 .collect();
-            j.votes.remove(&chunk);
+            if j.votes.remove(&chunk).is_some() {
+                self.dirty.votes.push((job, chunk));
+            }
             j.retry.retain(|&c| c != chunk);
         }
         match *slot {

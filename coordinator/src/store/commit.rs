@@ -108,6 +108,11 @@ impl Store {
                 Op::Checkpoint(job, chunk, state) => {
                     writes.push((chunk_key(b'k', job, chunk), state.map(String::into_bytes)))
                 }
+                Op::Votes(job, chunk, votes) => writes.push((
+                    chunk_key(b'v', job, chunk),
+                    (!votes.is_empty()).then(|| encode(&votes)),
+                )),
+                Op::Usage(job, usage) => writes.push((job_key(b'u', job), Some(encode(&usage)))),
             }
         }
         blocks.drain_into(&mut writes);

@@ -8,7 +8,8 @@ use sweep_space::{ChunkOutput, Tally};
 
 use super::keys::key_text;
 use super::StoreError;
-use crate::scheduler::{ChunkRecord, JobId, JobState};
+use crate::limits::Usage;
+use crate::scheduler::{ChunkRecord, JobId, JobState, Vote};
 
 /// What the coordinator keeps about a job besides its chunks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -78,6 +79,10 @@ pub enum Op {
     Meta(&'static str, u64),
     /// A running chunk's newest resume state (`None`: the chunk is done, its state is dropped).
     Checkpoint(JobId, u64, Option<String>),
+    /// A replicated chunk's votes so far (empty: accepted, the votes are dropped).
+    Votes(JobId, u64, Vec<Vote>),
+    /// What a job's accepted outputs have stored, counted against its caps across restarts.
+    Usage(JobId, Usage),
 }
 
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(

@@ -10,7 +10,8 @@ use super::blocks::{block_entries, block_start, decode_entry};
 use super::keys::{be_u64, key_text};
 use super::records::{decode, JobRecord};
 use super::{Store, StoreError};
-use crate::scheduler::{ChunkRecord, JobId};
+use crate::limits::Usage;
+use crate::scheduler::{ChunkRecord, JobId, Vote};
 
 /// Everything needed to rebuild the coordinator's memory at start-up.
 #[derive(Debug, Default)]
@@ -26,6 +27,10 @@ pub struct Snapshot {
     pub next_lease: u64,
     /// Resume states of chunks that were interrupted (or are running), by (job, chunk).
     pub checkpoints: Vec<(JobId, u64, String)>,
+    /// Votes of replicated chunks not accepted yet, by (job, chunk).
+    pub votes: Vec<(JobId, u64, Vec<Vote>)>,
+    /// What each job's outputs have stored so far (for its caps).
+    pub usage: BTreeMap<JobId, Usage>,
 }
 
 impl Store {
@@ -88,6 +93,20 @@ impl Store {
             if let Ok(text) = String::from_utf8(v) {
                 snap.checkpoints.push((job, chunk, text));
             }
+        }
+        for (k, v) in self.kv.scan(b"v/")? {
+            if k.len() != 18 {
+                return Err(StoreError::Damaged {
+                    key: key_text(&k),
+                    why: "bad votes key length".into(),
+                });
+            }
+            let (job, chunk) = (be_u64(&k, &k[2..10])?, be_u64(&k, &k[10..])?);
+            snap.votes.push((job, chunk, decode(&k, &v)?));
+        }
+        for (k, v) in self.kv.scan(b"u/")? {
+            let job = be_u64(&k, &k[2..])?;
+            snap.usage.insert(job, decode(&k, &v)?);
         }
         snap.next_job = match self.kv.get(b"m/next_job")? {
             Some(v) => be_u64(b"m/next_job", &v)?,
