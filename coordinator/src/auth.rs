@@ -529,10 +529,16 @@ mod tests {
         for m in ["Submit", "Cancel", "Pause", "Resume", "SomethingNew"] {
             assert_eq!(required_role(&format!("/sweep.v1.Jobs/{m}")), Role::Admin);
         }
+        // Reflection describes the public protocol: any valid token. Health needs none at all. Any other
+        // service is admin-only until it is listed.
         assert_eq!(
-            required_role("/grpc.reflection.v1.ServerReflection/X"),
-            Role::Admin
+            required_role("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"),
+            Role::Worker
         );
+        assert!(is_public("/grpc.health.v1.Health/Check"));
+        assert!(!is_public("/sweep.v1.Jobs/ListJobs"));
+        assert!(!is_public("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"));
+        assert_eq!(required_role("/grpc.other.v1.Service/X"), Role::Admin);
         assert_eq!(required_role("/sweep.v1.Other/Lease"), Role::Admin);
         assert_eq!(required_role(""), Role::Admin);
         // Shipping files is submitting code: admin only, like Submit.
