@@ -115,7 +115,7 @@ fn job_summary(
         j.chunks_total,
         human(nodes_per_s)
     );
-    match (j.state.as_str(), eta) {
+    match (j.state().label(), eta) {
         ("running", Some(d)) => s.push_str(&format!(", ETA {}", short_duration(d))),
         ("running", None) => s.push_str(", ETA ?"),
         (state, _) if with_state => s.push_str(&format!(" [{state}]")),
@@ -142,14 +142,19 @@ fn plain_line(j: &v1::JobInfo, nodes_per_s: f64, eta: Option<Duration>) -> Strin
         "job {} {} {} {percent:.1}%: {}",
         j.id,
         j.space,
-        j.state,
+        j.state().label(),
         job_summary(j, nodes_per_s, eta, false)
     )
 }
 
 /// The line under the bars (and after each block of plain lines): the cluster at a glance.
 fn status_line(ev: &v1::WatchEvent) -> String {
-    let count = |state: &str| ev.jobs.iter().filter(|j| j.state == state).count();
+    let count = |state: &str| {
+        ev.jobs
+            .iter()
+            .filter(|j| j.state().label() == state)
+            .count()
+    };
     let mut by_state = vec![format!("{} running", count("running"))];
     for state in ["paused", "done", "done-with-poisoned-chunks", "cancelled"] {
         let n = count(state);
@@ -199,7 +204,7 @@ fn dag_of(top: u64, by_id: &HashMap<u64, &v1::JobInfo>) -> std::collections::BTr
 }
 
 fn is_running_now(j: &v1::JobInfo) -> bool {
-    j.state == "running" && j.inputs_waiting == 0
+    j.state() == v1::JobState::Running && j.inputs_waiting == 0
 }
 
 /// Folds `ev` for drawing: with `focus`, only that job and its inputs are in scope (`sweep run`).
@@ -229,7 +234,10 @@ fn fold(ev: &v1::WatchEvent, focus: Option<u64>) -> Folded {
             if !dag.is_empty() {
                 let inputs: Vec<&&v1::JobInfo> =
                     dag.iter().filter_map(|id| by_id.get(id)).collect();
-                let done = inputs.iter().filter(|i| i.state == "done").count();
+                let done = inputs
+                    .iter()
+                    .filter(|i| i.state() == v1::JobState::Done)
+                    .count();
                 let running = inputs.iter().filter(|i| is_running_now(i)).count();
                 let mut note = format!("job {} inputs: {done}/{} done", j.id, dag.len());
                 if running > 0 {
@@ -402,13 +410,13 @@ impl Bars {
                         bar,
                         nodes: Rate::default(),
                         progress: Rate::default(),
-                        state: j.state.clone(),
+                        state: j.state().label().to_string(),
                     })
                 }
             };
-            if view.state != j.state {
+            if view.state != j.state().label() {
                 changed = true;
-                view.state = j.state.clone();
+                view.state = j.state().label().to_string();
             }
             let nodes_per_s = view.nodes.update(now, p.nodes);
             let progress_per_s = view.progress.update(now, p.done);
@@ -537,11 +545,24 @@ mod tests {
         assert_eq!(short_duration(s(1_000_000_000)), ">99d");
     }
 
+    /// The wire code of a state label, so the fixtures read as the output does.
+    fn state_code(label: &str) -> i32 {
+        let all = [
+            v1::JobState::Running,
+            v1::JobState::Paused,
+            v1::JobState::Cancelled,
+            v1::JobState::Done,
+            v1::JobState::DoneWithPoisonedChunks,
+        ];
+        let s = all.into_iter().find(|s| s.label() == label);
+        s.unwrap_or_else(|| panic!("no state {label}")) as i32
+    }
+
     fn job(state: &str) -> v1::JobInfo {
         v1::JobInfo {
             id: 3,
             space: "star".into(),
-            state: state.into(),
+            state: state_code(state),
             chunks_total: 64,
             chunks_done: 12,
             nodes: "1000".into(),
@@ -588,7 +609,7 @@ mod tests {
         v1::JobInfo {
             id,
             space: "peg".into(),
-            state: state.into(),
+            state: state_code(state),
             input_jobs: inputs.to_vec(),
             inputs_waiting: waiting,
             ..job(state)

@@ -7,7 +7,7 @@ pub fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "job": j.id,
         "space": j.space,
         "params": serde_json::from_str::<serde_json::Value>(&j.params_json).unwrap_or(serde_json::Value::Null),
-        "state": j.state,
+        "state": j.state().label(),
         "priority": j.priority,
         "chunks_total": j.chunks_total,
         "chunks_done": j.chunks_done,

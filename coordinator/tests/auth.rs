@@ -364,7 +364,7 @@ async fn rotating_the_worker_token_loses_no_job() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(status.state, "done", "{status:?}");
+    assert_eq!(status.state(), v1::JobState::Done, "{status:?}");
     assert_eq!(
         status.completions, 12,
         "every chunk counted exactly once: {status:?}"

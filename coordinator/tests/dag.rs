@@ -346,7 +346,8 @@ async fn lease_and_run(
                 .unwrap()
                 .into_inner();
             assert_eq!(
-                info.state, "done",
+                info.state().label(),
+                "done",
                 "job {} leased before its inputs",
                 l.job_id
             );
@@ -469,7 +470,7 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     let mut held = Vec::new();
     for _ in 0..300 {
         let now = all_jobs(&mut jobs).await;
-        if now["b"].state == "done" {
+        if now["b"].state().label() == "done" {
             if now["b"].artifact_digest.len() == 64 {
                 held = lease_and_run(&mut work, &mut jobs, 2).await;
                 break;
@@ -509,7 +510,7 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     for _ in 0..500 {
         let reports = lease_and_run(&mut work, &mut jobs, 3).await;
         if reports.is_empty() {
-            if all_jobs(&mut jobs).await["e"].state == "done" {
+            if all_jobs(&mut jobs).await["e"].state().label() == "done" {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -518,7 +519,7 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     }
     let done = all_jobs(&mut jobs).await;
     for (name, j) in &done {
-        assert_eq!(j.state, "done", "{name}");
+        assert_eq!(j.state().label(), "done", "{name}");
         assert_eq!(
             j.completions, j.chunks_total,
             "{name}: every chunk counted once"
@@ -560,7 +561,7 @@ async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
     }
     // Done, and nobody reads it yet: no artifact stored.
     let quiet = all_jobs(&mut jobs).await["quiet"].clone();
-    assert_eq!(quiet.state, "done");
+    assert_eq!(quiet.state().label(), "done");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(all_jobs(&mut jobs).await["quiet"].artifact_digest, "");
     let e = jobs
@@ -574,7 +575,7 @@ async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
     for _ in 0..500 {
         let reports = lease_and_run(&mut work, &mut jobs, 4).await;
         if reports.is_empty() {
-            if all_jobs(&mut jobs).await["e"].state == "done" {
+            if all_jobs(&mut jobs).await["e"].state().label() == "done" {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -614,7 +615,7 @@ async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_aga
         ("quiet", "running"),
         ("e", "cancelled"),
     ] {
-        assert_eq!(after[name].state, state, "{name}");
+        assert_eq!(after[name].state().label(), state, "{name}");
     }
     let again = jobs.submit(submit("e", true)).await.unwrap().into_inner();
     assert!(!again.existing, "a cancelled job is not reused");
@@ -628,7 +629,7 @@ async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_aga
     for _ in 0..500 {
         let reports = lease_and_run(&mut work, &mut jobs, 4).await;
         if reports.is_empty() {
-            if all_jobs(&mut jobs).await["e"].state == "done" {
+            if all_jobs(&mut jobs).await["e"].state().label() == "done" {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -345,7 +345,7 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
             .await
             .unwrap()
             .into_inner();
-        if info.state == "done" {
+        if info.state().label() == "done" {
             break;
         }
         assert!(
@@ -868,7 +868,7 @@ fn fuzz_messages_with_lying_fields() {
                         .map(|j| (
                             j.id,
                             j.space.clone(),
-                            j.state.clone(),
+                            j.state().label(),
                             j.chunks_total,
                             j.chunks_done
                         ))

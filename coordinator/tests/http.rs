@@ -281,7 +281,7 @@ async fn dashboard_state_and_metrics_match_the_job() {
     let j = &state["jobs"][0];
     assert_eq!(j["id"], info.id);
     assert_eq!(j["space"], "star");
-    assert_eq!(j["state"], info.state.as_str());
+    assert_eq!(j["state"], info.state().label());
     assert_eq!(j["chunks_total"], info.chunks_total);
     assert_eq!(j["chunks_done"], info.chunks_done);
     assert_eq!(j["chunks_leased"], info.chunks_leased);

@@ -310,7 +310,7 @@ async fn results_wait_for_the_last_result_to_be_durable() {
         .unwrap()
         .into_inner();
     while let Some(ev) = watch.message().await.unwrap() {
-        if ev.jobs.iter().any(|j| j.state == "done") {
+        if ev.jobs.iter().any(|j| j.state().label() == "done") {
             break;
         }
     }

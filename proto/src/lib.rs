@@ -13,6 +13,28 @@ pub mod v1 {
     tonic::include_proto!("sweep.v1");
 }
 
+impl v1::JobState {
+    /// The state as people and scripts see it (`sweep status`, `--json`, the dashboard).
+    pub fn label(self) -> &'static str {
+        match self {
+            v1::JobState::Unspecified => "unknown",
+            v1::JobState::Running => "running",
+            v1::JobState::Paused => "paused",
+            v1::JobState::Cancelled => "cancelled",
+            v1::JobState::Done => "done",
+            v1::JobState::DoneWithPoisonedChunks => "done-with-poisoned-chunks",
+        }
+    }
+
+    /// Whether the job will change no more (its answer, if any, is final).
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            v1::JobState::Cancelled | v1::JobState::Done | v1::JobState::DoneWithPoisonedChunks
+        )
+    }
+}
+
 /// `sweep.proto` compiled to a `FileDescriptorSet`: what the coordinator's reflection service answers with.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/sweep_descriptor.bin"));

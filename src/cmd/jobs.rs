@@ -95,7 +95,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
                     "{:>5} {:<10} {:<26} {:>8}/{:<8} {:>8} {:>8}  {}",
                     j.id,
                     j.space,
-                    j.state,
+                    j.state().label(),
                     j.chunks_done,
                     j.chunks_total,
                     j.chunks_poisoned,
@@ -129,7 +129,7 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
                 let mut stream = c.watch(a.job.unwrap_or(0), a.interval_ms).await?;
                 while let Some(ev) = stream.next().await? {
                     bars.update_folded(&ev, None);
-                    let all_finished = !ev.jobs.is_empty() && ev.jobs.iter().all(|j| j.state != "running" && j.state != "paused");
+                    let all_finished = !ev.jobs.is_empty() && ev.jobs.iter().all(|j| !matches!(j.state(), sweep_proto::v1::JobState::Running | sweep_proto::v1::JobState::Paused));
                     if all_finished && !a.follow {
                         return Ok::<bool, anyhow::Error>(true);
                     }
@@ -197,7 +197,7 @@ pub fn results(
             space: info.space.clone(),
             params,
             job: Some(info.id),
-            state: info.state.clone(),
+            state: info.state().label().to_string(),
             chunks_total: info.chunks_total,
             chunks_done: info.chunks_done,
             nodes: info.nodes.parse().unwrap_or(0),
@@ -225,7 +225,7 @@ pub fn control(a: JobArgs, what: Control) -> anyhow::Result<ExitCode> {
         if a.json {
             println!("{}", info_json(&info));
         } else {
-            println!("job {} is {}", info.id, info.state);
+            println!("job {} is {}", info.id, info.state().label());
         }
         Ok(ExitCode::SUCCESS)
     })

@@ -94,11 +94,11 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
             .await?;
         let mut info = submitted.job.ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
         // `sweep run` means "get me the answer": a job someone paused is resumed.
-        if submitted.existing && info.state == "paused" {
+        if submitted.existing && info.state() == v1::JobState::Paused {
             info = jobs.resume(info.id).await?;
         }
         // On stderr even with --json: stdout carries only the answer.
-        if submitted.existing && info.state == "running" {
+        if submitted.existing && info.state() == v1::JobState::Running {
             eprintln!(
                 "resuming job {} from {} ({}/{} chunks already done)",
                 info.id,
@@ -107,7 +107,7 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
                 info.chunks_total
             );
         } else if submitted.existing {
-            eprintln!("job {} in {} is already {}: answering from the store", info.id, engine.data.display(), info.state);
+            eprintln!("job {} in {} is already {}: answering from the store", info.id, engine.data.display(), info.state().label());
         }
         let (stop_worker, worker_stopped) = oneshot::channel::<()>();
         let worker = tokio::spawn(sweep_worker::run(sweep_worker::WorkerConfig::new(url.clone(), threads, registry.clone()), async {
@@ -124,7 +124,7 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
                 ev = stream.next() => {
                     let Some(ev) = ev? else { anyhow::bail!("the embedded coordinator stopped reporting progress") };
                     bars.update_folded(&ev, Some(info.id));
-                    if ev.jobs.iter().any(|j| j.id == info.id && j.state != "running" && j.state != "paused") {
+                    if ev.jobs.iter().any(|j| j.id == info.id && !matches!(j.state(), v1::JobState::Running | v1::JobState::Paused)) {
                         break false;
                     }
                 }
@@ -157,7 +157,7 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
             space: job.space().to_string(),
             params: job.params(),
             job: Some(final_info.id),
-            state: final_info.state.clone(),
+            state: final_info.state().label().to_string(),
             chunks_total: final_info.chunks_total,
             chunks_done: final_info.chunks_done,
             nodes: final_info.nodes.parse().unwrap_or(0),
@@ -169,7 +169,7 @@ pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
         };
         report.print(job.as_ref(), engine.json);
         crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;
-        Ok(if report.poisoned.is_empty() && final_info.state == "done" {
+        Ok(if report.poisoned.is_empty() && final_info.state() == v1::JobState::Done {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(exit::POISONED)

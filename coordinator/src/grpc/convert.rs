@@ -5,8 +5,14 @@ use sweep_proto::v1;
 use crate::core::{Ack, AckKind, FailedAttempt, JobView, LeaseView, PoisonedChunk, WorkerView};
 use crate::scheduler::JobState;
 
-pub fn job_state(s: JobState) -> String {
-    s.as_str().to_string()
+pub fn job_state(s: JobState) -> v1::JobState {
+    match s {
+        JobState::Running => v1::JobState::Running,
+        JobState::Paused => v1::JobState::Paused,
+        JobState::Cancelled => v1::JobState::Cancelled,
+        JobState::Done => v1::JobState::Done,
+        JobState::DoneWithPoisonedChunks => v1::JobState::DoneWithPoisonedChunks,
+    }
 }
 
 pub fn job_info(j: JobView) -> v1::JobInfo {
@@ -14,7 +20,7 @@ pub fn job_info(j: JobView) -> v1::JobInfo {
         id: j.id,
         space: j.space,
         params_json: j.params_json,
-        state: job_state(j.state),
+        state: job_state(j.state) as i32,
         priority: j.priority,
         chunks_total: j.chunks_total,
         chunks_done: j.chunks_done,
@@ -114,5 +120,18 @@ pub fn report_ack(a: Ack) -> v1::ReportAck {
         lease_id: a.lease,
         status: ack_status(a.kind) as i32,
         message: a.message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_keeps_its_label_on_the_wire() {
+        for s in JobState::ALL {
+            assert_eq!(job_state(s).label(), s.as_str());
+            assert_eq!(job_state(s).is_finished(), s.is_finished());
+        }
     }
 }
