@@ -67,10 +67,15 @@ impl SearchSpace for Primes {
         if params.below > MAX_BELOW {
             return Err(SpaceError::InvalidParam {
                 name: "below",
-                reason: format!("{} is above the largest N, 2^40 = {MAX_BELOW}", params.below),
+                reason: format!(
+                    "{} is above the largest N, 2^40 = {MAX_BELOW}",
+                    params.below
+                ),
             });
         }
-        Ok(PrimesJob { below: params.below })
+        Ok(PrimesJob {
+            below: params.below,
+        })
     }
 }
 
@@ -181,7 +186,10 @@ impl Job for PrimesJob {
     }
 
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
-        let default = self.below.div_ceil(DEFAULT_CHUNK_SPAN).min(MAX_DEFAULT_CHUNKS);
+        let default = self
+            .below
+            .div_ceil(DEFAULT_CHUNK_SPAN)
+            .min(MAX_DEFAULT_CHUNKS);
         let n_chunks = Plan::chunk_count(requested, self.max_chunks(), default)?;
         Ok(Plan {
             n_chunks,
@@ -320,8 +328,15 @@ mod tests {
 
     #[test]
     fn segments_agree_with_trial_division() {
-        for (lo, hi) in [(0, 0), (0, 1), (0, 3), (0, 2000), (1000, 1100), (7919, 7920), (99_000, 101_000)]
-        {
+        for (lo, hi) in [
+            (0, 0),
+            (0, 1),
+            (0, 3),
+            (0, 2000),
+            (1000, 1100),
+            (7919, 7920),
+            (99_000, 101_000),
+        ] {
             assert_eq!(
                 count_primes(lo, hi, &Control::new()).unwrap(),
                 naive_count(lo, hi),
@@ -330,7 +345,10 @@ mod tests {
         }
         // Across a segment boundary, with base primes near the square root.
         let (lo, hi) = (SEGMENT - 500, SEGMENT + 500);
-        assert_eq!(count_primes(lo, hi, &Control::new()).unwrap(), naive_count(lo, hi));
+        assert_eq!(
+            count_primes(lo, hi, &Control::new()).unwrap(),
+            naive_count(lo, hi)
+        );
     }
 
     #[test]
@@ -349,7 +367,10 @@ mod tests {
         for k in 0..=6u32 {
             let n = 10u64.pow(k);
             let a = solve(job(n).as_ref(), 3.min(n));
-            assert_eq!(a.tally.counter("primes"), u128::from(PI_POWERS_OF_TEN[k as usize]));
+            assert_eq!(
+                a.tally.counter("primes"),
+                u128::from(PI_POWERS_OF_TEN[k as usize])
+            );
             assert_eq!(job(n).result(&a)["matches_published"], true);
         }
         assert_eq!(published(10_000_000), Some(664_579));
@@ -368,7 +389,10 @@ mod tests {
         odd.count("twins", 1);
         j.verify(4, 1, &good).unwrap();
         for bad in [inflated, short, odd] {
-            assert!(matches!(j.verify(4, 1, &bad), Err(SpaceError::Verification(_))), "{bad:?}");
+            assert!(
+                matches!(j.verify(4, 1, &bad), Err(SpaceError::Verification(_))),
+                "{bad:?}"
+            );
         }
         // A long chunk is bounded: more primes than odd numbers is refused.
         let big = job(10_000_000);
@@ -385,7 +409,11 @@ mod tests {
         assert_eq!(j.run_chunk(1, 0, &ctl), Err(SpaceError::Cancelled));
         let ctl = Control::new();
         j.run_chunk(100, 3, &ctl).unwrap();
-        assert_eq!(ctl.nodes(), 1_000_000, "progress is every integer of the chunk");
+        assert_eq!(
+            ctl.nodes(),
+            1_000_000,
+            "progress is every integer of the chunk"
+        );
     }
 
     #[test]
@@ -400,7 +428,9 @@ mod tests {
         assert!(crate::job_from_params("primes", &json!({ "below": 5, "x": 1 })).is_err());
         // Default N.
         assert_eq!(
-            crate::job_from_params("primes", &json!({})).unwrap().params(),
+            crate::job_from_params("primes", &json!({}))
+                .unwrap()
+                .params(),
             json!({ "below": 10_000_000 })
         );
     }
