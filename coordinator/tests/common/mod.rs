@@ -240,6 +240,16 @@ impl FakeWorker {
         Ok(w)
     }
 
+    /// A worker that has not registered yet but calls itself `id` (as a worker whose coordinator restarted
+    /// does): its first lease may be answered with `register_again`.
+    pub fn unregistered(work: Work, id: &str, registration: v1::RegisterRequest) -> FakeWorker {
+        FakeWorker {
+            work,
+            id: id.into(),
+            registration,
+        }
+    }
+
     /// Registers again with the same request (as a worker does when the coordinator asks it to, after a
     /// restart); keeps and returns the id.
     pub async fn register_again(&mut self) -> Result<String, Status> {
