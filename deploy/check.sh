@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Validates the deploy/ recipes with whatever tools this machine has, and says which checks it could not run.
 # The same checks (and the one that matters most: every `sweep` flag the recipes use exists) also run in
-# `cargo test --release --test deploy_recipes`; this script is for operators editing the recipes.
+# `cargo test --release --test e2e deploy::`; this script is for operators editing the recipes.
 #
 #   deploy/check.sh            # from anywhere; exits non-zero if a check that ran failed
 #   SWEEP_BIN=target/release/sweep deploy/check.sh   # systemd-analyze needs an existing binary for ExecStart

@@ -537,7 +537,9 @@ mod tests {
         );
         assert!(is_public("/grpc.health.v1.Health/Check"));
         assert!(!is_public("/sweep.v1.Jobs/ListJobs"));
-        assert!(!is_public("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"));
+        assert!(!is_public(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+        ));
         assert_eq!(required_role("/grpc.other.v1.Service/X"), Role::Admin);
         assert_eq!(required_role("/sweep.v1.Other/Lease"), Role::Admin);
         assert_eq!(required_role(""), Role::Admin);

@@ -2,9 +2,12 @@
 //! handler, tokens rotate without losing a job, TLS refuses plain clients and (when asked) clients without a
 //! certificate, and one client cannot make the coordinator hold or store unbounded data.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::{Authed, Bearer, FakeWorker, Work};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
@@ -12,45 +15,26 @@ use rcgen::{
 use sweep_coordinator::auth::Auth;
 use sweep_coordinator::limits::Limits;
 use sweep_coordinator::store::Store;
-use sweep_coordinator::{serve, Coordinator, CoordinatorConfig, ServeSecurity};
-use sweep_proto::v1::{self, jobs_client::JobsClient, work_client::WorkClient};
-use tokio::sync::oneshot;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::interceptor::InterceptedService;
-use tonic::service::Interceptor;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-use tonic::{Code, Request, Status};
+use sweep_coordinator::{CoordinatorConfig, ServeSecurity};
+use sweep_proto::v1::{self, jobs_client::JobsClient};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Status};
 
 const WORKER: &str = "worker-token-aaaaaaaaaaaaaaaa";
 const ADMIN: &str = "admin-token-bbbbbbbbbbbbbbbbbb";
 const NEW_WORKER: &str = "worker-token-rotated-cccccccccc";
 
-/// Sends `authorization: Bearer <token>` (or nothing).
-#[derive(Clone)]
-struct Bearer(Option<MetadataValue<Ascii>>);
-
-impl Bearer {
-    fn new(token: Option<&str>) -> Bearer {
-        Bearer(token.map(|t| format!("Bearer {t}").parse().unwrap()))
-    }
-}
-
-impl Interceptor for Bearer {
-    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(req)
-    }
-}
-
-type Authed = InterceptedService<Channel, Bearer>;
-
+/// The common in-process server with a fresh store in its own directory, where the token files go too.
 struct Server {
-    url: String,
+    server: common::Server,
     dir: tempfile::TempDir,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::ops::Deref for Server {
+    type Target = common::Server;
+    fn deref(&self) -> &common::Server {
+        &self.server
+    }
 }
 
 impl Server {
@@ -64,54 +48,16 @@ impl Server {
             registry: sweep_puzzles::registry(),
             ..CoordinatorConfig::default()
         };
-        let coord = Coordinator::open(store, cfg).expect("open coordinator");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let scheme = if security.tls.is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            serve(listener, coord, security, async {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("serve");
-        });
-        Server {
-            url,
-            dir,
-            stop: Some(stop),
-            task,
-        }
+        let server = common::Server::start_with(store, cfg, security, false).await;
+        Server { server, dir }
     }
 
-    async fn channel(&self) -> Channel {
-        Endpoint::from_shared(self.url.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap()
+    async fn clients(&self, token: Option<&str>) -> (Work, JobsClient<Authed>) {
+        self.server.clients_as(token).await
     }
 
-    async fn clients(&self, token: Option<&str>) -> (WorkClient<Authed>, JobsClient<Authed>) {
-        let ch = self.channel().await;
-        (
-            WorkClient::with_interceptor(ch.clone(), Bearer::new(token)),
-            JobsClient::with_interceptor(ch, Bearer::new(token)),
-        )
-    }
-
-    async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .expect("server stops")
-            .expect("server task");
+    async fn stop(self) {
+        self.server.stop().await
     }
 }
 
@@ -135,71 +81,9 @@ fn star7(chunks: u64) -> v1::SubmitRequest {
     }
 }
 
-async fn register(work: &mut WorkClient<Authed>, name: &str) -> Result<String, Status> {
-    Ok(work
-        .register(v1::RegisterRequest {
-            name: name.into(),
-            spaces: sweep_puzzles::registry()
-                .names()
-                .into_iter()
-                .map(String::from)
-                .collect(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner()
-        .worker_id)
-}
-
-/// Leases up to `n` chunks one at a time, runs them with the real kernel, reports them; returns how many
-/// were accepted.
-async fn run_chunks(
-    work: &mut WorkClient<Authed>,
-    worker: &str,
-    n: usize,
-) -> Result<usize, Status> {
-    let mut accepted = 0;
-    for _ in 0..n {
-        let leases = work
-            .lease(v1::LeaseRequest {
-                worker_id: worker.into(),
-                max_chunks: 1,
-            })
-            .await?
-            .into_inner()
-            .leases;
-        let Some(lease) = leases.into_iter().next() else {
-            break;
-        };
-        let job = sweep_puzzles::registry()
-            .job_from_params(
-                &lease.space,
-                &serde_json::from_str(&lease.params_json).unwrap(),
-            )
-            .unwrap();
-        let out = job
-            .run_chunk(lease.n_chunks, lease.chunk, &sweep_puzzles::Control::new())
-            .unwrap();
-        let acks = work
-            .complete(v1::CompleteRequest {
-                worker_id: worker.into(),
-                reports: vec![v1::ChunkReport {
-                    lease_id: lease.lease_id,
-                    job_id: lease.job_id,
-                    chunk: lease.chunk,
-                    output: Some(v1::ChunkOutput::from(&out)),
-                    elapsed_s: 0.0,
-                }],
-            })
-            .await?
-            .into_inner()
-            .acks;
-        accepted += acks
-            .iter()
-            .filter(|a| a.status == v1::AckStatus::Accepted as i32)
-            .count();
-    }
-    Ok(accepted)
+/// A worker registered as `name` for every built-in space, through `work`.
+async fn register(work: &Work, name: &str) -> Result<FakeWorker, Status> {
+    FakeWorker::register(work.clone(), name, &sweep_puzzles::registry()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,10 +95,10 @@ async fn tokens_are_checked_per_method() {
         Some("not-a-token-at-all-xxxxxxxx"),
         Some(&WORKER[..20]),
     ] {
-        let (mut work, mut jobs) = server.clients(token).await;
+        let (work, mut jobs) = server.clients(token).await;
         let e = jobs.list_jobs(v1::ListJobsRequest {}).await.unwrap_err();
         assert_eq!(e.code(), Code::Unauthenticated, "{token:?}: {e:?}");
-        let e = register(&mut work, "w").await.unwrap_err();
+        let e = register(&work, "w").await.err().expect("refused");
         assert_eq!(e.code(), Code::Unauthenticated, "{token:?}: {e:?}");
         let e = jobs.submit(star7(4)).await.unwrap_err();
         assert_eq!(e.code(), Code::Unauthenticated, "{token:?}: {e:?}");
@@ -230,7 +114,7 @@ async fn tokens_are_checked_per_method() {
     assert!(e.message().contains("--token-file"), "{e:?}");
 
     // A worker token runs chunks and reads jobs, but may not change them.
-    let (mut work, mut jobs) = server.clients(Some(WORKER)).await;
+    let (work, mut jobs) = server.clients(Some(WORKER)).await;
     let e = jobs.submit(star7(4)).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert!(
@@ -270,8 +154,8 @@ async fn tokens_are_checked_per_method() {
     jobs.job_status(v1::JobRequest { job_id: job.id })
         .await
         .unwrap();
-    let worker = register(&mut work, "w1").await.unwrap();
-    assert_eq!(run_chunks(&mut work, &worker, 4).await.unwrap(), 4);
+    let mut worker = register(&work, "w1").await.unwrap();
+    assert_eq!(worker.run_chunks(4).await.unwrap(), 4);
     let r = jobs
         .results(v1::JobRequest { job_id: job.id })
         .await
@@ -280,8 +164,8 @@ async fn tokens_are_checked_per_method() {
     let v: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
     assert_eq!(v["solutions"], 1008, "{v}");
     // The admin token may do what a worker token may.
-    let mut admin_work = server.clients(Some(ADMIN)).await.0;
-    register(&mut admin_work, "w2").await.unwrap();
+    let admin_work = server.clients(Some(ADMIN)).await.0;
+    register(&admin_work, "w2").await.unwrap();
     // A done job cannot be paused, but the admin token is not what stops it.
     let e = admin
         .pause(v1::JobRequest { job_id: job.id })
@@ -324,27 +208,27 @@ async fn rotating_the_worker_token_loses_no_job() {
         .unwrap();
 
     // The old token runs part of the job.
-    let (mut old_work, _) = server.clients(Some(WORKER)).await;
-    let old_id = register(&mut old_work, "old").await.unwrap();
-    assert_eq!(run_chunks(&mut old_work, &old_id, 4).await.unwrap(), 4);
+    let (old_work, _) = server.clients(Some(WORKER)).await;
+    let mut old = register(&old_work, "old").await.unwrap();
+    assert_eq!(old.run_chunks(4).await.unwrap(), 4);
 
     // Step 1: add the new token; both work while clients move over.
     std::fs::write(&worker_file, format!("{WORKER}\n{NEW_WORKER}\n")).unwrap();
-    let (mut new_work, mut new_jobs) = server.clients(Some(NEW_WORKER)).await;
+    let (new_work, mut new_jobs) = server.clients(Some(NEW_WORKER)).await;
     eventually(true, || {
         let mut c = new_jobs.clone();
         async move { c.list_jobs(v1::ListJobsRequest {}).await }
     })
     .await;
-    let new_id = register(&mut new_work, "new").await.unwrap();
-    assert_eq!(run_chunks(&mut new_work, &new_id, 4).await.unwrap(), 4);
-    assert_eq!(run_chunks(&mut old_work, &old_id, 2).await.unwrap(), 2);
+    let mut new = register(&new_work, "new").await.unwrap();
+    assert_eq!(new.run_chunks(4).await.unwrap(), 4);
+    assert_eq!(old.run_chunks(2).await.unwrap(), 2);
 
     // Step 2: remove the old token; it is refused from then on, and the new one finishes the job.
     std::fs::write(&worker_file, format!("# rotated\n{NEW_WORKER}\n")).unwrap();
     eventually(false, || {
         let mut c = old_work.clone();
-        let id = old_id.clone();
+        let id = old.id.clone();
         // A heartbeat without leases changes nothing: probing must not lease chunks it will not run.
         async move {
             let req = v1::HeartbeatRequest {
@@ -355,9 +239,9 @@ async fn rotating_the_worker_token_loses_no_job() {
         }
     })
     .await;
-    let e = register(&mut old_work, "old").await.unwrap_err();
+    let e = old.register_again().await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
-    assert_eq!(run_chunks(&mut new_work, &new_id, 20).await.unwrap(), 2);
+    assert_eq!(new.run_chunks(20).await.unwrap(), 2);
 
     let status = new_jobs
         .job_status(v1::JobRequest { job_id: job.id })
@@ -574,7 +458,7 @@ async fn limits_refuse_oversized_work_with_the_limit_named() {
         ..Limits::default()
     };
     let server = Server::start(limits, |_| ServeSecurity::default()).await;
-    let (mut work, mut jobs) = server.clients(None).await;
+    let (work, mut jobs) = server.clients(None).await;
 
     let mut big = star7(2);
     big.params_json = format!(r#"{{"points": 7, "pad": "{}"}}"#, "x".repeat(200));
@@ -620,36 +504,16 @@ async fn limits_refuse_oversized_work_with_the_limit_named() {
         .into_inner()
         .job
         .unwrap();
-    let worker = register(&mut work, "flood").await.unwrap();
-    let lease = work
-        .lease(v1::LeaseRequest {
-            worker_id: worker.clone(),
-            max_chunks: 1,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .leases
-        .remove(0);
+    let mut worker = register(&work, "flood").await.unwrap();
+    let lease = worker.lease(1).await.unwrap().remove(0);
     let flood = v1::ChunkOutput {
         solutions: vec!["a".into(), "b".into(), "c".into()],
         ..Default::default()
     };
-    let acks = work
-        .complete(v1::CompleteRequest {
-            worker_id: worker.clone(),
-            reports: vec![v1::ChunkReport {
-                lease_id: lease.lease_id,
-                job_id: lease.job_id,
-                chunk: lease.chunk,
-                output: Some(flood),
-                elapsed_s: 0.0,
-            }],
-        })
+    let acks = worker
+        .complete(vec![common::report(&lease, flood)])
         .await
-        .unwrap()
-        .into_inner()
-        .acks;
+        .unwrap();
     assert_eq!(acks[0].status, v1::AckStatus::Rejected as i32, "{acks:?}");
     assert!(
         acks[0].message.contains("--max-report-solutions"),

@@ -11,14 +11,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::Server;
-use sweep_coordinator::scheduler::SchedulerConfig;
+use common::{FakeWorker, Jobs, Server};
 use sweep_coordinator::store::Store;
 use sweep_coordinator::CoordinatorConfig;
-use sweep_proto::v1::{self, jobs_client::JobsClient, work_client::WorkClient};
+use sweep_proto::v1;
 use sweep_puzzles::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SpaceError};
 use sweep_space::{inputs, Registry, Space};
-use tonic::transport::Channel;
 
 /// name -> (inputs, chunks). Names missing here fail to build, like bad parameters.
 fn graph(name: &str) -> Option<(Vec<String>, u64)> {
@@ -246,13 +244,8 @@ fn registry() -> Registry {
 /// The coordinator configuration this file's tests run with.
 fn config() -> CoordinatorConfig {
     CoordinatorConfig {
-        scheduler: SchedulerConfig {
-            lease_ttl_ms: 60_000,
-            ..SchedulerConfig::default()
-        },
-        expiry_interval: Duration::from_millis(50),
         registry: registry(),
-        ..CoordinatorConfig::default()
+        ..common::config(60_000, 3)
     }
 }
 
@@ -271,7 +264,7 @@ fn submit(node: &str, reuse: bool) -> v1::SubmitRequest {
     }
 }
 
-async fn all_jobs(jobs: &mut JobsClient<Channel>) -> BTreeMap<String, v1::JobInfo> {
+async fn all_jobs(jobs: &mut Jobs) -> BTreeMap<String, v1::JobInfo> {
     jobs.list_jobs(v1::ListJobsRequest {})
         .await
         .unwrap()
@@ -285,10 +278,11 @@ async fn all_jobs(jobs: &mut JobsClient<Channel>) -> BTreeMap<String, v1::JobInf
         .collect()
 }
 
-async fn fetch(work: &mut WorkClient<Channel>, job: u64, digest: &str) -> Vec<u8> {
-    let mut stream = work
+async fn fetch(w: &mut FakeWorker, job: u64, digest: &str) -> Vec<u8> {
+    let mut stream = w
+        .work
         .fetch_artifact(v1::FetchArtifactRequest {
-            worker_id: "w".into(),
+            worker_id: w.id.clone(),
             job_id: job,
             digest: String::new(),
         })
@@ -306,20 +300,12 @@ async fn fetch(work: &mut WorkClient<Channel>, job: u64, digest: &str) -> Vec<u8
 
 /// Leases up to `max` chunks, checks that every input of their jobs is done with the digest the lease names, and
 /// runs them; returns the reports without sending them.
-async fn lease_and_run(
-    work: &mut WorkClient<Channel>,
-    jobs: &mut JobsClient<Channel>,
-    max: u32,
-) -> Vec<v1::ChunkReport> {
-    let ask = v1::LeaseRequest {
-        worker_id: "w".into(),
-        max_chunks: max,
-    };
-    let mut resp = work.lease(ask.clone()).await.unwrap().into_inner();
+async fn lease_and_run(w: &mut FakeWorker, jobs: &mut Jobs, max: u32) -> Vec<v1::ChunkReport> {
+    let mut resp = w.lease_response(max).await.unwrap();
     if resp.register_again {
         // A coordinator that has not heard which spaces "w" runs (new, or restarted) asks, as a worker does.
-        register(work).await;
-        resp = work.lease(ask).await.unwrap().into_inner();
+        w.register_again().await.unwrap();
+        resp = w.lease_response(max).await.unwrap();
         assert!(!resp.register_again);
     }
     let leases = resp.leases;
@@ -353,49 +339,41 @@ async fn lease_and_run(
             );
             assert_eq!(info.artifact_digest, input.digest);
             assert_eq!(info.params_json, want.params.to_string());
-            artifacts.push(fetch(work, input.job_id, &input.digest).await);
+            artifacts.push(fetch(w, input.job_id, &input.digest).await);
         }
         if !artifacts.is_empty() {
             let views: Vec<&[u8]> = artifacts.iter().map(|a| a.as_slice()).collect();
             job = job.bind_inputs(&views).unwrap();
         }
         let out = job.run_chunk(l.n_chunks, l.chunk, &Control::new()).unwrap();
-        reports.push(v1::ChunkReport {
-            lease_id: l.lease_id,
-            job_id: l.job_id,
-            chunk: l.chunk,
-            output: Some((&out).into()),
-            elapsed_s: 0.0,
-        });
+        reports.push(common::report(&l, (&out).into()));
     }
     reports
 }
 
-async fn register(work: &mut WorkClient<Channel>) {
-    work.register(v1::RegisterRequest {
+/// The fake worker of these tests, "w", on `server`: registered, or (`registered == false`) not yet, as after
+/// a coordinator restart.
+async fn worker(server: &Server, registered: bool) -> FakeWorker {
+    let registration = v1::RegisterRequest {
         name: "w".into(),
         threads: 1,
-        spaces: registry().names().into_iter().map(String::from).collect(),
+        spaces: common::space_names(&registry()),
         ..Default::default()
-    })
-    .await
-    .unwrap();
+    };
+    let (work, _) = server.clients().await;
+    if registered {
+        FakeWorker::register_as(work, registration).await.unwrap()
+    } else {
+        FakeWorker::unregistered(work, "w", registration)
+    }
 }
 
-async fn report(work: &mut WorkClient<Channel>, reports: Vec<v1::ChunkReport>) {
+/// Sends `reports` (if any); every one must be accepted.
+async fn report(w: &mut FakeWorker, reports: Vec<v1::ChunkReport>) {
     if reports.is_empty() {
         return;
     }
-    let acks = work
-        .complete(v1::CompleteRequest {
-            worker_id: "w".into(),
-            reports,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .acks;
-    for a in acks {
+    for a in w.complete(reports).await.unwrap() {
         assert_eq!(a.status(), v1::AckStatus::Accepted, "{}", a.message);
     }
 }
@@ -405,8 +383,8 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     let server = start(Store::open(&path).unwrap()).await;
-    let (mut work, mut jobs) = server.clients().await;
-    register(&mut work).await;
+    let (_, mut jobs) = server.clients().await;
+    let mut work = worker(&server, true).await;
 
     // One submit creates the whole DAG, each job once, inputs before their readers.
     let top = jobs.submit(submit("e", true)).await.unwrap().into_inner();
@@ -492,7 +470,8 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     server.stop().await;
 
     let server = start(Store::open(&path).unwrap()).await;
-    let (mut work, mut jobs) = server.clients().await;
+    let (_, mut jobs) = server.clients().await;
+    let mut work = worker(&server, false).await;
     let restored = all_jobs(&mut jobs).await;
     assert_eq!(restored["d"].input_jobs, [id("b"), id("c"), id("a")]);
     assert_eq!(
@@ -550,7 +529,8 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
     let server = start(Store::in_memory()).await;
-    let (mut work, mut jobs) = server.clients().await;
+    let (_, mut jobs) = server.clients().await;
+    let mut work = worker(&server, false).await;
     jobs.submit(submit("quiet", true)).await.unwrap();
     for _ in 0..100 {
         let reports = lease_and_run(&mut work, &mut jobs, 4).await;
@@ -598,7 +578,8 @@ async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_again() {
     let server = start(Store::in_memory()).await;
-    let (mut work, mut jobs) = server.clients().await;
+    let (_, mut jobs) = server.clients().await;
+    let mut work = worker(&server, false).await;
     jobs.submit(submit("e", true)).await.unwrap();
     let before = all_jobs(&mut jobs).await;
     jobs.cancel(v1::JobRequest {

@@ -11,15 +11,13 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::{FakeWorker, Server};
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use prost::bytes::{Buf, BufMut};
 use prost::Message;
-use sweep_coordinator::scheduler::SchedulerConfig;
 use sweep_coordinator::store::Store;
-use sweep_coordinator::CoordinatorConfig;
 use sweep_proto::v1::{self, jobs_client::JobsClient, work_client::WorkClient};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
@@ -38,23 +36,18 @@ fn cases() -> u32 {
         .unwrap_or(DEFAULT_CASES)
 }
 
-/// The coordinator configuration this file's tests run with.
-fn config() -> CoordinatorConfig {
-    CoordinatorConfig {
-        scheduler: SchedulerConfig {
-            // Fuzzed leases that nobody completes come back quickly.
-            lease_ttl_ms: 1_000,
-            max_attempts: 3,
-            ..SchedulerConfig::default()
-        },
-        expiry_interval: Duration::from_millis(50),
-        registry: sweep_puzzles::registry(),
-        ..CoordinatorConfig::default()
-    }
+/// A coordinator on `store` with this file's configuration: fuzzed leases that nobody completes come back
+/// quickly (1 s), three attempts per chunk.
+async fn start(store: Store) -> Server {
+    Server::start(store, common::config(1_000, 3)).await
 }
 
-async fn start(store: Store) -> Server {
-    Server::start(store, config()).await
+/// The honest worker of these tests, on its own connection to `ch`.
+async fn honest_worker(ch: Channel, name: &str) -> FakeWorker {
+    let work = WorkClient::with_interceptor(ch, common::Bearer::new(None));
+    FakeWorker::register(work, name, &sweep_puzzles::registry())
+        .await
+        .unwrap()
 }
 
 /// Sends bytes as they are: the body of a gRPC call that the server decodes itself.
@@ -190,7 +183,6 @@ fn reference_result() -> serde_json::Value {
 /// not what this test is about).
 async fn prepare(ch: Channel) -> Real {
     let mut jobs = JobsClient::new(ch.clone());
-    let mut work = WorkClient::new(ch);
     let job = jobs
         .submit(v1::SubmitRequest {
             space: REAL_SPACE.into(),
@@ -205,29 +197,8 @@ async fn prepare(ch: Channel) -> Real {
         .into_inner()
         .job
         .unwrap();
-    let worker = work
-        .register(v1::RegisterRequest {
-            name: "honest".into(),
-            spaces: sweep_puzzles::registry()
-                .names()
-                .into_iter()
-                .map(String::from)
-                .collect(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker_id;
-    let leases = work
-        .lease(v1::LeaseRequest {
-            worker_id: worker.clone(),
-            max_chunks: 2,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .leases;
+    let mut worker = honest_worker(ch, "honest").await;
+    let leases = worker.lease(2).await.unwrap();
     assert_eq!(leases.len(), 2);
     let kernel = real_job();
     let mut done = Vec::new();
@@ -236,24 +207,10 @@ async fn prepare(ch: Channel) -> Real {
         let out = kernel
             .run_chunk(l.n_chunks, l.chunk, &sweep_puzzles::Control::new())
             .unwrap();
-        reports.push(v1::ChunkReport {
-            lease_id: l.lease_id,
-            job_id: l.job_id,
-            chunk: l.chunk,
-            output: Some(v1::ChunkOutput::from(&out)),
-            elapsed_s: 0.0,
-        });
+        reports.push(common::report(l, v1::ChunkOutput::from(&out)));
         done.push((l.chunk, out));
     }
-    let acks = work
-        .complete(v1::CompleteRequest {
-            worker_id: worker,
-            reports,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .acks;
+    let acks = worker.complete(reports).await.unwrap();
     assert!(acks
         .iter()
         .all(|a| a.status == v1::AckStatus::Accepted as i32));
@@ -293,7 +250,6 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
     let server = start(Store::open(path).expect("the store reopens after the fuzzing")).await;
     let ch = server.channel().await;
     let mut jobs = JobsClient::new(ch.clone());
-    let mut work = WorkClient::new(ch);
     let info = jobs
         .job_status(v1::JobRequest { job_id: real.id })
         .await
@@ -322,19 +278,7 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
     jobs.resume(v1::JobRequest { job_id: real.id })
         .await
         .unwrap();
-    let worker = work
-        .register(v1::RegisterRequest {
-            spaces: sweep_puzzles::registry()
-                .names()
-                .into_iter()
-                .map(String::from)
-                .collect(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker_id;
+    let mut worker = honest_worker(ch, "").await;
     let kernel = sweep_puzzles::registry()
         .job_from_params(REAL_SPACE, &real.params)
         .unwrap();
@@ -352,15 +296,7 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
             Instant::now() < deadline,
             "the real job does not finish: {info:?}"
         );
-        let leases = work
-            .lease(v1::LeaseRequest {
-                worker_id: worker.clone(),
-                max_chunks: 8,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .leases;
+        let leases = worker.lease(8).await.unwrap();
         if leases.is_empty() {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
@@ -372,21 +308,10 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
                 let out = kernel
                     .run_chunk(real.n_chunks, l.chunk, &sweep_puzzles::Control::new())
                     .unwrap();
-                v1::ChunkReport {
-                    lease_id: l.lease_id,
-                    job_id: l.job_id,
-                    chunk: l.chunk,
-                    output: Some(v1::ChunkOutput::from(&out)),
-                    elapsed_s: 0.0,
-                }
+                common::report(l, v1::ChunkOutput::from(&out))
             })
             .collect();
-        work.complete(v1::CompleteRequest {
-            worker_id: worker.clone(),
-            reports,
-        })
-        .await
-        .unwrap();
+        worker.complete(reports).await.unwrap();
     }
     let res = jobs
         .results(v1::JobRequest { job_id: real.id })

@@ -2,77 +2,29 @@
 //! done (chunks done, leased, failed verification, a duplicate) and checked against the coordinator's own
 //! `JobStatus` answer, then again once the job has finished (its rendered answer).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sweep_coordinator::scheduler::SchedulerConfig;
+use common::{config, report, FakeWorker, Server};
 use sweep_coordinator::store::Store;
-use sweep_coordinator::{serve, Coordinator, CoordinatorConfig};
-use sweep_proto::v1::{self, jobs_client::JobsClient, work_client::WorkClient};
+use sweep_proto::v1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::oneshot;
-use tonic::transport::Channel;
 
-struct Server {
-    grpc: String,
-    http: std::net::SocketAddr,
-    stop: Vec<oneshot::Sender<()>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+/// The HTTP side of a [`Server`] started with its page (`Server::start_with(.., true)`).
+trait Page {
+    async fn get(&self, path: &str) -> (u16, String, String);
+    async fn json(&self, path: &str) -> serde_json::Value;
+    async fn metrics(&self) -> BTreeMap<(String, String), f64>;
 }
 
-impl Server {
-    async fn start(store: Store) -> Server {
-        let cfg = CoordinatorConfig {
-            scheduler: SchedulerConfig {
-                lease_ttl_ms: 60_000,
-                max_attempts: 3,
-                ..SchedulerConfig::default()
-            },
-            registry: sweep_puzzles::registry(),
-            ..CoordinatorConfig::default()
-        };
-        let coord = Coordinator::open(store, cfg).expect("open coordinator");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let grpc = format!("http://{}", listener.local_addr().unwrap());
-        let http_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let http = http_listener.local_addr().unwrap();
-        let (stop_grpc, grpc_stopped) = oneshot::channel::<()>();
-        let (stop_http, http_stopped) = oneshot::channel::<()>();
-        let c = coord.clone();
-        let grpc_task = tokio::spawn(async move {
-            serve(listener, c, Default::default(), async {
-                let _ = grpc_stopped.await;
-            })
-            .await
-            .expect("serve gRPC");
-        });
-        let http_task = tokio::spawn(async move {
-            sweep_coordinator::http::serve_http(http_listener, coord, async {
-                let _ = http_stopped.await;
-            })
-            .await
-            .expect("serve HTTP");
-        });
-        Server {
-            grpc,
-            http,
-            stop: vec![stop_grpc, stop_http],
-            tasks: vec![grpc_task, http_task],
-        }
-    }
-
-    async fn clients(&self) -> (WorkClient<Channel>, JobsClient<Channel>) {
-        let ch = Channel::from_shared(self.grpc.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        (WorkClient::new(ch.clone()), JobsClient::new(ch))
-    }
-
+impl Page for Server {
     /// A plain HTTP/1.1 GET: (status, content type, body).
     async fn get(&self, path: &str) -> (u16, String, String) {
-        let mut conn = tokio::net::TcpStream::connect(self.http).await.unwrap();
+        let mut conn = tokio::net::TcpStream::connect(self.http.expect("started with HTTP"))
+            .await
+            .unwrap();
         let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
         conn.write_all(req.as_bytes()).await.unwrap();
         let mut raw = Vec::new();
@@ -127,18 +79,6 @@ impl Server {
         }
         out
     }
-
-    async fn stop(self) {
-        for s in self.stop {
-            let _ = s.send(());
-        }
-        for t in self.tasks {
-            tokio::time::timeout(Duration::from_secs(10), t)
-                .await
-                .expect("server stops")
-                .expect("server task");
-        }
-    }
 }
 
 fn metric(m: &BTreeMap<(String, String), f64>, name: &str, labels: &str) -> f64 {
@@ -146,21 +86,17 @@ fn metric(m: &BTreeMap<(String, String), f64>, name: &str, labels: &str) -> f64 
         .unwrap_or_else(|| panic!("no {name}{{{labels}}} in {m:#?}"))
 }
 
-fn report(lease: &v1::ChunkLease, output: v1::ChunkOutput) -> v1::ChunkReport {
-    v1::ChunkReport {
-        lease_id: lease.lease_id,
-        job_id: lease.job_id,
-        chunk: lease.chunk,
-        output: Some(output),
-        elapsed_s: 0.0,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_state_and_metrics_match_the_job() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(Store::open(&dir.path().join("store")).unwrap()).await;
-    let (mut work, mut jobs) = server.clients().await;
+    let server = Server::start_with(
+        Store::open(&dir.path().join("store")).unwrap(),
+        config(60_000, 3),
+        Default::default(),
+        true,
+    )
+    .await;
+    let (work, mut jobs) = server.clients().await;
 
     // Before any job: an empty but well-formed state, and the page itself.
     let empty = server.json("/api/state").await;
@@ -190,41 +126,25 @@ async fn dashboard_state_and_metrics_match_the_job() {
         .into_inner()
         .job
         .unwrap();
-    let worker = work
-        .register(v1::RegisterRequest {
-            name: "w0".into(),
-            threads: 2,
-            spaces: sweep_puzzles::registry()
-                .names()
-                .into_iter()
-                .map(String::from)
-                .collect(),
-            ..Default::default()
-        })
+    let registration = |name: &str, threads| v1::RegisterRequest {
+        name: name.into(),
+        threads,
+        spaces: common::space_names(&sweep_puzzles::registry()),
+        ..Default::default()
+    };
+    let mut worker = FakeWorker::register_as(work.clone(), registration("w0", 2))
         .await
-        .unwrap()
-        .into_inner()
-        .worker_id;
-    let leases = work
-        .lease(v1::LeaseRequest {
-            worker_id: worker.clone(),
-            max_chunks: 3,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .leases;
+        .unwrap();
+    let leases = worker.lease(3).await.unwrap();
     assert_eq!(leases.len(), 3);
-    work.heartbeat(v1::HeartbeatRequest {
-        worker_id: worker.clone(),
-        progress: vec![v1::LeaseProgress {
+    worker
+        .heartbeat(vec![v1::LeaseProgress {
             lease_id: leases[2].lease_id,
             nodes: 123,
             checkpoint: None,
-        }],
-    })
-    .await
-    .unwrap();
+        }])
+        .await
+        .unwrap();
 
     let star = sweep_puzzles::registry()
         .job_from_params(
@@ -239,30 +159,20 @@ async fn dashboard_state_and_metrics_match_the_job() {
     let honest = run(leases[0].chunk);
     let mut lie = v1::ChunkOutput::from(&run(leases[1].chunk));
     lie.solutions.push("1,2,3".into());
-    let acks = work
-        .complete(v1::CompleteRequest {
-            worker_id: worker.clone(),
-            reports: vec![
-                report(&leases[0], v1::ChunkOutput::from(&honest)),
-                report(&leases[1], lie),
-            ],
-        })
+    let acks = worker
+        .complete(vec![
+            report(&leases[0], v1::ChunkOutput::from(&honest)),
+            report(&leases[1], lie),
+        ])
         .await
-        .unwrap()
-        .into_inner()
-        .acks;
+        .unwrap();
     assert_eq!(acks[0].status, v1::AckStatus::Accepted as i32);
     assert_eq!(acks[1].status, v1::AckStatus::Rejected as i32);
-    let again = work
-        .complete(v1::CompleteRequest {
-            worker_id: worker.clone(),
-            reports: vec![report(&leases[0], v1::ChunkOutput::from(&honest))],
-        })
+    let again = worker
+        .complete_one(&leases[0], v1::ChunkOutput::from(&honest))
         .await
-        .unwrap()
-        .into_inner()
-        .acks;
-    assert_eq!(again[0].status, v1::AckStatus::Duplicate as i32);
+        .unwrap();
+    assert_eq!(again.status(), v1::AckStatus::Duplicate);
     // A refused call, for the error counter.
     let err = jobs
         .job_status(v1::JobRequest { job_id: 42 })
@@ -373,60 +283,27 @@ async fn dashboard_state_and_metrics_match_the_job() {
 
     // Finish the job honestly; the page then shows its answer. A second worker takes the chunk whose result
     // failed verification: the scheduler does not hand it back to the worker that got it wrong.
-    let second = work
-        .register(v1::RegisterRequest {
-            name: "w1".into(),
-            threads: 1,
-            spaces: sweep_puzzles::registry()
-                .names()
-                .into_iter()
-                .map(String::from)
-                .collect(),
-            ..Default::default()
-        })
+    let mut second = FakeWorker::register_as(work, registration("w1", 1))
         .await
-        .unwrap()
-        .into_inner()
-        .worker_id;
-    let rest = work
-        .lease(v1::LeaseRequest {
-            worker_id: second.clone(),
-            max_chunks: 4,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .leases;
+        .unwrap();
+    let rest = second.lease(4).await.unwrap();
     let reports: Vec<v1::ChunkReport> = rest
         .iter()
         .map(|l| report(l, v1::ChunkOutput::from(&run(l.chunk))))
         .collect();
-    let acks = work
-        .complete(v1::CompleteRequest {
-            worker_id: second.clone(),
-            reports,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .acks;
+    let acks = second.complete(reports).await.unwrap();
     assert!(
         acks.iter()
             .all(|a| a.status == v1::AckStatus::Accepted as i32),
         "{acks:?}"
     );
-    let acks = work
-        .complete(v1::CompleteRequest {
-            worker_id: worker.clone(),
-            reports: vec![report(
-                &leases[2],
-                v1::ChunkOutput::from(&run(leases[2].chunk)),
-            )],
-        })
+    let acks = worker
+        .complete(vec![report(
+            &leases[2],
+            v1::ChunkOutput::from(&run(leases[2].chunk)),
+        )])
         .await
-        .unwrap()
-        .into_inner()
-        .acks;
+        .unwrap();
     assert!(
         acks.iter()
             .all(|a| a.status == v1::AckStatus::Accepted as i32),

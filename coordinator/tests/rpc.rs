@@ -5,49 +5,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::Server;
-use sweep_coordinator::scheduler::SchedulerConfig;
+use common::{config, report, submit_req, FakeWorker, Server};
 use sweep_coordinator::store::Store;
-use sweep_coordinator::CoordinatorConfig;
 use sweep_proto::v1;
 
-/// The coordinator configuration this file's tests run with.
-fn config() -> CoordinatorConfig {
-    CoordinatorConfig {
-        scheduler: SchedulerConfig {
-            lease_ttl_ms: 60_000,
-            max_attempts: 2,
-            ..SchedulerConfig::default()
-        },
-        expiry_interval: Duration::from_millis(50),
-        registry: sweep_puzzles::registry(),
-        ..CoordinatorConfig::default()
-    }
-}
-
+/// A coordinator on `store` with this file's configuration: long leases, two attempts per chunk.
 async fn start(store: Store) -> Server {
-    Server::start(store, config()).await
-}
-
-fn submit_req(space: &str, params: &str, chunks: u64) -> v1::SubmitRequest {
-    v1::SubmitRequest {
-        space: space.into(),
-        params_json: params.into(),
-        chunks,
-        priority: 0,
-        reuse_existing: false,
-        replicate: 0,
-    }
-}
-
-fn report(lease: &v1::ChunkLease, output: v1::ChunkOutput) -> v1::ChunkReport {
-    v1::ChunkReport {
-        lease_id: lease.lease_id,
-        job_id: lease.job_id,
-        chunk: lease.chunk,
-        output: Some(output),
-        elapsed_s: 0.0,
-    }
+    Server::start(store, config(60_000, 2)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,7 +19,7 @@ async fn hostile_requests_are_refused_and_progress_survives() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     let server = start(Store::open(&path).unwrap()).await;
-    let (mut work, mut jobs) = server.clients().await;
+    let (work, mut jobs) = server.clients().await;
 
     // Submissions that make no sense.
     for (req, needle) in [
@@ -94,39 +58,14 @@ async fn hostile_requests_are_refused_and_progress_survives() {
         .into_inner()
         .job
         .unwrap();
-    let worker = work
-        .register(v1::RegisterRequest {
-            name: "probe".into(),
-            spaces: sweep_puzzles::registry()
-                .names()
-                .into_iter()
-                .map(String::from)
-                .collect(),
-            ..Default::default()
-        })
+    let mut worker = FakeWorker::register(work, "probe", &sweep_puzzles::registry())
         .await
-        .unwrap()
-        .into_inner()
-        .worker_id;
+        .unwrap();
     for bad in [0, 1_000_000] {
-        let err = work
-            .lease(v1::LeaseRequest {
-                worker_id: worker.clone(),
-                max_chunks: bad,
-            })
-            .await
-            .unwrap_err();
+        let err = worker.lease(bad).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
     }
-    let leases = work
-        .lease(v1::LeaseRequest {
-            worker_id: worker.clone(),
-            max_chunks: 4,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .leases;
+    let leases = worker.lease(4).await.unwrap();
     assert_eq!(leases.len(), 4);
 
     // One honest result, computed by the real kernel.
@@ -151,24 +90,19 @@ async fn hostile_requests_are_refused_and_progress_survives() {
     lie.solutions.push("1,2,3".into());
     let mut wrong_chunk = report(&leases[3], v1::ChunkOutput::default());
     wrong_chunk.chunk = 99;
-    let acks = work
-        .complete(v1::CompleteRequest {
-            worker_id: worker.clone(),
-            reports: vec![
-                report(&leases[0], v1::ChunkOutput::from(&honest)),
-                report(&leases[1], garbled),
-                report(&leases[2], lie),
-                wrong_chunk,
-                v1::ChunkReport {
-                    output: None,
-                    ..report(&leases[3], v1::ChunkOutput::default())
-                },
-            ],
-        })
+    let acks = worker
+        .complete(vec![
+            report(&leases[0], v1::ChunkOutput::from(&honest)),
+            report(&leases[1], garbled),
+            report(&leases[2], lie),
+            wrong_chunk,
+            v1::ChunkReport {
+                output: None,
+                ..report(&leases[3], v1::ChunkOutput::default())
+            },
+        ])
         .await
-        .unwrap()
-        .into_inner()
-        .acks;
+        .unwrap();
     let status: Vec<i32> = acks.iter().map(|a| a.status).collect();
     let accepted = v1::AckStatus::Accepted as i32;
     let rejected = v1::AckStatus::Rejected as i32;
@@ -179,16 +113,11 @@ async fn hostile_requests_are_refused_and_progress_survives() {
     );
     assert!(acks[1].message.contains("solutions"), "{}", acks[1].message);
     // The same honest result again is a duplicate, not a second count.
-    let again = work
-        .complete(v1::CompleteRequest {
-            worker_id: worker.clone(),
-            reports: vec![report(&leases[0], v1::ChunkOutput::from(&honest))],
-        })
+    let again = worker
+        .complete_one(&leases[0], v1::ChunkOutput::from(&honest))
         .await
-        .unwrap()
-        .into_inner()
-        .acks;
-    assert_eq!(again[0].status, v1::AckStatus::Duplicate as i32);
+        .unwrap();
+    assert_eq!(again.status(), v1::AckStatus::Duplicate);
     let info = jobs
         .job_status(v1::JobRequest { job_id: job.id })
         .await
@@ -253,7 +182,7 @@ async fn results_wait_for_the_last_result_to_be_durable() {
         delay: Duration::from_millis(300),
     }));
     let server = start(store).await;
-    let (mut work, mut jobs) = server.clients().await;
+    let (work, mut jobs) = server.clients().await;
     let job = jobs
         .submit(submit_req("star", r#"{"points": 6, "method": "brute"}"#, 1))
         .await
@@ -261,44 +190,12 @@ async fn results_wait_for_the_last_result_to_be_durable() {
         .into_inner()
         .job
         .unwrap();
-    let worker = work
-        .register(v1::RegisterRequest {
-            spaces: sweep_puzzles::registry()
-                .names()
-                .into_iter()
-                .map(String::from)
-                .collect(),
-            ..Default::default()
-        })
+    let mut worker = FakeWorker::register(work, "", &sweep_puzzles::registry())
         .await
-        .unwrap()
-        .into_inner()
-        .worker_id;
-    let lease = work
-        .lease(v1::LeaseRequest {
-            worker_id: worker.clone(),
-            max_chunks: 1,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .leases
-        .remove(0);
-    let star = sweep_puzzles::registry()
-        .job_from_params("star", &serde_json::json!({"points": 6, "method": "brute"}))
         .unwrap();
-    let out = star
-        .run_chunk(1, 0, &sweep_puzzles::Control::new())
-        .unwrap();
-    let mut w = work.clone();
-    let rep = report(&lease, v1::ChunkOutput::from(&out));
-    let completing = tokio::spawn(async move {
-        w.complete(v1::CompleteRequest {
-            worker_id: worker,
-            reports: vec![rep],
-        })
-        .await
-    });
+    let lease = worker.lease(1).await.unwrap().remove(0);
+    let out = common::run_lease(&lease);
+    let completing = tokio::spawn(async move { worker.complete_one(&lease, out).await });
     // Wait until the job shows as done in memory while the write is still under way: the Watch stream reports
     // progress as it happens (status answers wait for the store).
     let mut watch = jobs

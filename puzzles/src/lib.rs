@@ -14,6 +14,7 @@ pub mod brainball;
 pub mod buzzled;
 pub mod peg;
 pub mod perm;
+pub mod primes;
 pub mod rng;
 pub mod star;
 
@@ -27,8 +28,8 @@ pub use sweep_space::{
     SpaceError, Tally, MAX_KEPT_SOLUTIONS,
 };
 
-/// The five puzzles, in the order `sweep spaces` lists them. Adding a built-in space is one line here plus its
-/// own module.
+/// The five puzzles and `primes` (the engine's test space), in the order `sweep spaces` lists them. Adding a
+/// built-in space is one line here plus its own module.
 pub fn registry() -> Registry {
     Registry::new()
         .with::<star::Star>()
@@ -36,6 +37,7 @@ pub fn registry() -> Registry {
         .with::<brainball::Brainball>()
         .with::<buzzled::Buzzled>()
         .with::<peg::Peg>()
+        .with::<primes::Primes>()
 }
 
 /// The built-in registry, built once for this crate's own tests.

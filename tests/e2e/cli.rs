@@ -1,11 +1,9 @@
 //! Bad input gets a one-line error naming the problem and a non-zero exit, never a panic, and never harms a
 //! store.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{scratch, stdout_json, sweep};
+use crate::support::{scratch, stdout_json, sweep};
 
 const T: Duration = Duration::from_secs(60);
 

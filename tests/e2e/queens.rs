@@ -4,13 +4,11 @@
 //! processes, and checks the published counts (OEIS A000170) for n = 1..14 together with a worker SIGKILLed
 //! mid-job.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{stdout_json, Cluster};
+use crate::support::{stdout_json, Cluster};
 
 const PUBLISHED: [u64; 14] = [
     1, 0, 0, 2, 10, 4, 40, 92, 352, 724, 2680, 14200, 73712, 365596,
@@ -22,7 +20,7 @@ const PUBLISHED: [u64; 14] = [
 fn build_queens() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     // .../target/release/sweep -> .../target
-    let target = Path::new(common::SWEEP)
+    let target = Path::new(crate::support::SWEEP)
         .ancestors()
         .nth(2)
         .map(Path::to_path_buf)
@@ -80,7 +78,7 @@ fn a_users_crate_adds_queens_and_a_real_cluster_counts_them() {
         "done"
     );
     // This repository's own `sweep` does not know the user's space, and says so.
-    let out = common::sweep(
+    let out = crate::support::sweep(
         &["solve", "queens", "--n", "4"],
         &[],
         Duration::from_secs(30),
@@ -88,7 +86,7 @@ fn a_users_crate_adds_queens_and_a_real_cluster_counts_them() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("queens"));
     // In process, the user's binary gives the same count.
-    let v = stdout_json(&common::sweep_bin(
+    let v = stdout_json(&crate::support::sweep_bin(
         &bin,
         &["solve", "queens", "--n", "10", "--json"],
         &[],

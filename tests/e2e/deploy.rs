@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sweep");
 
@@ -278,7 +278,7 @@ fn markdown_code(text: &str) -> String {
 fn yaml_docs(path: &Path) -> Vec<Value> {
     use serde::Deserialize;
     let text = read(path);
-    serde_yaml::Deserializer::from_str(&text)
+    serde_norway::Deserializer::from_str(&text)
         .map(|d| {
             Value::deserialize(d).unwrap_or_else(|e| panic!("{}: not YAML: {e}", path.display()))
         })

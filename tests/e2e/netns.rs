@@ -1,5 +1,5 @@
 //! Fault injection on (simulated) separate hosts: the coordinator and each worker in its own network namespace
-//! (see `tests/netns/mod.rs`). Every scenario ends the same way: the distributed answer equals the in-process
+//! (see `tests/e2e/support/netns.rs`). Every scenario ends the same way: the distributed answer equals the in-process
 //! one, every chunk's result was counted exactly once (`completions == chunks_total`, whatever `duplicates`
 //! says), and no chunk is poisoned or missing.
 //!
@@ -8,23 +8,20 @@
 //!
 //! The default scenarios take about a minute together in release on 2 cores. The long study of sled under
 //! repeated SIGKILL is ignored by default:
-//! `cargo test --release --test fault_netns -- --ignored --nocapture`
-
-mod common;
-mod netns;
+//! `cargo test --release --test e2e -- --ignored --nocapture`
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{scratch, solve_result};
-use netns::{chunks_done, field, is_running, Net, NetCluster, Opts, Rng};
+use crate::support::netns::{chunks_done, field, is_running, Net, NetCluster, Opts, Rng};
+use crate::support::{scratch, solve_result};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(300);
 
-/// A job with enough chunks (256) and work (about 4 s of one core) to be interrupted many times: billiard's
-/// proof that no 9-row triangle exists.
-const JOB: [&str; 5] = ["billiard", "--rows", "9", "--chunks", "256"];
+/// A job with enough chunks (256) and work (about 8 s of one core) to be interrupted many times: pi(2 * 10^9) on
+/// the engine's test space, `primes` (billiard's 9-row proof, of the same cost, before).
+const JOB: [&str; 5] = ["primes", "--below", "2000000000", "--chunks", "256"];
 
 /// The uninterrupted answer: the same chunks in-process, no coordinator, no store. Computed once per binary.
 fn expected() -> &'static Value {
@@ -402,9 +399,9 @@ fn a_full_disk_refuses_changes_cleanly_and_the_job_recovers_when_space_returns()
 /// kill). Each cycle: the durable status, then SIGKILL at a random moment, then a restart on the same store,
 /// which must open, keep every completion the status reported, and finish every job with the exact answer.
 ///
-/// `cargo test --release --test fault_netns -- --ignored --nocapture sled` (SWEEP_SLED_KILLS=N, default 60).
+/// `cargo test --release --test e2e -- --ignored --nocapture sled` (SWEEP_SLED_KILLS=N, default 60).
 #[test]
-#[ignore = "several minutes: cargo test --release --test fault_netns -- --ignored --nocapture sled"]
+#[ignore = "several minutes: cargo test --release --test e2e -- --ignored --nocapture sled"]
 fn sled_store_survives_repeated_sigkill_during_heavy_completion_traffic() {
     let Some(net) = Net::new() else { return };
     let kills_wanted: u32 = std::env::var("SWEEP_SLED_KILLS")

@@ -4,13 +4,11 @@
 //! checkpoint, files shipped through the coordinator, cancelled and drained programs that leave no process
 //! behind, and workers that never run a program unless started with `--allow-exec`.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{scratch, stdout_json, Cluster, SWEEP};
+use crate::support::{scratch, stdout_json, Cluster, SWEEP};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(240);
@@ -44,7 +42,7 @@ fn cubes_total() -> u128 {
 fn sweep_in(dir: &Path, args: &[&str], timeout: Duration) -> std::process::Output {
     let mut cmd = Command::new(SWEEP);
     cmd.args(args).current_dir(dir);
-    common::run_bounded(cmd, timeout)
+    crate::support::run_bounded(cmd, timeout)
 }
 
 /// Processes whose command line contains `token` (a marker no other process has).

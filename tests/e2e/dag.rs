@@ -4,11 +4,9 @@
 //! worker are SIGKILLed in the middle of it; the answer must equal `sweep solve`'s, with every chunk of every
 //! job counted exactly once and no job created twice.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{scratch, solve_result, stdout_json, sweep, Cluster, Proc};
+use crate::support::{scratch, solve_result, stdout_json, sweep, Cluster, Proc};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(600);
@@ -102,7 +100,7 @@ fn an_interrupted_dag_run_resumes_the_same_jobs() {
     let data = dir.path().join("data");
     let data = data.to_str().expect("utf-8 path");
     let mut first = Proc {
-        child: std::process::Command::new(common::SWEEP)
+        child: std::process::Command::new(crate::support::SWEEP)
             .arg("run")
             .args(COUNT)
             .args(["--threads", "1", "--json", "--data", data])

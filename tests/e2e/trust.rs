@@ -3,11 +3,9 @@
 //! inflated count) is outvoted under `--replicate 2`. Also: a drained worker finishes and stops by itself. In
 //! every case the answer equals the uninterrupted in-process one.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{solve_result, stdout_json, Cluster};
+use crate::support::{solve_result, stdout_json, Cluster};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(300);
@@ -45,7 +43,7 @@ fn solve_nodes(space_args: &[&str]) -> Value {
     let mut args = vec!["solve"];
     args.extend_from_slice(space_args);
     args.push("--json");
-    stdout_json(&common::sweep(&args, &[], LONG))["nodes"].clone()
+    stdout_json(&crate::support::sweep(&args, &[], LONG))["nodes"].clone()
 }
 
 fn assert_exactly_once(status: &Value) {
@@ -102,7 +100,7 @@ fn replication_outvotes_an_inflated_count() {
 
 #[test]
 fn a_drained_worker_finishes_its_chunks_and_stops() {
-    let args = ["billiard", "--rows", "9", "--chunks", "256"];
+    let args = ["primes", "--below", "1000000000", "--chunks", "256"];
     let expected = solve_result(&args, LONG);
     let mut c = Cluster::start(2, 1);
     let job = c.submit(&args);

@@ -1,6 +1,6 @@
 //! A harness for fault injection across real network hosts, simulated with Linux network namespaces.
 //!
-//! Loopback tests (`tests/common`) can kill processes, but every process shares one network stack, so a
+//! Loopback tests (`tests/e2e/support/mod.rs`) can kill processes, but every process shares one network stack, so a
 //! partition cannot be made. Here each process runs in its own namespace (`ip netns exec NS sweep ...`), joined
 //! by veth pairs to a bridge in a private "hub" namespace. Cutting a worker's link is `ip link set down` on the
 //! hub side of its veth: the worker's own interface stays configured, its TCP connections stay open and simply
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{Proc, SWEEP};
+use super::{Proc, SWEEP};
 
 /// The subnet inside every hub namespace; private to it, so every test may use the same one.
 const SUBNET: &str = "10.77.0";
@@ -565,7 +565,7 @@ impl NetCluster {
         let mut args = vec!["submit"];
         args.extend_from_slice(space_args);
         args.push("--json");
-        let v = crate::common::stdout_json(&self.sweep(&args));
+        let v = super::stdout_json(&self.sweep(&args));
         v["job"]
             .as_u64()
             .unwrap_or_else(|| panic!("no job id in {v}"))
@@ -609,7 +609,7 @@ impl NetCluster {
 
     /// `sweep results JOB --json`.
     pub fn results(&self, job: u64) -> Value {
-        crate::common::stdout_json(&self.sweep(&["results", &job.to_string(), "--json"]))
+        super::stdout_json(&self.sweep(&["results", &job.to_string(), "--json"]))
     }
 }
 

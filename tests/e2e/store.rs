@@ -2,11 +2,9 @@
 //! answer is read, `sweep store check --deep` names it, `sweep store repair` sends the job back to run, and the
 //! next run gives the original answer again.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{scratch, stdout_json, sweep};
+use crate::support::{scratch, stdout_json, sweep};
 
 const LONG: Duration = Duration::from_secs(300);
 

@@ -3,19 +3,17 @@
 //! against the live coordinator, and the test reads the DOM it rendered: the running job with its progress,
 //! the worker, and the finished job's answer with its pictures. It also takes a screenshot; with
 //! `SWEEP_DASHBOARD_SCREENSHOT=docs/dashboard.png` set it is kept there (that is how the README's picture is
-//! made: `SWEEP_DASHBOARD_SCREENSHOT=docs/dashboard.png cargo test --release --test e2e_dashboard`).
+//! made: `SWEEP_DASHBOARD_SCREENSHOT=docs/dashboard.png cargo test --release --test e2e dashboard`).
 //!
 //! Needs Chromium (Debian package `chromium`). When it is missing the test installs it if it runs as root with
 //! apt-get (bounded by a timeout), and otherwise passes with a printed SKIP line naming what is missing.
-
-mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{scratch, stdout_json, sweep, Proc, SWEEP};
+use crate::support::{scratch, stdout_json, sweep, Proc, SWEEP};
 
 /// The Chromium binary, installing the Debian package if we may; `Err` says why the test cannot run.
 fn chromium() -> Result<PathBuf, String> {

@@ -3,14 +3,12 @@
 //! without the token ever being printed or logged; tokens rotate (SIGHUP) while the coordinator keeps running;
 //! a coordinator that requires client certificates refuses clients without one.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{scratch, stdout_json, sweep, Proc, SWEEP};
+use crate::support::{scratch, stdout_json, sweep, Proc, SWEEP};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,

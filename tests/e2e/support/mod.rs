@@ -3,7 +3,9 @@
 //!
 //! Every wait is bounded: a test that would hang fails with what it was waiting for instead.
 
-#![allow(dead_code)] // each test binary uses a different part of the harness
+#![allow(dead_code)] // not every helper is used by the tests of the day
+
+pub mod netns;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,34 @@
+//! sweep's end-to-end tests, in one test binary (it links once; `cargo test --release --test e2e`). Every test
+//! starts real `sweep` processes (a coordinator on 127.0.0.1:0, workers, client commands) and bounds every wait.
+//!
+//! Where to look:
+//! - `support/`: the harness. `mod.rs` runs `sweep` commands and whole clusters ([`support::Cluster`]: start,
+//!   submit, wait, SIGKILL, restart); `netns.rs` puts each process in its own network namespace.
+//! - `engine_faults.rs`: the engine's fault properties, once, on the `primes` test space (killed workers,
+//!   killed coordinator, SIGTERM, interrupted `sweep run`; exact answers, every chunk counted once).
+//! - `spaces.rs`: every registered space distributed == in process (one table), then each puzzle's own answers.
+//! - `dag.rs`: jobs whose inputs form a DAG, under kills. `store.rs`: a damaged store. `trust.rs`: lying
+//!   workers, replication, drain. `security.rs`: tokens and TLS. `exec.rs`: programs as chunks.
+//!   `dashboard.rs`: the web page in a real browser. `queens.rs`: a user's crate built on sweep.
+//! - `cli.rs`, `fuzz_cli.rs`: the command line's errors and a property test of its argument handling.
+//! - `deploy.rs`: the recipes in `deploy/` (flags exist, manifests parse, the Slurm script runs).
+//! - `netns.rs`: faults between (simulated) hosts: partitions, a full disk; needs root, else skips.
+//!
+//! One module: `cargo test --release --test e2e engine_faults::`. The slow ignored ones:
+//! `cargo test --release --test e2e -- --ignored --nocapture`.
+
+mod support;
+
+mod cli;
+mod dag;
+mod dashboard;
+mod deploy;
+mod engine_faults;
+mod exec;
+mod fuzz_cli;
+mod netns;
+mod queens;
+mod security;
+mod spaces;
+mod store;
+mod trust;
