@@ -203,9 +203,7 @@ impl Job for PrimesJob {
         chunk: u64,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         let (lo, hi) = self.range(n_chunks, chunk);
         let primes = count_primes(lo, hi, ctl)?;
         let mut out = ChunkOutput {
@@ -219,12 +217,8 @@ impl Job for PrimesJob {
     }
 
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
-        if let Some(k) = out.counters.keys().find(|k| k.as_str() != "primes") {
-            return Err(SpaceError::Verification(format!("unknown counter `{k}`")));
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+        out.check_counters(&["primes"])?;
         if !out.solutions.is_empty() || !out.artifact.is_empty() {
             return Err(SpaceError::Verification(
                 "primes reports a count only: no solutions, no artifact".into(),

@@ -316,9 +316,7 @@ impl StarJob {
         chunk: u64,
         probes: u32,
     ) -> Result<f64, SpaceError> {
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         if self.params.method == Method::Brute {
             let (lo, hi) = split_range(self.total_perms(), n_chunks, chunk);
             return Ok((hi - lo) as f64);
@@ -452,9 +450,7 @@ impl Job for StarJob {
         chunk: u64,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         let mut out = ChunkOutput::default();
         match self.params.method {
             Method::Brute => {

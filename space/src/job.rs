@@ -200,6 +200,15 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Checks a chunk index against its plan: `chunk` must be one of `n_chunks`, and `n_chunks` a plan this job
+    /// can make (at most `max`). A kernel asked for a chunk outside its plan must say so, never guess.
+    pub fn check_chunk(chunk: u64, n_chunks: u64, max: u64) -> Result<(), SpaceError> {
+        if chunk >= n_chunks || n_chunks > max {
+            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
+        }
+        Ok(())
+    }
+
     /// The chunk count for a job that splits into at most `max` chunks: the user's `requested` (`--chunks`),
     /// rejected when 0 or above `max`, or else `default` capped at `max`. One wording for every space.
     pub fn chunk_count(requested: Option<u64>, max: u64, default: u64) -> Result<u64, SpaceError> {
@@ -237,6 +246,15 @@ pub struct ChunkOutput {
 }
 
 impl ChunkOutput {
+    /// Refuses an output with a counter its space never reports: a made-up counter would be summed into the
+    /// answer like a real one.
+    pub fn check_counters(&self, known: &[&str]) -> Result<(), SpaceError> {
+        match self.counters.keys().find(|k| !known.contains(&k.as_str())) {
+            Some(k) => Err(SpaceError::Verification(format!("unknown counter `{k}`"))),
+            None => Ok(()),
+        }
+    }
+
     /// A digest over every field, in a fixed binary layout: two workers that computed the same chunk produce the
     /// same digest, and a duplicate completion can be compared with the stored one without keeping both.
     pub fn digest(&self) -> [u8; 32] {

@@ -199,9 +199,7 @@ impl Job for BilliardJob {
         chunk: u64,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         match self.params.method {
             Method::Brute => {
                 let mut out = ChunkOutput::default();
@@ -229,9 +227,7 @@ impl Job for BilliardJob {
     }
 
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         out.check_unique_counters("billiard")?;
         if self.params.method == Method::Brute {
             let (lo, hi) = self.chunk_ranks(n_chunks, chunk);

@@ -325,9 +325,7 @@ impl BrainballJob {
         }
         let r = self.round()?;
         let known = ["passed", "probes", "bounded", "pruned"];
-        if let Some(k) = out.counters.keys().find(|k| !known.contains(&k.as_str())) {
-            return Err(SpaceError::Verification(format!("unknown counter `{k}`")));
-        }
+        out.check_counters(&known)?;
         if !out.solutions.is_empty() {
             return Err(SpaceError::Verification(
                 "a deep chunk reports its solution as its artifact".into(),

@@ -442,9 +442,7 @@ impl Job for BrainballJob {
         chunk: u64,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         match self.mode {
             Mode::Table => {
                 let part = table::build_chunk(self.params.depth, n_chunks, chunk, ctl)?;
@@ -473,9 +471,7 @@ impl Job for BrainballJob {
     }
 
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         match self.mode {
             Mode::Table => {
                 let n = table::check_artifact(self.params.depth, &out.artifact)?;

@@ -228,9 +228,7 @@ pub fn level_chunk(
     ctl: &Control,
 ) -> Result<ChunkOutput, SpaceError> {
     let segments = layout.segments();
-    if chunk >= n_chunks || n_chunks > u64::from(segments) {
-        return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-    }
+    crate::Plan::check_chunk(chunk, n_chunks, u64::from(segments))?;
     let (lo, hi) = split_range(u128::from(segments), n_chunks, chunk);
     let mut store = Pair {
         visited,

@@ -96,9 +96,7 @@ pub fn build_chunk(
     ctl: &Control,
 ) -> Result<ChunkTable, SpaceError> {
     let prefixes = prefixes(depth);
-    if chunk >= n_chunks || n_chunks > prefixes.len() as u64 {
-        return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-    }
+    crate::Plan::check_chunk(chunk, n_chunks, prefixes.len() as u64)?;
     let (lo, hi) = split_range(prefixes.len() as u128, n_chunks, chunk);
     let mut walk = Walk {
         depth,

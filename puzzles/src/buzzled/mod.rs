@@ -303,9 +303,7 @@ impl Job for BuzzledJob {
         chunk: u64,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         let mut out = ChunkOutput::default();
         let mut boards: Vec<String> = Vec::new();
         match &self.brute {
@@ -336,12 +334,8 @@ impl Job for BuzzledJob {
     }
 
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
-        if let Some(k) = out.counters.keys().find(|k| k.as_str() != "solutions") {
-            return Err(SpaceError::Verification(format!("unknown counter `{k}`")));
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+        out.check_counters(&["solutions"])?;
         let counted = out.counters.get("solutions").copied().unwrap_or(0);
         if counted != out.solutions.len() as u128 {
             return Err(SpaceError::Verification(format!(

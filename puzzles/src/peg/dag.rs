@@ -336,9 +336,7 @@ impl Dag {
         chunk: u64,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         let mut out = ChunkOutput::default();
         if self.kind == Kind::Layer(0) {
             let e = layers::start_layer(game, chunk)?;
@@ -411,9 +409,7 @@ impl Dag {
         out: &ChunkOutput,
     ) -> Result<(), SpaceError> {
         let bad = |s: String| Err(SpaceError::Verification(s));
-        if chunk >= n_chunks || n_chunks > self.max_chunks() {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         if !out.solutions.is_empty() {
             return bad("a peg stage lists no solutions".into());
         }
