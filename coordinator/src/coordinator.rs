@@ -57,14 +57,9 @@ pub enum ServeError {
     Store(#[from] StoreError),
     #[error("the store is damaged: {0}; `sweep store check --data DIR` lists every problem and `sweep store repair --data DIR` rebuilds it from its chunk records (re-running what was lost)")]
     Damaged(String),
-    #[error(
-        "job {job} in the store names space `{space}` which this binary cannot rebuild: {why}"
-    )]
-    UnknownStoredJob {
-        job: JobId,
-        space: String,
-        why: String,
-    },
+    /// The store holds a job this binary cannot rebuild.
+    #[error(transparent)]
+    Open(OpenError),
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("cannot read the listener's address: {0}")]
@@ -144,9 +139,7 @@ impl Coordinator {
         let core = Core::open(snap, cfg.scheduler, cfg.limits.clone(), &job_of, now_ms()).map_err(
             |e| match e {
                 OpenError::Damaged(why) => ServeError::Damaged(why),
-                OpenError::UnknownStoredJob { job, space, why } => {
-                    ServeError::UnknownStoredJob { job, space, why }
-                }
+                e @ OpenError::UnknownStoredJob { .. } => ServeError::Open(e),
             },
         )?;
         Ok(Arc::new(Coordinator {

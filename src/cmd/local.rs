@@ -46,20 +46,48 @@ fn parse_or_help(registry: &Registry, args: &[String]) -> anyhow::Result<Option<
     }
 }
 
-pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
-    let Some(JobArgs { job, engine, ship }) = parse_or_help(registry, &raw)? else {
-        return Ok(ExitCode::SUCCESS);
+/// A job to run on this machine (`run` or `solve`): its parsed arguments, its plan and the threads to use.
+struct LocalJob {
+    args: JobArgs,
+    plan: sweep_space::Plan,
+    threads: usize,
+}
+
+/// Parses `run`/`solve` arguments and what both check the same way; `None` when help was printed.
+fn local_job(registry: &Registry, raw: &[String]) -> anyhow::Result<Option<LocalJob>> {
+    let Some(args) = parse_or_help(registry, raw)? else {
+        return Ok(None);
     };
-    let plan = job.plan(engine.chunks).map_err(|e| usage(e.to_string()))?;
-    if engine.replicate > 1 {
+    let plan = args
+        .job
+        .plan(args.engine.chunks)
+        .map_err(|e| usage(e.to_string()))?;
+    if args.engine.replicate > 1 {
         return Err(usage(
             "--replicate needs several independent workers: use `sweep submit` to a coordinator",
         ));
     }
-    let threads = engine
+    let threads = args
+        .engine
         .threads
         .map(|t| t as usize)
         .unwrap_or_else(default_threads);
+    Ok(Some(LocalJob {
+        args,
+        plan,
+        threads,
+    }))
+}
+
+pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
+    let Some(LocalJob {
+        args: JobArgs { job, engine, ship },
+        plan,
+        threads,
+    }) = local_job(registry, &raw)?
+    else {
+        return Ok(ExitCode::SUCCESS);
+    };
     let started = Instant::now();
     let rt = runtime()?;
     rt.block_on(async move {
@@ -296,19 +324,14 @@ fn bind_dag(
 }
 
 pub fn solve(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
-    let Some(JobArgs { job, engine, ship }) = parse_or_help(registry, &raw)? else {
+    let Some(LocalJob {
+        args: JobArgs { job, engine, ship },
+        plan,
+        threads,
+    }) = local_job(registry, &raw)?
+    else {
         return Ok(ExitCode::SUCCESS);
     };
-    let plan = job.plan(engine.chunks).map_err(|e| usage(e.to_string()))?;
-    if engine.replicate > 1 {
-        return Err(usage(
-            "--replicate needs several independent workers: use `sweep submit` to a coordinator",
-        ));
-    }
-    let threads = engine
-        .threads
-        .map(|t| t as usize)
-        .unwrap_or_else(default_threads);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
