@@ -15,7 +15,7 @@ mod reports;
 mod tests;
 mod views;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use sweep_space::{Job, Tally};
@@ -154,6 +154,8 @@ pub struct Core {
     job_changes: watch::Sender<u64>,
     /// Per job: what its accepted outputs stored so far (solutions, bytes), checked against `limits`.
     usage: HashMap<JobId, Usage>,
+    /// Jobs whose usage changed since the last batch.
+    usage_dirty: BTreeSet<JobId>,
     limits: Limits,
 }
 
@@ -250,6 +252,7 @@ impl Core {
             to_merge,
             job_changes: watch::channel(0).0,
             usage,
+            usage_dirty: BTreeSet::new(),
             limits,
         };
         // Stores from before readers were cancelled with their inputs may hold a job waiting for an input that
@@ -282,6 +285,13 @@ impl Core {
 
     /// Takes the outbox for one group commit: the writes and the sequence number they complete.
     pub fn take_batch(&mut self) -> (Vec<Op>, u64) {
+        // Usage bounds a job's output; a batch that a crash cuts short may leave it a few results behind,
+        // which only lets the job store that much more. Once per batch keeps it off every result's path.
+        for job in std::mem::take(&mut self.usage_dirty) {
+            if let Some(u) = self.usage.get(&job) {
+                self.pending.push(Op::Usage(job, *u));
+            }
+        }
         let seq = self.seq;
         self.seq += 1;
         (std::mem::take(&mut self.pending), seq)

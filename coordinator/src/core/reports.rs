@@ -182,7 +182,6 @@ impl Core {
                 let usage = self.usage.entry(job_id).or_default();
                 usage.solutions += add.solutions;
                 usage.bytes += add.bytes;
-                let usage = *usage;
                 self.pending.push(Op::Chunk(
                     job_id,
                     chunk,
@@ -198,7 +197,8 @@ impl Core {
                 // The tally right after this result: a group commit may be split after it (see
                 // `store::split_commit`), and every part must carry a tally that sums exactly its done chunks.
                 self.pending.push(Op::Tally(job_id, tally));
-                self.pending.push(Op::Usage(job_id, usage));
+                // Written once per batch, not per result (see `take_batch`): it only bounds the job's output.
+                self.usage_dirty.insert(job_id);
                 if let Some(w) = self.workers.get_mut(worker) {
                     w.chunks_done += 1;
                 }
