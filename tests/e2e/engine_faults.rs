@@ -249,3 +249,41 @@ fn an_artifact_job_survives_a_killed_worker_and_merges_the_same_bytes() {
     assert_eq!(res["result"], expected);
     assert_exactly_once(&c.status(job));
 }
+
+/// Regression: a worker whose threads were all busy when the coordinator was SIGKILLed and restarted asks for
+/// no lease for a while, and `sweep workers` showed it with 0 threads and no memory until it did. Its next
+/// heartbeat now tells it to register again.
+#[test]
+fn a_busy_worker_describes_itself_again_to_a_restarted_coordinator() {
+    // Two long chunks for one worker of one thread: it holds both (one running, one prefetched) and asks for
+    // nothing more, so only its heartbeats reach the restarted coordinator.
+    let mut c = Cluster::start_with_ttl(1, 1, 2_000);
+    let job = c.submit(&["primes", "--below", "8000000000", "--chunks", "2"]);
+    c.wait_until(job, LONG, |s| s["chunks_leased"].as_u64() == Some(2));
+    c.restart_coordinator();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let described = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never described itself again"
+        );
+        let out = c.sweep(&["workers", "--json"]);
+        if out.status.success() {
+            let list = stdout_json(&out);
+            let w = &list["workers"][0];
+            if w["threads"] == 1 && w["memory_bytes"].as_u64().unwrap_or(0) > 0 {
+                break w.clone();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(described["name"], "w0", "{described}");
+    // Described before either long chunk ended: the heartbeat did it, not a new lease.
+    assert_eq!(done_chunks(&c.status(job)), 0, "{described}");
+    let out = c.sweep(&["cancel", &job.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
