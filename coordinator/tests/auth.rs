@@ -3,15 +3,15 @@
 //! certificate, and one client cannot make the coordinator hold or store unbounded data.
 
 mod common;
+// Shared with the end-to-end tests (`tests/e2e/support/mod.rs` includes the same file).
+#[path = "common/pki.rs"]
+mod pki;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{Authed, Bearer, FakeWorker, Work};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
+use pki::{pki, Pki};
 use sweep_coordinator::auth::Auth;
 use sweep_coordinator::limits::Limits;
 use sweep_coordinator::store::Store;
@@ -278,52 +278,6 @@ async fn open_coordinator_needs_no_token() {
     let (_, mut jobs) = server.clients(None).await;
     jobs.submit(star7(2)).await.unwrap();
     server.stop().await;
-}
-
-/// A CA, a server certificate for localhost/127.0.0.1 and a client certificate, as PEM files in `dir`.
-struct Pki {
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
-}
-
-fn pki(dir: &Path) -> Pki {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "sweep test CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let issue = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(names).unwrap();
-        p.extended_key_usages = vec![usage];
-        (p.signed_by(&key, &ca).unwrap().pem(), key.serialize_pem())
-    };
-    let (sc, sk) = issue(
-        vec!["localhost".into(), "127.0.0.1".into()],
-        ExtendedKeyUsagePurpose::ServerAuth,
-    );
-    let (cc, ck) = issue(vec!["worker-1".into()], ExtendedKeyUsagePurpose::ClientAuth);
-    let files = Pki {
-        ca: dir.join("ca.pem"),
-        server_cert: dir.join("server.pem"),
-        server_key: dir.join("server.key"),
-        client_cert: dir.join("client.pem"),
-        client_key: dir.join("client.key"),
-    };
-    for (path, text) in [
-        (&files.ca, ca.pem()),
-        (&files.server_cert, sc),
-        (&files.server_key, sk),
-        (&files.client_cert, cc),
-        (&files.client_key, ck),
-    ] {
-        std::fs::write(path, text).unwrap();
-    }
-    files
 }
 
 fn tls_security(dir: &Path, require_client_cert: bool) -> (ServeSecurity, Pki) {

@@ -217,12 +217,8 @@ async fn prepare(ch: Channel) -> Real {
     jobs.pause(v1::JobRequest { job_id: job.id }).await.unwrap();
     // A decoy job for fuzzed workers to lease, fail and complete.
     jobs.submit(v1::SubmitRequest {
-        space: "star".into(),
-        params_json: r#"{"points": 6, "method": "brute"}"#.into(),
-        chunks: 16,
         priority: 1,
-        reuse_existing: false,
-        ..Default::default()
+        ..common::submit_req("star", r#"{"points": 6, "method": "brute"}"#, 16)
     })
     .await
     .unwrap();
@@ -332,6 +328,57 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
     server.stop().await;
 }
 
+/// A coordinator on a sled store in a scratch directory, with a real job in it to aim lies at.
+struct Fuzzed {
+    rt: tokio::runtime::Runtime,
+    /// Held so the store outlives the test.
+    dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    server: Server,
+    ch: Channel,
+    real: Real,
+}
+
+impl Fuzzed {
+    #[allow(clippy::type_complexity)] // a test's locals, named where they are bound
+    fn into_parts(
+        self,
+    ) -> (
+        tokio::runtime::Runtime,
+        tempfile::TempDir,
+        std::path::PathBuf,
+        Server,
+        Channel,
+        Real,
+    ) {
+        (
+            self.rt,
+            self.dir,
+            self.path,
+            self.server,
+            self.ch,
+            self.real,
+        )
+    }
+}
+
+fn fuzzed() -> Fuzzed {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let server = rt.block_on(start(Store::open(&path).unwrap()));
+    let ch = rt.block_on(server.channel());
+    let real = rt.block_on(prepare(ch.clone()));
+    Fuzzed {
+        rt,
+        dir,
+        path,
+        server,
+        ch,
+        real,
+    }
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -343,20 +390,11 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Raw bytes: garbage, truncated or bit-flipped encodings of real messages, sent to every method.
 #[test]
 fn fuzz_raw_bytes_to_every_method() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store");
-    let server = rt.block_on(start(Store::open(&path).unwrap()));
-    let ch = rt.block_on(server.channel());
-    let real = rt.block_on(prepare(ch.clone()));
+    let (rt, _dir, path, server, ch, real) = fuzzed().into_parts();
     let samples: Vec<Vec<u8>> = vec![
         v1::SubmitRequest {
-            space: "star".into(),
-            params_json: r#"{"points": 6, "method": "brute"}"#.into(),
-            chunks: 3,
-            priority: 0,
             reuse_existing: true,
-            ..Default::default()
+            ..common::submit_req("star", r#"{"points": 6, "method": "brute"}"#, 3)
         }
         .encode_to_vec(),
         v1::LeaseRequest {
@@ -669,12 +707,7 @@ fn call() -> impl Strategy<Value = Call> {
 /// Well-formed messages with lying fields, to every method.
 #[test]
 fn fuzz_messages_with_lying_fields() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store");
-    let server = rt.block_on(start(Store::open(&path).unwrap()));
-    let ch = rt.block_on(server.channel());
-    let real = rt.block_on(prepare(ch.clone()));
+    let (rt, _dir, path, server, ch, real) = fuzzed().into_parts();
     let work = WorkClient::new(ch.clone())
         .max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES)
         .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES);

@@ -79,15 +79,28 @@ fn local_job(registry: &Registry, raw: &[String]) -> anyhow::Result<Option<Local
     }))
 }
 
+/// Parses a local command's arguments and runs `f` on them; help printed instead is a success.
+fn with_local_job(
+    registry: &Registry,
+    raw: &[String],
+    f: impl FnOnce(LocalJob) -> anyhow::Result<ExitCode>,
+) -> anyhow::Result<ExitCode> {
+    match local_job(registry, raw)? {
+        Some(local) => f(local),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
 pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
-    let Some(LocalJob {
+    with_local_job(registry, &raw, |local| run_local(registry, local))
+}
+
+fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
+    let LocalJob {
         args: JobArgs { job, engine, ship },
         plan,
         threads,
-    }) = local_job(registry, &raw)?
-    else {
-        return Ok(ExitCode::SUCCESS);
-    };
+    } = local;
     let started = Instant::now();
     let rt = runtime()?;
     rt.block_on(async move {
@@ -324,14 +337,11 @@ fn bind_dag(
 }
 
 pub fn solve(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
-    let Some(LocalJob {
-        args: JobArgs { job, engine, ship },
-        plan,
-        threads,
-    }) = local_job(registry, &raw)?
-    else {
-        return Ok(ExitCode::SUCCESS);
-    };
+    with_local_job(registry, &raw, |local| solve_local(registry, local))
+}
+
+fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
+    let (JobArgs { job, engine, ship }, plan, threads) = (local.args, local.plan, local.threads);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()

@@ -3,16 +3,12 @@
 //! without the token ever being printed or logged; tokens rotate (SIGHUP) while the coordinator keeps running;
 //! a coordinator that requires client certificates refuses clients without one.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::pki::pki as write_pki;
 use crate::support::{scratch, stdout_json, sweep, Proc, SWEEP};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
 
 const WORKER_TOKEN: &str = "e2e-worker-token-4f9c2a7d1b";
 const ADMIN_TOKEN: &str = "e2e-admin-token-8e1d5b3c6a";
@@ -20,55 +16,6 @@ const NEW_ADMIN_TOKEN: &str = "e2e-admin-token-rotated-77aa";
 const WRONG_TOKEN: &str = "e2e-wrong-token-0000000000";
 const AUTH_EXIT: i32 = 5;
 const T: Duration = Duration::from_secs(60);
-
-/// CA, server certificate (localhost, 127.0.0.1) and client certificate as PEM files, made with rcgen.
-struct Pki {
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
-}
-
-fn write_pki(dir: &Path) -> Pki {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "sweep e2e CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let issue = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(names).unwrap();
-        p.extended_key_usages = vec![usage];
-        (p.signed_by(&key, &ca).unwrap().pem(), key.serialize_pem())
-    };
-    let (sc, sk) = issue(
-        vec!["localhost".into(), "127.0.0.1".into()],
-        ExtendedKeyUsagePurpose::ServerAuth,
-    );
-    let (cc, ck) = issue(
-        vec!["e2e-worker".into()],
-        ExtendedKeyUsagePurpose::ClientAuth,
-    );
-    let pki = Pki {
-        ca: dir.join("ca.pem"),
-        server_cert: dir.join("server.pem"),
-        server_key: dir.join("server.key"),
-        client_cert: dir.join("client.pem"),
-        client_key: dir.join("client.key"),
-    };
-    for (path, text) in [
-        (&pki.ca, ca.pem()),
-        (&pki.server_cert, sc),
-        (&pki.server_key, sk),
-        (&pki.client_cert, cc),
-        (&pki.client_key, ck),
-    ] {
-        std::fs::write(path, text).unwrap();
-    }
-    pki
-}
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
@@ -82,7 +29,7 @@ fn s(p: &Path) -> &str {
 
 /// `sweep coordinator` on 127.0.0.1:0 with `extra` flags; its log (warn level) goes to `log`.
 fn start_coordinator(dir: &Path, extra: &[&str], log: &Path) -> (Proc, String) {
-    let mut child = Command::new(SWEEP)
+    let child = Command::new(SWEEP)
         .args(["coordinator", "--listen", "127.0.0.1:0", "--data"])
         .arg(dir.join("store"))
         .args(["--lease-ttl-ms", "2000"])
@@ -93,20 +40,8 @@ fn start_coordinator(dir: &Path, extra: &[&str], log: &Path) -> (Proc, String) {
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .expect("spawn coordinator");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let proc = Proc {
-        child,
-        name: "coordinator".into(),
-    };
-    let line = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("the coordinator printed its address");
+    let (proc, line) = crate::support::coordinator_first_line(child).expect("coordinator stdout");
+    let line = line.expect("the coordinator printed its address");
     let addr = line
         .trim()
         .strip_prefix("sweep coordinator listening on ")

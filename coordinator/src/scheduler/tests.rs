@@ -203,13 +203,7 @@ fn a_dag_of_jobs_runs_in_dependency_order_through_chaos_and_restarts() {
         s
     };
     let mut s = build(&merged, &records);
-    let mut rng = 0x2545f4914f6cdd1du64;
-    let mut next = || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut next = xorshift(0x2545f4914f6cdd1du64);
     let mut held: Vec<Grant> = Vec::new();
     let mut now = 0;
     let mut merged_at_restarts = Vec::new();
@@ -266,7 +260,7 @@ fn a_dag_of_jobs_runs_in_dependency_order_through_chaos_and_restarts() {
             }
             5 if !held.is_empty() => {
                 let g = held.swap_remove((next() % held.len() as u64) as usize);
-                s.fail(g.lease, next() % 2 == 0);
+                s.fail(g.lease, next().is_multiple_of(2));
             }
             6 if !to_merge.is_empty() => {
                 let job = to_merge.remove(0);
@@ -408,13 +402,7 @@ fn simulated_chaos_completes_every_chunk_exactly_once() {
     let n = 500u64;
     s.add_job(1, 0, n, JobState::Running);
     let mut accepted = vec![0u32; n as usize];
-    let mut rng = 0x9e3779b97f4a7c15u64;
-    let mut next = || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut next = xorshift(0x9e3779b97f4a7c15u64);
     let mut held: Vec<Grant> = Vec::new();
     let mut now = 0;
     for _ in 0..20_000 {
@@ -429,7 +417,7 @@ fn simulated_chaos_completes_every_chunk_exactly_once() {
             }
             4 if !held.is_empty() => {
                 let g = held.swap_remove((next() % held.len() as u64) as usize);
-                s.fail(g.lease, next() % 2 == 0);
+                s.fail(g.lease, next().is_multiple_of(2));
             }
             _ => {
                 s.expire(now);
@@ -606,4 +594,14 @@ fn a_refused_result_sends_the_chunk_to_someone_else() {
         "third bad result: refused"
     );
     assert!(s.lease(2, "liar", 5).is_empty());
+}
+
+/// A xorshift64 stream: the chaos tests' only randomness, seeded so that every failure reproduces.
+fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
 }

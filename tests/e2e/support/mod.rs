@@ -6,6 +6,8 @@
 #![allow(dead_code)] // not every helper is used by the tests of the day
 
 pub mod netns;
+#[path = "../../../coordinator/tests/common/pki.rs"]
+pub mod pki;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -332,7 +334,7 @@ fn try_start_coordinator(
     listen: &str,
     ttl: u64,
 ) -> Result<(Proc, String), String> {
-    let mut child = Command::new(bin)
+    let child = Command::new(bin)
         .args(["coordinator", "--listen", listen, "--data"])
         .arg(store)
         .args(["--lease-ttl-ms", &ttl.to_string()])
@@ -341,20 +343,8 @@ fn try_start_coordinator(
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("spawn coordinator: {e}"))?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let mut proc = Proc {
-        child,
-        name: "coordinator".into(),
-    };
-    let line = rx
-        .recv_timeout(Duration::from_secs(20))
-        .map_err(|_| "the coordinator printed no address within 20 s".to_string())?;
+    let (mut proc, line) = coordinator_first_line(child)?;
+    let line = line.ok_or("the coordinator printed no address within 20 s")?;
     let Some(addr) = line.trim().strip_prefix("sweep coordinator listening on ") else {
         proc.kill9();
         return Err(format!(
@@ -362,4 +352,23 @@ fn try_start_coordinator(
         ));
     };
     Ok((proc, format!("http://{addr}")))
+}
+
+/// A coordinator just spawned with its stdout piped, and the first line it printed (its address) if it printed
+/// one within 20 s. The line is read on a thread of its own, so a coordinator that hangs cannot hang the test.
+pub fn coordinator_first_line(
+    mut child: std::process::Child,
+) -> Result<(Proc, Option<String>), String> {
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let proc = Proc {
+        child,
+        name: "coordinator".into(),
+    };
+    Ok((proc, rx.recv_timeout(Duration::from_secs(20)).ok()))
 }

@@ -18,7 +18,7 @@
 #![allow(dead_code)] // each scenario uses a different part of the harness
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -465,7 +465,7 @@ impl NetCluster {
         ];
         let mut log = self.log_file("coordinator");
         let _ = writeln!(log, "=== coordinator start {} ===", self.starts + 1);
-        let mut child = self
+        let child = self
             .net
             .command(&self.coordinator_node.ns, &args)
             .env("RUST_LOG", "info")
@@ -474,18 +474,8 @@ impl NetCluster {
             .stderr(log)
             .spawn()
             .map_err(|e| format!("spawn coordinator: {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let mut proc = Proc {
-            child,
-            name: "coordinator".into(),
-        };
-        let line = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+        let (mut proc, line) = super::coordinator_first_line(child)?;
+        let line = line.unwrap_or_default();
         if line.starts_with("sweep coordinator listening on ") {
             return Ok(proc);
         }

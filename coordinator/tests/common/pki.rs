@@ -1,0 +1,56 @@
+//! Test certificates made with rcgen: a CA, a server certificate for localhost and 127.0.0.1, and a client
+//! certificate, written as PEM files. One file for the coordinator's integration tests and the end-to-end tests,
+//! which include it by path.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+
+/// A CA, a server certificate for localhost/127.0.0.1 and a client certificate, as PEM files in `dir`.
+pub struct Pki {
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+pub fn pki(dir: &Path) -> Pki {
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "sweep test CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let issue = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names).unwrap();
+        p.extended_key_usages = vec![usage];
+        (p.signed_by(&key, &ca).unwrap().pem(), key.serialize_pem())
+    };
+    let (sc, sk) = issue(
+        vec!["localhost".into(), "127.0.0.1".into()],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (cc, ck) = issue(vec!["worker-1".into()], ExtendedKeyUsagePurpose::ClientAuth);
+    let files = Pki {
+        ca: dir.join("ca.pem"),
+        server_cert: dir.join("server.pem"),
+        server_key: dir.join("server.key"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client.key"),
+    };
+    for (path, text) in [
+        (&files.ca, ca.pem()),
+        (&files.server_cert, sc),
+        (&files.server_key, sk),
+        (&files.client_cert, cc),
+        (&files.client_key, ck),
+    ] {
+        std::fs::write(path, text).unwrap();
+    }
+    files
+}
