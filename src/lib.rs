@@ -98,7 +98,7 @@ enum Command {
     Buzzled(cmd::buzzled::BuzzledArgs),
 }
 
-/// The spaces `sweep` itself knows: the five puzzles and `exec`.
+/// The spaces `sweep` itself knows: the five puzzles, `primes` (the engine's test space) and `exec`.
 pub fn builtin() -> Registry {
     sweep_puzzles::registry().with::<exec::Exec>()
 }
