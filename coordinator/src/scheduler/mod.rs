@@ -153,16 +153,13 @@ impl Scheduler {
     }
 
     /// The key `worker`'s standing is kept under: its identity if one is bound, else its name.
-    fn standing(&self, worker: &str) -> String {
-        self.identities
-            .get(worker)
-            .cloned()
-            .unwrap_or_else(|| worker.to_string())
+    fn standing<'a>(&'a self, worker: &'a str) -> &'a str {
+        self.identities.get(worker).map_or(worker, String::as_str)
     }
 
     /// Counts one bad result (failed verification, outvoted) against `worker`; true once it is refused work.
     pub fn record_bad_result(&mut self, worker: &str) -> bool {
-        let key = self.standing(worker);
+        let key = self.standing(worker).to_string();
         let n = self.bad_results.entry(key).or_insert(0);
         *n += 1;
         *n >= self.cfg.max_bad_results
@@ -170,7 +167,7 @@ impl Scheduler {
 
     pub fn bad_results(&self, worker: &str) -> u32 {
         self.bad_results
-            .get(&self.standing(worker))
+            .get(self.standing(worker))
             .copied()
             .unwrap_or(0)
     }
@@ -385,7 +382,7 @@ impl Scheduler {
             .collect();
         order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         let deadline = now + self.cfg.lease_ttl_ms;
-        let standing = self.standing(worker);
+        let standing = self.standing(worker).to_string();
         let mut grants = Vec::new();
         for (_, job) in order {
             let Some(j) = self.jobs.get_mut(&job) else {
@@ -593,7 +590,7 @@ impl Scheduler {
     /// counts against the chunk (if the lease is still the chunk's), and the chunk goes to other workers only.
     /// Returns whether the worker is now refused work.
     pub fn reject_result(&mut self, job: JobId, chunk: u64, lease: LeaseId, worker: &str) -> bool {
-        let key = self.standing(worker);
+        let key = self.standing(worker).to_string();
         if let Some(j) = self.jobs.get_mut(&job) {
             if (chunk as usize) < j.slots.len() {
                 j.refused.entry(chunk).or_default().push(key);
