@@ -328,39 +328,16 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
     server.stop().await;
 }
 
-/// A coordinator on a sled store in a scratch directory, with a real job in it to aim lies at.
-struct Fuzzed {
-    rt: tokio::runtime::Runtime,
-    /// Held so the store outlives the test.
-    dir: tempfile::TempDir,
-    path: std::path::PathBuf,
-    server: Server,
-    ch: Channel,
-    real: Real,
-}
-
-impl Fuzzed {
-    #[allow(clippy::type_complexity)] // a test's locals, named where they are bound
-    fn into_parts(
-        self,
-    ) -> (
-        tokio::runtime::Runtime,
-        tempfile::TempDir,
-        std::path::PathBuf,
-        Server,
-        Channel,
-        Real,
-    ) {
-        (
-            self.rt,
-            self.dir,
-            self.path,
-            self.server,
-            self.ch,
-            self.real,
-        )
-    }
-}
+/// A coordinator on a sled store in a scratch directory (held so the store outlives the test), with a real job
+/// in it to aim lies at: runtime, directory, store path, server, channel, job.
+type Fuzzed = (
+    tokio::runtime::Runtime,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    Server,
+    Channel,
+    Real,
+);
 
 fn fuzzed() -> Fuzzed {
     let rt = runtime();
@@ -369,14 +346,7 @@ fn fuzzed() -> Fuzzed {
     let server = rt.block_on(start(Store::open(&path).unwrap()));
     let ch = rt.block_on(server.channel());
     let real = rt.block_on(prepare(ch.clone()));
-    Fuzzed {
-        rt,
-        dir,
-        path,
-        server,
-        ch,
-        real,
-    }
+    (rt, dir, path, server, ch, real)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -390,7 +360,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Raw bytes: garbage, truncated or bit-flipped encodings of real messages, sent to every method.
 #[test]
 fn fuzz_raw_bytes_to_every_method() {
-    let (rt, _dir, path, server, ch, real) = fuzzed().into_parts();
+    let (rt, _dir, path, server, ch, real) = fuzzed();
     let samples: Vec<Vec<u8>> = vec![
         v1::SubmitRequest {
             reuse_existing: true,
@@ -707,7 +677,7 @@ fn call() -> impl Strategy<Value = Call> {
 /// Well-formed messages with lying fields, to every method.
 #[test]
 fn fuzz_messages_with_lying_fields() {
-    let (rt, _dir, path, server, ch, real) = fuzzed().into_parts();
+    let (rt, _dir, path, server, ch, real) = fuzzed();
     let work = WorkClient::new(ch.clone())
         .max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES)
         .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES);
