@@ -120,10 +120,6 @@ impl Coordinator {
         &self.cfg.registry
     }
 
-    pub fn config(&self) -> &CoordinatorConfig {
-        &self.cfg
-    }
-
     /// Loads every job from the store and rebuilds the core.
     pub fn open(store: Store, cfg: CoordinatorConfig) -> Result<Arc<Coordinator>, ServeError> {
         let snap = store.load().map_err(|e| match e {
@@ -338,21 +334,16 @@ impl Coordinator {
         tokio::pin!(ready);
         ready.as_mut().enable();
         let first = self.lease_once(worker, max_chunks)?;
-        match &first {
-            LeaseAnswer::Chunks(c) if c.is_empty() => {}
-            LeaseAnswer::Drain => return Ok((first, 1000)),
-            _ => return Ok((first, 0)),
+        if !first.is_empty() {
+            let retry = retry_after_ms(&first);
+            return Ok((first, retry));
         }
         if tokio::time::timeout(LEASE_HOLD, ready).await.is_err() {
             // Held the whole time: ask again at once, so a worker is almost always waiting here.
             return Ok((first, 0));
         }
         let again = self.lease_once(worker, max_chunks)?;
-        let retry = match &again {
-            LeaseAnswer::Chunks(c) if c.is_empty() => 200,
-            LeaseAnswer::Drain => 1000,
-            _ => 0,
-        };
+        let retry = retry_after_ms(&again);
         Ok((again, retry))
     }
 
@@ -521,22 +512,20 @@ impl Coordinator {
     pub async fn jobs(&self) -> Result<(Vec<JobView>, u32), CoreError> {
         self.durable_read(|core| {
             let now = now_ms();
-            (core.job_views(now), core.live_workers(now))
+            (core.job_views(), core.live_workers(now))
         })
         .await
     }
 
     pub async fn job(&self, id: JobId) -> Result<JobView, CoreError> {
-        self.durable_read(|core| core.job_view(id, now_ms()))
+        self.durable_read(|core| core.job_view(id))
             .await?
             .ok_or(CoreError::UnknownJob(id))
     }
 
     /// The job now, from memory (may be ahead of the store by one commit).
     pub fn job_now(&self, id: JobId) -> Result<JobView, CoreError> {
-        self.lock()
-            .job_view(id, now_ms())
-            .ok_or(CoreError::UnknownJob(id))
+        self.lock().job_view(id).ok_or(CoreError::UnknownJob(id))
     }
 
     /// For a watch stream: one job (`id` != 0) or all of them, and the live workers, from memory.
@@ -544,9 +533,9 @@ impl Coordinator {
         let core = self.lock();
         let now = now_ms();
         let jobs = if id == 0 {
-            core.job_views(now)
+            core.job_views()
         } else {
-            core.job_view(id, now).into_iter().collect()
+            core.job_view(id).into_iter().collect()
         };
         (jobs, core.live_workers(now))
     }
@@ -604,7 +593,7 @@ impl Coordinator {
             view,
             cached,
             finished,
-        } = self.lock().results_input(id, now_ms())?;
+        } = self.lock().results_input(id)?;
         let store = self.store();
         let (result, poisoned) = tokio::task::spawn_blocking(
             move || -> Result<(Arc<serde_json::Value>, Vec<PoisonedChunk>), CoreError> {
@@ -710,6 +699,16 @@ impl Coordinator {
         .map_err(|e| CoreError::Internal(format!("store task: {e}")))??;
         info!(digest = %digest, bytes = n, existing, "file shipped");
         Ok(existing)
+    }
+}
+
+/// How long a worker should wait before asking again after `answer`: at once when it got work, a second when it
+/// drains, a poll interval when there was nothing to do even after the hold.
+fn retry_after_ms(answer: &LeaseAnswer) -> u32 {
+    match answer {
+        LeaseAnswer::Chunks(c) if c.is_empty() => 200,
+        LeaseAnswer::Drain => 1000,
+        _ => 0,
     }
 }
 

@@ -104,7 +104,7 @@ impl Core {
             .last()
             .copied()
             .ok_or_else(|| CoreError::Invalid("nothing to submit".into()))?;
-        let view = self.job_view(id, now).ok_or(CoreError::UnknownJob(id))?;
+        let view = self.job_view(id).ok_or(CoreError::UnknownJob(id))?;
         Ok((view, existing))
     }
 

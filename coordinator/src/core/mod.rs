@@ -274,10 +274,6 @@ impl Core {
         Ok(core)
     }
 
-    pub fn config(&self) -> SchedulerConfig {
-        self.sched.config()
-    }
-
     /// The sequence number of the batch now being filled: a request that staged writes waits for it.
     pub fn seq(&self) -> u64 {
         self.seq
@@ -481,7 +477,7 @@ impl Core {
     }
 
     pub fn live_workers(&self, now: Millis) -> u32 {
-        let horizon = now.saturating_sub(self.sched.config().lease_ttl_ms);
+        let horizon = now.saturating_sub(self.lease_ttl_ms());
         self.workers
             .values()
             .filter(|w| w.last_seen_ms >= horizon)
@@ -676,21 +672,21 @@ impl Core {
         self.check_writable()?;
         self.sched.cancel(job)?;
         self.stage_dirty(now);
-        self.job_view(job, now).ok_or(CoreError::UnknownJob(job))
+        self.job_view(job).ok_or(CoreError::UnknownJob(job))
     }
 
     pub fn pause(&mut self, job: JobId, now: Millis) -> Result<JobView, CoreError> {
         self.check_writable()?;
         self.sched.pause(job)?;
         self.stage_dirty(now);
-        self.job_view(job, now).ok_or(CoreError::UnknownJob(job))
+        self.job_view(job).ok_or(CoreError::UnknownJob(job))
     }
 
     pub fn resume(&mut self, job: JobId, now: Millis) -> Result<JobView, CoreError> {
         self.check_writable()?;
         self.sched.resume(job)?;
         self.stage_dirty(now);
-        self.job_view(job, now).ok_or(CoreError::UnknownJob(job))
+        self.job_view(job).ok_or(CoreError::UnknownJob(job))
     }
 
     /// Asks a worker to finish what it holds and take nothing new.
@@ -764,9 +760,9 @@ impl Core {
     }
 
     /// What results need: the job, its view, its cached answer and whether it is finished.
-    pub fn results_input(&self, id: JobId, now: Millis) -> Result<ResultsInput, CoreError> {
+    pub fn results_input(&self, id: JobId) -> Result<ResultsInput, CoreError> {
         let e = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
-        let view = self.job_view(id, now).ok_or(CoreError::UnknownJob(id))?;
+        let view = self.job_view(id).ok_or(CoreError::UnknownJob(id))?;
         Ok(ResultsInput {
             job: e.job.clone(),
             view,

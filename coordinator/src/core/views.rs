@@ -185,7 +185,7 @@ pub enum LeaseAnswer {
 }
 
 impl Core {
-    pub fn job_view(&self, id: JobId, _now: Millis) -> Option<JobView> {
+    pub fn job_view(&self, id: JobId) -> Option<JobView> {
         let e = self.jobs.get(&id)?;
         let counts = self.sched.counts(id)?;
         let running_nodes: u64 = self
@@ -231,10 +231,10 @@ impl Core {
     }
 
     /// Every job, in id order.
-    pub fn job_views(&self, now: Millis) -> Vec<JobView> {
+    pub fn job_views(&self) -> Vec<JobView> {
         self.sched
             .jobs()
-            .filter_map(|id| self.job_view(id, now))
+            .filter_map(|id| self.job_view(id))
             .collect()
     }
 
@@ -287,10 +287,17 @@ impl Core {
         });
         Observation {
             now_ms: now,
-            lease_ttl_ms: self.sched.config().lease_ttl_ms,
+            lease_ttl_ms: self.lease_ttl_ms(),
             live_workers: self.live_workers(now),
-            jobs: self.job_views(now),
+            jobs: self.job_views(),
             workers: workers.collect(),
         }
+    }
+}
+
+impl LeaseAnswer {
+    /// No chunks, and nothing else to do: the request may wait for work to appear.
+    pub fn is_empty(&self) -> bool {
+        matches!(self, LeaseAnswer::Chunks(c) if c.is_empty())
     }
 }

@@ -186,7 +186,10 @@ async fn result_view(d: &Dashboard, id: JobId) -> Result<Arc<ResultView>, Respon
         error(code, e.to_string())
     })?;
     let info = resp.job;
-    if !info.state.is_finished() || info.state == crate::scheduler::JobState::Cancelled {
+    if !matches!(
+        info.state,
+        crate::scheduler::JobState::Done | crate::scheduler::JobState::DoneWithPoisonedChunks
+    ) {
         return Err(error(
             StatusCode::CONFLICT,
             format!("job {id} is {}: no answer yet", info.state.as_str()),
