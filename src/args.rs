@@ -26,6 +26,8 @@ pub const ENGINE_FLAGS: &[(&str, bool)] = &[
     ("--tls-cert", true),
     ("--tls-key", true),
     ("--replicate", true),
+    ("--count-only", false),
+    ("--solutions", true),
 ];
 
 #[derive(Parser, Debug, Default)]
@@ -61,6 +63,12 @@ pub struct EngineOpts {
     /// `submit`: every chunk runs on this many distinct workers and is accepted only when their results agree.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub replicate: u32,
+    /// Keep counts only, no list of solutions: memory and store stay small however many there are.
+    #[arg(long)]
+    pub count_only: bool,
+    /// `run`: write every solution, one per line, into this file (streamed from the store).
+    #[arg(long, value_name = "FILE", conflicts_with = "count_only")]
+    pub solutions: Option<PathBuf>,
 }
 
 pub struct JobArgs {
@@ -163,7 +171,7 @@ fn expand_files(space: &dyn Space, args: Vec<String>) -> anyhow::Result<Vec<Stri
 }
 
 fn engine_help() -> String {
-    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URL  coordinator for `submit` (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n  --svg DIR          write the answer's pictures (SVG) into DIR\n  --replicate K      `submit`: run every chunk on K distinct workers, accept only agreeing results\n  --token-file FILE  token for `submit` (env SWEEP_TOKEN)\n  --tls-ca FILE      CA of the coordinator's certificate, for https:// URLs\n  --tls-cert FILE    client certificate, with --tls-key FILE\n".to_string()
+    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URL  coordinator for `submit` (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n  --svg DIR          write the answer's pictures (SVG) into DIR\n  --replicate K      `submit`: run every chunk on K distinct workers, accept only agreeing results\n  --count-only       keep counts only, no list of solutions (bounded memory for any answer)\n  --solutions FILE   `run`: write every solution into FILE, one per line, streamed from the store\n  --token-file FILE  token for `submit` (env SWEEP_TOKEN)\n  --tls-ca FILE      CA of the coordinator's certificate, for https:// URLs\n  --tls-cert FILE    client certificate, with --tls-key FILE\n".to_string()
 }
 
 fn split(args: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sweep_space::{
-    Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, MAX_KEPT_SOLUTIONS,
+    Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, MAX_SHOWN_SOLUTIONS,
 };
 
 /// The documented environment of a chunk's program. Everything else of the worker's environment is cleared.
@@ -589,6 +589,20 @@ impl Job for ExecJob {
         Ok(())
     }
 
+    fn verify_counts(
+        &self,
+        n_chunks: u64,
+        chunk: u64,
+        out: &ChunkOutput,
+    ) -> Result<(), SpaceError> {
+        if !out.solutions.is_empty() {
+            return Err(SpaceError::Verification(
+                "solutions listed by a chunk of a job that keeps counts only".into(),
+            ));
+        }
+        self.verify(n_chunks, chunk, out)
+    }
+
     fn verifiable(&self) -> bool {
         false
     }
@@ -631,6 +645,7 @@ impl Job for ExecJob {
             "counters": counters,
             "solutions": answer.solutions,
             "solutions_truncated": answer.solutions_truncated,
+            "solutions_listed": answer.solutions_listed,
         })
     }
 
@@ -651,9 +666,12 @@ impl Job for ExecJob {
         }
         if let Some(sols) = result["solutions"].as_array() {
             if !sols.is_empty() {
-                text.push_str(&format!("  {} solutions", sols.len()));
+                let listed = result["solutions_listed"]
+                    .as_u64()
+                    .unwrap_or(sols.len() as u64);
+                text.push_str(&format!("  {listed} solutions"));
                 if result["solutions_truncated"] == serde_json::json!(true) {
-                    text.push_str(&format!(" (list cut at {MAX_KEPT_SOLUTIONS})"));
+                    text.push_str(&format!(" (the {MAX_SHOWN_SOLUTIONS} smallest shown)"));
                 }
                 text.push('\n');
                 for s in sols.iter().take(20) {

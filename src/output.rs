@@ -1,7 +1,7 @@
 //! The answer of a job, as one JSON object (`--json`) or as text for people.
 
 use serde_json::{json, Value};
-use sweep_puzzles::Job;
+use sweep_puzzles::{Job, MAX_SHOWN_SOLUTIONS};
 
 /// JSON numbers are exact only up to 2^53 in many readers: larger counts are written as decimal strings.
 pub fn big(n: u128) -> Value {
@@ -27,6 +27,10 @@ pub struct Report {
     pub unverified: bool,
     /// Failed attempts, recent first: the error of each (for a program, its exit status and stderr tail).
     pub failures: Vec<Value>,
+    /// What the job kept of its solutions: `all`, `count-only` or `stopped` (see `sweep.v1.Listing`).
+    pub listing: String,
+    /// Solutions listed in all (the answer shows at most the smallest [`MAX_SHOWN_SOLUTIONS`]).
+    pub solutions_listed: u64,
 }
 
 impl Report {
@@ -44,6 +48,8 @@ impl Report {
             "poisoned_chunks": self.poisoned,
             "unverified": self.unverified,
             "failures": self.failures,
+            "listing": self.listing,
+            "solutions_listed": self.solutions_listed,
         })
     }
 
@@ -96,6 +102,34 @@ impl Report {
                 text,
                 "NOTE: unverified: nothing re-checked these chunks' answers (run with --replicate 2 or more)"
             );
+        }
+        match self.listing.as_str() {
+            "count-only" => {
+                let _ = writeln!(
+                    text,
+                    "NOTE: counts only (--count-only): no list of solutions was kept"
+                );
+            }
+            "stopped" => {
+                let _ = writeln!(
+                    text,
+                    "NOTE: the list of solutions outgrew the coordinator's --max-job-solutions (or \
+                     --max-job-output-mb) and was stopped after {} of them; the counts are exact",
+                    self.solutions_listed
+                );
+            }
+            _ if self.solutions_listed > MAX_SHOWN_SOLUTIONS as u64 => {
+                let how = match self.job {
+                    Some(j) => format!("sweep results {j} --solutions FILE"),
+                    None => "run it with `sweep run ... --solutions FILE`".to_string(),
+                };
+                let _ = writeln!(
+                    text,
+                    "NOTE: the answer shows the {MAX_SHOWN_SOLUTIONS} smallest of {} solutions; all of them: {how}",
+                    self.solutions_listed
+                );
+            }
+            _ => {}
         }
         // Poisoned chunks already show their last error; otherwise the failed attempts that were retried.
         if self.poisoned.is_empty() && !self.failures.is_empty() {

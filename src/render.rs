@@ -27,6 +27,9 @@ pub fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "unverified": j.unverified,
         "checkpoints": j.checkpoints,
         "failures": failures_json(&j.failures),
+        "listing": j.listing().label(),
+        "solutions_stored": j.solutions_stored,
+        "counters": j.counters.iter().map(|(k, v)| (k.clone(), crate::output::big(v.parse().unwrap_or(0)))).collect::<serde_json::Map<_, _>>(),
     })
 }
 

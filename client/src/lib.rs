@@ -53,6 +53,15 @@ pub enum ClientError {
     Reply(String),
 }
 
+/// Why [`Client::write_solutions`] stopped: the call, or writing what it received.
+#[derive(Debug, thiserror::Error)]
+pub enum SolutionsError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("cannot write the solutions: {0}")]
+    Write(#[from] std::io::Error),
+}
+
 /// A transport failure's status message names tonic's internals; people are told what it means.
 fn call_text(s: &Status) -> String {
     if s.code() == tonic::Code::Unavailable && s.message().contains("transport") {
@@ -210,6 +219,40 @@ impl Client {
             .results(v1::JobRequest { job_id: job })
             .await?
             .into_inner())
+    }
+
+    /// Streams every solution job `job` stored, in chunk order, one per line into `out`; returns how many.
+    /// Memory stays that of one piece however many there are. The coordinator refuses a job that keeps counts
+    /// only, and says why.
+    pub async fn write_solutions(
+        &mut self,
+        job: u64,
+        out: &mut dyn std::io::Write,
+    ) -> Result<u64, SolutionsError> {
+        let mut stream = self
+            .jobs
+            .solutions(v1::JobRequest { job_id: job })
+            .await
+            .map_err(ClientError::from)?
+            .into_inner();
+        let mut written = 0u64;
+        while let Some(piece) = stream.message().await.map_err(ClientError::from)? {
+            for s in &piece.solutions {
+                // One solution per line: a line break inside one would make two.
+                if s.contains('\n') {
+                    return Err(ClientError::Reply(format!(
+                        "a solution of chunk {} holds a line break",
+                        piece.chunk
+                    ))
+                    .into());
+                }
+                out.write_all(s.as_bytes())?;
+                out.write_all(b"\n")?;
+            }
+            written += piece.solutions.len() as u64;
+        }
+        out.flush()?;
+        Ok(written)
     }
 
     pub async fn cancel(&mut self, job: u64) -> Result<v1::JobInfo, ClientError> {

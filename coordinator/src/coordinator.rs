@@ -6,18 +6,18 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sweep_space::{Answer, ChunkOutput, Job};
+use sweep_space::{AnswerMerge, ChunkOutput, Job};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
 use tracing::{info, warn};
 
 use crate::commit::GroupCommit;
 use crate::core::{
-    invalid, Ack, Beat, Checked, Core, CoreError, JobView, LeaseAnswer, LeaseProgress, Observation,
-    OpenError, PoisonedChunk, Registration, ResultsView, SubmitNode, WorkerView,
+    invalid, Ack, Beat, Checked, Core, CoreError, JobOptions, JobView, LeaseAnswer, LeaseProgress,
+    Observation, OpenError, PoisonedChunk, Registration, ResultsView, SubmitNode, WorkerView,
 };
 use crate::limits::WatchSlots;
 use crate::scheduler::{ChunkRecord, JobId, LeaseId, SchedulerConfig};
-use crate::store::{Store, StoreError};
+use crate::store::{Listing, Store, StoreError};
 
 /// Upper bound on the chunks of one job the coordinator keeps.
 pub const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;
@@ -87,6 +87,8 @@ pub struct SubmitSpec {
     pub reuse_existing: bool,
     /// Agreeing results each chunk needs (0 and 1: no replication).
     pub replicate: u32,
+    /// Keep counts only, no list of solutions.
+    pub count_only: bool,
 }
 
 /// A chunk report as it arrived: the output decoded at the edge, or why it could not be.
@@ -378,14 +380,14 @@ impl Coordinator {
             reports
                 .into_iter()
                 .map(|r| {
-                    let job = coord.lock().job_and_chunks(r.job);
+                    let target = coord.lock().report_target(r.job);
                     Checked::new(
                         &coord.cfg.limits,
                         r.lease,
                         r.job,
                         r.chunk,
                         r.output,
-                        job.as_ref().map(|(j, n)| (j.as_ref(), *n)),
+                        target.as_ref(),
                     )
                 })
                 .collect::<Vec<_>>()
@@ -492,16 +494,17 @@ impl Coordinator {
                 inputs: node.inputs,
             });
         }
-        let replicate = spec.replicate.max(1);
+        let opts = JobOptions {
+            replicate: spec.replicate.max(1),
+            listing: if spec.count_only {
+                Listing::CountOnly
+            } else {
+                Listing::All
+            },
+        };
         let answer = self
             .decide_durably(|core| {
-                core.submit(
-                    nodes,
-                    spec.priority,
-                    spec.reuse_existing,
-                    replicate,
-                    now_ms(),
-                )
+                core.submit(nodes, spec.priority, spec.reuse_existing, opts, now_ms())
             })
             .await?;
         self.work_ready.notify_waiters();
@@ -590,9 +593,11 @@ impl Coordinator {
         self.settle().await?;
         let crate::core::ResultsInput {
             job,
+            n_chunks,
             view,
             cached,
             finished,
+            ..
         } = self.lock().results_input(id)?;
         let store = self.store();
         let (result, poisoned) = tokio::task::spawn_blocking(
@@ -615,12 +620,21 @@ impl Coordinator {
                 if let Some(r) = cached {
                     return Ok((r, poisoned));
                 }
-                let outputs = store.outputs(id)?;
-                let mut answer = Answer::from_outputs(outputs.iter().map(|(_, o)| o));
+                // One output at a time: the answer keeps the tally and the smallest solutions, so its memory
+                // does not grow with the number of solutions stored.
+                let mut merge = AnswerMerge::default();
+                store.for_each_output(id, n_chunks, &mut |_, out| {
+                    merge.add(&out);
+                    Ok::<(), CoreError>(())
+                })?;
+                let mut answer = merge.finish();
                 answer.artifact = match store.artifact(id)? {
                     Some(merged) => merged,
-                    None => merge_outputs(job.as_ref(), &outputs)
-                        .map_err(|e| CoreError::Internal(format!("merging artifacts: {e}")))?,
+                    None if store.has_chunk_artifacts(id)? => {
+                        merge_outputs(job.as_ref(), &store.outputs(id)?)
+                            .map_err(|e| CoreError::Internal(format!("merging artifacts: {e}")))?
+                    }
+                    None => Vec::new(),
                 };
                 Ok((Arc::new(job.result(&answer)), poisoned))
             },
@@ -635,6 +649,60 @@ impl Coordinator {
             result,
             poisoned,
         })
+    }
+
+    /// Every solution job `id` stored, in chunk order, as pieces of at most [`SOLUTIONS_PIECE`] solutions (or
+    /// about a MB) sent through a small channel as the store is read: the reader's pace bounds the memory,
+    /// never the job's size. A job that keeps counts only has no list to stream and says why.
+    pub async fn solutions(
+        &self,
+        id: JobId,
+    ) -> Result<tokio::sync::mpsc::Receiver<Result<(u64, Vec<String>), CoreError>>, CoreError> {
+        self.settle().await?;
+        let crate::core::ResultsInput {
+            n_chunks, listing, ..
+        } = self.lock().results_input(id)?;
+        match listing {
+            Listing::All => {}
+            Listing::CountOnly => {
+                return Err(CoreError::Precondition(format!(
+                    "job {id} was submitted --count-only: it has counts, no list of solutions"
+                )))
+            }
+            Listing::Stopped => {
+                return Err(CoreError::Precondition(format!(
+                    "job {id}'s list of solutions outgrew the coordinator's --max-job-solutions or \
+                     --max-job-output-mb and was stopped (its counts are exact): raise the limit and run \
+                     the job again, or submit it --count-only"
+                )))
+            }
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let store = self.store();
+        let stopping = self.stopping();
+        tokio::task::spawn_blocking(move || {
+            let walked = store.for_each_output(id, n_chunks, &mut |chunk, out| {
+                let mut piece = Vec::new();
+                let mut bytes = 0;
+                for s in out.solutions {
+                    bytes += s.len();
+                    piece.push(s);
+                    if piece.len() >= SOLUTIONS_PIECE || bytes >= 1 << 20 {
+                        bytes = 0;
+                        send_piece(&tx, &stopping, chunk, std::mem::take(&mut piece))?;
+                    }
+                }
+                if !piece.is_empty() {
+                    send_piece(&tx, &stopping, chunk, piece)?;
+                }
+                Ok(())
+            });
+            // The reader went away or the coordinator is stopping: nobody to tell.
+            if let Err(StreamStop(Some(e))) = walked {
+                let _ = tx.blocking_send(Err(e));
+            }
+        });
+        Ok(rx)
     }
 
     /// A finished job's merged artifact and its digest: from memory, else from the store (then kept).
@@ -719,6 +787,31 @@ fn check_chunks(n_chunks: u64, what: &str) -> Result<(), CoreError> {
         )));
     }
     Ok(())
+}
+
+/// The most solutions one piece of the solutions stream carries.
+pub const SOLUTIONS_PIECE: usize = 16_384;
+
+/// Why a solutions stream ended early: the store failed (`Some`), or nobody reads it any more (`None`).
+struct StreamStop(Option<CoreError>);
+
+impl From<StoreError> for StreamStop {
+    fn from(e: StoreError) -> Self {
+        StreamStop(Some(e.into()))
+    }
+}
+
+fn send_piece(
+    tx: &tokio::sync::mpsc::Sender<Result<(u64, Vec<String>), CoreError>>,
+    stopping: &watch::Receiver<bool>,
+    chunk: u64,
+    piece: Vec<String>,
+) -> Result<(), StreamStop> {
+    if *stopping.borrow() {
+        return Err(StreamStop(None));
+    }
+    tx.blocking_send(Ok((chunk, piece)))
+        .map_err(|_| StreamStop(None))
 }
 
 /// The job's merged artifact from its chunk outputs, in chunk order.

@@ -357,11 +357,13 @@ pub fn repair(store: &Store, report: &Report) -> Result<usize, StoreError> {
         for &chunk in fix.drop_outputs.iter() {
             writes.push((chunk_key(b'o', id, chunk), None));
             writes.push((chunk_key(b'a', id, chunk), None));
+            writes.push((chunk_key(b'l', id, chunk), None));
         }
         for &chunk in &rerun {
             writes.push((chunk_key(b'c', id, chunk), Some(pending.clone())));
             writes.push((chunk_key(b'o', id, chunk), None));
             writes.push((chunk_key(b'a', id, chunk), None));
+            writes.push((chunk_key(b'l', id, chunk), None));
         }
         let tally = if fix.rerun_all {
             Some(Tally::default())
@@ -422,6 +424,7 @@ mod tests {
             input_jobs: Vec::new(),
             artifact_digest: None,
             replicate: 1,
+            listing: Default::default(),
         }
     }
 

@@ -28,7 +28,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             // A merged answer keeps at most this many solutions: a chunk sending more is not useful.
-            max_report_solutions: sweep_space::MAX_KEPT_SOLUTIONS,
+            max_report_solutions: sweep_space::MAX_REPORT_SOLUTIONS,
             max_job_solutions: 20_000_000,
             max_job_output_bytes: 16 << 30,
             max_watch_streams: 256,

@@ -261,6 +261,7 @@ fn submit(node: &str, reuse: bool) -> v1::SubmitRequest {
         priority: 0,
         reuse_existing: reuse,
         replicate: 0,
+        count_only: false,
     }
 }
 

@@ -571,6 +571,7 @@ fn submit() -> impl Strategy<Value = v1::SubmitRequest> {
                 priority,
                 reuse_existing,
                 replicate,
+                count_only: false,
             },
         )
 }

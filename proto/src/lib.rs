@@ -35,6 +35,18 @@ impl v1::JobState {
     }
 }
 
+impl v1::Listing {
+    /// What the job keeps of its solutions, as people see it.
+    pub fn label(self) -> &'static str {
+        match self {
+            v1::Listing::Unspecified => "unknown",
+            v1::Listing::All => "all",
+            v1::Listing::CountOnly => "count-only",
+            v1::Listing::Stopped => "stopped",
+        }
+    }
+}
+
 /// `sweep.proto` compiled to a `FileDescriptorSet`: what the coordinator's reflection service answers with.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/sweep_descriptor.bin"));

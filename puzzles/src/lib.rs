@@ -24,8 +24,8 @@ mod space {
 }
 
 pub use sweep_space::{
-    json_u128, Answer, ChunkOutput, Control, Job, JobInput, Plan, Registry, SearchSpace, Space,
-    SpaceError, Tally, MAX_KEPT_SOLUTIONS,
+    json_u128, Answer, AnswerMerge, ChunkOutput, Control, Job, JobInput, Plan, Registry,
+    SearchSpace, Space, SpaceError, Tally, MAX_SHOWN_SOLUTIONS,
 };
 
 /// The five puzzles and `primes` (the engine's test space), in the order `sweep spaces` lists them. Adding a

@@ -242,6 +242,34 @@ pub struct StarJob {
 }
 
 impl StarJob {
+    /// What a chunk's counters must say whether or not it lists its stars: a brute-force chunk tests every
+    /// permutation of its range once; a backtracking one finds each star in canonical form, standing for 2n.
+    fn check_counts(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        if chunk >= n_chunks {
+            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
+        }
+        let solutions = out.counters.get("solutions").copied().unwrap_or(0);
+        if self.params.method == Method::Brute {
+            let (lo, hi) = split_range(self.total_perms(), n_chunks, chunk);
+            if u128::from(out.nodes) != hi - lo {
+                return Err(SpaceError::Verification(format!(
+                    "{} permutations tested, the chunk holds {}",
+                    out.nodes,
+                    hi - lo
+                )));
+            }
+        } else {
+            let unique = out.counters.get("unique").copied().unwrap_or(0);
+            if solutions != 2 * self.geo.n as u128 * unique {
+                return Err(SpaceError::Verification(format!(
+                    "{solutions} solutions for {unique} unique stars, expected 2n = {} times as many",
+                    2 * self.geo.n
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn new(params: StarParams) -> StarJob {
         let geo = Geometry::new(params.points as usize);
         let prefixes = match params.method {
@@ -470,31 +498,8 @@ impl Job for StarJob {
     }
 
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        if chunk >= n_chunks {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
         out.check_unique_counters("star")?;
-        let solutions = out.counters.get("solutions").copied().unwrap_or(0);
-        if self.params.method == Method::Brute {
-            // Every permutation of the range is tested exactly once.
-            let (lo, hi) = split_range(self.total_perms(), n_chunks, chunk);
-            if u128::from(out.nodes) != hi - lo {
-                return Err(SpaceError::Verification(format!(
-                    "{} permutations tested, the chunk holds {}",
-                    out.nodes,
-                    hi - lo
-                )));
-            }
-        } else {
-            // Each unique star is found once, in canonical form, and stands for its 2n images.
-            let unique = out.counters.get("unique").copied().unwrap_or(0);
-            if solutions != 2 * self.geo.n as u128 * unique {
-                return Err(SpaceError::Verification(format!(
-                    "{solutions} solutions for {unique} unique stars, expected 2n = {} times as many",
-                    2 * self.geo.n
-                )));
-            }
-        }
+        self.check_counts(n_chunks, chunk, out)?;
         for s in &out.solutions {
             let labels = self.parse_solution(s)?;
             if !self.geo.all_lines_hold(&labels) {
@@ -510,6 +515,21 @@ impl Job for StarJob {
             }
         }
         Ok(())
+    }
+
+    fn verify_counts(
+        &self,
+        n_chunks: u64,
+        chunk: u64,
+        out: &ChunkOutput,
+    ) -> Result<(), SpaceError> {
+        out.check_unique_counts_only("star")?;
+        if !out.solutions.is_empty() {
+            return Err(SpaceError::Verification(
+                "stars listed by a chunk of a job that keeps counts only".into(),
+            ));
+        }
+        self.check_counts(n_chunks, chunk, out)
     }
 
     fn result(&self, answer: &Answer) -> Value {
@@ -712,7 +732,9 @@ impl<'a> Brute<'a> {
         self.out.count("solutions", 1);
         if self.geo.canonical(&self.labels) == self.labels {
             self.out.count("unique", 1);
-            self.out.solutions.push(encode(&self.labels));
+            if self.ctl.lists_solutions() {
+                self.out.solutions.push(encode(&self.labels));
+            }
         }
     }
 }
@@ -907,6 +929,10 @@ struct Backtrack<'a> {
     out: &'a mut ChunkOutput,
     nodes: u64,
     unreported: u64,
+    /// Unique stars found, added to the counters once at the end (not a map update per star).
+    unique: u128,
+    /// Whether the job wants the stars' text (a job that keeps counts only does not).
+    list: bool,
 }
 
 impl<'a> Backtrack<'a> {
@@ -917,6 +943,8 @@ impl<'a> Backtrack<'a> {
             out,
             nodes: 0,
             unreported: 0,
+            unique: 0,
+            list: ctl.lists_solutions(),
         }
     }
 
@@ -933,6 +961,14 @@ impl<'a> Backtrack<'a> {
         let n = std::mem::take(&mut self.unreported);
         self.ctl.checkpoint(n)?;
         self.out.nodes = self.nodes;
+        // A chunk without stars reports no counters at all, as it always has (the digest of its output is
+        // compared across workers and versions).
+        let unique = std::mem::take(&mut self.unique);
+        if unique > 0 {
+            self.out
+                .count("solutions", 2 * self.search.n as u128 * unique);
+            self.out.count("unique", unique);
+        }
         Ok(())
     }
 
@@ -990,9 +1026,10 @@ impl<'a> Backtrack<'a> {
     fn found(&mut self) {
         // The search visits exactly one member of each orbit, and it is the canonical one (module doc), so it
         // stands for 2n solutions and is itself the unique representative.
-        self.out.count("solutions", 2 * self.search.n as u128);
-        self.out.count("unique", 1);
-        self.out.solutions.push(encode(&self.search.labels()));
+        self.unique += 1;
+        if self.list {
+            self.out.solutions.push(encode(&self.search.labels()));
+        }
     }
 }
 
@@ -1171,6 +1208,41 @@ mod tests {
     }
 
     #[test]
+    fn a_count_only_chunk_counts_the_same_without_its_list() {
+        for (n, method) in [
+            (6, Method::Brute),
+            (9, Method::Backtrack),
+            (10, Method::Backtrack),
+        ] {
+            let j = job(n, method);
+            let n_chunks = j.plan(Some(8)).unwrap().n_chunks;
+            for chunk in 0..n_chunks {
+                let listed = j.run_chunk(n_chunks, chunk, &Control::new()).unwrap();
+                let ctl = Control::new();
+                ctl.set_count_only(true);
+                let counted = j.run_chunk(n_chunks, chunk, &ctl).unwrap();
+                assert!(counted.solutions.is_empty(), "n={n} chunk {chunk}");
+                assert_eq!(counted.counters, listed.counters, "n={n} chunk {chunk}");
+                assert_eq!(counted.nodes, listed.nodes, "n={n} chunk {chunk}");
+                j.verify_counts(n_chunks, chunk, &counted).unwrap();
+                // Its list is what a full verification checks: without it, the counts do not pass as listed.
+                if !listed.solutions.is_empty() {
+                    assert!(j.verify(n_chunks, chunk, &counted).is_err());
+                    assert!(j.verify_counts(n_chunks, chunk, &listed).is_err());
+                }
+                // What the counts say on their own is still checked: 2n solutions per star when
+                // backtracking, every permutation of the range once in brute force.
+                let mut inflated = counted.clone();
+                match method {
+                    Method::Backtrack => inflated.count("unique", 1),
+                    Method::Brute => inflated.nodes += 1,
+                }
+                assert!(j.verify_counts(n_chunks, chunk, &inflated).is_err());
+            }
+        }
+    }
+
+    #[test]
     fn cancellation_stops_a_chunk() {
         for method in [Method::Brute, Method::Backtrack] {
             let j = job(7, method);
@@ -1194,7 +1266,10 @@ mod tests {
             2 * n as u128 * unique,
             "n={n}"
         );
-        assert_eq!(ans.solutions.len() as u128, unique, "n={n}");
+        assert_eq!(u128::from(ans.solutions_listed), unique, "n={n}");
+        let shown = unique.min(crate::MAX_SHOWN_SOLUTIONS as u128);
+        assert_eq!(ans.solutions.len() as u128, shown, "n={n}");
+        assert_eq!(ans.solutions_truncated, unique > shown, "n={n}");
     }
 
     #[test]

@@ -8,9 +8,17 @@ use std::sync::{Arc, Mutex};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// How many canonical solutions a merged answer keeps. Counts stay exact beyond it; only the list is cut, and the
-/// answer says so. One million short strings is what a coordinator can hold without strain.
-pub const MAX_KEPT_SOLUTIONS: usize = 1_000_000;
+/// How many solutions a merged answer shows: the smallest ones, sorted. Counts stay exact beyond it, the answer
+/// says the list was cut, and the whole list (when the job keeps one) is streamed from the store instead
+/// (`sweep results JOB --solutions FILE`), never held whole in memory: an answer's size must not grow with the
+/// number of solutions. Spaces render each shown solution as a JSON object (a star's is 26 numbers in two
+/// forms, over a KB as a `serde_json::Value`), and an answer is built, sent and parsed again: at 100,000 the
+/// answer alone held `sweep run star --points 13` at 640 MB; at 10,000 it is a few tens of MB.
+pub const MAX_SHOWN_SOLUTIONS: usize = 10_000;
+
+/// The most solutions one chunk's report may list (the coordinator's default `--max-report-solutions`): one
+/// report is held whole in memory on its way, so a chunk with more must be split finer or run `--count-only`.
+pub const MAX_REPORT_SOLUTIONS: usize = 1_000_000;
 
 /// Everything that can go wrong inside a search space. Expected conditions (bad parameters, cancellation) are
 /// variants, so callers can map them to exit codes and RPC statuses in one place.
@@ -64,6 +72,8 @@ pub struct Control {
     threads: AtomicU32,
     /// The coordinator's number of the job this chunk belongs to (0 outside a coordinator).
     job: AtomicU64,
+    /// The job keeps counts only: see [`Control::lists_solutions`].
+    count_only: AtomicBool,
     /// Where an earlier attempt of this chunk left off (see [`Control::resume_state`]).
     resume: Option<String>,
     /// The newest state the kernel saved, and whether the engine has taken it since.
@@ -106,6 +116,18 @@ impl Control {
     /// The coordinator's number of this chunk's job (0 when run outside a coordinator).
     pub fn job(&self) -> u64 {
         self.job.load(Ordering::Relaxed)
+    }
+
+    /// Tells the kernel that the job keeps counts only (`--count-only`, or a list that outgrew its cap).
+    pub fn set_count_only(&self, count_only: bool) {
+        self.count_only.store(count_only, Ordering::Relaxed);
+    }
+
+    /// Whether the chunk's solutions are wanted as a list. When not, a kernel should count them without
+    /// building their text: the engine drops any list of such a chunk anyway, so building it only costs memory
+    /// and time (a chunk of a large star holds millions). Counters must be the same either way.
+    pub fn lists_solutions(&self) -> bool {
+        !self.count_only.load(Ordering::Relaxed)
     }
 
     /// Threads this chunk may use (at least one).
@@ -281,18 +303,23 @@ impl ChunkOutput {
     /// solution they own, and carry no artifact: no other counter, one listed solution per unique count, and
     /// no fewer solutions than unique ones (a chunk may own solutions whose canonical form another chunk lists).
     pub fn check_unique_counters(&self, space: &str) -> Result<(), SpaceError> {
-        let known = ["solutions", "unique"];
-        if let Some(k) = self.counters.keys().find(|k| !known.contains(&k.as_str())) {
-            return Err(SpaceError::Verification(format!("unknown counter `{k}`")));
-        }
+        self.check_unique_counts_only(space)?;
         let unique = self.counters.get("unique").copied().unwrap_or(0);
-        let solutions = self.counters.get("solutions").copied().unwrap_or(0);
         if unique != self.solutions.len() as u128 {
             return Err(SpaceError::Verification(format!(
                 "{unique} unique counted but {} reported",
                 self.solutions.len()
             )));
         }
+        Ok(())
+    }
+
+    /// What [`ChunkOutput::check_unique_counters`] can check of an output without its list (a job that keeps
+    /// counts only): no other counter, no fewer solutions than unique ones, no artifact.
+    pub fn check_unique_counts_only(&self, space: &str) -> Result<(), SpaceError> {
+        self.check_counters(&["solutions", "unique"])?;
+        let unique = self.counters.get("unique").copied().unwrap_or(0);
+        let solutions = self.counters.get("solutions").copied().unwrap_or(0);
         if solutions < unique {
             return Err(SpaceError::Verification(format!(
                 "{solutions} solutions < {unique} unique"
@@ -334,13 +361,17 @@ impl Tally {
     }
 }
 
-/// A job's merged answer: the tally plus the solutions, sorted.
+/// A job's merged answer: the tally plus the smallest solutions, sorted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Answer {
     pub tally: Tally,
+    /// The [`MAX_SHOWN_SOLUTIONS`] smallest listed solutions (all of them when there are fewer), sorted.
     pub solutions: Vec<String>,
-    /// True when more than [`MAX_KEPT_SOLUTIONS`] solutions were reported and the list was cut.
+    /// True when more than [`MAX_SHOWN_SOLUTIONS`] solutions were listed and the list was cut.
     pub solutions_truncated: bool,
+    /// How many solutions the merged outputs listed in all (0 for a job that keeps counts only).
+    #[serde(default)]
+    pub solutions_listed: u64,
     /// The merged artifact, if the space produces one.
     #[serde(default, skip_serializing_if = "Vec::is_empty", with = "hex_bytes")]
     pub artifact: Vec<u8>,
@@ -349,19 +380,78 @@ pub struct Answer {
 impl Answer {
     /// Merges chunk outputs in any order into the same answer (solutions are sorted at the end).
     pub fn from_outputs<'a>(outputs: impl IntoIterator<Item = &'a ChunkOutput>) -> Answer {
-        let mut ans = Answer::default();
+        let mut merge = AnswerMerge::default();
         for out in outputs {
-            ans.tally.add(out);
-            for s in &out.solutions {
-                if ans.solutions.len() < MAX_KEPT_SOLUTIONS {
-                    ans.solutions.push(s.clone());
-                } else {
-                    ans.solutions_truncated = true;
+            merge.add(out);
+        }
+        merge.finish()
+    }
+}
+
+/// Builds an [`Answer`] from outputs seen one at a time, in memory bounded by [`MAX_SHOWN_SOLUTIONS`] whatever
+/// the number of solutions: the tally is a sum, and of the list only the smallest solutions are kept (a
+/// max-heap of that size), so the answer is the same in any order of outputs and equals the head of the
+/// whole sorted list.
+#[derive(Debug)]
+pub struct AnswerMerge {
+    tally: Tally,
+    smallest: std::collections::BinaryHeap<String>,
+    listed: u64,
+    keep: usize,
+}
+
+impl Default for AnswerMerge {
+    fn default() -> Self {
+        AnswerMerge::keeping(MAX_SHOWN_SOLUTIONS)
+    }
+}
+
+impl AnswerMerge {
+    /// A merge that shows at most `keep` solutions (tests use small values; the engine uses the default).
+    pub fn keeping(keep: usize) -> Self {
+        AnswerMerge {
+            tally: Tally::default(),
+            smallest: std::collections::BinaryHeap::new(),
+            listed: 0,
+            keep,
+        }
+    }
+
+    /// Adds one output's counts and solutions.
+    pub fn add(&mut self, out: &ChunkOutput) {
+        self.tally.add(out);
+        self.add_solutions(out.solutions.iter().map(String::as_str));
+    }
+
+    /// Adds listed solutions only (their chunk's counts are added apart, e.g. by [`Tally::add`]).
+    pub fn add_solutions<'a>(&mut self, solutions: impl IntoIterator<Item = &'a str>) {
+        for s in solutions {
+            self.listed += 1;
+            if self.smallest.len() < self.keep {
+                self.smallest.push(s.to_string());
+            } else if self.smallest.peek().is_some_and(|top| s < top.as_str()) {
+                // Replace the largest kept one: the heap never holds more than `keep`.
+                if let Some(mut top) = self.smallest.peek_mut() {
+                    s.clone_into(&mut top);
                 }
             }
         }
-        ans.solutions.sort_unstable();
-        ans
+    }
+
+    /// Adds counts only (an output whose solutions were taken apart, or that keeps none).
+    pub fn add_tally(&mut self, out: &ChunkOutput) {
+        self.tally.add(out);
+    }
+
+    pub fn finish(self) -> Answer {
+        let listed = self.listed;
+        Answer {
+            tally: self.tally,
+            solutions: self.smallest.into_sorted_vec(),
+            solutions_truncated: listed > self.keep as u64,
+            solutions_listed: listed,
+            artifact: Vec::new(),
+        }
     }
 }
 
@@ -398,6 +488,27 @@ pub trait Job: Send + Sync + Debug {
 
     /// Cheap checks of a reported output: every solution is a real, canonical solution of this job.
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError>;
+
+    /// Checks an output of a job that keeps counts only (`--count-only`): the engine has dropped any list of
+    /// solutions, so only what the counters say on their own can be checked. The default checks that no list
+    /// is left; spaces override it to check their counters' names and relations (e.g. `solutions >= unique`).
+    /// Such a job's counts are not re-verified solution by solution, so it is shown as unverified unless it is
+    /// replicated.
+    fn verify_counts(
+        &self,
+        _n_chunks: u64,
+        _chunk: u64,
+        out: &ChunkOutput,
+    ) -> Result<(), SpaceError> {
+        if out.solutions.is_empty() {
+            Ok(())
+        } else {
+            Err(SpaceError::Verification(format!(
+                "{} solutions listed by a chunk of a job that keeps counts only",
+                out.solutions.len()
+            )))
+        }
+    }
 
     /// Whether [`Job::verify`] really checks the answer. A job that runs a program the coordinator cannot
     /// re-run (`exec`) says no, and is shown as unverified unless it is replicated.
@@ -578,6 +689,34 @@ mod tests {
         assert_eq!(ab.tally.nodes, 7);
         assert_eq!(ab.tally.counter("x"), u128::from(u64::MAX) + 7);
         assert_eq!(ab.solutions, vec!["a".to_string(), "b".to_string()]);
+    }
+
+    #[test]
+    fn an_answer_keeps_the_smallest_solutions_in_any_order() {
+        let outputs: Vec<ChunkOutput> = (0..7u64)
+            .map(|c| ChunkOutput {
+                nodes: c,
+                // Interleaved across chunks, so no chunk holds a contiguous run of the smallest.
+                solutions: (0..9).map(|i| format!("s{:03}", i * 7 + c)).collect(),
+                ..Default::default()
+            })
+            .collect();
+        let mut all: Vec<String> = outputs.iter().flat_map(|o| o.solutions.clone()).collect();
+        all.sort();
+        for keep in [0, 1, 5, 62, 63, 100] {
+            let merge = |order: &mut dyn Iterator<Item = &ChunkOutput>| {
+                let mut m = AnswerMerge::keeping(keep);
+                order.for_each(|o| m.add(o));
+                m.finish()
+            };
+            let forward = merge(&mut outputs.iter());
+            let backward = merge(&mut outputs.iter().rev());
+            assert_eq!(forward, backward, "keep {keep}");
+            assert_eq!(forward.solutions, all[..keep.min(63)], "keep {keep}");
+            assert_eq!(forward.solutions_listed, 63);
+            assert_eq!(forward.solutions_truncated, keep < 63, "keep {keep}");
+            assert_eq!(forward.tally.nodes, 21);
+        }
     }
 
     #[test]

@@ -16,7 +16,8 @@ mod job;
 mod registry;
 
 pub use job::{
-    json_u128, Answer, ChunkOutput, Control, FileOption, FileRead, Job, JobInput, Plan,
-    SearchSpace, SpaceError, Tally, MAX_KEPT_SOLUTIONS, MAX_RESUME_STATE_BYTES,
+    json_u128, Answer, AnswerMerge, ChunkOutput, Control, FileOption, FileRead, Job, JobInput,
+    Plan, SearchSpace, SpaceError, Tally, MAX_REPORT_SOLUTIONS, MAX_RESUME_STATE_BYTES,
+    MAX_SHOWN_SOLUTIONS,
 };
 pub use registry::{Registry, Space};

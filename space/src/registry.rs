@@ -242,6 +242,16 @@ impl Job for Framed {
         self.inner.verify(n_chunks, chunk, out)
     }
 
+    fn verify_counts(
+        &self,
+        n_chunks: u64,
+        chunk: u64,
+        out: &ChunkOutput,
+    ) -> Result<(), SpaceError> {
+        self.check(n_chunks, chunk)?;
+        self.inner.verify_counts(n_chunks, chunk, out)
+    }
+
     fn verifiable(&self) -> bool {
         self.inner.verifiable()
     }

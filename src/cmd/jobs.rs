@@ -57,6 +57,10 @@ pub struct ResultsArgs {
     /// Write the answer's pictures (SVG files) into this directory, created if missing.
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
+    /// Write every solution the job stored into this file, one per line, in chunk order (streamed: any
+    /// number of them).
+    #[arg(long, value_name = "FILE")]
+    solutions: Option<PathBuf>,
 }
 
 pub enum Control {
@@ -165,7 +169,11 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
 
 pub fn results(
     registry: &Registry,
-    ResultsArgs { job: a, svg }: ResultsArgs,
+    ResultsArgs {
+        job: a,
+        svg,
+        solutions,
+    }: ResultsArgs,
 ) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let rt = runtime()?;
@@ -206,9 +214,29 @@ pub fn results(
             poisoned: poisoned_list(&r),
             unverified: info.unverified,
             failures: failures_json(&info.failures),
+            listing: info.listing().label().into(),
+            solutions_listed: info.solutions_stored,
         };
         report.print(job.as_ref(), a.json);
         crate::output::write_pictures(job.as_ref(), &report.result, svg.as_deref())?;
+        if let Some(path) = solutions {
+            if !info.state().is_finished() {
+                eprintln!(
+                    "job {} is {}: these are the solutions of its chunks done so far",
+                    info.id,
+                    info.state().label()
+                );
+            }
+            let file = std::fs::File::create(&path).with_context(|| {
+                format!("cannot create the --solutions file {}", path.display())
+            })?;
+            let mut out = std::io::BufWriter::new(file);
+            let n = c
+                .write_solutions(a.job, &mut out)
+                .await
+                .with_context(|| format!("writing the solutions into {}", path.display()))?;
+            eprintln!("{n} solutions written to {}", path.display());
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use rayon::prelude::*;
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
 use sweep_proto::v1;
-use sweep_puzzles::{Answer, ChunkOutput, Control, SpaceError};
+use sweep_puzzles::{Answer, AnswerMerge, ChunkOutput, Control, SpaceError};
 use sweep_space::inputs::{self, DagNode};
 use tokio::sync::oneshot;
 
@@ -131,6 +131,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
                 priority: engine.priority,
                 reuse_existing: true,
                 replicate: 1,
+                count_only: engine.count_only,
             })
             .await?;
         let mut info = submitted.job.ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
@@ -176,6 +177,17 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         let _ = stop_worker.send(());
         let _ = tokio::time::timeout(Duration::from_secs(60), worker).await;
         let results = if interrupted { None } else { Some(jobs.results(info.id).await?) };
+        // Streamed while the embedded coordinator still serves: the list never has to fit in memory.
+        if let (Some(path), Some(_)) = (&engine.solutions, &results) {
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("cannot create the --solutions file {}", path.display()))?;
+            let mut out = std::io::BufWriter::new(file);
+            let n = jobs
+                .write_solutions(info.id, &mut out)
+                .await
+                .with_context(|| format!("writing the solutions into {}", path.display()))?;
+            eprintln!("{n} solutions written to {}", path.display());
+        }
         // Graceful shutdown waits for open streams and connections: close ours first.
         drop(stream);
         drop(jobs);
@@ -207,6 +219,8 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
             poisoned: poisoned_list(&results),
             unverified: final_info.unverified,
             failures: failures_json(&final_info.failures),
+            listing: final_info.listing().label().into(),
+            solutions_listed: final_info.solutions_stored,
         };
         report.print(job.as_ref(), engine.json);
         crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;
@@ -331,7 +345,7 @@ fn bind_dag(
                 inputs::label(job.as_ref())
             );
         }
-        artifacts[i] = Some(run_chunks(pool, job.as_ref(), plan.n_chunks, show)?.artifact);
+        artifacts[i] = Some(run_chunks(pool, job.as_ref(), plan.n_chunks, show, false)?.artifact);
     }
     anyhow::bail!("the job's input DAG is empty")
 }
@@ -368,7 +382,12 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
         job
     };
     let n = plan.n_chunks;
-    let answer = run_chunks(&pool, job.as_ref(), n, show)?;
+    if engine.solutions.is_some() {
+        return Err(usage(
+            "--solutions needs the store that `run` keeps (solve holds no list to stream): use `sweep run`",
+        ));
+    }
+    let answer = run_chunks(&pool, job.as_ref(), n, show, engine.count_only)?;
     let report = Report {
         space: job.space().to_string(),
         params: job.params(),
@@ -382,22 +401,37 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
         poisoned: Vec::new(),
         unverified: !job.verifiable(),
         failures: Vec::new(),
+        listing: listing_label(engine.count_only).into(),
+        solutions_listed: answer.solutions_listed,
     };
     report.print(job.as_ref(), engine.json);
     crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs every chunk of `job` on `pool` (a bar on stderr if `show`) and merges the outputs.
+/// What `solve` reports as its listing, in the words the coordinator uses.
+fn listing_label(count_only: bool) -> &'static str {
+    if count_only {
+        v1::Listing::CountOnly.label()
+    } else {
+        v1::Listing::All.label()
+    }
+}
+
+/// Runs every chunk of `job` on `pool` (a bar on stderr if `show`) and merges the outputs as they finish: each
+/// chunk's list goes into the answer's bounded merge at once, so memory does not grow with the solutions.
 fn run_chunks(
     pool: &rayon::ThreadPool,
     job: &dyn sweep_puzzles::Job,
     n: u64,
     show: bool,
+    count_only: bool,
 ) -> anyhow::Result<Answer> {
     let ctl = Control::new();
+    ctl.set_count_only(count_only);
     let done = AtomicU64::new(0);
     let finished = std::sync::atomic::AtomicBool::new(false);
+    let merge = std::sync::Mutex::new(AnswerMerge::default());
     let outputs: Result<Vec<ChunkOutput>, SpaceError> = std::thread::scope(|s| {
         let ticker = show.then(|| {
             let (ctl, done, finished) = (&ctl, &done, &finished);
@@ -422,9 +456,14 @@ fn run_chunks(
             (0..n)
                 .into_par_iter()
                 .map(|i| {
-                    let out = job.run_chunk(n, i, &ctl);
+                    let mut out = job.run_chunk(n, i, &ctl)?;
+                    let listed = std::mem::take(&mut out.solutions);
+                    if !count_only {
+                        let mut m = merge.lock().unwrap_or_else(|p| p.into_inner());
+                        m.add_solutions(listed.iter().map(String::as_str));
+                    }
                     done.fetch_add(1, Ordering::Relaxed);
-                    out
+                    Ok(out)
                 })
                 .collect()
         });
@@ -435,7 +474,11 @@ fn run_chunks(
         r
     });
     let outputs = outputs.context("a chunk failed")?;
-    let mut answer = Answer::from_outputs(&outputs);
+    let mut merge = merge.into_inner().unwrap_or_else(|p| p.into_inner());
+    for out in &outputs {
+        merge.add_tally(out);
+    }
+    let mut answer = merge.finish();
     if outputs.iter().any(|o| !o.artifact.is_empty()) {
         let mut it = outputs.iter().map(|o| o.artifact.as_slice());
         answer.artifact = job.merge_artifacts(&mut it).context("merging artifacts")?;

@@ -19,6 +19,11 @@ pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode>
             return Ok(ExitCode::SUCCESS);
         }
     };
+    if parsed.engine.solutions.is_some() {
+        return Err(usage(
+            "--solutions is for `run`; for a submitted job use `sweep results JOB --solutions FILE`",
+        ));
+    }
     let plan = parsed
         .job
         .plan(parsed.engine.chunks)
@@ -37,6 +42,7 @@ pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode>
                 priority: parsed.engine.priority,
                 reuse_existing: false,
                 replicate: parsed.engine.replicate,
+                count_only: parsed.engine.count_only,
             })
             .await?;
         let job = resp

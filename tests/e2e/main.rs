@@ -10,6 +10,8 @@
 //! - `dag.rs`: jobs whose inputs form a DAG, under kills. `store.rs`: a damaged store. `trust.rs`: lying
 //!   workers, replication, drain. `security.rs`: tokens and TLS. `exec.rs`: programs as chunks.
 //!   `dashboard.rs`: the web page in a real browser. `queens.rs`: a user's crate built on sweep.
+//! - `answers.rs`: answers of any size: bounded memory (measured), `--count-only` for every space, lists
+//!   streamed from the store.
 //! - `cli.rs`, `fuzz_cli.rs`: the command line's errors and a property test of its argument handling.
 //! - `deploy.rs`: the recipes in `deploy/` (flags exist, manifests parse, the Slurm script runs).
 //! - `netns.rs`: faults between (simulated) hosts: partitions, a full disk; needs root, else skips.
@@ -19,6 +21,7 @@
 
 mod support;
 
+mod answers;
 mod cli;
 mod dag;
 mod dashboard;

@@ -284,7 +284,7 @@ fn solve_batch_through_workers_gives_the_in_process_solutions() {
 
 // ---- buzzled ----
 
-const P52: &str = "5,2,2,2,2,3,1,6,4,2,2,2,2,4,3,3,3,3,2,4,3";
+pub(crate) const P52: &str = "5,2,2,2,2,3,1,6,4,2,2,2,2,4,3,3,3,3,2,4,3";
 
 #[test]
 fn workers_solve_puzzle_52_by_brute_force_from_a_file() {

@@ -664,6 +664,7 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         };
         ctl.set_threads(want);
         ctl.set_job(lease.job_id);
+        ctl.set_count_only(lease.count_only);
         if sh.lock().stopping {
             ctl.request_stop();
         }
@@ -693,6 +694,11 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         st.state_sent.remove(&lease.lease_id);
         match outcome {
             Ok(mut out) => {
+                // The engine's promise for a job that keeps counts only, whether or not its kernel (or
+                // program) listed anything: no list crosses the network or reaches the store.
+                if lease.count_only {
+                    out.solutions = Vec::new();
+                }
                 if let Some(lie) = sh.cfg.lie {
                     lie.apply(&mut out);
                 }

@@ -10,7 +10,7 @@ use tracing::info;
 
 use super::{Core, CoreError, JobEntry, JobView};
 use crate::scheduler::{JobId, JobState, Millis, Scheduler};
-use crate::store::{JobRecord, Op};
+use crate::store::{JobRecord, Listing, Op};
 
 /// When [`Core::find_or_create`] may answer with an existing job instead of creating one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +30,23 @@ pub struct SubmitNode {
     pub job: Arc<dyn Job>,
     pub plan: Plan,
     pub inputs: Vec<usize>,
+}
+
+/// How the job asked for is run (its inputs always run once, with full lists).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobOptions {
+    /// Agreeing results from distinct workers each chunk needs (1: no replication).
+    pub replicate: u32,
+    pub listing: Listing,
+}
+
+impl Default for JobOptions {
+    fn default() -> Self {
+        JobOptions {
+            replicate: 1,
+            listing: Listing::All,
+        }
+    }
 }
 
 /// Holds job `id` back in the scheduler until each of its `inputs` has its merged artifact stored. Returns the
@@ -64,7 +81,7 @@ impl Core {
         dag: Vec<SubmitNode>,
         priority: i32,
         reuse_existing: bool,
-        replicate: u32,
+        opts: JobOptions,
         now: Millis,
     ) -> Result<(JobView, bool), CoreError> {
         self.check_writable()?;
@@ -83,9 +100,7 @@ impl Core {
                 } else {
                     Reuse::Never
                 };
-                self.find_or_create(
-                    node.job, &node.plan, priority, reuse, inputs, replicate, now,
-                )
+                self.find_or_create(node.job, &node.plan, priority, reuse, inputs, opts, now)
             } else {
                 self.find_or_create(
                     node.job,
@@ -93,7 +108,7 @@ impl Core {
                     priority,
                     Reuse::AsInput,
                     inputs,
-                    1,
+                    JobOptions::default(),
                     now,
                 )
             };
@@ -122,9 +137,10 @@ impl Core {
         priority: i32,
         reuse: Reuse,
         inputs: Vec<JobId>,
-        replicate: u32,
+        opts: JobOptions,
         now: Millis,
     ) -> (JobId, bool) {
+        let JobOptions { replicate, listing } = opts;
         // Canonical parameters: equal jobs compare equal however the user spelled them.
         let params = job.params();
         let space = job.space();
@@ -134,6 +150,8 @@ impl Core {
                     && e.record.params == params
                     && e.record.n_chunks == plan.n_chunks
                     && e.record.replicate == replicate
+                    // A job with a complete list serves a request for counts only, not the other way round.
+                    && (listing.counts_only() || e.record.listing == Listing::All)
                     && e.record.state != JobState::Cancelled
                     && !(reuse == Reuse::AsInput
                         && e.record.state == JobState::DoneWithPoisonedChunks)
@@ -160,6 +178,7 @@ impl Core {
             input_jobs: inputs.clone(),
             artifact_digest: None,
             replicate,
+            listing,
         };
         self.sched
             .add_job(id, priority, plan.n_chunks, JobState::Running);

@@ -23,8 +23,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 pub use error::{invalid, CoreError};
-pub use jobs::{Reuse, SubmitNode};
-pub use reports::Checked;
+pub use jobs::{JobOptions, Reuse, SubmitNode};
+pub use reports::{Checked, ReportTarget};
 pub use views::{
     Ack, AckKind, FailedAttempt, JobView, LeaseAnswer, LeaseView, Observation, PoisonedChunk,
     ResultsView, WorkerObservation, WorkerView,
@@ -32,7 +32,7 @@ pub use views::{
 
 use crate::limits::{Limits, Usage};
 use crate::scheduler::{ChunkRecord, JobId, JobState, LeaseId, Millis, Scheduler, SchedulerConfig};
-use crate::store::{JobRecord, Op, Snapshot};
+use crate::store::{JobRecord, Listing, Op, Snapshot};
 
 /// Upper bound on the chunks one lease request may ask for.
 pub const MAX_LEASE_REQUEST: u32 = 4096;
@@ -48,6 +48,8 @@ pub type JobOf<'a> = &'a dyn Fn(&str, &serde_json::Value) -> Result<Arc<dyn Job>
 /// What the results of a job are computed from, copied out under the lock.
 pub struct ResultsInput {
     pub job: Arc<dyn Job>,
+    pub n_chunks: u64,
+    pub listing: Listing,
     pub view: JobView,
     /// The answer, if it was computed already (finished jobs keep theirs).
     pub cached: Option<Arc<serde_json::Value>>,
@@ -581,6 +583,7 @@ impl Core {
                     inputs,
                     checkpoint: self.checkpoints.get(&(g.job, g.chunk)).cloned(),
                     shipped: e.job.shipped(),
+                    count_only: e.record.listing.counts_only(),
                 })
             })
             .collect();
@@ -707,6 +710,15 @@ impl Core {
             .map(|e| (e.job.clone(), e.record.n_chunks))
     }
 
+    /// What a report for `job` is checked against (outside the lock).
+    pub fn report_target(&self, job: JobId) -> Option<ReportTarget> {
+        self.jobs.get(&job).map(|e| ReportTarget {
+            job: e.job.clone(),
+            n_chunks: e.record.n_chunks,
+            counts_only: e.record.listing.counts_only(),
+        })
+    }
+
     pub fn has_artifact(&self, job: JobId) -> bool {
         self.jobs
             .get(&job)
@@ -765,6 +777,8 @@ impl Core {
         let view = self.job_view(id).ok_or(CoreError::UnknownJob(id))?;
         Ok(ResultsInput {
             job: e.job.clone(),
+            n_chunks: e.record.n_chunks,
+            listing: e.record.listing,
             view,
             cached: e.result.clone(),
             finished: e.record.state.is_finished(),

@@ -1,13 +1,15 @@
 //! Chunk reports: checked outside the lock (decoding, the space's verifier and digests can be costly), then
 //! applied under it, where the scheduler decides whether the result is new, a vote, a duplicate or refused.
 
+use std::sync::Arc;
+
 use sweep_space::{ChunkOutput, Job};
 use tracing::{info, warn};
 
 use super::{Ack, AckKind, Core, CoreError};
 use crate::limits::{output_bytes, Limits, Usage};
 use crate::scheduler::{ChunkRecord, Completion, JobId, LeaseId, Millis};
-use crate::store::Op;
+use crate::store::{Listing, Op};
 
 /// A report after decoding and verification, ready to be applied under the lock.
 pub enum Checked {
@@ -29,24 +31,33 @@ pub enum Checked {
     },
 }
 
+/// What a report is checked against: its job, read under the lock, checked outside it.
+pub struct ReportTarget {
+    pub job: Arc<dyn Job>,
+    pub n_chunks: u64,
+    /// The job keeps counts only: lists are dropped (after they are verified, if a worker sent one anyway).
+    pub counts_only: bool,
+}
+
 impl Checked {
-    /// Checks one decoded report against the per-report limit and the space's verifier; `job` is the job it
-    /// names with its chunk count, `None` if there is no such job.
+    /// Checks one decoded report against the per-report limit and the space's verifier; `target` is the job
+    /// it names, `None` if there is no such job.
     pub fn new(
         limits: &Limits,
         lease: LeaseId,
         job_id: JobId,
         chunk: u64,
         output: Result<ChunkOutput, String>,
-        job: Option<(&dyn Job, u64)>,
+        target: Option<&ReportTarget>,
     ) -> Checked {
-        let output = match output {
+        let mut output = match output {
             Ok(o) => o,
             Err(e) => return Checked::Rejected(lease, e),
         };
-        let Some((job, n_chunks)) = job else {
+        let Some(target) = target else {
             return Checked::Rejected(lease, format!("no job {job_id}"));
         };
+        let (job, n_chunks) = (target.job.as_ref(), target.n_chunks);
         if let Err(message) = limits.check_report(output.solutions.len()) {
             return Checked::OverLimit {
                 lease,
@@ -55,7 +66,15 @@ impl Checked {
                 message,
             };
         }
-        let verified = job.verify(n_chunks, chunk, &output);
+        let verified = if target.counts_only && output.solutions.is_empty() {
+            job.verify_counts(n_chunks, chunk, &output)
+        } else {
+            job.verify(n_chunks, chunk, &output)
+        };
+        if target.counts_only {
+            // Dropped before the digest: workers that listed and workers that did not must agree.
+            output.solutions = Vec::new();
+        }
         Checked::Ready {
             lease,
             job: job_id,
@@ -114,6 +133,7 @@ impl Core {
                 verified,
             } => (lease, job, chunk, digest, output, verified),
         };
+        let (mut digest, mut output) = (digest, output);
         self.check_writable()?;
         self.touch_worker(worker, now);
         if let Err(e) = verified {
@@ -128,13 +148,31 @@ impl Core {
             });
         }
         // The per-job caps, checked under the lock so that concurrent reports cannot overshoot them together.
-        let add = Usage {
+        let mut add = Usage {
             solutions: output.solutions.len() as u64,
             bytes: output_bytes(&output),
         };
         let used = self.usage.get(&job_id).copied().unwrap_or_default();
         if let Err(message) = self.limits.check_job(job_id, used, add) {
-            return self.refuse_over_limit(worker, lease, (job_id, chunk), message, now);
+            // A list too long to store is not a reason to lose the counts: the job keeps counts only from here
+            // on (the answer says so), and this verified result is stored without its list.
+            let without_list = Usage {
+                solutions: 0,
+                bytes: output.artifact.len() as u64,
+            };
+            let stoppable = !output.solutions.is_empty()
+                && self.limits.check_job(job_id, used, without_list).is_ok();
+            match self.jobs.get_mut(&job_id) {
+                Some(e) if stoppable && e.record.listing == Listing::All => {
+                    warn!(job = job_id, chunk, %message, "the job's list of solutions is stopped; it keeps counts only");
+                    e.record.listing = Listing::Stopped;
+                    self.pending.push(Op::Job(e.record.clone()));
+                    output.solutions = Vec::new();
+                    digest = hex(&output.digest());
+                    add = without_list;
+                }
+                _ => return self.refuse_over_limit(worker, lease, (job_id, chunk), message, now),
+            }
         }
         let outcome = self
             .sched

@@ -7,7 +7,7 @@ use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SpaceError};
 
 use super::*;
 use crate::scheduler::SchedulerConfig;
-use crate::store::{split_commit, Store};
+use crate::store::{split_commit, Listing, Store};
 
 /// A job of `n` chunks whose chunk `i` finds the counter `i` (verify checks exactly that).
 #[derive(Debug)]
@@ -95,7 +95,11 @@ fn submit(core: &mut Core, n: u64, replicate: u32, now: u64) -> JobId {
         },
         inputs: Vec::new(),
     };
-    let (view, existing) = core.submit(vec![node], 0, false, replicate, now).unwrap();
+    let opts = JobOptions {
+        replicate,
+        ..JobOptions::default()
+    };
+    let (view, existing) = core.submit(vec![node], 0, false, opts, now).unwrap();
     assert!(!existing);
     view.id
 }
@@ -122,14 +126,14 @@ fn lease_one(core: &mut Core, worker: &str, now: u64) -> LeaseView {
 }
 
 fn report(core: &mut Core, worker: &str, l: &LeaseView, sum: u64, now: u64) -> Ack {
-    let job = core.job_and_chunks(l.job).unwrap();
+    let target = core.report_target(l.job);
     let checked = Checked::new(
         &Limits::default(),
         l.lease,
         l.job,
         l.chunk,
         Ok(output(l.chunk, sum)),
-        Some((job.0.as_ref(), job.1)),
+        target.as_ref(),
     );
     core.apply_report(worker, checked, &|_, _| Ok(None), now)
         .unwrap()
@@ -303,7 +307,9 @@ fn cancelling_an_input_cancels_its_readers() {
             inputs: vec![0],
         },
     ];
-    let (reader, _) = core.submit(dag, 0, false, 1, 0).unwrap();
+    let (reader, _) = core
+        .submit(dag, 0, false, JobOptions::default(), 0)
+        .unwrap();
     assert_eq!(reader.inputs_waiting, 1);
     let input = reader.input_jobs[0];
     core.cancel(input, 1).unwrap();
@@ -340,7 +346,7 @@ fn replication_votes_survive_a_coordinator_restart() {
 }
 
 #[test]
-fn per_job_output_caps_survive_a_restart() {
+fn a_list_past_the_job_cap_is_stopped_and_the_counts_go_on_across_a_restart() {
     let store = Store::in_memory();
     let limits = Limits {
         max_job_solutions: 3,
@@ -351,31 +357,109 @@ fn per_job_output_caps_survive_a_restart() {
         ..SchedulerConfig::default()
     };
     let mut core = Core::open(store.load().unwrap(), cfg, limits.clone(), &job_of, 0).unwrap();
-    submit(&mut core, 4, 1, 0);
+    let id = submit(&mut core, 4, 1, 0);
     let w = register(&mut core, "w", None);
     let with_solutions = |core: &mut Core, l: &LeaseView, t: u64| {
         let mut out = output(l.chunk, l.chunk);
         out.solutions = vec!["s1".into(), "s2".into()];
-        let job = core.job_and_chunks(l.job).unwrap();
-        let checked = Checked::new(
-            &limits,
-            l.lease,
-            l.job,
-            l.chunk,
-            Ok(out),
-            Some((job.0.as_ref(), job.1)),
-        );
+        let target = core.report_target(l.job);
+        let checked = Checked::new(&limits, l.lease, l.job, l.chunk, Ok(out), target.as_ref());
         core.apply_report(&w, checked, &|_, _| Ok(None), t).unwrap()
     };
     let l = lease_one(&mut core, &w, 1);
+    assert!(!l.count_only);
     assert_eq!(with_solutions(&mut core, &l, 2).kind, AckKind::Accepted);
     commit(&mut core, &store);
 
-    // Two solutions stored; after a restart two more would exceed the cap of three.
+    // Two solutions stored; after a restart two more would pass the cap of three: the result is kept without
+    // its list, and the job keeps counts only from then on.
     let mut core = Core::open(store.load().unwrap(), cfg, limits.clone(), &job_of, 3).unwrap();
     register(&mut core, &w, None);
     let l = lease_one(&mut core, &w, 4);
     let ack = with_solutions(&mut core, &l, 5);
-    assert_eq!(ack.kind, AckKind::Rejected, "{ack:?}");
-    assert!(ack.message.contains("--max-job-solutions"), "{ack:?}");
+    assert_eq!(ack.kind, AckKind::Accepted, "{ack:?}");
+    let view = core.job_view(id).unwrap();
+    assert_eq!(view.listing, Listing::Stopped);
+    assert_eq!(view.solutions_stored, 2);
+    commit(&mut core, &store);
+
+    // The stop survives a restart: new leases say "counts only", and a list sent anyway is dropped.
+    let mut core = Core::open(store.load().unwrap(), cfg, limits.clone(), &job_of, 6).unwrap();
+    register(&mut core, &w, None);
+    let l = lease_one(&mut core, &w, 7);
+    assert!(l.count_only, "{l:?}");
+    assert_eq!(with_solutions(&mut core, &l, 8).kind, AckKind::Accepted);
+    let l = lease_one(&mut core, &w, 9);
+    assert_eq!(
+        report(&mut core, &w, &l, l.chunk, 10).kind,
+        AckKind::Accepted
+    );
+    commit(&mut core, &store);
+    let view = core.job_view(id).unwrap();
+    assert_eq!(view.state, JobState::Done);
+    assert_eq!((view.listing, view.solutions_stored), (Listing::Stopped, 2));
+    assert_eq!(view.completions, 4);
+    let stored: Vec<usize> = store
+        .outputs(id)
+        .unwrap()
+        .iter()
+        .map(|(_, o)| o.solutions.len())
+        .collect();
+    assert_eq!(stored.iter().sum::<usize>(), 2, "{stored:?}");
+}
+
+#[test]
+fn a_count_only_job_drops_lists_before_the_digest() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let node = SubmitNode {
+        job: Arc::new(Sums { n: 1 }),
+        plan: Plan {
+            n_chunks: 1,
+            total_nodes: None,
+        },
+        inputs: Vec::new(),
+    };
+    let opts = JobOptions {
+        replicate: 2,
+        listing: Listing::CountOnly,
+    };
+    let (view, _) = core.submit(vec![node], 0, false, opts, 0).unwrap();
+    assert_eq!(view.listing, Listing::CountOnly);
+    let (a, b) = (
+        register(&mut core, "a", None),
+        register(&mut core, "b", None),
+    );
+    // Two workers of one replicated chunk: one lists its solutions (an older worker), one does not. They agree.
+    let mut acks = Vec::new();
+    for (w, listed) in [(&a, true), (&b, false)] {
+        let l = lease_one(&mut core, w, 1);
+        assert!(l.count_only);
+        let mut out = output(l.chunk, l.chunk);
+        if listed {
+            out.solutions = vec!["s".into()];
+        }
+        let target = core.report_target(l.job);
+        let checked = Checked::new(
+            &Limits::default(),
+            l.lease,
+            l.job,
+            l.chunk,
+            Ok(out),
+            target.as_ref(),
+        );
+        acks.push(
+            core.apply_report(w, checked, &|_, _| Ok(None), 2)
+                .unwrap()
+                .kind,
+        );
+    }
+    assert_eq!(acks, [AckKind::Voted, AckKind::Accepted]);
+    commit(&mut core, &store);
+    assert!(store
+        .outputs(view.id)
+        .unwrap()
+        .iter()
+        .all(|(_, o)| o.solutions.is_empty()));
+    assert_eq!(core.job_view(view.id).unwrap().solutions_stored, 0);
 }

@@ -51,6 +51,12 @@ pub struct JobView {
     pub failures: Vec<FailedAttempt>,
     /// Chunks with a saved resume state.
     pub checkpoints: u64,
+    /// What the job keeps of its solutions.
+    pub listing: crate::store::Listing,
+    /// Solutions stored with its chunks so far.
+    pub solutions_stored: u64,
+    /// The accepted chunks' counters, summed.
+    pub counters: std::collections::BTreeMap<String, u128>,
 }
 
 impl JobView {
@@ -171,6 +177,8 @@ pub struct LeaseView {
     pub checkpoint: Option<String>,
     /// Digests of the files the job ships.
     pub shipped: Vec<String>,
+    /// The job keeps counts only: the chunk need not list its solutions.
+    pub count_only: bool,
 }
 
 /// The answer to a lease request.
@@ -224,9 +232,14 @@ impl Core {
             artifact_digest: e.record.artifact_digest.clone(),
             replicate: e.record.replicate,
             disagreements: counts.disagreements,
-            unverified: !e.job.verifiable() && e.record.replicate < 2,
+            // Without its list a chunk's counts cannot be re-checked solution by solution.
+            unverified: (!e.job.verifiable() || e.record.listing.counts_only())
+                && e.record.replicate < 2,
             failures: e.failures.iter().cloned().collect(),
             checkpoints: self.checkpoints.keys().filter(|(j, _)| *j == id).count() as u64,
+            listing: e.record.listing,
+            solutions_stored: self.usage.get(&id).map_or(0, |u| u.solutions),
+            counters: e.tally.counters.clone(),
         })
     }
 

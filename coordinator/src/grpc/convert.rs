@@ -4,6 +4,7 @@ use sweep_proto::v1;
 
 use crate::core::{Ack, AckKind, FailedAttempt, JobView, LeaseView, PoisonedChunk, WorkerView};
 use crate::scheduler::JobState;
+use crate::store::Listing;
 
 pub fn job_state(s: JobState) -> v1::JobState {
     match s {
@@ -44,6 +45,21 @@ pub fn job_info(j: JobView) -> v1::JobInfo {
         unverified: j.unverified,
         failures: j.failures.into_iter().map(failed_attempt).collect(),
         checkpoints: j.checkpoints,
+        listing: listing(j.listing) as i32,
+        solutions_stored: j.solutions_stored,
+        counters: j
+            .counters
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect(),
+    }
+}
+
+fn listing(l: Listing) -> v1::Listing {
+    match l {
+        Listing::All => v1::Listing::All,
+        Listing::CountOnly => v1::Listing::CountOnly,
+        Listing::Stopped => v1::Listing::Stopped,
     }
 }
 
@@ -103,6 +119,7 @@ pub fn chunk_lease(l: LeaseView) -> v1::ChunkLease {
         inputs,
         checkpoint: l.checkpoint.unwrap_or_default(),
         shipped: l.shipped,
+        count_only: l.count_only,
     }
 }
 

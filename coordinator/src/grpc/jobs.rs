@@ -77,6 +77,7 @@ impl jobs_server::Jobs for JobsApi {
                 priority: req.priority,
                 reuse_existing: req.reuse_existing,
                 replicate: req.replicate,
+                count_only: req.count_only,
             })
             .await
             .map_err(status)?;
@@ -165,6 +166,28 @@ impl jobs_server::Jobs for JobsApi {
                 .map(convert::poisoned_chunk)
                 .collect(),
         }))
+    }
+
+    type SolutionsStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<v1::SolutionsPiece, Status>> + Send>,
+    >;
+
+    async fn solutions(
+        &self,
+        req: Request<v1::JobRequest>,
+    ) -> Result<Response<Self::SolutionsStream>, Status> {
+        use tokio_stream::StreamExt;
+        let rx = self
+            .0
+            .solutions(req.into_inner().job_id)
+            .await
+            .map_err(status)?;
+        let pieces = ReceiverStream::new(rx).map(|piece| {
+            piece
+                .map(|(chunk, solutions)| v1::SolutionsPiece { solutions, chunk })
+                .map_err(status)
+        });
+        Ok(Response::new(Box::pin(pieces)))
     }
 
     async fn cancel(&self, req: Request<v1::JobRequest>) -> Result<Response<v1::JobInfo>, Status> {

@@ -113,6 +113,9 @@ fn job(id: u64, state: JobState, total: u64, done: u64, leased: u64, poisoned: u
         unverified: false,
         failures: Vec::new(),
         checkpoints: 0,
+        listing: Default::default(),
+        solutions_stored: 0,
+        counters: Default::default(),
     }
 }
 

@@ -134,6 +134,11 @@ pub(super) fn chunk_blob(job: JobId, chunk: u64) -> String {
     format!("a-{job}-{chunk}")
 }
 
+/// The file holding a chunk's list of solutions (JSON strings), referenced by `l/<job><chunk>` with its hash.
+pub(super) fn list_blob(job: JobId, chunk: u64) -> String {
+    format!("l-{job}-{chunk}")
+}
+
 fn shipped_blob(digest: &str) -> String {
     format!("s-{digest}")
 }
@@ -169,9 +174,14 @@ impl Store {
     /// batch) or has been dropped (chunk artifacts after their merge).
     pub(super) fn remove_unreferenced_blobs(&self) -> Result<(), StoreError> {
         for name in self.blobs.list()? {
-            let key = if let Some(rest) = name.strip_prefix("a-") {
+            let per_chunk = |tag: u8, rest: &str| {
                 rest.split_once('-')
-                    .and_then(|(j, c)| Some(chunk_key(b'a', j.parse().ok()?, c.parse().ok()?)))
+                    .and_then(|(j, c)| Some(chunk_key(tag, j.parse().ok()?, c.parse().ok()?)))
+            };
+            let key = if let Some(rest) = name.strip_prefix("a-") {
+                per_chunk(b'a', rest)
+            } else if let Some(rest) = name.strip_prefix("l-") {
+                per_chunk(b'l', rest)
             } else if let Some(rest) = name.strip_prefix("r-") {
                 rest.parse().ok().map(|j| job_key(b'r', j))
             } else {
@@ -185,6 +195,25 @@ impl Store {
             if !referenced {
                 self.blobs.remove(&name)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Puts chunk `chunk`'s stored list of solutions back into `out`, checked against its recorded hash
+    /// (nothing to do for a chunk that listed none).
+    pub(super) fn attach_list(
+        &self,
+        job: JobId,
+        chunk: u64,
+        out: &mut sweep_space::ChunkOutput,
+    ) -> Result<(), StoreError> {
+        let key = chunk_key(b'l', job, chunk);
+        if let Some(want) = self.kv.get(&key)? {
+            let bytes = self.checked_blob(&list_blob(job, chunk), &key, &want)?;
+            out.solutions = serde_json::from_slice(&bytes).map_err(|e| StoreError::Damaged {
+                key: key_text(&key),
+                why: format!("its list of solutions does not parse: {e}"),
+            })?;
         }
         Ok(())
     }

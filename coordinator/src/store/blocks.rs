@@ -246,12 +246,20 @@ mod tests {
     use crate::store::test_support::{done_record, record};
     use crate::store::{JobRecord, Op, Store};
 
+    /// Too large to inline, by its counters (its list of solutions is a file of its own, never in the output).
     fn big_output(chunk: u64) -> ChunkOutput {
-        ChunkOutput {
+        let mut out = ChunkOutput {
             nodes: chunk,
             solutions: (0..40).map(|i| format!("solution-{chunk}-{i}")).collect(),
             ..Default::default()
+        };
+        for i in 0..40 {
+            out.count(
+                &format!("a-counter-with-a-long-name-{i}"),
+                u128::from(chunk),
+            );
         }
+        out
     }
 
     /// Format 3: chunk records and small outputs live in 64-chunk blocks, large outputs in keys of their own;
@@ -300,6 +308,7 @@ mod tests {
         assert!(store.kv.scan(b"c/").unwrap().is_empty());
         assert_eq!(store.kv.scan(b"b/").unwrap().len(), 4);
         assert_eq!(store.kv.scan(b"o/").unwrap().len(), 3, "only large outputs");
+        assert_eq!(store.kv.scan(b"l/").unwrap().len(), 3, "lists of solutions");
         let snap = store.load().unwrap();
         assert_eq!(snap.done, (0..150).map(|c| (1, c)).collect::<Vec<_>>());
         let others = vec![
@@ -309,6 +318,15 @@ mod tests {
         ];
         assert_eq!(snap.chunks, others);
         assert_eq!(store.outputs(1).unwrap(), want_outputs);
+        // Streamed one at a time, inlined and large alike, in chunk order.
+        let mut streamed = Vec::new();
+        store
+            .for_each_output(1, 200, &mut |chunk, out| {
+                streamed.push((chunk, out));
+                Ok::<(), StoreError>(())
+            })
+            .unwrap();
+        assert_eq!(streamed, want_outputs);
         let chunks = store.chunks(1).unwrap();
         assert_eq!(chunks.len(), 153);
         assert_eq!(chunks[64], (64, done_record(64)));

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use sweep_space::ChunkOutput;
 
 use super::artifacts::chunk_blob;
-use super::blocks::{block_entries, block_of, block_start, decode_entry, BlockEdits};
+use super::blocks::{block_entries, block_of, block_start, decode_entry, BlockEdits, BLOCK};
 use super::keys::{be_u64, chunk_key, job_key};
 use super::kv::Writes;
 use super::records::decode;
@@ -59,9 +59,53 @@ impl Store {
                 if let Some((key, want)) = hashes.remove(&chunk) {
                     out.artifact = self.checked_blob(&chunk_blob(job, chunk), &key, &want)?;
                 }
+                self.attach_list(job, chunk, &mut out)?;
                 Ok((chunk, out))
             })
             .collect()
+    }
+
+    /// Every stored result of a job, one at a time in chunk order, without its artifact: what answers and the
+    /// solutions stream read, in memory bounded by one block and one output whatever the job's size (unlike
+    /// [`Store::outputs`]). `f` may stop the walk by returning an error.
+    pub fn for_each_output<E: From<StoreError>>(
+        &self,
+        job: JobId,
+        n_chunks: u64,
+        f: &mut dyn FnMut(u64, ChunkOutput) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut first = 0;
+        while first < n_chunks {
+            let (bkey, _) = block_of(job, first);
+            let block = self.kv.get(&bkey)?;
+            let entries = match &block {
+                Some(bytes) => block_entries(&bkey, bytes)?,
+                None => Vec::new(),
+            };
+            let mut inline: BTreeMap<u64, &[u8]> = BTreeMap::new();
+            for e in &entries {
+                if let Some(out) = e.output {
+                    inline.insert(first + u64::from(e.offset), out);
+                }
+            }
+            let last = (first + BLOCK).min(n_chunks);
+            for chunk in first..last {
+                let out: Option<ChunkOutput> = match inline.get(&chunk) {
+                    Some(bytes) => Some(decode_entry(&bkey, chunk, bytes)?),
+                    // Too large to inline (or a format-2 store): a key of its own, if the chunk is done.
+                    None => {
+                        let key = chunk_key(b'o', job, chunk);
+                        self.kv.get(&key)?.map(|v| decode(&key, &v)).transpose()?
+                    }
+                };
+                if let Some(mut out) = out {
+                    self.attach_list(job, chunk, &mut out)?;
+                    f(chunk, out)?;
+                }
+            }
+            first = last;
+        }
+        Ok(())
     }
 
     /// Every chunk record of a job (chunks without one are pending, never leased).

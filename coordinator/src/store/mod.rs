@@ -11,6 +11,9 @@
 //! - `o/<job><chunk>`: a chunk's [`ChunkOutput`](sweep_space::ChunkOutput) (JSON) without its artifact when
 //!   it is too large to inline (over [`INLINE_OUTPUT_MAX`] bytes), written in the same batch as its `Done`
 //!   record; `a/<job><chunk>`: the blake3 hash of that chunk's artifact
+//! - `l/<job><chunk>`: the blake3 hash of the chunk's list of solutions, kept in a file beside sled (file
+//!   `l-<job>-<chunk>`, a JSON array) and never in sled, so the coordinator's memory does not grow with the
+//!   lists it stores; outputs are stored without it and readers put it back
 //! - `r/<job>`: the blake3 hash of the job's merged artifact; the batch that writes it removes the chunk
 //!   artifacts' hashes, so a table is stored once
 //! - `s/<digest>`: the blake3 hash of a shipped file (a program `sweep exec --ship` uploaded)
@@ -56,7 +59,7 @@ pub use commit::{split_commit, MAX_BATCH_OPS};
 pub(crate) use keys::{be_u64, chunk_key, job_key, key_text};
 pub use kv::{Kv, MemKv, Pairs, ScanFn, SledKv, Writes};
 pub(crate) use records::decode;
-pub use records::{JobRecord, Op};
+pub use records::{JobRecord, Listing, Op};
 pub use snapshot::Snapshot;
 
 /// Why a store could not be opened, read or written; each names the path or key involved, so that an operator

@@ -46,6 +46,34 @@ pub struct JobRecord {
     /// Agreeing results from distinct workers each chunk needs (1: no replication).
     #[serde(default = "one")]
     pub replicate: u32,
+    /// What the job keeps of its solutions besides their counts.
+    #[serde(default, skip_serializing_if = "Listing::is_all")]
+    pub listing: Listing,
+}
+
+/// What a job keeps of its solutions besides their counts (which are always exact).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Listing {
+    /// Every listed solution is stored with its chunk.
+    #[default]
+    All,
+    /// Submitted `--count-only`: chunks report counts, no lists.
+    CountOnly,
+    /// The list outgrew the per-job caps and was stopped there: counts only from then on, the stored list
+    /// is incomplete.
+    Stopped,
+}
+
+impl Listing {
+    pub fn is_all(&self) -> bool {
+        *self == Listing::All
+    }
+
+    /// Whether chunks of such a job report counts only.
+    pub fn counts_only(self) -> bool {
+        self != Listing::All
+    }
 }
 
 fn one() -> u32 {

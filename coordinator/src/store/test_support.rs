@@ -29,6 +29,7 @@ pub(super) fn record(id: JobId) -> JobRecord {
         input_jobs: Vec::new(),
         artifact_digest: None,
         replicate: 1,
+        listing: Default::default(),
     }
 }
 

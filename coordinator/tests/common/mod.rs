@@ -78,6 +78,7 @@ pub fn submit_req(space: &str, params: &str, chunks: u64) -> v1::SubmitRequest {
         priority: 0,
         reuse_existing: false,
         replicate: 0,
+        count_only: false,
     }
 }
 

@@ -162,6 +162,21 @@ impl BilliardJob {
         }
     }
 
+    /// A brute-force chunk tests every permutation of its rank range once, listed or not.
+    fn check_nodes(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        if self.params.method == Method::Brute {
+            let (lo, hi) = self.chunk_ranks(n_chunks, chunk);
+            if out.nodes != hi - lo {
+                return Err(SpaceError::Verification(format!(
+                    "{} permutations tested, the chunk holds {}",
+                    out.nodes,
+                    hi - lo
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The rank range of brute chunk `chunk`.
     fn chunk_ranks(&self, n_chunks: u64, chunk: u64) -> (u64, u64) {
         let (lo, hi) = self.ranks;
@@ -229,16 +244,7 @@ impl Job for BilliardJob {
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
         crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         out.check_unique_counters("billiard")?;
-        if self.params.method == Method::Brute {
-            let (lo, hi) = self.chunk_ranks(n_chunks, chunk);
-            if out.nodes != hi - lo {
-                return Err(SpaceError::Verification(format!(
-                    "{} permutations tested, the chunk holds {}",
-                    out.nodes,
-                    hi - lo
-                )));
-            }
-        }
+        self.check_nodes(n_chunks, chunk, out)?;
         for s in &out.solutions {
             let balls = self.geo.parse_solution(s)?;
             if self.geo.canonical(&balls) != balls {
@@ -248,6 +254,22 @@ impl Job for BilliardJob {
             }
         }
         Ok(())
+    }
+
+    fn verify_counts(
+        &self,
+        n_chunks: u64,
+        chunk: u64,
+        out: &ChunkOutput,
+    ) -> Result<(), SpaceError> {
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+        out.check_unique_counts_only("billiard")?;
+        if !out.solutions.is_empty() {
+            return Err(SpaceError::Verification(
+                "triangles listed by a chunk of a job that keeps counts only".into(),
+            ));
+        }
+        self.check_nodes(n_chunks, chunk, out)
     }
 
     fn result(&self, answer: &Answer) -> Value {

@@ -235,6 +235,27 @@ impl BuzzledJob {
         }
     }
 
+    /// What a chunk's counters say on their own, listed or not: only `solutions`, no artifact, and a
+    /// brute-force chunk tests every board of its rank range exactly once.
+    fn check_counts(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+        out.check_counters(&["solutions"])?;
+        if !out.artifact.is_empty() {
+            return Err(SpaceError::Verification("buzzled has no artifacts".into()));
+        }
+        if let Some(b) = &self.brute {
+            let (lo, hi) = split_range(u128::from(b.total()), n_chunks, chunk);
+            if u128::from(out.nodes) != hi - lo {
+                return Err(SpaceError::Verification(format!(
+                    "{} boards tested, the chunk holds {}",
+                    out.nodes,
+                    hi - lo
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn board_bits(board: &[bool]) -> u64 {
         board
             .iter()
@@ -333,9 +354,21 @@ impl Job for BuzzledJob {
         Ok(out)
     }
 
+    fn verify_counts(
+        &self,
+        n_chunks: u64,
+        chunk: u64,
+        out: &ChunkOutput,
+    ) -> Result<(), SpaceError> {
+        if !out.solutions.is_empty() {
+            return Err(SpaceError::Verification(
+                "boards listed by a chunk of a job that keeps counts only".into(),
+            ));
+        }
+        self.check_counts(n_chunks, chunk, out)
+    }
+
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
-        out.check_counters(&["solutions"])?;
         let counted = out.counters.get("solutions").copied().unwrap_or(0);
         if counted != out.solutions.len() as u128 {
             return Err(SpaceError::Verification(format!(
@@ -343,23 +376,11 @@ impl Job for BuzzledJob {
                 out.solutions.len()
             )));
         }
-        if !out.artifact.is_empty() {
-            return Err(SpaceError::Verification("buzzled has no artifacts".into()));
-        }
+        self.check_counts(n_chunks, chunk, out)?;
         let range = self
             .brute
             .as_ref()
             .map(|b| split_range(u128::from(b.total()), n_chunks, chunk));
-        if let Some((lo, hi)) = range {
-            // Brute force tests every board of its rank range exactly once.
-            if u128::from(out.nodes) != hi - lo {
-                return Err(SpaceError::Verification(format!(
-                    "{} boards tested, the chunk holds {}",
-                    out.nodes,
-                    hi - lo
-                )));
-            }
-        }
         let mut seen = std::collections::HashSet::new();
         for s in &out.solutions {
             let board = self

@@ -104,6 +104,48 @@ pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Output {
     }
 }
 
+/// Runs `cmd` to completion (SIGKILLed and failing the test after `timeout`) with its output captured, and
+/// returns it with the process's peak resident memory in KiB, as the kernel counted it (`wait4`'s
+/// `ru_maxrss`: exact for this one child, whatever else runs).
+pub fn run_measuring_memory(mut cmd: Command, timeout: Duration) -> (Output, u64) {
+    use std::os::unix::process::ExitStatusExt;
+    let what = format!("{cmd:?}");
+    let dir = scratch();
+    let (out_path, err_path) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let file = |p: &Path| std::fs::File::create(p).expect("create an output file");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(file(&out_path))
+        .stderr(file(&err_path))
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+    let pid = child.id() as libc::pid_t;
+    let started = Instant::now();
+    let mut status: libc::c_int = 0;
+    // SAFETY: a zeroed rusage is a valid value of this plain C struct; wait4 only writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: pid is our own child, not waited for by anyone else (the Child handle is never waited).
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(r >= 0, "wait4 {what}: {}", std::io::Error::last_os_error());
+        if r == pid {
+            break;
+        }
+        if started.elapsed() > timeout {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("{what} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(child);
+    let out = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: std::fs::read(&out_path).unwrap_or_default(),
+        stderr: std::fs::read(&err_path).unwrap_or_default(),
+    };
+    (out, usage.ru_maxrss as u64)
+}
+
 pub fn stdout_json(out: &Output) -> serde_json::Value {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
