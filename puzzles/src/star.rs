@@ -232,6 +232,11 @@ type Prefix = [u8; 5];
 /// coarse prefixes (100,824 for n = 17, 1.2 million for n = 31) keep building a job cheap.
 const FINE_PREFIX_MAX_POINTS: usize = 16;
 
+/// Random walks per chunk for the engine's estimate ([`Job::estimate_chunk_nodes`]): a walk is about n steps, so
+/// a chunk costs microseconds and the 65,536 chunks of an n = 16 job well under a second. Fewer probes leave
+/// single chunks off by 2x or more, which the engine's sum over many chunks mostly averages away anyway.
+const ESTIMATE_PROBES: u32 = 64;
+
 #[derive(Debug)]
 pub struct StarJob {
     params: StarParams,
@@ -442,6 +447,14 @@ impl Job for StarJob {
             n_chunks,
             total_nodes,
         })
+    }
+
+    /// Backtrack only: a brute force job's size is exact in its plan, so it needs no estimate.
+    fn estimate_chunk_nodes(&self, n_chunks: u64, chunk: u64) -> Option<f64> {
+        match self.params.method {
+            Method::Brute => None,
+            Method::Backtrack => self.estimate_nodes(n_chunks, chunk, ESTIMATE_PROBES).ok(),
+        }
     }
 
     fn run_chunk(
@@ -1363,6 +1376,14 @@ mod tests {
         }
         let brute = job(6, Method::Brute);
         assert_eq!(brute.estimate_nodes(7, 3, 1).unwrap(), 68_428_800.0);
+        // What the engine asks: backtrack jobs only (brute force has its exact total in the plan).
+        assert_eq!(brute.estimate_chunk_nodes(7, 3), None);
+        let bt = job(9, Method::Backtrack);
+        assert_eq!(
+            bt.estimate_chunk_nodes(16, 5),
+            Some(bt.estimate_nodes(16, 5, ESTIMATE_PROBES).unwrap())
+        );
+        assert_eq!(bt.estimate_chunk_nodes(16, 16), None);
         assert!(job(6, Method::Backtrack).estimate_nodes(4, 4, 8).is_err());
     }
 
