@@ -42,6 +42,11 @@ impl Rate {
     fn update(&mut self, now: Instant, value: f64) -> f64 {
         match self.last {
             None => self.last = Some((now, value)),
+            // Until the counter first moves, the first sample stays the reference: the time before a job's first
+            // report (worker start, first lease, first heartbeat) is not its speed, and a zero taken as the first
+            // rate took a whole time constant to wear off (a 36 s star run's first ETA said 37 min). Its first
+            // rate is the average since the first sample instead, dead time included, so it errs a little low.
+            Some((_, v)) if self.per_s.is_none() && value == v => {}
             Some((t, v)) => {
                 let dt = now.saturating_duration_since(t).as_secs_f64();
                 if dt >= MIN_SAMPLE_GAP_S {
@@ -556,6 +561,25 @@ mod tests {
         assert_eq!(r.update(at(t0, 1.01), 1_000_000.0), 1000.0);
         let v = r.update(at(t0, 2.0), 2000.0);
         assert!((v - 1000.0).abs() < 1e-6, "{v}");
+    }
+
+    #[test]
+    fn the_wait_for_a_first_report_is_not_taken_as_speed() {
+        let t0 = Instant::now();
+        let mut r = Rate::default();
+        // Nothing reported for 1.5 s (five snapshots), then 1000/s from 1 s on.
+        for k in 0..5 {
+            assert_eq!(r.update(at(t0, 0.3 * k as f64), 0.0), 0.0);
+        }
+        // The first rate is the average since the first sample, not an average with a run of zeros.
+        let first = r.update(at(t0, 2.0), 1000.0);
+        assert!((first - 500.0).abs() < 1e-6, "{first}");
+        // Steady from there: within a time constant most of the way to the real speed.
+        let mut v = 0.0;
+        for k in 1..=20 {
+            v = r.update(at(t0, 2.0 + 0.5 * k as f64), 1000.0 + 500.0 * k as f64);
+        }
+        assert!(v > 800.0, "{v}");
     }
 
     #[test]
