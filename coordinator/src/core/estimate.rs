@@ -110,25 +110,30 @@ mod tests {
     fn the_expected_total_combines_real_and_estimated_sizes() {
         // (real_done, est_done, est_total, n_chunks, expected), with 100 chunks the prior weighs 16 chunks of
         // average estimate: 16 % of est_total.
-        let cases: &[(f64, f64, f64, u64, f64, &str)] = &[
-            (0.0, 0.0, 1000.0, 100, 1000.0, "nothing finished: the estimates as they are"),
-            (500.0, 500.0, 1000.0, 100, 1000.0, "estimates that were right are kept"),
-            (1000.0, 1000.0, 1000.0, 100, 1000.0, "everything finished: the real size"),
-            (1234.0, 1000.0, 1000.0, 100, 1234.0, "finished: real even when estimates were off"),
+        let cases: &[(f64, f64, f64, u64, f64)] = &[
+            // Nothing finished: the estimates as they are.
+            (0.0, 0.0, 1000.0, 100, 1000.0),
+            // Estimates that were right are kept.
+            (500.0, 500.0, 1000.0, 100, 1000.0),
+            // Everything finished: the real size, even when the estimates were off.
+            (1000.0, 1000.0, 1000.0, 100, 1000.0),
+            (1234.0, 1000.0, 1000.0, 100, 1234.0),
             // Half the estimate finished and it was 2x too low: correction (1000 + 160) / (500 + 160).
-            (1000.0, 500.0, 1000.0, 100, 1000.0 + 500.0 * 1160.0 / 660.0, "a bias seen in half the job"),
-            // One small chunk finished at 10x its estimate: the prior keeps one chunk from rescaling the job.
-            (100.0, 10.0, 1000.0, 100, 100.0 + 990.0 * 260.0 / 170.0, "one chunk does not rescale the job"),
-            // Finished chunks were far smaller than estimated.
-            (50.0, 500.0, 1000.0, 100, 50.0 + 500.0 * 210.0 / 660.0, "overestimates are scaled down"),
-            (0.0, 0.0, 0.0, 10, 0.0, "all estimates zero"),
-            (7.0, 0.0, 0.0, 10, 7.0, "all estimates zero, some work done"),
-            (5.0, 0.0, 1000.0, 0, 5.0 + 1000.0 * 16005.0 / 16000.0, "no chunks is no division by zero"),
+            (1000.0, 500.0, 1000.0, 100, 1000.0 + 500.0 * 1160.0 / 660.0),
+            // One small chunk finished at 10x its estimate: the prior keeps it from rescaling the job.
+            (100.0, 10.0, 1000.0, 100, 100.0 + 990.0 * 260.0 / 170.0),
+            // Finished chunks far smaller than estimated scale the rest down.
+            (50.0, 500.0, 1000.0, 100, 50.0 + 500.0 * 210.0 / 660.0),
+            // All estimates zero: nothing to scale, no ratio to learn.
+            (0.0, 0.0, 0.0, 10, 0.0),
+            (7.0, 0.0, 0.0, 10, 7.0),
+            // No chunks is no division by zero.
+            (5.0, 0.0, 1000.0, 0, 5.0 + 1000.0 * 16005.0 / 16000.0),
         ];
-        for &(real, est_done, est_total, n, want, why) in cases {
+        for (i, &(real, est_done, est_total, n, want)) in cases.iter().enumerate() {
             let got = expected_total(real, est_done, est_total, n);
             let close = (got - want).abs() <= 1e-9 * want.abs().max(1.0);
-            assert!(close, "{why}: got {got}, want {want}");
+            assert!(close, "case {i}: got {got}, want {want}");
         }
     }
 
@@ -138,7 +143,10 @@ mod tests {
             for est_done in [0.0, 1.0, 1e9] {
                 for est_total in [0.0, 1.0, 1e9, 2e9] {
                     let got = expected_total(real, est_done, est_total, 64);
-                    assert!(got >= real && got.is_finite(), "{real} {est_done} {est_total}: {got}");
+                    assert!(
+                        got >= real && got.is_finite(),
+                        "{real} {est_done} {est_total}: {got}"
+                    );
                 }
             }
         }

@@ -285,10 +285,7 @@ pub(super) fn state_view(
                 reissued: j.reissued,
                 nodes: j.nodes.to_string(),
                 total_nodes: j.total_nodes.map(|n| n.to_string()).unwrap_or_default(),
-                estimated_nodes: j
-                    .estimated_nodes
-                    .map(|n| n.to_string())
-                    .unwrap_or_default(),
+                estimated_nodes: j.estimated_nodes.map(|n| n.to_string()).unwrap_or_default(),
                 running_nodes: j.running_nodes,
                 nodes_per_s,
                 chunks_per_s,
