@@ -6,6 +6,12 @@
 //! Rates and ETAs come from an exponentially smoothed rate ([`Rate`]), not from indicatif's `{eta}`: snapshots
 //! arrive every few hundred milliseconds and chunk results land in bursts, so a raw rate, and any ETA computed
 //! from it, would jump with every snapshot.
+//!
+//! What is left is counted in nodes when the job's size is known (`total_nodes`) or estimated by the coordinator
+//! (`estimated_nodes`: the space's up-front estimates of its chunks, corrected by the finished ones), and in
+//! chunks only for a job with neither. Chunks of a search differ in size by orders of magnitude, so counting
+//! chunks made the first ETA of a 4-second job 21 minutes. An ETA from anything but an exact total is shown as
+//! the estimate it is: `ETA ~4m 10s`.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -36,6 +42,11 @@ impl Rate {
     fn update(&mut self, now: Instant, value: f64) -> f64 {
         match self.last {
             None => self.last = Some((now, value)),
+            // Until the counter first moves, the first sample stays the reference: the time before a job's first
+            // report (worker start, first lease, first heartbeat) is not its speed, and a zero taken as the first
+            // rate took a whole time constant to wear off (a 36 s star run's first ETA said 37 min). Its first
+            // rate is the average since the first sample instead, dead time included, so it errs a little low.
+            Some((_, v)) if self.per_s.is_none() && value == v => {}
             Some((t, v)) => {
                 let dt = now.saturating_duration_since(t).as_secs_f64();
                 if dt >= MIN_SAMPLE_GAP_S {
@@ -77,26 +88,47 @@ fn short_duration(d: Duration) -> String {
     }
 }
 
-/// How far a job is: in nodes when the space knows its total, in chunks otherwise.
+/// What a job's progress is counted in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Measure {
+    /// Nodes, out of the exact total its space knows in advance.
+    Nodes,
+    /// Nodes, out of the coordinator's estimate of the total.
+    EstimatedNodes,
+    /// Chunks: the job's size is neither known nor estimated.
+    Chunks,
+}
+
+/// How far a job is: in nodes when the space knows or estimates its total, in chunks otherwise.
 struct Progress {
     done: f64,
     total: f64,
     nodes: f64,
+    measure: Measure,
+}
+
+/// A positive figure from a decimal wire field (empty: unknown).
+fn positive(decimal: &str) -> Option<f64> {
+    decimal.parse::<f64>().ok().filter(|v| *v > 0.0)
 }
 
 fn progress_of(j: &v1::JobInfo) -> Progress {
     // Nodes of running chunks count too, so a job of a few huge chunks still moves.
     let nodes = j.nodes.parse::<f64>().unwrap_or(0.0) + j.running_nodes as f64;
-    match j.total_nodes.parse::<f64>() {
-        Ok(total) if total > 0.0 => Progress {
-            done: nodes.min(total),
-            total,
-            nodes,
-        },
-        _ => Progress {
+    let by_nodes = |total: f64, measure| Progress {
+        done: nodes.min(total),
+        total,
+        nodes,
+        measure,
+    };
+    match (positive(&j.total_nodes), positive(&j.estimated_nodes)) {
+        (Some(total), _) => by_nodes(total, Measure::Nodes),
+        (None, Some(expected)) => by_nodes(expected, Measure::EstimatedNodes),
+        (None, None) => Progress {
             done: j.chunks_done as f64,
             total: j.chunks_total as f64,
             nodes,
+            measure: Measure::Chunks,
         },
     }
 }
@@ -115,8 +147,14 @@ fn job_summary(
         j.chunks_total,
         human(nodes_per_s)
     );
+    // Only an exact total gives an ETA without a `~`: an estimated size, or chunks counted as if equal, is a guess.
+    let approx = if progress_of(j).measure == Measure::Nodes {
+        ""
+    } else {
+        "~"
+    };
     match (j.state().label(), eta) {
-        ("running", Some(d)) => s.push_str(&format!(", ETA {}", short_duration(d))),
+        ("running", Some(d)) => s.push_str(&format!(", ETA {approx}{}", short_duration(d))),
         ("running", None) => s.push_str(", ETA ?"),
         (state, _) if with_state => s.push_str(&format!(" [{state}]")),
         _ => {}
@@ -269,6 +307,9 @@ struct JobView {
     nodes: Rate,
     /// The rate of whatever the bar counts (nodes or chunks), for the ETA.
     progress: Rate,
+    /// What `progress` counts: a job's estimate arrives after its first snapshots, and a rate must not mix
+    /// chunks with nodes.
+    measure: Measure,
     state: String,
 }
 
@@ -410,6 +451,7 @@ impl Bars {
                         bar,
                         nodes: Rate::default(),
                         progress: Rate::default(),
+                        measure: p.measure,
                         state: j.state().label().to_string(),
                     })
                 }
@@ -417,6 +459,10 @@ impl Bars {
             if view.state != j.state().label() {
                 changed = true;
                 view.state = j.state().label().to_string();
+            }
+            if view.measure != p.measure {
+                view.measure = p.measure;
+                view.progress = Rate::default();
             }
             let nodes_per_s = view.nodes.update(now, p.nodes);
             let progress_per_s = view.progress.update(now, p.done);
@@ -518,6 +564,25 @@ mod tests {
     }
 
     #[test]
+    fn the_wait_for_a_first_report_is_not_taken_as_speed() {
+        let t0 = Instant::now();
+        let mut r = Rate::default();
+        // Nothing reported for 1.5 s (five snapshots), then 1000/s from 1 s on.
+        for k in 0..5 {
+            assert_eq!(r.update(at(t0, 0.3 * k as f64), 0.0), 0.0);
+        }
+        // The first rate is the average since the first sample, not an average with a run of zeros.
+        let first = r.update(at(t0, 2.0), 1000.0);
+        assert!((first - 500.0).abs() < 1e-6, "{first}");
+        // Steady from there: within a time constant most of the way to the real speed.
+        let mut v = 0.0;
+        for k in 1..=20 {
+            v = r.update(at(t0, 2.0 + 0.5 * k as f64), 1000.0 + 500.0 * k as f64);
+        }
+        assert!(v > 800.0, "{v}");
+    }
+
+    #[test]
     fn a_counter_that_goes_back_is_no_negative_speed() {
         let t0 = Instant::now();
         let mut r = Rate::default();
@@ -589,6 +654,49 @@ mod tests {
         assert_eq!(
             plain_line(&j, 0.0, None),
             "job 3 star running 18.8%: 12/64 chunks, 0 nodes/s, ETA ?, 2 poisoned, 5 reissued"
+        );
+    }
+
+    #[test]
+    fn progress_counts_nodes_of_a_known_or_estimated_size_else_chunks() {
+        // (total_nodes, estimated_nodes, measure, done, total): the job has 1000 + 500 running nodes, 12/64 chunks.
+        let cases = [
+            ("8000", "", Measure::Nodes, 1500.0, 8000.0),
+            ("8000", "9000", Measure::Nodes, 1500.0, 8000.0),
+            ("", "10000", Measure::EstimatedNodes, 1500.0, 10000.0),
+            // An estimate below what is done already (running chunks beyond it): full, never past 100 %.
+            ("", "1200", Measure::EstimatedNodes, 1200.0, 1200.0),
+            ("", "", Measure::Chunks, 12.0, 64.0),
+            ("0", "0", Measure::Chunks, 12.0, 64.0),
+            ("", "garbage", Measure::Chunks, 12.0, 64.0),
+        ];
+        for (total, estimated, measure, done, want_total) in cases {
+            let mut j = job("running");
+            j.total_nodes = total.into();
+            j.estimated_nodes = estimated.into();
+            let p = progress_of(&j);
+            assert_eq!(
+                (p.measure, p.done, p.total, p.nodes),
+                (measure, done, want_total, 1500.0),
+                "total {total:?}, estimated {estimated:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_eta_from_an_estimated_size_is_marked_as_one() {
+        let mut j = job("running");
+        j.total_nodes = String::new();
+        j.estimated_nodes = "10000".into();
+        assert_eq!(
+            plain_line(&j, 1_234_567.0, Some(Duration::from_secs(250))),
+            "job 3 star running 15.0%: 12/64 chunks, 1.23 M nodes/s, ETA ~4m 10s"
+        );
+        // Chunks counted as if they were equal are a guess too.
+        j.estimated_nodes = String::new();
+        assert_eq!(
+            plain_line(&j, 1_234_567.0, Some(Duration::from_secs(250))),
+            "job 3 star running 18.8%: 12/64 chunks, 1.23 M nodes/s, ETA ~4m 10s"
         );
     }
 

@@ -104,6 +104,8 @@ pub struct Coordinator {
     commit: GroupCommit,
     /// Wakes the artifact merger when a job finishes.
     merge_kick: Notify,
+    /// Wakes the estimator when a job was submitted (it may have created jobs of unknown size).
+    estimate_kick: Notify,
     /// Wakes lease requests that found nothing to do (see [`LEASE_HOLD`]) when work may have appeared: a job
     /// submitted, an input merged.
     work_ready: Notify,
@@ -144,6 +146,7 @@ impl Coordinator {
             core: Mutex::new(core),
             commit: GroupCommit::new(Arc::new(store)),
             merge_kick: Notify::new(),
+            estimate_kick: Notify::new(),
             work_ready: Notify::new(),
             stopping: watch::channel(false).0,
             watch_slots: WatchSlots::new(cfg.limits.max_watch_streams),
@@ -260,6 +263,34 @@ impl Coordinator {
             }
             tokio::select! {
                 _ = self.merge_kick.notified() => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    /// Computes the chunk estimates of jobs of unknown size (queued by the core when a job is created or loaded)
+    /// on the blocking pool and hands them to the core, so that their views carry an expected size. Estimates
+    /// are a pure function of the job: nothing is stored, and a restart computes them again.
+    pub(crate) async fn estimator(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        loop {
+            let todo = self.lock().take_to_estimate();
+            for (id, job, n_chunks) in todo {
+                let estimate = tokio::task::spawn_blocking(move || {
+                    crate::core::estimate_chunks(job.as_ref(), n_chunks)
+                });
+                // A shutdown does not wait for a big job's estimates: they are only ever a progress figure.
+                let per_chunk = tokio::select! {
+                    r = estimate => r,
+                    _ = stop.changed() => return,
+                };
+                match per_chunk {
+                    Ok(Some(per_chunk)) => self.lock().set_estimates(id, per_chunk),
+                    Ok(None) => {}
+                    Err(e) => warn!(job = id, error = %e, "estimating the job's chunks failed"),
+                }
+            }
+            tokio::select! {
+                _ = self.estimate_kick.notified() => {}
                 _ = stop.changed() => return,
             }
         }
@@ -508,6 +539,7 @@ impl Coordinator {
             })
             .await?;
         self.work_ready.notify_waiters();
+        self.estimate_kick.notify_one();
         Ok(answer)
     }
 

@@ -35,6 +35,7 @@ pub async fn serve(
     // outlive it (else `sweep run` could hang at exit waiting for a commit nobody makes).
     let (merge_stop_tx, merge_stop_rx) = watch::channel(false);
     let merger = tokio::spawn(coord.clone().merger(merge_stop_rx));
+    let estimator = tokio::spawn(coord.clone().estimator(stop_rx.clone()));
     info!(%addr, "coordinator listening");
     // Small RPCs (lease, complete) must not wait for delayed ACKs: Nagle's algorithm off on every connection,
     // which tonic only does itself for listeners it binds.
@@ -79,6 +80,7 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     let _ = committer.await;
     let _ = expirer.await;
+    let _ = estimator.await;
     let _ = health_task.await;
     if let Some(r) = reloader {
         let _ = r.await;

@@ -564,6 +564,24 @@ pub trait Job: Send + Sync + Debug {
         })
     }
 
+    /// An estimate of the nodes [`Job::run_chunk`] will count for chunk `chunk` of `n_chunks`, made without
+    /// running it; `None` (the default) when the space has no honest estimate. It exists for jobs whose size
+    /// is not known in advance ([`Plan::total_nodes`] is `None`, e.g. a backtracking search): without it the
+    /// engine can only extrapolate from finished chunks, which misleads when chunks differ in size. The
+    /// engine combines the estimates with the real sizes of finished chunks into the job's expected size, for
+    /// progress and ETAs only; nothing else depends on it.
+    ///
+    /// Contract: pure and deterministic (a function of the job, `n_chunks` and `chunk` alone, so any process
+    /// gets the same figure and nothing needs storing), cheap (the engine asks for every chunk of a job when
+    /// the job is created or loaded, off its lock: think microseconds, not a run of the chunk), and either
+    /// `Some` for every chunk of a plan or for none (the engine asks chunk 0 first and stops at a `None`).
+    /// Finite and non-negative; an unbiased estimate (e.g. Knuth's random probes of a backtracking tree) is
+    /// worth more than a precise-looking biased one, since the engine corrects only for a bias it sees in
+    /// finished chunks.
+    fn estimate_chunk_nodes(&self, _n_chunks: u64, _chunk: u64) -> Option<f64> {
+        None
+    }
+
     /// Pictures of the merged answer as (file name, SVG text) pairs, written by the CLI's `--svg DIR`. Pure: the
     /// space only draws, the CLI writes. Spaces without pictures keep the default (none).
     fn pictures(&self, _result: &serde_json::Value) -> Vec<(String, String)> {

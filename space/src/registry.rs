@@ -267,6 +267,14 @@ impl Job for Framed {
         self.inner.merge_artifacts(artifacts)
     }
 
+    fn estimate_chunk_nodes(&self, n_chunks: u64, chunk: u64) -> Option<f64> {
+        self.check(n_chunks, chunk).ok()?;
+        // A space's arithmetic gone wrong must not become a negative or infinite job size downstream.
+        self.inner
+            .estimate_chunk_nodes(n_chunks, chunk)
+            .filter(|e| e.is_finite() && *e >= 0.0)
+    }
+
     fn result(&self, answer: &Answer) -> serde_json::Value {
         self.inner.result(answer)
     }
@@ -328,6 +336,10 @@ mod tests {
         fn verify(&self, _: u64, _: u64, _: &ChunkOutput) -> Result<(), SpaceError> {
             Ok(())
         }
+        /// Careless arithmetic, as a space might have: negative past the middle, and no range check.
+        fn estimate_chunk_nodes(&self, n: u64, c: u64) -> Option<f64> {
+            Some((self.0 / n) as f64 - c as f64)
+        }
         fn result(&self, a: &Answer) -> serde_json::Value {
             serde_json::json!({ "n": crate::json_u128(a.tally.nodes) })
         }
@@ -375,6 +387,11 @@ mod tests {
             .map(|c| job.run_chunk(4, c, &Control::new()).unwrap().nodes)
             .sum();
         assert_eq!(total, 10);
+        // Estimates are forwarded, and the framework keeps impossible ones (negative, chunks outside the plan)
+        // from reaching the engine.
+        assert_eq!(job.estimate_chunk_nodes(4, 1), Some(1.0));
+        assert_eq!(job.estimate_chunk_nodes(4, 3), None);
+        assert_eq!(job.estimate_chunk_nodes(4, 4), None);
     }
 
     #[test]

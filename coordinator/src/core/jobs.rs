@@ -191,8 +191,11 @@ impl Core {
         }
         self.pending.push(Op::Job(record.clone()));
         self.pending.push(Op::Meta("next_job", id + 1));
-        self.jobs
-            .insert(id, JobEntry::new(record, job, Tally::default()));
+        let entry = JobEntry::new(record, job, Tally::default());
+        if entry.wants_estimates() {
+            self.to_estimate.push(id);
+        }
+        self.jobs.insert(id, entry);
         info!(
             job = id,
             space,

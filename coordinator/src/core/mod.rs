@@ -9,6 +9,7 @@
 //! be thin adapters over the same methods.
 
 mod error;
+mod estimate;
 mod jobs;
 mod reports;
 #[cfg(test)]
@@ -23,6 +24,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 pub use error::{invalid, CoreError};
+pub use estimate::{estimate_chunks, expected_total, MAX_ESTIMATED_CHUNKS};
 pub use jobs::{JobOptions, Reuse, SubmitNode};
 pub use reports::{Checked, ReportTarget};
 pub use views::{
@@ -89,6 +91,9 @@ pub(crate) struct JobEntry {
     /// The most recent failed attempts, newest last (memory only: a poisoned chunk's last error is stored with
     /// the chunk).
     failures: VecDeque<FailedAttempt>,
+    /// Up-front estimates of the chunks' sizes while the job runs, for a job of unknown size whose space gives
+    /// them (memory only: they are a pure function of the job, recomputed after a restart).
+    pub(crate) estimates: Option<estimate::ChunkEstimates>,
 }
 
 struct WorkerInfo {
@@ -152,6 +157,8 @@ pub struct Core {
     worker_seq: u64,
     /// Finished jobs whose chunk artifacts still have to be merged into one stored artifact.
     to_merge: Vec<JobId>,
+    /// Running jobs of unknown size whose chunk estimates the shell should compute (see [`Core::set_estimates`]).
+    to_estimate: Vec<JobId>,
     /// Bumped whenever a job changes state, so watch streams report it at once instead of at their next tick.
     job_changes: watch::Sender<u64>,
     /// Per job: what its accepted outputs stored so far (solutions, bytes), checked against `limits`.
@@ -204,7 +211,11 @@ impl Core {
             jobs.insert(rec.id, JobEntry::new(rec, job, tally));
         }
         let mut to_merge = Vec::new();
+        let mut to_estimate = Vec::new();
         for e in jobs.values() {
+            if e.wants_estimates() {
+                to_estimate.push(e.record.id);
+            }
             // An input done before the crash whose artifact is not stored yet is merged below (every done job
             // without a digest is), so what `hold_for_inputs` returns is already covered.
             jobs::hold_for_inputs(&mut sched, &jobs, e.record.id, &e.record.input_jobs);
@@ -252,6 +263,7 @@ impl Core {
             failed: None,
             worker_seq: 0,
             to_merge,
+            to_estimate,
             job_changes: watch::channel(0).0,
             usage,
             usage_dirty: BTreeSet::new(),
@@ -329,6 +341,37 @@ impl Core {
         !self.to_merge.is_empty()
     }
 
+    /// Jobs queued since the last call whose chunk estimates the shell should compute off the lock
+    /// ([`estimate_chunks`]): each with its job and chunk count.
+    pub fn take_to_estimate(&mut self) -> Vec<(JobId, Arc<dyn Job>, u64)> {
+        std::mem::take(&mut self.to_estimate)
+            .into_iter()
+            .filter_map(|id| {
+                let e = self.jobs.get(&id)?;
+                e.wants_estimates()
+                    .then(|| (id, e.job.clone(), e.record.n_chunks))
+            })
+            .collect()
+    }
+
+    /// The shell computed a job's chunk estimates: from now on its view carries an expected size. Ignored for
+    /// a job that finished (or vanished) meanwhile, or for estimates of another plan.
+    pub fn set_estimates(&mut self, id: JobId, per_chunk: Vec<f64>) {
+        let Some(e) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if !e.wants_estimates() || per_chunk.len() as u64 != e.record.n_chunks {
+            return;
+        }
+        // Chunks may have finished while the estimates were computed (or before a restart): their estimates
+        // count as done, matching the tally's real nodes.
+        e.estimates = Some(estimate::ChunkEstimates::new(
+            per_chunk,
+            self.sched.done_chunks(id),
+        ));
+        self.job_changes.send_modify(|n| *n += 1);
+    }
+
     /// Moves what the scheduler changed into the outbox, and cancels the readers of inputs that ended without
     /// an artifact (and theirs, round after round).
     fn stage_dirty(&mut self, now: Millis) {
@@ -399,6 +442,10 @@ impl Core {
             self.job_changes.send_modify(|n| *n += 1);
             if let Some(e) = self.jobs.get_mut(&job) {
                 e.record.state = state;
+                if state.is_finished() {
+                    // The real size is known now; the estimates only held memory.
+                    e.estimates = None;
+                }
                 if state.is_finished() && e.record.finished_ms == 0 {
                     e.record.finished_ms = now.max(1);
                     info!(job, state = state.as_str(), "job finished");
@@ -815,6 +862,15 @@ impl JobEntry {
             result: None,
             artifact: None,
             failures: VecDeque::new(),
+            estimates: None,
         }
+    }
+
+    /// Whether the job could use chunk estimates: running or paused, of unknown size, not given them yet.
+    fn wants_estimates(&self) -> bool {
+        self.record.total_nodes.is_none()
+            && !self.record.state.is_finished()
+            && self.estimates.is_none()
+            && self.record.n_chunks <= MAX_ESTIMATED_CHUNKS
     }
 }

@@ -216,6 +216,9 @@ impl Core {
                     });
                 };
                 entry.tally.add(&output);
+                if let Some(est) = &mut entry.estimates {
+                    est.chunk_done(chunk);
+                }
                 let tally = entry.tally.clone();
                 let usage = self.usage.entry(job_id).or_default();
                 usage.solutions += add.solutions;

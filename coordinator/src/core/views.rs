@@ -29,6 +29,10 @@ pub struct JobView {
     pub running_nodes: u64,
     /// The job's size when its space knows it in advance.
     pub total_nodes: Option<u128>,
+    /// The job's expected size while it runs, when `total_nodes` is unknown but its space estimates its chunks:
+    /// real nodes of the finished chunks plus the others' estimates, corrected by the finished ones
+    /// ([`super::expected_total`]). An estimate, for progress and ETAs only.
+    pub estimated_nodes: Option<u128>,
     pub created_ms: u64,
     /// 0 while the job runs.
     pub finished_ms: u64,
@@ -222,6 +226,11 @@ impl Core {
             nodes: e.tally.nodes,
             running_nodes,
             total_nodes: e.record.total_nodes,
+            // Rounded to whole nodes: a decimal on the wire like the other counters.
+            estimated_nodes: e
+                .estimates
+                .as_ref()
+                .map(|est| est.expected_total(e.tally.nodes).round() as u128),
             created_ms: e.record.created_ms,
             finished_ms: e.record.finished_ms,
             workers: workers.len() as u32,

@@ -31,6 +31,7 @@ pub fn job_info(j: JobView) -> v1::JobInfo {
         nodes: j.nodes.to_string(),
         running_nodes: j.running_nodes,
         total_nodes: j.total_nodes.map(|n| n.to_string()).unwrap_or_default(),
+        estimated_nodes: j.estimated_nodes.map(|n| n.to_string()).unwrap_or_default(),
         created_unix_ms: j.created_ms,
         finished_unix_ms: j.finished_ms,
         workers: j.workers,

@@ -144,6 +144,9 @@ pub(super) struct JobJson {
     /// Decimal strings: may exceed 64 bits.
     pub(super) nodes: String,
     pub(super) total_nodes: String,
+    /// The expected size of a running job of unknown size, when its space estimates its chunks (an estimate:
+    /// the page marks the ETA computed from it with `~`).
+    pub(super) estimated_nodes: String,
     pub(super) running_nodes: u64,
     pub(super) nodes_per_s: f64,
     pub(super) chunks_per_s: f64,
@@ -219,8 +222,9 @@ fn eta(job: &JobView, nodes_per_s: f64, chunks_per_s: f64) -> Option<f64> {
     if job.state != JobState::Running {
         return None;
     }
-    // By nodes when the space knows its total work (smoother: running chunks count), else by chunks.
-    if let Some(total) = job.total_nodes.map(|n| n as f64) {
+    // By nodes when the space knows its total work, or estimates it (smoother: running chunks count, and
+    // chunks of very different sizes do not mislead), else by chunks.
+    if let Some(total) = job.total_nodes.or(job.estimated_nodes).map(|n| n as f64) {
         if nodes_per_s > 0.0 {
             let left = total - nodes_of(job) - job.running_nodes as f64;
             return Some((left / nodes_per_s).max(0.0));
@@ -281,6 +285,7 @@ pub(super) fn state_view(
                 reissued: j.reissued,
                 nodes: j.nodes.to_string(),
                 total_nodes: j.total_nodes.map(|n| n.to_string()).unwrap_or_default(),
+                estimated_nodes: j.estimated_nodes.map(|n| n.to_string()).unwrap_or_default(),
                 running_nodes: j.running_nodes,
                 nodes_per_s,
                 chunks_per_s,

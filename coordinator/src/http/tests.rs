@@ -100,6 +100,7 @@ fn job(id: u64, state: JobState, total: u64, done: u64, leased: u64, poisoned: u
         nodes: u128::MAX,
         running_nodes: 0,
         total_nodes: None,
+        estimated_nodes: None,
         created_ms: 0,
         finished_ms: 0,
         workers: 0,

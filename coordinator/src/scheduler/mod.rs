@@ -338,6 +338,16 @@ impl Scheduler {
         })
     }
 
+    /// The chunks of a job that are done, in order (none for an unknown job).
+    pub fn done_chunks(&self, job: JobId) -> impl Iterator<Item = u64> + '_ {
+        self.jobs
+            .get(&job)
+            .into_iter()
+            .flat_map(|j| j.slots.iter().enumerate())
+            .filter(|(_, slot)| matches!(slot, Slot::Done))
+            .map(|(chunk, _)| chunk as u64)
+    }
+
     /// Outstanding leases of a job: (lease, chunk, worker).
     pub fn leases_of(&self, job: JobId) -> Vec<(LeaseId, u64, String)> {
         let mut v: Vec<_> = self

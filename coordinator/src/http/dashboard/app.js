@@ -141,6 +141,12 @@ function inputsNote(j) {
   return ' (inputs: ' + ids.length + ' jobs' + waiting + ')';
 }
 
+// An ETA from an estimated job size (no exact total) is marked as the estimate it is.
+function fmtEta(j) {
+  const eta = fmtDur(j.eta_s);
+  return j.eta_s != null && j.estimated_nodes && !j.total_nodes ? '~' + eta : eta;
+}
+
 function renderJobs(s) {
   const body = document.querySelector('#jobs tbody');
   const rows = s.jobs.slice().sort((a, b) => b.id - a.id).map((j) => {
@@ -155,7 +161,7 @@ function renderJobs(s) {
       el('td', null, progressBar(j)),
       el('td', { class: 'num', title: j.nodes }, fmtNum(Number(j.nodes) + j.running_nodes)),
       el('td', { class: 'num' }, j.state === 'running' ? fmtNum(j.nodes_per_s) : '–'),
-      el('td', { class: 'num' }, j.state === 'running' ? fmtDur(j.eta_s) : '–'),
+      el('td', { class: 'num' }, j.state === 'running' ? fmtEta(j) : '–'),
       el('td', { class: 'num' }, String(j.workers)));
   });
   body.replaceChildren(...rows);
