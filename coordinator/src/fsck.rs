@@ -323,7 +323,14 @@ fn check_artifacts(
             r.fixes.entry(id).or_default().rerun_all = true;
         }
     } else if deep_outputs {
-        if let Err(e) = store.outputs(id) {
+        // Outputs with their lists of solutions are read one at a time (a job's lists can be any size); only
+        // chunk artifacts, which a merge needs together, are read all at once.
+        let read = if store.has_chunk_artifacts(id)? {
+            store.outputs(id).map(drop)
+        } else {
+            store.for_each_output(id, rec.n_chunks, &mut |_, _| Ok::<(), StoreError>(()))
+        };
+        if let Err(e) = read {
             r.problems.push(Problem {
                 job: Some(id),
                 what: format!("{e}; the job runs again"),

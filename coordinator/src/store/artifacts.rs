@@ -366,4 +366,43 @@ mod tests {
         assert!(err.to_string().contains("`a-7-0` is missing"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// A chunk's list of solutions is a file of its own, never in sled, read back with its output, removed at
+    /// start-up when no batch recorded it, and named when it is damaged or gone.
+    #[test]
+    fn lists_of_solutions_live_in_files_and_damage_is_named() {
+        let dir = temp_store_dir("lists");
+        let listed = ChunkOutput {
+            nodes: 3,
+            solutions: vec!["a".into(), "b\tc".into()],
+            ..Default::default()
+        };
+        reopen(&dir)
+            .write(vec![Op::Output(8, 2, listed.clone())])
+            .unwrap();
+        let file = dir.join("artifacts").join("l-8-2");
+        assert!(file.exists());
+        std::fs::write(dir.join("artifacts").join("l-8-3"), b"[\"orphan\"]").unwrap();
+        let store = reopen(&dir);
+        assert!(!dir.join("artifacts").join("l-8-3").exists());
+        assert_eq!(store.outputs(8).unwrap(), vec![(2, listed.clone())]);
+        let mut streamed = Vec::new();
+        store
+            .for_each_output(8, 4, &mut |c, o| {
+                streamed.push((c, o));
+                Ok::<(), StoreError>(())
+            })
+            .unwrap();
+        assert_eq!(streamed, vec![(2, listed)]);
+        drop(store);
+        std::fs::write(&file, b"[\"a\"]").unwrap();
+        let err = reopen(&dir).outputs(8).unwrap_err();
+        assert!(err.to_string().contains("`l-8-2` does not match"), "{err}");
+        std::fs::remove_file(&file).unwrap();
+        let err = reopen(&dir)
+            .for_each_output(8, 4, &mut |_, _| Ok::<(), StoreError>(()))
+            .unwrap_err();
+        assert!(err.to_string().contains("`l-8-2` is missing"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
