@@ -595,11 +595,7 @@ impl Job for ExecJob {
         chunk: u64,
         out: &ChunkOutput,
     ) -> Result<(), SpaceError> {
-        if !out.solutions.is_empty() {
-            return Err(SpaceError::Verification(
-                "solutions listed by a chunk of a job that keeps counts only".into(),
-            ));
-        }
+        out.check_unlisted("solutions")?;
         self.verify(n_chunks, chunk, out)
     }
 

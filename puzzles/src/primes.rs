@@ -235,13 +235,7 @@ impl Job for PrimesJob {
             ));
         }
         let (lo, hi) = self.range(n_chunks, chunk);
-        if out.nodes != hi - lo {
-            return Err(SpaceError::Verification(format!(
-                "{} integers examined, the chunk holds {}",
-                out.nodes,
-                hi - lo
-            )));
-        }
+        out.check_nodes(u128::from(hi - lo), "integers examined")?;
         let counted = out.counters.get("primes").copied().unwrap_or(0);
         if hi - lo <= VERIFY_RECOUNT {
             let exact = count_primes(lo, hi, &Control::new())?;

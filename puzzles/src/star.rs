@@ -256,13 +256,7 @@ impl StarJob {
         let solutions = out.counters.get("solutions").copied().unwrap_or(0);
         if self.params.method == Method::Brute {
             let (lo, hi) = split_range(self.total_perms(), n_chunks, chunk);
-            if u128::from(out.nodes) != hi - lo {
-                return Err(SpaceError::Verification(format!(
-                    "{} permutations tested, the chunk holds {}",
-                    out.nodes,
-                    hi - lo
-                )));
-            }
+            out.check_nodes(hi - lo, "permutations tested")?;
         } else {
             let unique = out.counters.get("unique").copied().unwrap_or(0);
             if solutions != 2 * self.geo.n as u128 * unique {
@@ -537,11 +531,7 @@ impl Job for StarJob {
         out: &ChunkOutput,
     ) -> Result<(), SpaceError> {
         out.check_unique_counts_only("star")?;
-        if !out.solutions.is_empty() {
-            return Err(SpaceError::Verification(
-                "stars listed by a chunk of a job that keeps counts only".into(),
-            ));
-        }
+        out.check_unlisted("stars")?;
         self.check_counts(n_chunks, chunk, out)
     }
 

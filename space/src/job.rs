@@ -314,6 +314,30 @@ impl ChunkOutput {
         Ok(())
     }
 
+    /// A chunk that must have examined exactly `expected` nodes (a brute-force range, a range of integers) says
+    /// so; `what` names them in the error ("permutations tested").
+    pub fn check_nodes(&self, expected: u128, what: &str) -> Result<(), SpaceError> {
+        if u128::from(self.nodes) != expected {
+            return Err(SpaceError::Verification(format!(
+                "{} {what}, the chunk holds {expected}",
+                self.nodes
+            )));
+        }
+        Ok(())
+    }
+
+    /// An output of a job that keeps counts only lists nothing: the engine drops lists before they are
+    /// checked, so one left is a lie. `what` names the solutions in the error ("stars").
+    pub fn check_unlisted(&self, what: &str) -> Result<(), SpaceError> {
+        if self.solutions.is_empty() {
+            return Ok(());
+        }
+        Err(SpaceError::Verification(format!(
+            "{} {what} listed by a chunk of a job that keeps counts only",
+            self.solutions.len()
+        )))
+    }
+
     /// What [`ChunkOutput::check_unique_counters`] can check of an output without its list (a job that keeps
     /// counts only): no other counter, no fewer solutions than unique ones, no artifact.
     pub fn check_unique_counts_only(&self, space: &str) -> Result<(), SpaceError> {
@@ -500,14 +524,7 @@ pub trait Job: Send + Sync + Debug {
         _chunk: u64,
         out: &ChunkOutput,
     ) -> Result<(), SpaceError> {
-        if out.solutions.is_empty() {
-            Ok(())
-        } else {
-            Err(SpaceError::Verification(format!(
-                "{} solutions listed by a chunk of a job that keeps counts only",
-                out.solutions.len()
-            )))
-        }
+        out.check_unlisted("solutions")
     }
 
     /// Whether [`Job::verify`] really checks the answer. A job that runs a program the coordinator cannot

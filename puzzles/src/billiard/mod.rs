@@ -166,13 +166,7 @@ impl BilliardJob {
     fn check_nodes(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
         if self.params.method == Method::Brute {
             let (lo, hi) = self.chunk_ranks(n_chunks, chunk);
-            if out.nodes != hi - lo {
-                return Err(SpaceError::Verification(format!(
-                    "{} permutations tested, the chunk holds {}",
-                    out.nodes,
-                    hi - lo
-                )));
-            }
+            out.check_nodes(u128::from(hi - lo), "permutations tested")?;
         }
         Ok(())
     }
@@ -264,11 +258,7 @@ impl Job for BilliardJob {
     ) -> Result<(), SpaceError> {
         crate::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
         out.check_unique_counts_only("billiard")?;
-        if !out.solutions.is_empty() {
-            return Err(SpaceError::Verification(
-                "triangles listed by a chunk of a job that keeps counts only".into(),
-            ));
-        }
+        out.check_unlisted("triangles")?;
         self.check_nodes(n_chunks, chunk, out)
     }
 

@@ -245,13 +245,7 @@ impl BuzzledJob {
         }
         if let Some(b) = &self.brute {
             let (lo, hi) = split_range(u128::from(b.total()), n_chunks, chunk);
-            if u128::from(out.nodes) != hi - lo {
-                return Err(SpaceError::Verification(format!(
-                    "{} boards tested, the chunk holds {}",
-                    out.nodes,
-                    hi - lo
-                )));
-            }
+            out.check_nodes(hi - lo, "boards tested")?;
         }
         Ok(())
     }
@@ -360,11 +354,7 @@ impl Job for BuzzledJob {
         chunk: u64,
         out: &ChunkOutput,
     ) -> Result<(), SpaceError> {
-        if !out.solutions.is_empty() {
-            return Err(SpaceError::Verification(
-                "boards listed by a chunk of a job that keeps counts only".into(),
-            ));
-        }
+        out.check_unlisted("boards")?;
         self.check_counts(n_chunks, chunk, out)
     }
 
