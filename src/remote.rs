@@ -22,6 +22,25 @@ pub async fn connect(url: &str, security: &crate::security::ClientArgs) -> anyho
     Ok(Client::connect(url, &security.security()).await?)
 }
 
+/// Streams every solution job `job` stored into the file at `path`, one per line (`--solutions FILE`), and says
+/// on stderr how many, so `--json` output stays one object.
+pub async fn write_solutions(
+    c: &mut Client,
+    job: u64,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let file = std::fs::File::create(path)
+        .with_context(|| format!("cannot create the --solutions file {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    let n = c
+        .write_solutions(job, &mut out)
+        .await
+        .with_context(|| format!("writing the solutions into {}", path.display()))?;
+    eprintln!("{n} solutions written to {}", path.display());
+    Ok(())
+}
+
 /// Sends the files a job ships (`exec --ship`) to the coordinator.
 pub async fn ship(
     c: &mut Client,

@@ -227,15 +227,7 @@ pub fn results(
                     info.state().label()
                 );
             }
-            let file = std::fs::File::create(&path).with_context(|| {
-                format!("cannot create the --solutions file {}", path.display())
-            })?;
-            let mut out = std::io::BufWriter::new(file);
-            let n = c
-                .write_solutions(a.job, &mut out)
-                .await
-                .with_context(|| format!("writing the solutions into {}", path.display()))?;
-            eprintln!("{n} solutions written to {}", path.display());
+            crate::remote::write_solutions(&mut c, a.job, &path).await?;
         }
         Ok(ExitCode::SUCCESS)
     })

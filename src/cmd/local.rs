@@ -179,14 +179,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         let results = if interrupted { None } else { Some(jobs.results(info.id).await?) };
         // Streamed while the embedded coordinator still serves: the list never has to fit in memory.
         if let (Some(path), Some(_)) = (&engine.solutions, &results) {
-            let file = std::fs::File::create(path)
-                .with_context(|| format!("cannot create the --solutions file {}", path.display()))?;
-            let mut out = std::io::BufWriter::new(file);
-            let n = jobs
-                .write_solutions(info.id, &mut out)
-                .await
-                .with_context(|| format!("writing the solutions into {}", path.display()))?;
-            eprintln!("{n} solutions written to {}", path.display());
+            crate::remote::write_solutions(&mut jobs, info.id, path).await?;
         }
         // Graceful shutdown waits for open streams and connections: close ours first.
         drop(stream);
