@@ -110,7 +110,7 @@ impl Core {
         stored_digest: &dyn Fn(JobId, u64) -> Result<Option<String>, CoreError>,
         now: Millis,
     ) -> Result<Ack, CoreError> {
-        let (lease, job_id, chunk, digest, output, verified) = match checked {
+        let (lease, job_id, chunk, mut digest, mut output, verified) = match checked {
             Checked::Rejected(lease, message) => {
                 return Ok(Ack {
                     lease,
@@ -133,7 +133,6 @@ impl Core {
                 verified,
             } => (lease, job, chunk, digest, output, verified),
         };
-        let (mut digest, mut output) = (digest, output);
         self.check_writable()?;
         self.touch_worker(worker, now);
         if let Err(e) = verified {

@@ -93,17 +93,28 @@ fn commit(core: &mut Core, store: &Store) {
 }
 
 fn submit(core: &mut Core, n: u64, replicate: u32, now: u64) -> JobId {
+    let opts = JobOptions {
+        replicate,
+        ..JobOptions::default()
+    };
+    submit_sums(core, n, None, opts, now)
+}
+
+/// Submits a new `Sums` job of `n` chunks, its size known in advance or not, run as `opts` says.
+fn submit_sums(
+    core: &mut Core,
+    n: u64,
+    total_nodes: Option<u128>,
+    opts: JobOptions,
+    now: u64,
+) -> JobId {
     let node = SubmitNode {
         job: Arc::new(Sums { n }),
         plan: Plan {
             n_chunks: n,
-            total_nodes: None,
+            total_nodes,
         },
         inputs: Vec::new(),
-    };
-    let opts = JobOptions {
-        replicate,
-        ..JobOptions::default()
     };
     let (view, existing) = core.submit(vec![node], 0, false, opts, now).unwrap();
     assert!(!existing);
@@ -132,15 +143,27 @@ fn lease_one(core: &mut Core, worker: &str, now: u64) -> LeaseView {
 }
 
 fn report(core: &mut Core, worker: &str, l: &LeaseView, sum: u64, now: u64) -> Ack {
-    let target = core.report_target(l.job);
-    let checked = Checked::new(
+    report_output(
+        core,
+        worker,
+        l,
+        output(l.chunk, sum),
         &Limits::default(),
-        l.lease,
-        l.job,
-        l.chunk,
-        Ok(output(l.chunk, sum)),
-        target.as_ref(),
-    );
+        now,
+    )
+}
+
+/// Checks `out` as the shell would (against `limits`) and applies it as `worker`'s report of lease `l`.
+fn report_output(
+    core: &mut Core,
+    worker: &str,
+    l: &LeaseView,
+    out: ChunkOutput,
+    limits: &Limits,
+    now: u64,
+) -> Ack {
+    let target = core.report_target(l.job);
+    let checked = Checked::new(limits, l.lease, l.job, l.chunk, Ok(out), target.as_ref());
     core.apply_report(worker, checked, &|_, _| Ok(None), now)
         .unwrap()
 }
@@ -368,9 +391,7 @@ fn a_list_past_the_job_cap_is_stopped_and_the_counts_go_on_across_a_restart() {
     let with_solutions = |core: &mut Core, l: &LeaseView, t: u64| {
         let mut out = output(l.chunk, l.chunk);
         out.solutions = vec!["s1".into(), "s2".into()];
-        let target = core.report_target(l.job);
-        let checked = Checked::new(&limits, l.lease, l.job, l.chunk, Ok(out), target.as_ref());
-        core.apply_report(&w, checked, &|_, _| Ok(None), t).unwrap()
+        report_output(core, &w, l, out, &limits, t)
     };
     let l = lease_one(&mut core, &w, 1);
     assert!(!l.count_only);
@@ -418,20 +439,12 @@ fn a_list_past_the_job_cap_is_stopped_and_the_counts_go_on_across_a_restart() {
 fn a_count_only_job_drops_lists_before_the_digest() {
     let store = Store::in_memory();
     let mut core = open(&store, 0);
-    let node = SubmitNode {
-        job: Arc::new(Sums { n: 1 }),
-        plan: Plan {
-            n_chunks: 1,
-            total_nodes: None,
-        },
-        inputs: Vec::new(),
-    };
     let opts = JobOptions {
         replicate: 2,
         listing: Listing::CountOnly,
     };
-    let (view, _) = core.submit(vec![node], 0, false, opts, 0).unwrap();
-    assert_eq!(view.listing, Listing::CountOnly);
+    let id = submit_sums(&mut core, 1, None, opts, 0);
+    assert_eq!(core.job_view(id).unwrap().listing, Listing::CountOnly);
     let (a, b) = (
         register(&mut core, "a", None),
         register(&mut core, "b", None),
@@ -445,29 +458,16 @@ fn a_count_only_job_drops_lists_before_the_digest() {
         if listed {
             out.solutions = vec!["s".into()];
         }
-        let target = core.report_target(l.job);
-        let checked = Checked::new(
-            &Limits::default(),
-            l.lease,
-            l.job,
-            l.chunk,
-            Ok(out),
-            target.as_ref(),
-        );
-        acks.push(
-            core.apply_report(w, checked, &|_, _| Ok(None), 2)
-                .unwrap()
-                .kind,
-        );
+        acks.push(report_output(&mut core, w, &l, out, &Limits::default(), 2).kind);
     }
     assert_eq!(acks, [AckKind::Voted, AckKind::Accepted]);
     commit(&mut core, &store);
     assert!(store
-        .outputs(view.id)
+        .outputs(id)
         .unwrap()
         .iter()
         .all(|(_, o)| o.solutions.is_empty()));
-    assert_eq!(core.job_view(view.id).unwrap().solutions_stored, 0);
+    assert_eq!(core.job_view(id).unwrap().solutions_stored, 0);
 }
 
 /// The shell's part, done by hand: the queued jobs' estimates, computed as the estimator task does.
@@ -536,16 +536,7 @@ fn a_job_of_unknown_size_is_expected_from_estimates_and_finished_chunks() {
 fn jobs_of_known_size_and_estimates_of_another_plan_are_left_alone() {
     let store = Store::in_memory();
     let mut core = open(&store, 0);
-    let node = SubmitNode {
-        job: Arc::new(Sums { n: 8 }),
-        plan: Plan {
-            n_chunks: 8,
-            total_nodes: Some(36),
-        },
-        inputs: Vec::new(),
-    };
-    core.submit(vec![node], 0, false, JobOptions::default(), 0)
-        .unwrap();
+    submit_sums(&mut core, 8, Some(36), JobOptions::default(), 0);
     assert!(core.take_to_estimate().is_empty(), "its size is known");
     let id = submit(&mut core, 8, 1, 0);
     core.set_estimates(id, vec![1.0; 7]);
