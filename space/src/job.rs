@@ -383,6 +383,15 @@ impl Tally {
     pub fn counter(&self, name: &str) -> u128 {
         self.counters.get(name).copied().unwrap_or(0)
     }
+
+    /// Adds another tally, as if its outputs had been added here.
+    pub fn add_tally(&mut self, other: &Tally) {
+        self.chunks += other.chunks;
+        self.nodes += other.nodes;
+        for (k, v) in &other.counters {
+            *self.counters.entry(k.clone()).or_default() += v;
+        }
+    }
 }
 
 /// A job's merged answer: the tally plus the smallest solutions, sorted.
@@ -465,6 +474,15 @@ impl AnswerMerge {
     /// Adds counts only (an output whose solutions were taken apart, or that keeps none).
     pub fn add_tally(&mut self, out: &ChunkOutput) {
         self.tally.add(out);
+    }
+
+    /// Folds another merge into this one, as if its outputs had been added here: threads merge apart, without
+    /// a shared lock, and are combined once at the end.
+    pub fn absorb(&mut self, other: AnswerMerge) {
+        self.tally.add_tally(&other.tally);
+        let listed = self.listed + other.listed;
+        self.add_solutions(other.smallest.iter().map(String::as_str));
+        self.listed = listed;
     }
 
     pub fn finish(self) -> Answer {
@@ -747,6 +765,17 @@ mod tests {
             let forward = merge(&mut outputs.iter());
             let backward = merge(&mut outputs.iter().rev());
             assert_eq!(forward, backward, "keep {keep}");
+            // Merged apart (as threads do) and absorbed: the same answer.
+            let (mut odd, mut even) = (AnswerMerge::keeping(keep), AnswerMerge::keeping(keep));
+            for (i, o) in outputs.iter().enumerate() {
+                if i % 2 == 1 {
+                    odd.add(o)
+                } else {
+                    even.add(o)
+                }
+            }
+            even.absorb(odd);
+            assert_eq!(even.finish(), forward, "keep {keep}");
             assert_eq!(forward.solutions, all[..keep.min(63)], "keep {keep}");
             assert_eq!(forward.solutions_listed, 63);
             assert_eq!(forward.solutions_truncated, keep < 63, "keep {keep}");

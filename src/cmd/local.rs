@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rayon::prelude::*;
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
 use sweep_proto::v1;
 use sweep_puzzles::{Answer, AnswerMerge, ChunkOutput, Control, SpaceError};
@@ -412,7 +411,13 @@ fn listing_label(count_only: bool) -> &'static str {
 }
 
 /// Runs every chunk of `job` on `pool` (a bar on stderr if `show`) and merges the outputs as they finish: each
-/// chunk's list goes into the answer's bounded merge at once, so memory does not grow with the solutions.
+/// chunk's list goes into its thread's bounded merge at once, so memory does not grow with the solutions.
+///
+/// Every thread takes the next chunk in plan order from one counter, as workers take leases from a coordinator:
+/// plans put their big chunks first (star's subtrees shrink with the chunk index), so the job ends on small
+/// chunks. rayon's halving of the index range instead left one thread on a big chunk at the end while the other
+/// idled: `solve star --points 12` was 87% busy. Merges are per thread and combined once at the end, so no
+/// thread waits on another's list.
 fn run_chunks(
     pool: &rayon::ThreadPool,
     job: &dyn sweep_puzzles::Job,
@@ -422,10 +427,12 @@ fn run_chunks(
 ) -> anyhow::Result<Answer> {
     let ctl = Control::new();
     ctl.set_count_only(count_only);
+    let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let finished = std::sync::atomic::AtomicBool::new(false);
-    let merge = std::sync::Mutex::new(AnswerMerge::default());
-    let outputs: Result<Vec<ChunkOutput>, SpaceError> = std::thread::scope(|s| {
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    type ThreadPart = Result<(Vec<(u64, ChunkOutput)>, AnswerMerge), SpaceError>;
+    let parts: Vec<ThreadPart> = std::thread::scope(|s| {
         let ticker = show.then(|| {
             let (ctl, done, finished) = (&ctl, &done, &finished);
             s.spawn(move || {
@@ -445,29 +452,46 @@ fn run_chunks(
                 bar.finish_and_clear();
             })
         });
-        let r = pool.install(|| {
-            (0..n)
-                .into_par_iter()
-                .map(|i| {
-                    let mut out = job.run_chunk(n, i, &ctl)?;
-                    let listed = std::mem::take(&mut out.solutions);
-                    if !count_only {
-                        let mut m = merge.lock().unwrap_or_else(|p| p.into_inner());
-                        m.add_solutions(listed.iter().map(String::as_str));
+        let parts = pool.broadcast(|_| -> ThreadPart {
+            let mut outputs = Vec::new();
+            let mut merge = AnswerMerge::default();
+            while !failed.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let mut out = match job.run_chunk(n, i, &ctl) {
+                    Ok(out) => out,
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        return Err(e);
                     }
-                    done.fetch_add(1, Ordering::Relaxed);
-                    Ok(out)
-                })
-                .collect()
+                };
+                let listed = std::mem::take(&mut out.solutions);
+                if !count_only {
+                    merge.add_solutions(listed.iter().map(String::as_str));
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                outputs.push((i, out));
+            }
+            Ok((outputs, merge))
         });
         finished.store(true, Ordering::Relaxed);
         if let Some(t) = ticker {
             let _ = t.join();
         }
-        r
+        parts
     });
-    let outputs = outputs.context("a chunk failed")?;
-    let mut merge = merge.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut merge = AnswerMerge::default();
+    let mut outputs = Vec::new();
+    for part in parts {
+        let (outs, m) = part.context("a chunk failed")?;
+        merge.absorb(m);
+        outputs.extend(outs);
+    }
+    // Artifacts are merged in chunk order.
+    outputs.sort_unstable_by_key(|(i, _)| *i);
+    let outputs: Vec<ChunkOutput> = outputs.into_iter().map(|(_, o)| o).collect();
     for out in &outputs {
         merge.add_tally(out);
     }
