@@ -156,6 +156,24 @@ fn run_part(points: u32, part: u64, parts: u64) -> (u128, u128, u128, f64, Vec<u
     )
 }
 
+fn run_one(points: u32, chunks: u64, chunk: u64) {
+    let job = star_job(points);
+    let plan = job.plan(Some(chunks)).expect("plan");
+    let wall = Instant::now();
+    let t0 = cpu_s(wall);
+    let out = job
+        .run_chunk(plan.n_chunks, chunk, &Control::new())
+        .expect("chunk");
+    println!(
+        "star n={points} chunk {chunk} of {}: nodes={} solutions={} unique={}, {:.1} s CPU on one thread",
+        plan.n_chunks,
+        out.nodes,
+        out.counters.get("solutions").copied().unwrap_or(0),
+        out.counters.get("unique").copied().unwrap_or(0),
+        cpu_s(wall) - t0
+    );
+}
+
 fn backtrack(points: &[u32]) {
     println!(
         "star backtracking, e3b3566's kernel (old) against today's (new), one thread, CPU seconds"
@@ -284,6 +302,14 @@ fn main() {
             "solve" => numbers(i + 1).into_iter().for_each(solve),
             "estimate" => numbers(i + 1).into_iter().for_each(estimate),
             "predict" => numbers(i + 1).into_iter().for_each(predict),
+            // `chunk N CHUNKS K...`: chunk K of the plan with CHUNKS chunks, alone, for checking a slice of a
+            // long job against the chunks it stored (`sweep store chunks`) under another plan whose boundaries
+            // fall on these (65,536 chunks = 64 per chunk of a 1024-chunk plan).
+            "chunk" => {
+                if let [n, chunks, ref ks @ ..] = numbers(i + 1)[..] {
+                    ks.iter().for_each(|&k| run_one(n, chunks.into(), k.into()));
+                }
+            }
             "part" => {
                 if let [n, part, parts] = numbers(i + 1)[..] {
                     let (nodes, sol, uni, cpu, _) = run_part(n, part.into(), parts.into());

@@ -1,14 +1,18 @@
 //! `sweep store check|repair --data DIR`: inspect a store offline and rebuild it from its chunk records when
-//! sled or a disk damaged it (see `sweep_coordinator::fsck`). The store is opened exclusively, so a running
-//! coordinator on the same directory makes these commands fail rather than race it.
+//! sled or a disk damaged it (see `sweep_coordinator::fsck`); `sweep store chunks` lists what each chunk of a
+//! job found, for checking a slice of a long job against a recomputation. The store is opened exclusively, so
+//! a running coordinator on the same directory makes these commands fail rather than race it.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use sweep_coordinator::fsck;
+use sweep_coordinator::scheduler::ChunkRecord;
 use sweep_coordinator::store::Store;
+use sweep_space::Tally;
 
 use crate::exit::{self, Exit};
 
@@ -26,6 +30,28 @@ enum StoreCommand {
     /// Fix what `check` finds: lost chunks go back to pending (they run again), tallies are rebuilt from the
     /// chunks that stay done. Work may be repeated; nothing is invented.
     Repair(CheckArgs),
+    /// List a job's chunks in a range: state, worker, nodes and counters of each, then their sums. A slice of
+    /// a long job can be recomputed apart (another plan whose chunk boundaries fall on these) and compared.
+    Chunks(ChunksArgs),
+}
+
+#[derive(Args)]
+struct ChunksArgs {
+    /// The store directory (the coordinator's --data).
+    #[arg(long, default_value = "./sweep-data")]
+    data: PathBuf,
+    /// The job.
+    #[arg(long)]
+    job: u64,
+    /// First chunk listed.
+    #[arg(long, default_value_t = 0)]
+    from: u64,
+    /// Chunk after the last one listed (default: the job's chunk count).
+    #[arg(long)]
+    to: Option<u64>,
+    /// One JSON object per chunk, then one with the sums.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -40,24 +66,30 @@ struct CheckArgs {
     json: bool,
 }
 
+/// Opens an existing store exclusively, saying what is wrong when it cannot.
+fn open_store(data: &Path) -> anyhow::Result<Store> {
+    if !data.join("conf").exists() && !data.join("db").exists() {
+        return Err(Exit {
+            code: exit::USAGE,
+            message: format!("{} holds no sweep store", data.display()),
+        }
+        .into());
+    }
+    Store::open(data).with_context(|| {
+        format!(
+            "cannot open the store in {} (is a coordinator using it?)",
+            data.display()
+        )
+    })
+}
+
 pub fn run(a: StoreArgs) -> anyhow::Result<ExitCode> {
     let (c, repair) = match a.command {
         StoreCommand::Check(c) => (c, false),
         StoreCommand::Repair(c) => (c, true),
+        StoreCommand::Chunks(c) => return chunks(c),
     };
-    if !c.data.join("conf").exists() && !c.data.join("db").exists() {
-        return Err(Exit {
-            code: exit::USAGE,
-            message: format!("{} holds no sweep store", c.data.display()),
-        }
-        .into());
-    }
-    let store = Store::open(&c.data).with_context(|| {
-        format!(
-            "cannot open the store in {} (is a coordinator using it?)",
-            c.data.display()
-        )
-    })?;
+    let store = open_store(&c.data)?;
     let report = fsck::check(&store, c.deep).context("cannot read the store")?;
     let fixed = if repair && !report.is_clean() {
         fsck::repair(&store, &report).context("cannot write the repaired store")?
@@ -102,4 +134,130 @@ pub fn run(a: StoreArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(exit::FAILURE)
     })
+}
+
+fn chunks(c: ChunksArgs) -> anyhow::Result<ExitCode> {
+    let usage = |message: String| -> anyhow::Error {
+        Exit {
+            code: exit::USAGE,
+            message,
+        }
+        .into()
+    };
+    let store = open_store(&c.data)?;
+    let jobs = store.load().context("cannot read the store")?.jobs;
+    let Some(job) = jobs.iter().find(|j| j.id == c.job) else {
+        let ids: Vec<String> = jobs.iter().map(|j| j.id.to_string()).collect();
+        return Err(usage(format!(
+            "no job {} in {} (jobs: {})",
+            c.job,
+            c.data.display(),
+            if ids.is_empty() {
+                "none".into()
+            } else {
+                ids.join(", ")
+            }
+        )));
+    };
+    let to = c.to.unwrap_or(job.n_chunks);
+    if c.from >= to || to > job.n_chunks {
+        return Err(usage(format!(
+            "--from {} --to {to}: job {} has chunks 0..{}, and the range must not be empty",
+            c.from, job.id, job.n_chunks
+        )));
+    }
+    let records: BTreeMap<u64, ChunkRecord> = store
+        .chunks(job.id)
+        .context("cannot read the chunk records")?
+        .into_iter()
+        .filter(|(chunk, _)| (c.from..to).contains(chunk))
+        .collect();
+    let mut outputs = BTreeMap::new();
+    store
+        .for_each_output(job.id, job.n_chunks, &mut |chunk, mut out| {
+            if (c.from..to).contains(&chunk) {
+                // Counts only: a listed job's solutions are streamed by `sweep results --solutions`.
+                out.solutions = Vec::new();
+                outputs.insert(chunk, out);
+            }
+            Ok::<(), anyhow::Error>(())
+        })
+        .context("cannot read the chunks' outputs")?;
+    let mut sums = Tally::default();
+    let mut done = 0u64;
+    for chunk in c.from..to {
+        let (state, worker) = match records.get(&chunk) {
+            None | Some(ChunkRecord::Pending { .. }) => ("pending", ""),
+            Some(ChunkRecord::Leased { worker, .. }) => ("leased", worker.as_str()),
+            Some(ChunkRecord::Done { worker, .. }) => ("done", worker.as_str()),
+            Some(ChunkRecord::Poisoned { .. }) => ("poisoned", ""),
+        };
+        let out = outputs.get(&chunk).filter(|_| state == "done");
+        if let Some(out) = out {
+            sums.add(out);
+            done += 1;
+        }
+        if c.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "chunk": chunk,
+                    "state": state,
+                    "worker": worker,
+                    "nodes": out.map(|o| o.nodes),
+                    "counters": out.map(|o| counters_json(&o.counters)),
+                })
+            );
+        } else {
+            let found = out.map_or(String::new(), |o| {
+                let counters: Vec<String> = o
+                    .counters
+                    .iter()
+                    .map(|(k, v)| format!(" {k}={v}"))
+                    .collect();
+                format!(" nodes={}{}", o.nodes, counters.concat())
+            });
+            let by = if worker.is_empty() {
+                String::new()
+            } else {
+                format!(" ({worker})")
+            };
+            println!("chunk {chunk} {state}{by}{found}");
+        }
+    }
+    if c.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "from": c.from,
+                "to": to,
+                "done": done,
+                "nodes": sums.nodes.to_string(),
+                "counters": counters_json(&sums.counters),
+            })
+        );
+    } else {
+        let counters: Vec<String> = sums
+            .counters
+            .iter()
+            .map(|(k, v)| format!(" {k}={v}"))
+            .collect();
+        println!(
+            "chunks {}..{to}: {done} of {} done, nodes={}{}",
+            c.from,
+            to - c.from,
+            sums.nodes,
+            counters.concat()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Counters as JSON strings: u128 counts do not fit every JSON reader's numbers.
+fn counters_json(counters: &BTreeMap<String, u128>) -> serde_json::Value {
+    counters
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.to_string())))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
