@@ -375,7 +375,11 @@ impl Tally {
     pub fn add(&mut self, out: &ChunkOutput) {
         self.chunks += 1;
         self.nodes += u128::from(out.nodes);
-        for (k, v) in &out.counters {
+        self.add_counters(&out.counters);
+    }
+
+    fn add_counters(&mut self, counters: &BTreeMap<String, u128>) {
+        for (k, v) in counters {
             *self.counters.entry(k.clone()).or_default() += v;
         }
     }
@@ -388,9 +392,7 @@ impl Tally {
     pub fn add_tally(&mut self, other: &Tally) {
         self.chunks += other.chunks;
         self.nodes += other.nodes;
-        for (k, v) in &other.counters {
-            *self.counters.entry(k.clone()).or_default() += v;
-        }
+        self.add_counters(&other.counters);
     }
 }
 
