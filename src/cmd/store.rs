@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use sweep_coordinator::fsck;
 use sweep_coordinator::scheduler::ChunkRecord;
 use sweep_coordinator::store::Store;
-use sweep_space::Tally;
+use sweep_space::{json_u128, Tally};
 
 use crate::exit::{self, Exit};
 
@@ -232,7 +232,7 @@ fn chunks(c: ChunksArgs) -> anyhow::Result<ExitCode> {
                 "from": c.from,
                 "to": to,
                 "done": done,
-                "nodes": sums.nodes.to_string(),
+                "nodes": json_u128(sums.nodes),
                 "counters": counters_json(&sums.counters),
             })
         );
@@ -253,11 +253,11 @@ fn chunks(c: ChunksArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Counters as JSON strings: u128 counts do not fit every JSON reader's numbers.
+/// Counters as JSON, each a number while it fits in 64 bits (as everywhere in sweep's JSON: `json_u128`).
 fn counters_json(counters: &BTreeMap<String, u128>) -> serde_json::Value {
     counters
         .iter()
-        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.to_string())))
+        .map(|(k, v)| (k.clone(), json_u128(*v)))
         .collect::<serde_json::Map<_, _>>()
         .into()
 }
