@@ -1,5 +1,5 @@
 //! sweep's worker: registers with a coordinator, leases a few chunks ahead so cores never wait for the network,
-//! runs them on N threads (the search kernels run on tokio's blocking pool, never on the async runtime),
+//! runs them on N search threads of its own (each takes its next chunk itself; never on the async runtime),
 //! heartbeats progress, and reports results until each is acknowledged.
 //!
 //! The worker carries every search space in its own binary: a lease brings only the space name, the job's
@@ -535,7 +535,14 @@ pub async fn run(
 
     let leaser = tokio::spawn(leaser(shared.clone(), stop_rx.clone()));
     let executors: Vec<_> = (0..shared.cfg.threads)
-        .map(|_| tokio::spawn(executor(shared.clone(), stop_rx.clone())))
+        .map(|_| {
+            let (sh, stop, rt) = (
+                shared.clone(),
+                stop_rx.clone(),
+                tokio::runtime::Handle::current(),
+            );
+            tokio::task::spawn_blocking(move || executor(sh, stop, rt))
+        })
         .collect();
     let heartbeat = tokio::spawn(heartbeater(shared.clone(), stop_rx.clone()));
     let reporter = tokio::spawn(reporter(shared.clone(), stop_rx.clone()));
@@ -676,7 +683,12 @@ async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+/// One search thread: a blocking-pool thread of its own for the worker's life, which takes the next queued chunk
+/// itself when one ends. Handing each chunk from an async task to the blocking pool and back cost two thread
+/// wake-ups per chunk, and on short chunks a search thread waited for a runtime thread to be scheduled (behind
+/// the other search thread) while its own core stood idle. The runtime is entered only to wait: for work, for a
+/// job to be built, for free threads.
+fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>, rt: tokio::runtime::Handle) {
     loop {
         // Taken from the queue and marked running under one lock: in between, the leaser would count the chunk
         // nowhere and lease one too many, and the reporter could think the worker idle and stop.
@@ -694,19 +706,30 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             })
         };
         let Some((lease, ctl)) = next else {
-            tokio::select! {
-                _ = sh.work_ready.notified() => continue,
-                _ = stop.changed() => continue,
+            let gone = rt.block_on(async {
+                tokio::select! {
+                    _ = sh.work_ready.notified() => false,
+                    // The worker's task was dropped without stopping us: nothing will ever wake this thread.
+                    r = stop.changed() => r.is_err(),
+                }
+            });
+            if gone {
+                return;
             }
+            continue;
         };
         let started = Instant::now();
         let mut transient = false;
-        let prepared = sh.job(&lease).await;
+        let prepared = rt.block_on(sh.job(&lease));
         // A chunk that needs k threads waits for k free ones (never more than the worker has).
         let want = prepared
             .as_ref()
             .map_or(1, |j| j.threads_per_chunk().clamp(1, sh.cfg.threads as u32));
-        let Ok(_permits) = sh.slots.clone().acquire_many_owned(want).await else {
+        let permits = match sh.slots.clone().try_acquire_many_owned(want) {
+            Ok(p) => Ok(p),
+            Err(_) => rt.block_on(sh.slots.clone().acquire_many_owned(want)),
+        };
+        let Ok(_permits) = permits else {
             return;
         };
         ctl.set_threads(want);
@@ -717,22 +740,28 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
         let outcome = match prepared {
             Ok(job) => {
-                let (n, c, ctl2) = (lease.n_chunks, lease.chunk, ctl.clone());
-                match tokio::task::spawn_blocking(move || job.run_chunk(n, c, &ctl2)).await {
+                let (n, c) = (lease.n_chunks, lease.chunk);
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    job.run_chunk(n, c, &ctl)
+                }));
+                match ran {
                     Ok(r) => r.map_err(|e| {
                         (
                             matches!(e, sweep_space::SpaceError::Cancelled),
                             e.to_string(),
                         )
                     }),
-                    Err(e) => Err((false, format!("the search kernel panicked: {e}"))),
+                    Err(panic) => Err((
+                        false,
+                        format!("the search kernel panicked: {}", panic_message(&*panic)),
+                    )),
                 }
             }
             Err(PrepError::Fatal(e)) => Err((false, e)),
             Err(PrepError::Transient(e)) => {
                 transient = true;
                 // Do not spin through the queue while the coordinator is away.
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                std::thread::sleep(Duration::from_millis(500));
                 Err((false, e))
             }
         };
@@ -783,6 +812,15 @@ async fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         sh.outbox_ready.notify_one();
         sh.room.notify_one();
     }
+}
+
+/// What a panicking kernel said, for the failure report (panics carry a `&str` or a `String`).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
 }
 
 async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {

@@ -1,0 +1,135 @@
+//! The real worker against an in-process coordinator, with a space of this test's own whose kernel panics on
+//! one chunk: the panic fails that chunk with its message (until it is poisoned), and the worker's only search
+//! thread survives it and runs every other chunk.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{config, submit_req, Server};
+use serde::{Deserialize, Serialize};
+use sweep_coordinator::store::Store;
+use sweep_proto::v1;
+use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+
+/// Chunk `chunk` counts `chunk + 1` nodes and one solution, except the chunk named `panic_at`, which panics.
+struct Fragile;
+
+#[derive(clap::Args, Serialize, Deserialize, Clone, Debug)]
+struct FragileParams {
+    #[arg(long)]
+    panic_at: u64,
+}
+
+#[derive(Debug)]
+struct FragileJob(u64);
+
+impl SearchSpace for Fragile {
+    const NAME: &'static str = "fragile";
+    const ABOUT: &'static str = "a test space whose kernel panics on one chunk";
+    type Params = FragileParams;
+    type Job = FragileJob;
+
+    fn build(params: FragileParams) -> Result<FragileJob, SpaceError> {
+        Ok(FragileJob(params.panic_at))
+    }
+}
+
+impl Job for FragileJob {
+    fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
+        Ok(Plan {
+            n_chunks: Plan::chunk_count(requested, 64, 8)?,
+            total_nodes: None,
+        })
+    }
+
+    fn run_chunk(&self, _n: u64, chunk: u64, _ctl: &Control) -> Result<ChunkOutput, SpaceError> {
+        if chunk == self.0 {
+            panic!("chunk {chunk} is cursed");
+        }
+        let mut out = ChunkOutput {
+            nodes: chunk + 1,
+            ..ChunkOutput::default()
+        };
+        out.count("found", 1);
+        Ok(out)
+    }
+
+    fn verify(&self, _n: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        out.check_nodes(u128::from(chunk) + 1, "nodes")
+    }
+
+    fn result(&self, answer: &Answer) -> serde_json::Value {
+        serde_json::json!({ "found": answer.tally.counter("found").to_string() })
+    }
+
+    fn render_text(&self, result: &serde_json::Value) -> String {
+        result.to_string()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_kernel_fails_its_chunk_and_the_search_thread_runs_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = sweep_puzzles::registry().with::<Fragile>();
+    let mut cfg = config(5_000, 2);
+    cfg.registry = registry.clone();
+    let server = Server::start(Store::open(&dir.path().join("store")).unwrap(), cfg).await;
+    let (_, mut jobs) = server.clients().await;
+    let job = jobs
+        .submit(submit_req("fragile", r#"{"panic_at":3}"#, 8))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = tokio::spawn(sweep_worker::run(
+        sweep_worker::WorkerConfig::new(server.url.clone(), 1, registry),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // Bounded: the job ends within seconds (two attempts of the cursed chunk, seven tiny ones).
+    let mut state = v1::JobState::Running;
+    for _ in 0..200 {
+        let info = jobs
+            .job_status(v1::JobRequest { job_id: job.id })
+            .await
+            .unwrap()
+            .into_inner();
+        state = info.state();
+        if !matches!(state, v1::JobState::Running) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let res = jobs
+        .results(v1::JobRequest { job_id: job.id })
+        .await
+        .unwrap()
+        .into_inner();
+    let _ = stop.send(());
+    let stats = tokio::time::timeout(Duration::from_secs(30), worker)
+        .await
+        .expect("the worker stops")
+        .expect("worker task")
+        .expect("worker run");
+    server.stop().await;
+
+    assert_ne!(state, v1::JobState::Running, "the job did not end");
+    let result: serde_json::Value = serde_json::from_str(&res.result_json).unwrap();
+    assert_eq!(result["found"], "7", "{result}");
+    assert_eq!(res.poisoned.len(), 1, "{:?}", res.poisoned);
+    let poisoned = &res.poisoned[0];
+    assert_eq!((poisoned.chunk, poisoned.attempts), (3, 2));
+    assert!(
+        poisoned
+            .last_error
+            .contains("the search kernel panicked: chunk 3 is cursed"),
+        "{}",
+        poisoned.last_error
+    );
+    assert_eq!((stats.chunks_done, stats.chunks_failed), (7, 2));
+}
