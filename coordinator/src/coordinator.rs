@@ -631,6 +631,11 @@ impl Coordinator {
             finished,
             ..
         } = self.lock().results_input(id)?;
+        let merged = if cached.is_none() {
+            self.lock().take_merged(id)
+        } else {
+            None
+        };
         let store = self.store();
         let (result, poisoned) = tokio::task::spawn_blocking(
             move || -> Result<(Arc<serde_json::Value>, Vec<PoisonedChunk>), CoreError> {
@@ -652,13 +657,20 @@ impl Coordinator {
                 if let Some(r) = cached {
                     return Ok((r, poisoned));
                 }
-                // One output at a time: the answer keeps the tally and the smallest solutions, so its memory
-                // does not grow with the number of solutions stored.
-                let mut merge = AnswerMerge::default();
-                store.for_each_output(id, n_chunks, &mut |_, out| {
-                    merge.add(&out);
-                    Ok::<(), CoreError>(())
-                })?;
+                let merge = match merged {
+                    // Merged as the results were accepted: no pass over the stored lists at the end of a job.
+                    Some(m) => m,
+                    None => {
+                        // One output at a time: the answer keeps the tally and the smallest solutions, so its
+                        // memory does not grow with the number of solutions stored.
+                        let mut merge = AnswerMerge::default();
+                        store.for_each_output(id, n_chunks, &mut |_, out| {
+                            merge.add(&out);
+                            Ok::<(), CoreError>(())
+                        })?;
+                        merge
+                    }
+                };
                 let mut answer = merge.finish();
                 answer.artifact = match store.artifact(id)? {
                     Some(merged) => merged,

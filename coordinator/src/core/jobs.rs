@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sweep_space::{Job, Plan, Tally};
+use sweep_space::{AnswerMerge, Job, Plan, Tally};
 use tracing::info;
 
 use super::{Core, CoreError, JobEntry, JobView};
@@ -191,7 +191,7 @@ impl Core {
         }
         self.pending.push(Op::Job(record.clone()));
         self.pending.push(Op::Meta("next_job", id + 1));
-        let entry = JobEntry::new(record, job, Tally::default());
+        let entry = JobEntry::new(record, job, Tally::default(), Some(AnswerMerge::default()));
         if entry.wants_estimates() {
             self.to_estimate.push(id);
         }

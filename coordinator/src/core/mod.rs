@@ -19,7 +19,7 @@ mod views;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use sweep_space::{Job, Tally};
+use sweep_space::{AnswerMerge, Job, Tally};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -94,6 +94,11 @@ pub(crate) struct JobEntry {
     /// Up-front estimates of the chunks' sizes while the job runs, for a job of unknown size whose space gives
     /// them (memory only: they are a pure function of the job, recomputed after a restart).
     pub(crate) estimates: Option<estimate::ChunkEstimates>,
+    /// The answer over every result accepted by this process, merged as each is accepted (bounded: the tally
+    /// and the smallest solutions), so a finished job's answer needs no pass over its stored outputs. `None`
+    /// when it would not cover exactly what is stored: loaded after a restart, once the list is stopped, or
+    /// taken by the first answer.
+    pub(crate) merged: Option<AnswerMerge>,
 }
 
 struct WorkerInfo {
@@ -208,7 +213,8 @@ impl Core {
             sched.add_job(rec.id, rec.priority, rec.n_chunks, rec.state);
             sched.set_replication(rec.id, rec.replicate);
             let tally = snap.tallies.get(&rec.id).cloned().unwrap_or_default();
-            jobs.insert(rec.id, JobEntry::new(rec, job, tally));
+            // Results accepted before the restart are only in the store: its answer is read from there.
+            jobs.insert(rec.id, JobEntry::new(rec, job, tally, None));
         }
         let mut to_merge = Vec::new();
         let mut to_estimate = Vec::new();
@@ -832,6 +838,16 @@ impl Core {
         })
     }
 
+    /// The answer merged as job `id`'s results were accepted, if it covers every stored output; taken, since a
+    /// finished job's answer is computed once and then kept (see [`Core::keep_result`]).
+    pub fn take_merged(&mut self, id: JobId) -> Option<AnswerMerge> {
+        let e = self.jobs.get_mut(&id)?;
+        if !e.record.state.is_finished() {
+            return None;
+        }
+        e.merged.take()
+    }
+
     /// Keeps a finished job's answer, so it is computed once.
     pub fn keep_result(&mut self, id: JobId, result: Arc<serde_json::Value>) {
         if let Some(e) = self.jobs.get_mut(&id) {
@@ -852,7 +868,12 @@ impl Core {
 }
 
 impl JobEntry {
-    fn new(record: JobRecord, job: Arc<dyn Job>, tally: Tally) -> JobEntry {
+    fn new(
+        record: JobRecord,
+        job: Arc<dyn Job>,
+        tally: Tally,
+        merged: Option<AnswerMerge>,
+    ) -> JobEntry {
         let params_json = record.params.to_string();
         JobEntry {
             record,
@@ -863,6 +884,7 @@ impl JobEntry {
             artifact: None,
             failures: VecDeque::new(),
             estimates: None,
+            merged,
         }
     }
 

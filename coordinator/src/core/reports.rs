@@ -165,6 +165,8 @@ impl Core {
                 Some(e) if stoppable && e.record.listing == Listing::All => {
                     warn!(job = job_id, chunk, %message, "the job's list of solutions is stopped; it keeps counts only");
                     e.record.listing = Listing::Stopped;
+                    // The lists accepted so far stay stored; the answer is read from the store from now on.
+                    e.merged = None;
                     self.pending.push(Op::Job(e.record.clone()));
                     output.solutions = Vec::new();
                     digest = hex(&output.digest());
@@ -215,6 +217,9 @@ impl Core {
                     });
                 };
                 entry.tally.add(&output);
+                if let Some(m) = &mut entry.merged {
+                    m.add(&output);
+                }
                 if let Some(est) = &mut entry.estimates {
                     est.chunk_done(chunk);
                 }

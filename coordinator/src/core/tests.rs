@@ -545,3 +545,93 @@ fn jobs_of_known_size_and_estimates_of_another_plan_are_left_alone() {
     assert_eq!(estimate_chunks(&sums, 0), None);
     assert_eq!(estimate_chunks(&sums, MAX_ESTIMATED_CHUNKS + 1), None);
 }
+
+/// The answer a finished job gets from the store: its stored outputs merged one at a time.
+fn answer_from_store(store: &Store, id: JobId) -> Answer {
+    let mut merge = AnswerMerge::default();
+    for (_, out) in store.outputs(id).unwrap() {
+        merge.add(&out);
+    }
+    merge.finish()
+}
+
+#[test]
+fn the_answer_merged_as_results_arrive_is_the_stored_one_with_votes_and_duplicates_counted_once() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let id = submit(&mut core, 3, 2, 0);
+    let (a, b) = (
+        register(&mut core, "a", None),
+        register(&mut core, "b", None),
+    );
+    let listed = |core: &mut Core, w: &str, l: &LeaseView, t: u64| {
+        let mut out = output(l.chunk, l.chunk);
+        out.solutions = vec![format!("s{}", l.chunk), "shared".into()];
+        report_output(core, w, l, out, &Limits::default(), t)
+    };
+    let mut t = 1;
+    for _ in 0..3 {
+        let la = lease_one(&mut core, &a, t);
+        assert_eq!(listed(&mut core, &a, &la, t + 1).kind, AckKind::Voted);
+        let lb = lease_one(&mut core, &b, t + 2);
+        assert_eq!(lb.chunk, la.chunk);
+        assert_eq!(listed(&mut core, &b, &lb, t + 3).kind, AckKind::Accepted);
+        // a sends its result again (its acknowledgement was lost): a duplicate, compared and not counted.
+        assert_eq!(listed(&mut core, &a, &la, t + 4).kind, AckKind::Duplicate);
+        t += 10;
+    }
+    assert_eq!(core.job_view(id).unwrap().state, JobState::Done);
+    commit(&mut core, &store);
+    let merged = core.take_merged(id).expect("merged while running").finish();
+    let stored = answer_from_store(&store, id);
+    assert_eq!(merged.tally, stored.tally);
+    assert_eq!(merged.solutions, stored.solutions);
+    assert_eq!(merged.solutions_listed, 6);
+    assert_eq!(merged.tally.counter("sum"), 3);
+    assert!(
+        core.take_merged(id).is_none(),
+        "taken once: the answer is kept"
+    );
+
+    // After a restart the merge would miss what was accepted before it: the answer comes from the store.
+    let mut core = open(&store, t);
+    assert!(core.take_merged(id).is_none());
+}
+
+#[test]
+fn a_running_job_s_merge_is_not_taken_and_a_stopped_list_drops_it() {
+    let store = Store::in_memory();
+    let limits = Limits {
+        max_job_solutions: 3,
+        ..Limits::default()
+    };
+    let cfg = SchedulerConfig {
+        lease_ttl_ms: TTL,
+        ..SchedulerConfig::default()
+    };
+    let mut core = Core::open(store.load().unwrap(), cfg, limits.clone(), &job_of, 0).unwrap();
+    let id = submit(&mut core, 3, 1, 0);
+    let w = register(&mut core, "w", None);
+    let with_solutions = |core: &mut Core, l: &LeaseView, t: u64| {
+        let mut out = output(l.chunk, l.chunk);
+        out.solutions = vec!["s1".into(), "s2".into()];
+        report_output(core, &w, l, out, &limits, t)
+    };
+    let l = lease_one(&mut core, &w, 1);
+    assert_eq!(with_solutions(&mut core, &l, 2).kind, AckKind::Accepted);
+    assert!(core.take_merged(id).is_none(), "not finished");
+    assert!(core.jobs[&id].merged.is_some(), "still merging");
+    let l = lease_one(&mut core, &w, 3);
+    assert_eq!(with_solutions(&mut core, &l, 4).kind, AckKind::Accepted);
+    assert_eq!(core.job_view(id).unwrap().listing, Listing::Stopped);
+    let l = lease_one(&mut core, &w, 5);
+    assert_eq!(
+        report(&mut core, &w, &l, l.chunk, 6).kind,
+        AckKind::Accepted
+    );
+    assert_eq!(core.job_view(id).unwrap().state, JobState::Done);
+    assert!(
+        core.take_merged(id).is_none(),
+        "dropped when the list stopped"
+    );
+}
