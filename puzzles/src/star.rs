@@ -231,16 +231,18 @@ impl Geometry {
 
     /// The seed's unique form: the smallest image written in field order.
     pub fn seed_form(&self, labels: &[u8]) -> Vec<u8> {
+        // Two buffers for all 2n images: an answer shows up to 10,000 stars, each costing 2n images.
         let mut img = vec![0; labels.len()];
-        let mut best: Option<Vec<u8>> = None;
+        let (mut best, mut in_fields) = (Vec::new(), Vec::with_capacity(self.fields.len()));
         for g in &self.symmetries {
             self.image(labels, g, &mut img);
-            let in_fields: Vec<u8> = self.fields.iter().map(|&c| img[c as usize]).collect();
-            if best.as_ref().is_none_or(|b| in_fields < *b) {
-                best = Some(in_fields);
+            in_fields.clear();
+            in_fields.extend(self.fields.iter().map(|&c| img[c as usize]));
+            if best.is_empty() || in_fields < best {
+                std::mem::swap(&mut best, &mut in_fields);
             }
         }
-        best.unwrap_or_default()
+        best
     }
 }
 
@@ -597,13 +599,20 @@ impl Job for StarJob {
 
     fn result(&self, answer: &Answer) -> Value {
         let n = self.geo.n;
-        let mut canonical = Vec::new();
-        let mut seed_forms = Vec::new();
+        // Values built in place: `json!` serializes a copy of whatever it is given, and an answer shows up to
+        // 10,000 stars.
+        let numbers =
+            |labels: &[u8]| Value::Array(labels.iter().map(|&l| Value::from(l)).collect());
+        let mut canonical = Vec::with_capacity(answer.solutions.len());
+        let mut seed_forms = Vec::with_capacity(answer.solutions.len());
         for s in &answer.solutions {
             let Ok(labels) = self.parse_solution(s) else {
                 continue;
             };
-            canonical.push(json!({ "outer": &labels[..n], "inner": &labels[n..] }));
+            let mut star = serde_json::Map::new();
+            star.insert("outer".into(), numbers(&labels[..n]));
+            star.insert("inner".into(), numbers(&labels[n..]));
+            canonical.push(Value::Object(star));
             seed_forms.push(
                 self.geo
                     .seed_form(&labels)
@@ -615,18 +624,24 @@ impl Job for StarJob {
         }
         // The seed prints its unique solutions sorted as strings.
         seed_forms.sort();
-        json!({
+        let mut result = json!({
             "points": n,
             "method": self.params.method,
             "magic_sum": self.geo.magic,
             "solutions": crate::json_u128(answer.tally.counter("solutions")),
             "unique": crate::json_u128(answer.tally.counter("unique")),
             "symmetries": 2 * n,
-            "canonical": canonical,
             "canonical_truncated": answer.solutions_truncated,
             "seed_fields": self.geo.fields,
-            "seed_numbering": seed_forms,
-        })
+        });
+        if let Value::Object(map) = &mut result {
+            map.insert("canonical".into(), Value::Array(canonical));
+            map.insert(
+                "seed_numbering".into(),
+                Value::Array(seed_forms.into_iter().map(Value::String).collect()),
+            );
+        }
+        result
     }
 
     fn render_text(&self, result: &Value) -> String {
