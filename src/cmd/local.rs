@@ -174,8 +174,16 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         };
         bars.finish();
         let _ = stop_worker.send(());
-        let _ = tokio::time::timeout(Duration::from_secs(60), worker).await;
-        let results = if interrupted { None } else { Some(jobs.results(info.id).await?) };
+        // The answer is asked for while the worker stops: the job is finished, nothing the worker still sends
+        // can change it.
+        let (_, results) = tokio::join!(tokio::time::timeout(Duration::from_secs(60), worker), async {
+            if interrupted {
+                Ok(None)
+            } else {
+                jobs.results(info.id).await.map(Some)
+            }
+        });
+        let results = results?;
         // Streamed while the embedded coordinator still serves: the list never has to fit in memory.
         if let (Some(path), Some(_)) = (&engine.solutions, &results) {
             crate::remote::write_solutions(&mut jobs, info.id, path).await?;
