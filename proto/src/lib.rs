@@ -83,6 +83,22 @@ impl From<&ChunkOutput> for v1::ChunkOutput {
     }
 }
 
+/// By value: a worker's report takes the chunk's list and artifact without copying them.
+impl From<ChunkOutput> for v1::ChunkOutput {
+    fn from(out: ChunkOutput) -> Self {
+        v1::ChunkOutput {
+            nodes: out.nodes,
+            counters: out
+                .counters
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect(),
+            solutions: out.solutions,
+            artifact: out.artifact,
+        }
+    }
+}
+
 impl TryFrom<v1::ChunkOutput> for ChunkOutput {
     type Error = WireError;
 

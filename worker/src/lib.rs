@@ -765,28 +765,34 @@ fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>, rt: tokio::runtime
                 Err((false, e))
             }
         };
+        // Made into a report before the lock: a listed chunk's thousands of strings are moved, and the other
+        // search threads never wait for that under the lock.
+        let outcome = outcome.map(|mut out| {
+            // The engine's promise for a job that keeps counts only, whether or not its kernel (or program)
+            // listed anything: no list crosses the network or reaches the store.
+            if lease.count_only {
+                out.solutions = Vec::new();
+            }
+            if let Some(lie) = sh.cfg.lie {
+                lie.apply(&mut out);
+            }
+            v1::ChunkOutput::from(out)
+        });
         let mut st = sh.lock();
         st.running.remove(&lease.lease_id);
         st.state_sent.remove(&lease.lease_id);
         match outcome {
-            Ok(mut out) => {
-                // The engine's promise for a job that keeps counts only, whether or not its kernel (or
-                // program) listed anything: no list crosses the network or reaches the store.
-                if lease.count_only {
-                    out.solutions = Vec::new();
-                }
-                if let Some(lie) = sh.cfg.lie {
-                    lie.apply(&mut out);
-                }
+            Ok(out) => {
+                let secs = started.elapsed().as_secs_f64();
                 st.stats.chunks_done += 1;
                 st.stats.nodes += out.nodes;
-                st.note_chunk_time(started.elapsed().as_secs_f64());
+                st.note_chunk_time(secs);
                 st.outbox.push(v1::ChunkReport {
                     lease_id: lease.lease_id,
                     job_id: lease.job_id,
                     chunk: lease.chunk,
-                    output: Some((&out).into()),
-                    elapsed_s: started.elapsed().as_secs_f64(),
+                    output: Some(out),
+                    elapsed_s: secs,
                 });
             }
             Err((stopped, e)) => {
