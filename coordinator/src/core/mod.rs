@@ -41,6 +41,9 @@ pub const MAX_LEASE_REQUEST: u32 = 4096;
 /// Failed attempts a job keeps for `sweep status`: enough to see a pattern, bounded for a job whose every chunk
 /// fails.
 const MAX_FAILURES_SHOWN: usize = 20;
+/// Finished jobs that keep the answer merged while they ran until someone asks for it (see
+/// `Core::bound_finished_merges`).
+const MAX_KEPT_MERGES: usize = 8;
 /// What one failed attempt's message may hold (a program's stderr tail is cut before this).
 pub const MAX_FAILURE_BYTES: usize = 4096;
 
@@ -441,6 +444,7 @@ impl Core {
             let votes = self.sched.votes(job, chunk);
             self.pending.push(Op::Votes(job, chunk, votes));
         }
+        let mut finished_now = false;
         for job in dirty.jobs {
             let Some(state) = self.sched.job_state(job) else {
                 continue;
@@ -455,6 +459,7 @@ impl Core {
                 if state.is_finished() && e.record.finished_ms == 0 {
                     e.record.finished_ms = now.max(1);
                     info!(job, state = state.as_str(), "job finished");
+                    finished_now = true;
                     if state == JobState::Done {
                         self.to_merge.push(job);
                     } else {
@@ -463,6 +468,9 @@ impl Core {
                 }
                 self.pending.push(Op::Job(e.record.clone()));
             }
+        }
+        if finished_now {
+            self.bound_finished_merges();
         }
         let next_lease = self.sched.next_lease_id();
         if next_lease != self.persisted_next_lease {
@@ -836,6 +844,27 @@ impl Core {
             cached: e.result.clone(),
             finished: e.record.state.is_finished(),
         })
+    }
+
+    /// Drops the merged answers of all but the [`MAX_KEPT_MERGES`] most recently finished jobs whose answer
+    /// nobody asked for yet (the layers of a DAG, say): each holds up to `MAX_SHOWN_SOLUTIONS` solutions, and
+    /// the store can always rebuild them.
+    fn bound_finished_merges(&mut self) {
+        let mut kept: Vec<(Millis, JobId)> = self
+            .jobs
+            .values()
+            .filter(|e| e.record.state.is_finished() && e.merged.is_some())
+            .map(|e| (e.record.finished_ms, e.record.id))
+            .collect();
+        if kept.len() <= MAX_KEPT_MERGES {
+            return;
+        }
+        kept.sort_unstable();
+        for (_, id) in &kept[..kept.len() - MAX_KEPT_MERGES] {
+            if let Some(e) = self.jobs.get_mut(id) {
+                e.merged = None;
+            }
+        }
     }
 
     /// The answer merged as job `id`'s results were accepted, if it covers every stored output; taken, since a

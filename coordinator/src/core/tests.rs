@@ -635,3 +635,28 @@ fn a_running_job_s_merge_is_not_taken_and_a_stopped_list_drops_it() {
         "dropped when the list stopped"
     );
 }
+
+#[test]
+fn only_the_last_finished_jobs_keep_their_merged_answers() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let w = register(&mut core, "w", None);
+    let ids: Vec<JobId> = (0..MAX_KEPT_MERGES as u64 + 3)
+        .map(|i| {
+            let id = submit(&mut core, 1, 1, 10 * i);
+            let l = lease_one(&mut core, &w, 10 * i + 1);
+            assert_eq!(
+                report(&mut core, &w, &l, 0, 10 * i + 2).kind,
+                AckKind::Accepted
+            );
+            id
+        })
+        .collect();
+    let kept: Vec<bool> = ids
+        .iter()
+        .map(|id| core.jobs[id].merged.is_some())
+        .collect();
+    let dropped = ids.len() - MAX_KEPT_MERGES;
+    assert!(kept[..dropped].iter().all(|k| !k), "{kept:?}");
+    assert!(kept[dropped..].iter().all(|k| *k), "{kept:?}");
+}
