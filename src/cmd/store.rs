@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use sweep_coordinator::fsck;
 use sweep_coordinator::scheduler::ChunkRecord;
-use sweep_coordinator::store::Store;
+use sweep_coordinator::store::{Lists, Store};
 use sweep_space::{json_u128, Tally};
 
 use crate::exit::{self, Exit};
@@ -173,13 +173,11 @@ fn chunks(c: ChunksArgs) -> anyhow::Result<ExitCode> {
         .filter(|(chunk, _)| (c.from..to).contains(chunk))
         .collect();
     let mut outputs = BTreeMap::new();
+    // Counts only, and only the blocks of the range: a listed job's solutions are streamed by `sweep results
+    // --solutions`.
     store
-        .for_each_output(job.id, job.n_chunks, &mut |chunk, mut out| {
-            if (c.from..to).contains(&chunk) {
-                // Counts only: a listed job's solutions are streamed by `sweep results --solutions`.
-                out.solutions = Vec::new();
-                outputs.insert(chunk, out);
-            }
+        .for_each_output_in(job.id, c.from..to, Lists::Skip, &mut |chunk, out| {
+            outputs.insert(chunk, out);
             Ok::<(), anyhow::Error>(())
         })
         .context("cannot read the chunks' outputs")?;

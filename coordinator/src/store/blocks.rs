@@ -244,7 +244,7 @@ mod tests {
     use crate::scheduler::ChunkRecord;
     use crate::store::records::encode;
     use crate::store::test_support::{done_record, record};
-    use crate::store::{JobRecord, Op, Store};
+    use crate::store::{JobRecord, Lists, Op, Store, StoreError};
 
     /// Too large to inline, by its counters (its list of solutions is a file of its own, never in the output).
     fn big_output(chunk: u64) -> ChunkOutput {
@@ -327,6 +327,33 @@ mod tests {
             })
             .unwrap();
         assert_eq!(streamed, want_outputs);
+        // A range, across block edges, without the lists: the same outputs, their solutions left out.
+        for (from, to) in [
+            (0, 200),
+            (3, 64),
+            (60, 131),
+            (64, 128),
+            (149, 150),
+            (150, 200),
+        ] {
+            let mut part = Vec::new();
+            store
+                .for_each_output_in(1, from..to, Lists::Skip, &mut |chunk, out| {
+                    part.push((chunk, out));
+                    Ok::<(), StoreError>(())
+                })
+                .unwrap();
+            let want: Vec<(u64, ChunkOutput)> = want_outputs
+                .iter()
+                .filter(|(c, _)| (from..to).contains(c))
+                .map(|(c, o)| {
+                    let mut o = o.clone();
+                    o.solutions = Vec::new();
+                    (*c, o)
+                })
+                .collect();
+            assert_eq!(part, want, "chunks {from}..{to}");
+        }
         let chunks = store.chunks(1).unwrap();
         assert_eq!(chunks.len(), 153);
         assert_eq!(chunks[64], (64, done_record(64)));

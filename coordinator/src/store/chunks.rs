@@ -14,6 +14,14 @@ use super::records::decode;
 use super::{Store, StoreError};
 use crate::scheduler::{ChunkRecord, JobId};
 
+/// Whether a walk over stored outputs reads each chunk's list of solutions (a file of its own) too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lists {
+    Read,
+    /// Counts only: outputs come without solutions, and no list file is opened.
+    Skip,
+}
+
 /// One chunk record or output as [`Store::scan_chunks`] finds it: under its format-2 key (`c/` or `o/`
 /// + job + chunk), whether it is held by a block or by a key of its own.
 #[derive(Debug)]
@@ -74,8 +82,21 @@ impl Store {
         n_chunks: u64,
         f: &mut dyn FnMut(u64, ChunkOutput) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut first = 0;
-        while first < n_chunks {
+        self.for_each_output_in(job, 0..n_chunks, Lists::Read, f)
+    }
+
+    /// [`Store::for_each_output`] over the chunks in `chunks` only, reading only their blocks; with
+    /// [`Lists::Skip`] a listed output comes without its solutions and its list file is not read (counts only).
+    pub fn for_each_output_in<E: From<StoreError>>(
+        &self,
+        job: JobId,
+        chunks: std::ops::Range<u64>,
+        lists: Lists,
+        f: &mut dyn FnMut(u64, ChunkOutput) -> Result<(), E>,
+    ) -> Result<(), E> {
+        // Blocks hold the chunks `k * BLOCK ..`: start at the block that holds the first one asked for.
+        let mut first = chunks.start - chunks.start % BLOCK;
+        while first < chunks.end {
             let (bkey, _) = block_of(job, first);
             let block = self.kv.get(&bkey)?;
             let entries = match &block {
@@ -88,8 +109,8 @@ impl Store {
                     inline.insert(first + u64::from(e.offset), out);
                 }
             }
-            let last = (first + BLOCK).min(n_chunks);
-            for chunk in first..last {
+            let last = (first + BLOCK).min(chunks.end);
+            for chunk in first.max(chunks.start)..last {
                 let out: Option<ChunkOutput> = match inline.get(&chunk) {
                     Some(bytes) => Some(decode_entry(&bkey, chunk, bytes)?),
                     // Too large to inline (or a format-2 store): a key of its own, if the chunk is done.
@@ -99,7 +120,9 @@ impl Store {
                     }
                 };
                 if let Some(mut out) = out {
-                    self.attach_list(job, chunk, &mut out)?;
+                    if lists == Lists::Read {
+                        self.attach_list(job, chunk, &mut out)?;
+                    }
                     f(chunk, out)?;
                 }
             }

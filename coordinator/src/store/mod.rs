@@ -55,6 +55,7 @@ mod test_support;
 
 pub use artifacts::{digest_hex, is_digest, Blobs, FileBlobs, MemBlobs};
 pub use blocks::{BLOCK, INLINE_OUTPUT_MAX};
+pub use chunks::Lists;
 pub use commit::{split_commit, MAX_BATCH_OPS};
 pub(crate) use keys::{be_u64, chunk_key, job_key, key_text};
 pub use kv::{Kv, MemKv, Pairs, ScanFn, SledKv, Writes};
