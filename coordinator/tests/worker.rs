@@ -1,9 +1,11 @@
-//! The real worker against an in-process coordinator, with a space of this test's own whose kernel panics on
-//! one chunk: the panic fails that chunk with its message (until it is poisoned), and the worker's only search
-//! thread survives it and runs every other chunk.
+//! The real worker against an in-process coordinator, with spaces of these tests' own: a kernel that panics on
+//! one chunk (the panic fails that chunk with its message until it is poisoned, and the worker's only search
+//! thread survives it and runs every other chunk), and chunks that only finish when all of them run at once
+//! (a worker's threads are its own, however many: more than tokio's blocking pool would hold).
 
 mod common;
 
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use common::{config, submit_req, Server};
@@ -68,6 +70,133 @@ impl Job for FragileJob {
     }
 }
 
+/// Every chunk waits (at most 20 s) until all `n` have started, and counts `together` if they all did.
+struct Together;
+
+#[derive(clap::Args, Serialize, Deserialize, Clone, Debug)]
+struct TogetherParams {
+    #[arg(long)]
+    n: u64,
+}
+
+#[derive(Debug)]
+struct TogetherJob(u64);
+
+static STARTED: Mutex<u64> = Mutex::new(0);
+static ALL_STARTED: Condvar = Condvar::new();
+
+impl SearchSpace for Together {
+    const NAME: &'static str = "together";
+    const ABOUT: &'static str = "a test space whose chunks wait for each other";
+    type Params = TogetherParams;
+    type Job = TogetherJob;
+
+    fn build(params: TogetherParams) -> Result<TogetherJob, SpaceError> {
+        Ok(TogetherJob(params.n))
+    }
+}
+
+impl Job for TogetherJob {
+    fn plan(&self, _requested: Option<u64>) -> Result<Plan, SpaceError> {
+        Ok(Plan {
+            n_chunks: self.0,
+            total_nodes: Some(u128::from(self.0)),
+        })
+    }
+
+    fn run_chunk(&self, _n: u64, _chunk: u64, _ctl: &Control) -> Result<ChunkOutput, SpaceError> {
+        let mut started = STARTED.lock().unwrap_or_else(|p| p.into_inner());
+        *started += 1;
+        ALL_STARTED.notify_all();
+        let (started, _) = ALL_STARTED
+            .wait_timeout_while(started, Duration::from_secs(20), |s| *s < self.0)
+            .unwrap_or_else(|p| p.into_inner());
+        let mut out = ChunkOutput {
+            nodes: 1,
+            ..ChunkOutput::default()
+        };
+        out.count("together", u128::from(*started >= self.0));
+        Ok(out)
+    }
+
+    fn verify(&self, _n: u64, _chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        out.check_nodes(1, "nodes")
+    }
+
+    fn result(&self, answer: &Answer) -> serde_json::Value {
+        serde_json::json!({ "together": answer.tally.counter("together").to_string() })
+    }
+
+    fn render_text(&self, result: &serde_json::Value) -> String {
+        result.to_string()
+    }
+}
+
+/// Polls job `id` until it is no longer running (at most 20 s, in 50 ms steps); its last state.
+async fn wait_until_finished(jobs: &mut common::Jobs, id: u64) -> v1::JobState {
+    let mut state = v1::JobState::Running;
+    for _ in 0..400 {
+        state = jobs
+            .job_status(v1::JobRequest { job_id: id })
+            .await
+            .unwrap()
+            .into_inner()
+            .state();
+        if !matches!(state, v1::JobState::Running) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_hundred_threads_run_six_hundred_chunks_at_once() {
+    const N: u64 = 600;
+    let dir = tempfile::tempdir().unwrap();
+    let registry = sweep_puzzles::registry().with::<Together>();
+    let mut cfg = config(60_000, 1);
+    cfg.registry = registry.clone();
+    let server = Server::start(Store::open(&dir.path().join("store")).unwrap(), cfg).await;
+    let (_, mut jobs) = server.clients().await;
+    let job = jobs
+        .submit(submit_req("together", &format!(r#"{{"n":{N}}}"#), 0))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = tokio::spawn(sweep_worker::run(
+        sweep_worker::WorkerConfig::new(server.url.clone(), N as usize, registry),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let state = wait_until_finished(&mut jobs, job.id).await;
+    let res = jobs
+        .results(v1::JobRequest { job_id: job.id })
+        .await
+        .unwrap()
+        .into_inner();
+    let _ = stop.send(());
+    let stats = tokio::time::timeout(Duration::from_secs(30), worker)
+        .await
+        .expect("the worker stops")
+        .expect("worker task")
+        .expect("worker run");
+    server.stop().await;
+
+    assert_eq!(state, v1::JobState::Done);
+    let result: serde_json::Value = serde_json::from_str(&res.result_json).unwrap();
+    assert_eq!(
+        result["together"],
+        N.to_string(),
+        "every chunk saw all {N} running: {result}"
+    );
+    assert_eq!(stats.chunks_done, N);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_kernel_fails_its_chunk_and_the_search_thread_runs_the_others() {
     let dir = tempfile::tempdir().unwrap();
@@ -91,20 +220,8 @@ async fn a_panicking_kernel_fails_its_chunk_and_the_search_thread_runs_the_other
             let _ = stopped.await;
         },
     ));
-    // Bounded: the job ends within seconds (two attempts of the cursed chunk, seven tiny ones).
-    let mut state = v1::JobState::Running;
-    for _ in 0..200 {
-        let info = jobs
-            .job_status(v1::JobRequest { job_id: job.id })
-            .await
-            .unwrap()
-            .into_inner();
-        state = info.state();
-        if !matches!(state, v1::JobState::Running) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The job ends within seconds: two attempts of the cursed chunk, seven tiny ones.
+    let state = wait_until_finished(&mut jobs, job.id).await;
     let res = jobs
         .results(v1::JobRequest { job_id: job.id })
         .await

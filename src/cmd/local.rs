@@ -151,7 +151,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
             eprintln!("job {} in {} is already {}: answering from the store", info.id, engine.data.display(), info.state().label());
         }
         let (stop_worker, worker_stopped) = oneshot::channel::<()>();
-        let worker = tokio::spawn(sweep_worker::run(sweep_worker::WorkerConfig::new(url.clone(), threads, registry.clone()), async {
+        let mut worker = tokio::spawn(sweep_worker::run(sweep_worker::WorkerConfig::new(url.clone(), threads, registry.clone()), async {
             let _ = worker_stopped.await;
         }));
         // Every job, folded to ours and the inputs it waits for (a table built first, the layers of a layered
@@ -170,6 +170,15 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
                     }
                 }
                 _ = &mut signal => break true,
+                // Only an error stops the embedded worker before it is told to: nothing would run the job.
+                stopped = &mut worker => {
+                    let why = match stopped {
+                        Ok(Err(e)) => e.to_string(),
+                        Ok(Ok(_)) => "it stopped".to_string(),
+                        Err(e) => format!("it crashed: {e}"),
+                    };
+                    anyhow::bail!("the embedded worker stopped before the job ended: {why}");
+                }
             }
         };
         bars.finish();

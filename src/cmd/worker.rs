@@ -86,6 +86,8 @@ pub fn worker(registry: &Registry, a: WorkerArgs) -> anyhow::Result<ExitCode> {
             code: match e {
                 sweep_worker::WorkerError::Refused(_) => exit::AUTH,
                 sweep_worker::WorkerError::Connect(_) => exit::USAGE,
+                // Usually a --threads beyond what this machine lets one process start.
+                sweep_worker::WorkerError::Threads(..) => exit::USAGE,
             },
             message: e.to_string(),
         })?;

@@ -121,6 +121,9 @@ pub enum WorkerError {
     /// The coordinator refused this worker's token: retrying cannot help.
     #[error("the coordinator refused this worker: {0}")]
     Refused(String),
+    /// The operating system would not start the search threads asked for.
+    #[error("cannot start {0} search threads: {1}")]
+    Threads(usize, std::io::Error),
 }
 
 /// What a worker did before it stopped.
@@ -534,16 +537,32 @@ pub async fn run(
     });
 
     let leaser = tokio::spawn(leaser(shared.clone(), stop_rx.clone()));
-    let executors: Vec<_> = (0..shared.cfg.threads)
-        .map(|_| {
-            let (sh, stop, rt) = (
-                shared.clone(),
-                stop_rx.clone(),
-                tokio::runtime::Handle::current(),
-            );
-            tokio::task::spawn_blocking(move || executor(sh, stop, rt))
-        })
-        .collect();
+    // Threads of their own, not the runtime's blocking pool: they live as long as the worker, and a worker with
+    // as many threads as the pool's limit (512) would leave none for the work they wait on (binding inputs).
+    let mut executors = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        let (sh, stop, rt) = (
+            shared.clone(),
+            stop_rx.clone(),
+            tokio::runtime::Handle::current(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name(format!("sweep-search-{i}"))
+            .spawn(move || {
+                executor(sh, stop, rt);
+                // Dropped unsent if the executor panicked: the receiver sees that as finished too.
+                let _ = done.send(());
+            });
+        if let Err(e) = spawned {
+            let _ = stop_tx.send(true);
+            shared.lock().stopping = true;
+            shared.work_ready.notify_waiters();
+            leaser.abort();
+            return Err(WorkerError::Threads(threads, e));
+        }
+        executors.push(finished);
+    }
     let heartbeat = tokio::spawn(heartbeater(shared.clone(), stop_rx.clone()));
     let reporter = tokio::spawn(reporter(shared.clone(), stop_rx.clone()));
 
@@ -683,7 +702,7 @@ async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// One search thread: a blocking-pool thread of its own for the worker's life, which takes the next queued chunk
+/// One search thread: an OS thread of its own for the worker's life, which takes the next queued chunk
 /// itself when one ends. Handing each chunk from an async task to the blocking pool and back cost two thread
 /// wake-ups per chunk, and on short chunks a search thread waited for a runtime thread to be scheduled (behind
 /// the other search thread) while its own core stood idle. The runtime is entered only to wait: for work, for a
