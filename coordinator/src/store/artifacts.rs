@@ -19,6 +19,14 @@ use crate::scheduler::JobId;
 pub trait Blobs: Send + Sync {
     /// Stores `bytes` under `name` durably and atomically (readers see the old blob or the new one).
     fn put(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError>;
+    /// [`Blobs::put`] for several blobs, all durable when it returns: a commit's lists and artifacts together,
+    /// so a store of files syncs their directory once, not once per file.
+    fn put_all(&self, blobs: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
+        for (name, bytes) in blobs {
+            self.put(name, bytes)?;
+        }
+        Ok(())
+    }
     fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
     fn remove(&self, name: &str) -> Result<(), StoreError>;
     fn list(&self) -> Result<Vec<String>, StoreError>;
@@ -48,8 +56,10 @@ impl FileBlobs {
     }
 }
 
-impl Blobs for FileBlobs {
-    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+impl FileBlobs {
+    /// Writes and syncs `bytes` under a temporary name and renames it to `name`; the rename is durable only
+    /// once the directory is synced ([`FileBlobs::sync_dir`]).
+    fn write_renamed(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
         use std::io::Write;
         let tmp = self.dir.join(format!("{TMP_PREFIX}{name}"));
         let path = self.dir.join(name);
@@ -62,12 +72,31 @@ impl Blobs for FileBlobs {
             let _ = std::fs::remove_file(&tmp);
             return self.io(&tmp, Err(e));
         }
-        self.io(&path, std::fs::rename(&tmp, &path))?;
-        // The rename is durable only once the directory is synced.
+        self.io(&path, std::fs::rename(&tmp, &path))
+    }
+
+    fn sync_dir(&self) -> Result<(), StoreError> {
         self.io(
             &self.dir,
             std::fs::File::open(&self.dir).and_then(|d| d.sync_all()),
         )
+    }
+}
+
+impl Blobs for FileBlobs {
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.write_renamed(name, bytes)?;
+        self.sync_dir()
+    }
+
+    fn put_all(&self, blobs: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
+        for (name, bytes) in blobs {
+            self.write_renamed(name, bytes)?;
+        }
+        if blobs.is_empty() {
+            return Ok(());
+        }
+        self.sync_dir()
     }
 
     fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -403,6 +432,42 @@ mod tests {
             .for_each_output(8, 4, &mut |_, _| Ok::<(), StoreError>(()))
             .unwrap_err();
         assert!(err.to_string().contains("`l-8-2` is missing"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_commit_writes_every_list_and_artifact_of_its_part_and_each_reads_back() {
+        let dir = temp_store_dir("put-all");
+        let listed = |chunk: u64| ChunkOutput {
+            nodes: chunk,
+            solutions: vec![format!("s{chunk}"), format!("t{chunk}")],
+            artifact: vec![chunk as u8; 3],
+            ..Default::default()
+        };
+        reopen(&dir)
+            .write((0..5).map(|c| Op::Output(9, c, listed(c))).collect())
+            .unwrap();
+        let names = FileBlobs::open(dir.join("artifacts"))
+            .unwrap()
+            .list()
+            .unwrap();
+        for c in 0..5 {
+            assert!(names.contains(&list_blob(9, c)), "{names:?}");
+            assert!(names.contains(&chunk_blob(9, c)), "{names:?}");
+        }
+        assert!(
+            !names.iter().any(|n| n.starts_with(TMP_PREFIX)),
+            "{names:?}"
+        );
+        let store = reopen(&dir);
+        let read: Vec<(u64, Vec<String>)> = store
+            .outputs(9)
+            .unwrap()
+            .into_iter()
+            .map(|(c, o)| (c, o.solutions))
+            .collect();
+        let want: Vec<(u64, Vec<String>)> = (0..5).map(|c| (c, listed(c).solutions)).collect();
+        assert_eq!(read, want);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -64,7 +64,8 @@ impl Store {
         Ok(())
     }
 
-    /// One part's key-value writes; artifact files are written (and synced) here, before their batch.
+    /// One part's key-value writes; artifact and list files are written (and synced, together) here, before
+    /// their batch.
     fn encode_part(
         &self,
         ops: Vec<Op>,
@@ -72,6 +73,8 @@ impl Store {
         superseded: &mut Vec<String>,
     ) -> Result<Writes, StoreError> {
         let mut writes = Vec::with_capacity(ops.len());
+        // The part's chunk files, written together after the loop: one directory sync for all of them.
+        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
         for op in ops {
             match op {
                 Op::Job(rec) => writes.push((job_key(b'j', rec.id), Some(encode(&rec)))),
@@ -80,16 +83,16 @@ impl Store {
                 Op::Output(job, chunk, mut out) => {
                     let artifact = std::mem::take(&mut out.artifact);
                     if !artifact.is_empty() {
-                        self.blobs.put(&chunk_blob(job, chunk), &artifact)?;
                         writes.push((chunk_key(b'a', job, chunk), Some(hash(&artifact))));
+                        files.push((chunk_blob(job, chunk), artifact));
                     }
                     // A chunk's list of solutions is a file beside sled, like its artifact: sled 0.34 held a
                     // coordinator that stored 260 MB of lists at 420 MB and growing; files cost no memory.
                     let solutions = std::mem::take(&mut out.solutions);
                     if !solutions.is_empty() {
                         let list = encode(&solutions);
-                        self.blobs.put(&list_blob(job, chunk), &list)?;
                         writes.push((chunk_key(b'l', job, chunk), Some(hash(&list))));
+                        files.push((list_blob(job, chunk), list));
                     }
                     let json = encode(&out);
                     let inline = json.len() <= INLINE_OUTPUT_MAX;
@@ -123,6 +126,7 @@ impl Store {
                 Op::Usage(job, usage) => writes.push((job_key(b'u', job), Some(encode(&usage)))),
             }
         }
+        self.blobs.put_all(&files)?;
         blocks.drain_into(&mut writes);
         Ok(writes)
     }
