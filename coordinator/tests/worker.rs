@@ -12,7 +12,8 @@ use common::{config, submit_req, Server};
 use serde::{Deserialize, Serialize};
 use sweep_coordinator::store::Store;
 use sweep_proto::v1;
-use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, Registry, SearchSpace, SpaceError};
+use sweep_worker::{WorkerConfig, WorkerStats};
 
 /// Chunk `chunk` counts `chunk + 1` nodes and one solution, except the chunk named `panic_at`, which panics.
 struct Fragile;
@@ -150,17 +151,22 @@ async fn wait_until_finished(jobs: &mut common::Jobs, id: u64) -> v1::JobState {
     state
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn six_hundred_threads_run_six_hundred_chunks_at_once() {
-    const N: u64 = 600;
+/// Runs one job of `space` with `params` in `chunks` chunks on a coordinator (leases of `lease_ttl_ms`, at most
+/// `max_attempts` per chunk) and one real worker of `threads` threads, both knowing `registry`'s spaces; returns
+/// the job's last state (polled until it ended, at most 20 s), its results and the worker's stats.
+async fn run_on_one_worker(
+    registry: Registry,
+    (lease_ttl_ms, max_attempts): (u64, u32),
+    (space, params, chunks): (&str, &str, u64),
+    threads: usize,
+) -> (v1::JobState, v1::ResultsResponse, WorkerStats) {
     let dir = tempfile::tempdir().unwrap();
-    let registry = sweep_puzzles::registry().with::<Together>();
-    let mut cfg = config(60_000, 1);
+    let mut cfg = config(lease_ttl_ms, max_attempts);
     cfg.registry = registry.clone();
     let server = Server::start(Store::open(&dir.path().join("store")).unwrap(), cfg).await;
     let (_, mut jobs) = server.clients().await;
     let job = jobs
-        .submit(submit_req("together", &format!(r#"{{"n":{N}}}"#), 0))
+        .submit(submit_req(space, params, chunks))
         .await
         .unwrap()
         .into_inner()
@@ -168,7 +174,7 @@ async fn six_hundred_threads_run_six_hundred_chunks_at_once() {
         .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let worker = tokio::spawn(sweep_worker::run(
-        sweep_worker::WorkerConfig::new(server.url.clone(), N as usize, registry),
+        WorkerConfig::new(server.url.clone(), threads, registry),
         async {
             let _ = stopped.await;
         },
@@ -186,6 +192,19 @@ async fn six_hundred_threads_run_six_hundred_chunks_at_once() {
         .expect("worker task")
         .expect("worker run");
     server.stop().await;
+    (state, res, stats)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_hundred_threads_run_six_hundred_chunks_at_once() {
+    const N: u64 = 600;
+    let (state, res, stats) = run_on_one_worker(
+        sweep_puzzles::registry().with::<Together>(),
+        (60_000, 1),
+        ("together", &format!(r#"{{"n":{N}}}"#), 0),
+        N as usize,
+    )
+    .await;
 
     assert_eq!(state, v1::JobState::Done);
     let result: serde_json::Value = serde_json::from_str(&res.result_json).unwrap();
@@ -199,41 +218,14 @@ async fn six_hundred_threads_run_six_hundred_chunks_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_kernel_fails_its_chunk_and_the_search_thread_runs_the_others() {
-    let dir = tempfile::tempdir().unwrap();
-    let registry = sweep_puzzles::registry().with::<Fragile>();
-    let mut cfg = config(5_000, 2);
-    cfg.registry = registry.clone();
-    let server = Server::start(Store::open(&dir.path().join("store")).unwrap(), cfg).await;
-    let (_, mut jobs) = server.clients().await;
-    let job = jobs
-        .submit(submit_req("fragile", r#"{"panic_at":3}"#, 8))
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
-
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let worker = tokio::spawn(sweep_worker::run(
-        sweep_worker::WorkerConfig::new(server.url.clone(), 1, registry),
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    // The job ends within seconds: two attempts of the cursed chunk, seven tiny ones.
-    let state = wait_until_finished(&mut jobs, job.id).await;
-    let res = jobs
-        .results(v1::JobRequest { job_id: job.id })
-        .await
-        .unwrap()
-        .into_inner();
-    let _ = stop.send(());
-    let stats = tokio::time::timeout(Duration::from_secs(30), worker)
-        .await
-        .expect("the worker stops")
-        .expect("worker task")
-        .expect("worker run");
-    server.stop().await;
+    // The job ends within seconds: two attempts of the cursed chunk, seven tiny ones, on one thread.
+    let (state, res, stats) = run_on_one_worker(
+        sweep_puzzles::registry().with::<Fragile>(),
+        (5_000, 2),
+        ("fragile", r#"{"panic_at":3}"#, 8),
+        1,
+    )
+    .await;
 
     assert_ne!(state, v1::JobState::Running, "the job did not end");
     let result: serde_json::Value = serde_json::from_str(&res.result_json).unwrap();
