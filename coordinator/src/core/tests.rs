@@ -79,11 +79,37 @@ fn job_of(space: &str, params: &serde_json::Value) -> Result<Arc<dyn Job>, Strin
 const TTL: u64 = 1_000;
 
 fn open(store: &Store, now: u64) -> Core {
+    open_with(store, &Limits::default(), now)
+}
+
+/// [`open`] for a coordinator started with `limits`.
+fn open_with(store: &Store, limits: &Limits, now: u64) -> Core {
     let cfg = SchedulerConfig {
         lease_ttl_ms: TTL,
         ..SchedulerConfig::default()
     };
-    Core::open(store.load().unwrap(), cfg, Limits::default(), &job_of, now).unwrap()
+    Core::open(store.load().unwrap(), cfg, limits.clone(), &job_of, now).unwrap()
+}
+
+/// A cap of three listed solutions per job: the second result of two solutions stops the job's list.
+fn three_solutions_a_job() -> Limits {
+    Limits {
+        max_job_solutions: 3,
+        ..Limits::default()
+    }
+}
+
+/// Reports lease `l` as `worker`, listing the two solutions `s1` and `s2`, checked against `limits`.
+fn report_two_solutions(
+    core: &mut Core,
+    worker: &str,
+    l: &LeaseView,
+    limits: &Limits,
+    now: u64,
+) -> Ack {
+    let mut out = output(l.chunk, l.chunk);
+    out.solutions = vec!["s1".into(), "s2".into()];
+    report_output(core, worker, l, out, limits, now)
 }
 
 /// Writes the outbox as the committer would.
@@ -377,22 +403,12 @@ fn replication_votes_survive_a_coordinator_restart() {
 #[test]
 fn a_list_past_the_job_cap_is_stopped_and_the_counts_go_on_across_a_restart() {
     let store = Store::in_memory();
-    let limits = Limits {
-        max_job_solutions: 3,
-        ..Limits::default()
-    };
-    let cfg = SchedulerConfig {
-        lease_ttl_ms: TTL,
-        ..SchedulerConfig::default()
-    };
-    let mut core = Core::open(store.load().unwrap(), cfg, limits.clone(), &job_of, 0).unwrap();
+    let limits = three_solutions_a_job();
+    let mut core = open_with(&store, &limits, 0);
     let id = submit(&mut core, 4, 1, 0);
     let w = register(&mut core, "w", None);
-    let with_solutions = |core: &mut Core, l: &LeaseView, t: u64| {
-        let mut out = output(l.chunk, l.chunk);
-        out.solutions = vec!["s1".into(), "s2".into()];
-        report_output(core, &w, l, out, &limits, t)
-    };
+    let with_solutions =
+        |core: &mut Core, l: &LeaseView, t: u64| report_two_solutions(core, &w, l, &limits, t);
     let l = lease_one(&mut core, &w, 1);
     assert!(!l.count_only);
     assert_eq!(with_solutions(&mut core, &l, 2).kind, AckKind::Accepted);
@@ -400,7 +416,7 @@ fn a_list_past_the_job_cap_is_stopped_and_the_counts_go_on_across_a_restart() {
 
     // Two solutions stored; after a restart two more would pass the cap of three: the result is kept without
     // its list, and the job keeps counts only from then on.
-    let mut core = Core::open(store.load().unwrap(), cfg, limits.clone(), &job_of, 3).unwrap();
+    let mut core = open_with(&store, &limits, 3);
     register(&mut core, &w, None);
     let l = lease_one(&mut core, &w, 4);
     let ack = with_solutions(&mut core, &l, 5);
@@ -411,7 +427,7 @@ fn a_list_past_the_job_cap_is_stopped_and_the_counts_go_on_across_a_restart() {
     commit(&mut core, &store);
 
     // The stop survives a restart: new leases say "counts only", and a list sent anyway is dropped.
-    let mut core = Core::open(store.load().unwrap(), cfg, limits.clone(), &job_of, 6).unwrap();
+    let mut core = open_with(&store, &limits, 6);
     register(&mut core, &w, None);
     let l = lease_one(&mut core, &w, 7);
     assert!(l.count_only, "{l:?}");
@@ -601,22 +617,12 @@ fn the_answer_merged_as_results_arrive_is_the_stored_one_with_votes_and_duplicat
 #[test]
 fn a_running_job_s_merge_is_not_taken_and_a_stopped_list_drops_it() {
     let store = Store::in_memory();
-    let limits = Limits {
-        max_job_solutions: 3,
-        ..Limits::default()
-    };
-    let cfg = SchedulerConfig {
-        lease_ttl_ms: TTL,
-        ..SchedulerConfig::default()
-    };
-    let mut core = Core::open(store.load().unwrap(), cfg, limits.clone(), &job_of, 0).unwrap();
+    let limits = three_solutions_a_job();
+    let mut core = open_with(&store, &limits, 0);
     let id = submit(&mut core, 3, 1, 0);
     let w = register(&mut core, "w", None);
-    let with_solutions = |core: &mut Core, l: &LeaseView, t: u64| {
-        let mut out = output(l.chunk, l.chunk);
-        out.solutions = vec!["s1".into(), "s2".into()];
-        report_output(core, &w, l, out, &limits, t)
-    };
+    let with_solutions =
+        |core: &mut Core, l: &LeaseView, t: u64| report_two_solutions(core, &w, l, &limits, t);
     let l = lease_one(&mut core, &w, 1);
     assert_eq!(with_solutions(&mut core, &l, 2).kind, AckKind::Accepted);
     assert!(core.take_merged(id).is_none(), "not finished");
