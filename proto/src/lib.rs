@@ -70,16 +70,7 @@ pub enum WireError {
 
 impl From<&ChunkOutput> for v1::ChunkOutput {
     fn from(out: &ChunkOutput) -> Self {
-        v1::ChunkOutput {
-            nodes: out.nodes,
-            solutions: out.solutions.clone(),
-            counters: out
-                .counters
-                .iter()
-                .map(|(k, v)| (k.clone(), v.to_string()))
-                .collect(),
-            artifact: out.artifact.clone(),
-        }
+        out.clone().into()
     }
 }
 
@@ -90,8 +81,8 @@ impl From<ChunkOutput> for v1::ChunkOutput {
             nodes: out.nodes,
             counters: out
                 .counters
-                .iter()
-                .map(|(k, v)| (k.clone(), v.to_string()))
+                .into_iter()
+                .map(|(k, v)| (k, v.to_string()))
                 .collect(),
             solutions: out.solutions,
             artifact: out.artifact,
