@@ -744,11 +744,7 @@ fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>, rt: tokio::runtime
         let want = prepared
             .as_ref()
             .map_or(1, |j| j.threads_per_chunk().clamp(1, sh.cfg.threads as u32));
-        let permits = match sh.slots.clone().try_acquire_many_owned(want) {
-            Ok(p) => Ok(p),
-            Err(_) => rt.block_on(sh.slots.clone().acquire_many_owned(want)),
-        };
-        let Ok(_permits) = permits else {
+        let Ok(_permits) = rt.block_on(sh.slots.clone().acquire_many_owned(want)) else {
             return;
         };
         ctl.set_threads(want);
