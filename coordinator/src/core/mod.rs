@@ -44,6 +44,9 @@ const MAX_FAILURES_SHOWN: usize = 20;
 /// Finished jobs that keep the answer merged while they ran until someone asks for it (see
 /// `Core::bound_finished_merges`).
 const MAX_KEPT_MERGES: usize = 8;
+
+/// How many finished jobs keep their answer's JSON text in memory (see `Core::keep_result`).
+const MAX_KEPT_RESULTS: usize = 16;
 /// What one failed attempt's message may hold (a program's stderr tail is cut before this).
 pub const MAX_FAILURE_BYTES: usize = 4096;
 
@@ -56,8 +59,8 @@ pub struct ResultsInput {
     pub n_chunks: u64,
     pub listing: Listing,
     pub view: JobView,
-    /// The answer, if it was computed already (finished jobs keep theirs).
-    pub cached: Option<Arc<serde_json::Value>>,
+    /// The answer as JSON text, if it was computed already (finished jobs keep theirs).
+    pub cached: Option<Arc<str>>,
     pub finished: bool,
 }
 
@@ -87,8 +90,9 @@ pub(crate) struct JobEntry {
     pub(crate) job: Arc<dyn Job>,
     params_json: String,
     pub(crate) tally: Tally,
-    /// The final result, computed once the job is finished.
-    pub(crate) result: Option<Arc<serde_json::Value>>,
+    /// The final result as JSON text, computed once the job is finished. Text, not a `Value`: a star answer's
+    /// 10,000 shown stars are 2 MB of text and 15 MB as a `Value` tree.
+    pub(crate) result: Option<Arc<str>>,
     /// The merged artifact, kept in memory once loaded: workers of dependent jobs fetch it, maybe many times.
     pub(crate) artifact: Option<Arc<Vec<u8>>>,
     /// The most recent failed attempts, newest last (memory only: a poisoned chunk's last error is stored with
@@ -877,10 +881,27 @@ impl Core {
         e.merged.take()
     }
 
-    /// Keeps a finished job's answer, so it is computed once.
-    pub fn keep_result(&mut self, id: JobId, result: Arc<serde_json::Value>) {
+    /// Keeps a finished job's answer, so it is computed once; only the [`MAX_KEPT_RESULTS`] most recently
+    /// finished jobs keep theirs (the store can always rebuild one), so asking every job of a long-lived
+    /// coordinator for its answer does not pile them all up in memory.
+    pub fn keep_result(&mut self, id: JobId, result: Arc<str>) {
         if let Some(e) = self.jobs.get_mut(&id) {
             e.result = Some(result);
+        }
+        let mut kept: Vec<(Millis, JobId)> = self
+            .jobs
+            .values()
+            .filter(|e| e.result.is_some())
+            .map(|e| (e.record.finished_ms, e.record.id))
+            .collect();
+        if kept.len() <= MAX_KEPT_RESULTS {
+            return;
+        }
+        kept.sort_unstable();
+        for (_, id) in &kept[..kept.len() - MAX_KEPT_RESULTS] {
+            if let Some(e) = self.jobs.get_mut(id) {
+                e.result = None;
+            }
         }
     }
 

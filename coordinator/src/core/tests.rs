@@ -666,3 +666,38 @@ fn only_the_last_finished_jobs_keep_their_merged_answers() {
     assert!(kept[..dropped].iter().all(|k| !k), "{kept:?}");
     assert!(kept[dropped..].iter().all(|k| *k), "{kept:?}");
 }
+
+#[test]
+fn only_the_last_finished_jobs_keep_their_answers_text() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let w = register(&mut core, "w", None);
+    let ids: Vec<JobId> = (0..MAX_KEPT_RESULTS as u64 + 2)
+        .map(|i| {
+            let id = submit(&mut core, 1, 1, 10 * i);
+            let l = lease_one(&mut core, &w, 10 * i + 1);
+            assert_eq!(
+                report(&mut core, &w, &l, 0, 10 * i + 2).kind,
+                AckKind::Accepted
+            );
+            id
+        })
+        .collect();
+    // Asked in an order unlike the finishing order: which ones stay follows when the jobs finished.
+    for id in ids.iter().rev() {
+        core.keep_result(*id, Arc::from(format!("{{\"job\":{id}}}")));
+    }
+    let kept: Vec<Option<&str>> = ids
+        .iter()
+        .map(|id| core.jobs[id].result.as_deref())
+        .collect();
+    let dropped = ids.len() - MAX_KEPT_RESULTS;
+    assert!(kept[..dropped].iter().all(Option::is_none), "{kept:?}");
+    for (id, k) in ids[dropped..].iter().zip(&kept[dropped..]) {
+        assert_eq!(*k, Some(format!("{{\"job\":{id}}}").as_str()));
+    }
+    assert_eq!(
+        core.results_input(ids[dropped]).unwrap().cached.as_deref(),
+        kept[dropped]
+    );
+}

@@ -95,8 +95,9 @@ pub struct PoisonedChunk {
 #[derive(Clone, Debug)]
 pub struct ResultsView {
     pub job: JobView,
-    /// The space's result (`Job::result`), shared: a finished job's answer is computed once and kept.
-    pub result: Arc<serde_json::Value>,
+    /// The space's result (`Job::result`) as JSON text, shared: a finished job's answer is computed once and
+    /// kept.
+    pub result: Arc<str>,
     pub poisoned: Vec<PoisonedChunk>,
 }
 

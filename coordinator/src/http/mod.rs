@@ -205,6 +205,8 @@ async fn result_view(d: &Dashboard, id: JobId) -> Result<Arc<ResultView>, Respon
         let job = registry
             .job_from_params(&info.space, &params)
             .map_err(|e| e.to_string())?;
+        let result: serde_json::Value = serde_json::from_str(&result)
+            .map_err(|e| format!("the job's result is not JSON: {e}"))?;
         let mut text = job.render_text(&result);
         let truncated = text.len() > MAX_RESULT_TEXT;
         if truncated {
