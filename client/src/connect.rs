@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sweep_proto::Transport;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
@@ -16,8 +17,9 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Request, Status};
 use tracing::{info, warn};
 
-/// A channel that carries the client's token on every call.
-pub type SecureChannel = InterceptedService<Channel, TokenInterceptor>;
+/// A transport (a network channel, or a coordinator in this process) that carries the client's token on every
+/// call.
+pub type SecureChannel = InterceptedService<Transport, TokenInterceptor>;
 
 /// How a client proves who it is and checks whom it talks to. `Default`: plain HTTP, no token.
 #[derive(Clone, Debug, Default)]
@@ -133,7 +135,12 @@ pub fn token_interceptor(sec: &ClientSecurity) -> Result<TokenInterceptor, Conne
 
 /// `channel` with the token of `interceptor` on every call.
 pub fn secure(channel: Channel, interceptor: TokenInterceptor) -> SecureChannel {
-    InterceptedService::new(channel, interceptor)
+    InterceptedService::new(sweep_proto::transport(channel), interceptor)
+}
+
+/// A coordinator's services in this process (`sweep_coordinator::in_process`), which ask for no token.
+pub fn in_process(transport: Transport) -> SecureChannel {
+    InterceptedService::new(transport, TokenInterceptor { state: None })
 }
 
 fn bearer(token: &str, from: &str) -> Result<MetadataValue<Ascii>, ConnectError> {

@@ -20,8 +20,8 @@ use sweep_proto::v1::jobs_client::JobsClient;
 use tonic::Status;
 
 pub use connect::{
-    endpoint, is_refusal, secure, token_interceptor, ClientSecurity, ConnectError, SecureChannel,
-    TokenInterceptor,
+    endpoint, in_process, is_refusal, secure, token_interceptor, ClientSecurity, ConnectError,
+    SecureChannel, TokenInterceptor,
 };
 pub use sweep_proto::v1;
 
@@ -145,6 +145,15 @@ impl Client {
             jobs: JobsClient::new(secure(channel, token))
                 .max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES),
         })
+    }
+
+    /// A client of a coordinator running in this process (`sweep run`): its services called directly, with no
+    /// socket in between.
+    pub fn in_process(transport: sweep_proto::Transport) -> Client {
+        Client {
+            jobs: JobsClient::new(in_process(transport))
+                .max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES),
+        }
     }
 
     pub async fn submit(
@@ -321,6 +330,13 @@ pub fn work_client(url: &str, security: &ClientSecurity) -> Result<WorkClient, C
     Ok(WorkClient::new(secure(endpoint.connect_lazy(), token))
         .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES)
         .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES))
+}
+
+/// A worker's client of a coordinator running in this process (see [`Client::in_process`]).
+pub fn work_client_in_process(transport: sweep_proto::Transport) -> WorkClient {
+    WorkClient::new(in_process(transport))
+        .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES)
+        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
 }
 
 #[cfg(test)]

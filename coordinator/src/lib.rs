@@ -37,4 +37,4 @@ pub mod store;
 
 pub use auth::ServeSecurity;
 pub use coordinator::{Coordinator, CoordinatorConfig, ServeError};
-pub use server::serve;
+pub use server::{in_process, serve};

@@ -57,12 +57,7 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(sweep_proto::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| ServeError::Reflection(e.to_string()))?;
-    let work = work_server::WorkServer::new(work)
-        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
-        .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES);
-    let jobs = jobs_server::JobsServer::new(jobs)
-        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
-        .max_encoding_message_size(sweep_proto::MAX_RESULT_BYTES);
+    let (work, jobs) = limited(work, jobs);
     let result = server
         .layer(crate::metrics::RpcLayer::new(coord.metrics.clone()))
         .layer(crate::auth::AuthLayer::new(security.auth))
@@ -87,6 +82,41 @@ pub async fn serve(
     }
     info!("coordinator stopped");
     result.map_err(Into::into)
+}
+
+/// Both services with the message limits every caller gets.
+fn limited(
+    work: crate::grpc::WorkApi,
+    jobs: crate::grpc::JobsApi,
+) -> (
+    work_server::WorkServer<crate::grpc::WorkApi>,
+    jobs_server::JobsServer<crate::grpc::JobsApi>,
+) {
+    let work = work_server::WorkServer::new(work)
+        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
+        .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES);
+    let jobs = jobs_server::JobsServer::new(jobs)
+        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
+        .max_encoding_message_size(sweep_proto::MAX_RESULT_BYTES);
+    (work, jobs)
+}
+
+/// The `Work` and `Jobs` services of `coord` as transports for clients in this process (`sweep run`'s worker
+/// and progress bars): the same handlers, message limits and RPC metrics as over the network, no token (as an
+/// open coordinator), and no socket or HTTP/2 framing between them. A coordinator's background tasks run only
+/// in [`serve`], which must run beside them.
+pub fn in_process(coord: &Arc<Coordinator>) -> (sweep_proto::Transport, sweep_proto::Transport) {
+    use tower_layer::Layer;
+    let (work, jobs) = crate::grpc::services(coord);
+    let (work, jobs) = limited(work, jobs);
+    let (rpc, auth) = (
+        crate::metrics::RpcLayer::new(coord.metrics.clone()),
+        crate::auth::AuthLayer::new(None),
+    );
+    (
+        sweep_proto::transport(rpc.layer(auth.layer(work))),
+        sweep_proto::transport(rpc.layer(auth.layer(jobs))),
+    )
 }
 
 /// How often the health service looks at the store.

@@ -160,6 +160,32 @@ async fn run_on_one_worker(
     (space, params, chunks): (&str, &str, u64),
     threads: usize,
 ) -> (v1::JobState, v1::ResultsResponse, WorkerStats) {
+    run_on_one_worker_over(
+        Link::Network,
+        registry,
+        (lease_ttl_ms, max_attempts),
+        (space, params, chunks),
+        threads,
+    )
+    .await
+}
+
+/// How the worker reaches the coordinator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    Network,
+    /// The coordinator's services called in process, as `sweep run` does; the worker's URL is one nobody
+    /// listens on, so a call that went to the network would fail.
+    InProcess,
+}
+
+async fn run_on_one_worker_over(
+    link: Link,
+    registry: Registry,
+    (lease_ttl_ms, max_attempts): (u64, u32),
+    (space, params, chunks): (&str, &str, u64),
+    threads: usize,
+) -> (v1::JobState, v1::ResultsResponse, WorkerStats) {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(lease_ttl_ms, max_attempts);
     cfg.registry = registry.clone();
@@ -173,12 +199,16 @@ async fn run_on_one_worker(
         .job
         .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let worker = tokio::spawn(sweep_worker::run(
-        WorkerConfig::new(server.url.clone(), threads, registry),
-        async {
-            let _ = stopped.await;
+    let worker_cfg = match link {
+        Link::Network => WorkerConfig::new(server.url.clone(), threads, registry),
+        Link::InProcess => WorkerConfig {
+            in_process: Some(server.in_process.0.clone()),
+            ..WorkerConfig::new("http://127.0.0.1:1", threads, registry)
         },
-    ));
+    };
+    let worker = tokio::spawn(sweep_worker::run(worker_cfg, async {
+        let _ = stopped.await;
+    }));
     let state = wait_until_finished(&mut jobs, job.id).await;
     let res = jobs
         .results(v1::JobRequest { job_id: job.id })
@@ -241,4 +271,81 @@ async fn a_panicking_kernel_fails_its_chunk_and_the_search_thread_runs_the_other
         poisoned.last_error
     );
     assert_eq!((stats.chunks_done, stats.chunks_failed), (7, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_in_process_gets_the_answer_a_networked_one_gets() {
+    let job = ("star", r#"{"points":10,"method":"backtrack"}"#, 16);
+    let run = |link| run_on_one_worker_over(link, sweep_puzzles::registry(), (60_000, 3), job, 2);
+    let (net_state, net, net_stats) = run(Link::Network).await;
+    let (local_state, local, local_stats) = run(Link::InProcess).await;
+    assert_eq!(net_state, v1::JobState::Done);
+    assert_eq!(local_state, net_state);
+    let result: serde_json::Value = serde_json::from_str(&local.result_json).unwrap();
+    assert_eq!(result["unique"], 10_882, "{result}");
+    assert_eq!(local.result_json, net.result_json);
+    assert_eq!(local_stats.chunks_done, 16);
+    assert_eq!(net_stats.chunks_done, 16);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_in_process_submits_and_reads_answers_without_a_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        Store::open(&dir.path().join("store")).unwrap(),
+        config(60_000, 3),
+    )
+    .await;
+    let mut jobs = sweep_client::Client::in_process(server.in_process.1.clone());
+    let job = jobs
+        .submit(submit_req(
+            "star",
+            r#"{"points":8,"method":"backtrack"}"#,
+            4,
+        ))
+        .await
+        .unwrap()
+        .job
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let cfg = WorkerConfig {
+        in_process: Some(server.in_process.0.clone()),
+        ..WorkerConfig::new("http://127.0.0.1:1", 2, sweep_puzzles::registry())
+    };
+    let worker = tokio::spawn(sweep_worker::run(cfg, async {
+        let _ = stopped.await;
+    }));
+    let mut watch = jobs.watch(job.id, 50).await.unwrap();
+    let mut done = false;
+    for _ in 0..200 {
+        let Some(ev) = tokio::time::timeout(Duration::from_secs(10), watch.next())
+            .await
+            .expect("a progress event")
+            .unwrap()
+        else {
+            break;
+        };
+        if ev
+            .jobs
+            .iter()
+            .any(|j| j.id == job.id && j.state() == v1::JobState::Done)
+        {
+            done = true;
+            break;
+        }
+    }
+    assert!(done, "the job finished");
+    let res = jobs.results(job.id).await.unwrap();
+    let result: serde_json::Value = serde_json::from_str(&res.result_json).unwrap();
+    assert_eq!(result["unique"], 112, "{result}");
+    // The in-process services keep the coordinator's checks: an unknown job is refused as over the network.
+    let err = jobs.results(job.id + 100).await.unwrap_err();
+    assert!(err.to_string().contains("no job"), "{err}");
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(30), worker)
+        .await
+        .expect("the worker stops")
+        .expect("worker task")
+        .expect("worker run");
+    server.stop().await;
 }

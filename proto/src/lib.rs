@@ -59,6 +59,51 @@ pub const MAX_REPORT_BYTES: usize = 64 << 20;
 /// raise tonic's 4 MiB default to this, or a big but valid answer fails to decode.
 pub const MAX_RESULT_BYTES: usize = 512 << 20;
 
+/// What carries a client's gRPC calls to a coordinator: a network channel, or the coordinator's own services
+/// called in the same process (`sweep run`: no socket, no HTTP/2 framing, the same handlers and checks). Clients
+/// and the worker are written once against it.
+pub type Transport = tower::util::BoxCloneSyncService<
+    http::Request<tonic::body::Body>,
+    http::Response<tonic::body::Body>,
+    TransportError,
+>;
+
+/// Why a [`Transport`] could not carry a call (the connection failed, say); tonic turns it into a `Status`
+/// from its source chain. A concrete type rather than a boxed `dyn Error`: with a trait object as the error,
+/// rustc cannot prove the worker's tasks `Send` (its "`From` is not general enough" limitation).
+#[derive(Debug)]
+pub struct TransportError(tonic::codegen::StdError);
+
+impl std::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for TransportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// `service` as a [`Transport`].
+pub fn transport<S>(service: S) -> Transport
+where
+    S: tower_service::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<tonic::codegen::StdError> + 'static,
+{
+    Transport::new(tower::ServiceExt::map_err(service, |e: S::Error| {
+        TransportError(e.into())
+    }))
+}
+
 /// A message that decoded as protobuf but does not make sense.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum WireError {

@@ -109,16 +109,17 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         let config = CoordinatorConfig { registry: registry.clone(), ..CoordinatorConfig::default() };
         let coord = Coordinator::open(store, config)
             .with_context(|| format!("cannot load the jobs stored in {}", engine.data.display()))?;
+        // The worker and the bars call the coordinator's services in process: a listing job's solutions (24 MB
+        // for star n = 12) crossed loopback TCP and HTTP/2 framing otherwise, a tenth of the run's CPU. The
+        // loopback port stays, for anyone who wants to `sweep watch` the run.
+        let (work_link, jobs_link) = sweep_coordinator::in_process(&coord);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("cannot bind a loopback port")?;
         let url = format!("http://{}", listener.local_addr()?);
         let (stop_coord, coord_stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(sweep_coordinator::serve(listener, coord, Default::default(), async {
             let _ = coord_stopped.await;
         }));
-        // The embedded coordinator asks for no token.
-        let mut jobs = sweep_client::Client::connect(&url, &Default::default())
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot reach the embedded coordinator: {e}"))?;
+        let mut jobs = sweep_client::Client::in_process(jobs_link);
         if let Some(shipped) = ship {
             crate::remote::ship(&mut jobs, shipped).await?;
         }
@@ -151,7 +152,11 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
             eprintln!("job {} in {} is already {}: answering from the store", info.id, engine.data.display(), info.state().label());
         }
         let (stop_worker, worker_stopped) = oneshot::channel::<()>();
-        let mut worker = tokio::spawn(sweep_worker::run(sweep_worker::WorkerConfig::new(url.clone(), threads, registry.clone()), async {
+        let worker_cfg = sweep_worker::WorkerConfig {
+            in_process: Some(work_link),
+            ..sweep_worker::WorkerConfig::new(url.clone(), threads, registry.clone())
+        };
+        let mut worker = tokio::spawn(sweep_worker::run(worker_cfg, async {
             let _ = worker_stopped.await;
         }));
         // Every job, folded to ours and the inputs it waits for (a table built first, the layers of a layered

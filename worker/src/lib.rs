@@ -40,6 +40,9 @@ pub struct WorkerConfig {
     /// The spaces this worker runs, declared when it registers: the coordinator leases it chunks of these only.
     /// `exec` is in it only when the worker was started with `--allow-exec`.
     pub registry: Registry,
+    /// A coordinator in this process to call instead of connecting to `connect` (`sweep run`; see
+    /// `sweep_coordinator::in_process`).
+    pub in_process: Option<sweep_proto::Transport>,
 }
 
 /// How often a running chunk's resume state is sent at most: the coordinator writes each one durably, so a
@@ -109,6 +112,7 @@ impl WorkerConfig {
             cache_dir: None,
             security: ClientSecurity::default(),
             lie: None,
+            in_process: None,
         }
     }
 }
@@ -498,7 +502,10 @@ pub async fn run(
     cfg: WorkerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, WorkerError> {
-    let mut client = sweep_client::work_client(&cfg.connect, &cfg.security)?;
+    let mut client = match &cfg.in_process {
+        Some(transport) => sweep_client::work_client_in_process(transport.clone()),
+        None => sweep_client::work_client(&cfg.connect, &cfg.security)?,
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
 

@@ -99,6 +99,8 @@ pub struct Server {
     pub url: String,
     /// The HTTP page and metrics, when started with them.
     pub http: Option<SocketAddr>,
+    /// The `Work` and `Jobs` services called in this process (`sweep_coordinator::in_process`).
+    pub in_process: (sweep_proto::Transport, sweep_proto::Transport),
     stops: Vec<oneshot::Sender<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -127,6 +129,7 @@ impl Server {
         let mut server = Server {
             url,
             http: None,
+            in_process: sweep_coordinator::in_process(&coord),
             stops: Vec::new(),
             tasks: Vec::new(),
         };
