@@ -625,6 +625,9 @@ pub async fn run(
     Ok(stats)
 }
 
+/// How long a stopping worker waits for the answer to a lease request already sent.
+const IN_FLIGHT_LEASE_GRACE: Duration = Duration::from_secs(2);
+
 async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut client = sh.client.clone();
     let mut backoff = Backoff::new();
@@ -655,46 +658,59 @@ async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             worker_id: sh.worker_id.clone(),
             max_chunks: want as u32,
         };
-        let pause = tokio::select! {
-            r = client.lease(req) => match r {
-                Ok(resp) => {
-                    backoff = Backoff::new();
-                    let resp = resp.into_inner();
-                    if resp.register_again {
-                        // The coordinator restarted and lost who we are: tell it again, under our name.
-                        let req = register_request(&sh.cfg, &sh.worker_id);
-                        if let Err(e) = client.register(req).await {
-                            debug!(error = %e, "register again failed");
-                        } else {
-                            info!("registered again with a restarted coordinator");
-                        }
-                        continue;
+        let answer = {
+            let call = client.lease(req);
+            tokio::pin!(call);
+            tokio::select! {
+                r = &mut call => r,
+                _ = stop.changed() => {
+                    // Dropping the call now could leave chunks the coordinator already granted leased to a
+                    // stopped worker until they expire. Its answer is awaited briefly, and its chunks join the
+                    // queue, which is handed back on the way out.
+                    if let Ok(Ok(resp)) = tokio::time::timeout(IN_FLIGHT_LEASE_GRACE, call).await {
+                        sh.lock().queue.extend(resp.into_inner().leases);
                     }
-                    if resp.drain {
-                        sh.drained.notify_one();
-                        return;
-                    }
-                    if resp.leases.is_empty() {
-                        Some(Duration::from_millis(resp.retry_after_ms.clamp(20, 5000)))
+                    return;
+                }
+            }
+        };
+        let pause = match answer {
+            Ok(resp) => {
+                backoff = Backoff::new();
+                let resp = resp.into_inner();
+                if resp.register_again {
+                    // The coordinator restarted and lost who we are: tell it again, under our name.
+                    let req = register_request(&sh.cfg, &sh.worker_id);
+                    if let Err(e) = client.register(req).await {
+                        debug!(error = %e, "register again failed");
                     } else {
-                        let n = resp.leases.len();
-                        sh.lock().queue.extend(resp.leases);
-                        for _ in 0..n {
-                            sh.work_ready.notify_one();
-                        }
-                        None
+                        info!("registered again with a restarted coordinator");
                     }
+                    continue;
                 }
-                Err(e) => {
-                    // Refused mid-run (a token rotated away): keep trying, the token file may be updated.
-                    if sweep_client::is_refusal(&e) {
-                        warn!(error = %e.message(), "the coordinator refused the lease request");
+                if resp.drain {
+                    sh.drained.notify_one();
+                    return;
+                }
+                if resp.leases.is_empty() {
+                    Some(Duration::from_millis(resp.retry_after_ms.clamp(20, 5000)))
+                } else {
+                    let n = resp.leases.len();
+                    sh.lock().queue.extend(resp.leases);
+                    for _ in 0..n {
+                        sh.work_ready.notify_one();
                     }
-                    debug!(error = %e, "lease failed; backing off");
-                    Some(backoff.0)
+                    None
                 }
-            },
-            _ = stop.changed() => return,
+            }
+            Err(e) => {
+                // Refused mid-run (a token rotated away): keep trying, the token file may be updated.
+                if sweep_client::is_refusal(&e) {
+                    warn!(error = %e.message(), "the coordinator refused the lease request");
+                }
+                debug!(error = %e, "lease failed; backing off");
+                Some(backoff.0)
+            }
         };
         if let Some(p) = pause {
             if p == backoff.0 {
