@@ -293,11 +293,12 @@ fn a_worker_token_rotates_mid_job_without_a_restart_or_a_lost_chunk() {
         ("SWEEP_COORDINATOR", url.as_str()),
         ("SWEEP_TOKEN", ADMIN_TOKEN),
     ];
-    // About 2 s of work on one thread; the job is paused while the token rotates so that the rotation falls
-    // in its middle however fast the machine is. The worker keeps asking for leases all along.
+    // About 3 s of work on one thread (n = 10 took 0.2 s and could end between two polls of its status); the
+    // job is paused while the token rotates so that the rotation falls in its middle however fast the machine
+    // is. The worker keeps asking for leases all along.
     let submitted = stdout_json(&sweep(
         &[
-            "submit", "star", "--points", "10", "--chunks", "256", "--json",
+            "submit", "star", "--points", "12", "--chunks", "256", "--json",
         ],
         &admin,
         T,
@@ -368,8 +369,8 @@ fn a_worker_token_rotates_mid_job_without_a_restart_or_a_lost_chunk() {
         "the worker kept running"
     );
     let res = stdout_json(&sweep(&["results", &job, "--json"], &admin, T));
-    assert_eq!(res["result"]["solutions"], 217_640, "{res}");
-    assert_eq!(res["result"]["unique"], 10_882, "{res}");
+    assert_eq!(res["result"]["solutions"], 9_526_320, "{res}");
+    assert_eq!(res["result"]["unique"], 396_930, "{res}");
     worker.kill9();
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
