@@ -664,11 +664,16 @@ async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             tokio::select! {
                 r = &mut call => r,
                 _ = stop.changed() => {
-                    // Dropping the call now could leave chunks the coordinator already granted leased to a
-                    // stopped worker until they expire. Its answer is awaited briefly, and its chunks join the
-                    // queue, which is handed back on the way out.
-                    if let Ok(Ok(resp)) = tokio::time::timeout(IN_FLIGHT_LEASE_GRACE, call).await {
-                        sh.lock().queue.extend(resp.into_inner().leases);
+                    // Over a network, dropping the call now could leave chunks the coordinator already granted
+                    // leased to a stopped worker until they expire: the answer may be on its way. It is awaited
+                    // briefly (a request that found no work is held up to 200 ms), and its chunks join the
+                    // queue, which is handed back on the way out. In process the coordinator's handler runs
+                    // inside this call's future and answers in the same poll that grants, so nothing granted
+                    // can be dropped unanswered, and `sweep run` does not wait out the hold at its end.
+                    if sh.cfg.in_process.is_none() {
+                        if let Ok(Ok(resp)) = tokio::time::timeout(IN_FLIGHT_LEASE_GRACE, call).await {
+                            sh.lock().queue.extend(resp.into_inner().leases);
+                        }
                     }
                     return;
                 }
