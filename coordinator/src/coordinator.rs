@@ -21,6 +21,9 @@ use crate::store::{Listing, Store, StoreError};
 
 /// Upper bound on the chunks of one job the coordinator keeps.
 pub const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;
+/// How late the expirer's tick may come before the coordinator counts the time as a pause of its own (see
+/// `Coordinator::expirer`): well above scheduling noise, well below a lease time.
+const PAUSE_TOLERANCE_MS: u64 = 2_000;
 /// How long a lease request that found nothing to do waits for work to appear before answering empty.
 const LEASE_HOLD: Duration = Duration::from_millis(200);
 /// More replicas than this buys no extra trust and multiplies the work.
@@ -232,14 +235,24 @@ impl Coordinator {
 
     pub(crate) async fn expirer(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(self.cfg.expiry_interval);
+        let every = self.cfg.expiry_interval.as_millis() as u64;
+        let mut last = now_ms();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = stop.changed() => break,
             }
             let now = now_ms();
+            // A tick this late means the coordinator did not run (SIGSTOP, a suspended machine or VM) or the
+            // clock jumped: workers could not renew their leases meanwhile, so the time is added to every
+            // lease instead of expiring them all and starting their chunks again.
+            let late = now.saturating_sub(last).saturating_sub(every);
+            last = now;
             let expired = {
                 let mut core = self.lock();
+                if late > PAUSE_TOLERANCE_MS {
+                    core.extend_leases(late, now);
+                }
                 self.metrics
                     .note_liveness(now, core.lease_ttl_ms(), core.last_seen());
                 core.expire(now)

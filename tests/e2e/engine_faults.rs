@@ -287,3 +287,24 @@ fn a_busy_worker_describes_itself_again_to_a_restarted_coordinator() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_suspended_machine_loses_no_running_chunk_to_lease_expiry() {
+    let expected = expected();
+    let c = Cluster::start_with_ttl(1, 2, 2_000);
+    let job = c.submit(&JOB);
+    c.wait_until(job, LONG, |s| done_chunks(s) >= 10);
+    // As a laptop's lid closed: coordinator and worker stopped for well over the 2 s lease time. Nobody could
+    // renew a lease meanwhile, so the coordinator adds the time to every lease instead of expiring them (which
+    // would cancel the worker's running chunks and start them again).
+    c.coordinator.signal("STOP");
+    c.workers[0].signal("STOP");
+    std::thread::sleep(Duration::from_secs(5));
+    c.coordinator.signal("CONT");
+    c.workers[0].signal("CONT");
+    let r = c.wait_results(job, LONG);
+    assert_eq!(r["result"], expected);
+    let st = c.status(job);
+    assert_eq!(st["state"], "done", "{st}");
+    assert_eq!(st["reissued"], 0, "no lease expired: {st}");
+}

@@ -713,6 +713,21 @@ impl Core {
     }
 
     /// Returns expired leases to pending (or poisons their chunks); the shell calls this on a timer.
+    /// Extends every lease by `gap`, a time the coordinator was not running (see
+    /// [`Scheduler::extend_leases`]); the expirer calls it when its own tick comes that late.
+    pub fn extend_leases(&mut self, gap: Millis, now: Millis) {
+        let n = self.sched.extend_leases(gap);
+        if n > 0 {
+            warn!(
+                gap_ms = gap,
+                leases = n,
+                "the coordinator was not running for a while (stopped, suspended, or its clock jumped): \
+                 its leases are extended by that time instead of expiring"
+            );
+            self.stage_dirty(now);
+        }
+    }
+
     pub fn expire(&mut self, now: Millis) -> Vec<crate::scheduler::Expired> {
         let expired = self.sched.expire(now);
         if expired.is_empty() {

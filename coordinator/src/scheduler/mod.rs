@@ -620,6 +620,17 @@ impl Scheduler {
         self.back_to_pending(&info, !release)
     }
 
+    /// Moves every lease's deadline `by` later, for a time in which the coordinator itself was not running (its
+    /// process stopped, the machine suspended) or its clock jumped: no worker could renew a lease then, and
+    /// expiring them all would start every running chunk again. Returns how many leases were extended.
+    pub fn extend_leases(&mut self, by: Millis) -> usize {
+        for l in self.leases.values_mut() {
+            l.deadline = l.deadline.saturating_add(by);
+            self.dirty.chunks.push((l.job, l.chunk));
+        }
+        self.leases.len()
+    }
+
     /// Returns every lease whose deadline has passed to pending (or poisons it: an expiry is a failed attempt,
     /// so a chunk that keeps killing its workers cannot hold a job up forever).
     pub fn expire(&mut self, now: Millis) -> Vec<Expired> {

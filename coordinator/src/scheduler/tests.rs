@@ -67,6 +67,33 @@ fn expiry_reissues_and_late_result_still_counts_once() {
 }
 
 #[test]
+fn a_pause_of_the_coordinator_extends_leases_instead_of_expiring_them() {
+    let mut s = sched(1000, 3);
+    s.add_job(1, 0, 2, JobState::Running);
+    let a = s.lease(0, "a", 1).remove(0);
+    let b = s.lease(500, "b", 1).remove(0);
+    s.take_dirty();
+    // The coordinator was stopped from t = 600 to t = 5,600: 5 s that nobody could renew a lease in.
+    assert_eq!(s.extend_leases(5000), 2);
+    assert_eq!(
+        s.take_dirty().chunks.len(),
+        2,
+        "the new deadlines are written"
+    );
+    assert!(s.expire(5600).is_empty());
+    // Each lease keeps the time it had left: a's ends at 6,000, b's at 6,500, unless renewed.
+    assert!(s.heartbeat(5700, "b", &[b.lease]).is_empty());
+    let exp = s.expire(6001);
+    assert_eq!(exp.len(), 1);
+    assert_eq!(exp[0].lease, a.lease);
+    assert_eq!(s.counts(1).unwrap().leased, 1);
+    assert!(
+        s.expire(6600).is_empty(),
+        "b's heartbeat renewed it to 6,700"
+    );
+}
+
+#[test]
 fn retry_cap_poisons_and_job_ends_marked() {
     let mut s = sched(100, 3);
     s.add_job(7, 0, 2, JobState::Running);
