@@ -237,6 +237,7 @@ impl Coordinator {
         let mut tick = tokio::time::interval(self.cfg.expiry_interval);
         let every = self.cfg.expiry_interval.as_millis() as u64;
         let mut last = now_ms();
+        let mut quiet_until = 0;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -252,9 +253,14 @@ impl Coordinator {
                 let mut core = self.lock();
                 if late > PAUSE_TOLERANCE_MS {
                     core.extend_leases(late, now);
+                    // Every worker looks silent for the whole gap: each gets a lease time to be heard again,
+                    // as its leases do, before it is counted lost.
+                    quiet_until = now + core.lease_ttl_ms();
                 }
-                self.metrics
-                    .note_liveness(now, core.lease_ttl_ms(), core.last_seen());
+                if now >= quiet_until {
+                    self.metrics
+                        .note_liveness(now, core.lease_ttl_ms(), core.last_seen());
+                }
                 core.expire(now)
             };
             if !expired.is_empty() {
