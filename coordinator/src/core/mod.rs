@@ -869,19 +869,31 @@ impl Core {
     /// nobody asked for yet (the layers of a DAG, say): each holds up to `MAX_SHOWN_SOLUTIONS` solutions, and
     /// the store can always rebuild them.
     fn bound_finished_merges(&mut self) {
+        self.keep_latest_finished(MAX_KEPT_MERGES, |e| &mut e.merged);
+    }
+
+    /// Clears what `slot` holds in all but the `max` most recently finished jobs that hold something there:
+    /// memory a finished job keeps only for speed, since the store can rebuild it.
+    fn keep_latest_finished<T>(
+        &mut self,
+        max: usize,
+        slot: impl Fn(&mut JobEntry) -> &mut Option<T>,
+    ) {
         let mut kept: Vec<(Millis, JobId)> = self
             .jobs
-            .values()
-            .filter(|e| e.record.state.is_finished() && e.merged.is_some())
-            .map(|e| (e.record.finished_ms, e.record.id))
+            .values_mut()
+            .filter_map(|e| {
+                let holds = e.record.state.is_finished() && slot(e).is_some();
+                holds.then_some((e.record.finished_ms, e.record.id))
+            })
             .collect();
-        if kept.len() <= MAX_KEPT_MERGES {
+        if kept.len() <= max {
             return;
         }
         kept.sort_unstable();
-        for (_, id) in &kept[..kept.len() - MAX_KEPT_MERGES] {
+        for (_, id) in &kept[..kept.len() - max] {
             if let Some(e) = self.jobs.get_mut(id) {
-                e.merged = None;
+                *slot(e) = None;
             }
         }
     }
@@ -903,21 +915,7 @@ impl Core {
         if let Some(e) = self.jobs.get_mut(&id) {
             e.result = Some(result);
         }
-        let mut kept: Vec<(Millis, JobId)> = self
-            .jobs
-            .values()
-            .filter(|e| e.result.is_some())
-            .map(|e| (e.record.finished_ms, e.record.id))
-            .collect();
-        if kept.len() <= MAX_KEPT_RESULTS {
-            return;
-        }
-        kept.sort_unstable();
-        for (_, id) in &kept[..kept.len() - MAX_KEPT_RESULTS] {
-            if let Some(e) = self.jobs.get_mut(id) {
-                e.result = None;
-            }
-        }
+        self.keep_latest_finished(MAX_KEPT_RESULTS, |e| &mut e.result);
     }
 
     pub fn lease_ttl_ms(&self) -> u64 {

@@ -642,22 +642,24 @@ fn a_running_job_s_merge_is_not_taken_and_a_stopped_list_drops_it() {
     );
 }
 
+/// `n` jobs of one chunk each, run by `w` one after the other, so they finish in submission order.
+fn finish_one_chunk_jobs(core: &mut Core, w: &str, n: u64) -> Vec<JobId> {
+    (0..n)
+        .map(|i| {
+            let id = submit(core, 1, 1, 10 * i);
+            let l = lease_one(core, w, 10 * i + 1);
+            assert_eq!(report(core, w, &l, 0, 10 * i + 2).kind, AckKind::Accepted);
+            id
+        })
+        .collect()
+}
+
 #[test]
 fn only_the_last_finished_jobs_keep_their_merged_answers() {
     let store = Store::in_memory();
     let mut core = open(&store, 0);
     let w = register(&mut core, "w", None);
-    let ids: Vec<JobId> = (0..MAX_KEPT_MERGES as u64 + 3)
-        .map(|i| {
-            let id = submit(&mut core, 1, 1, 10 * i);
-            let l = lease_one(&mut core, &w, 10 * i + 1);
-            assert_eq!(
-                report(&mut core, &w, &l, 0, 10 * i + 2).kind,
-                AckKind::Accepted
-            );
-            id
-        })
-        .collect();
+    let ids = finish_one_chunk_jobs(&mut core, &w, MAX_KEPT_MERGES as u64 + 3);
     let kept: Vec<bool> = ids
         .iter()
         .map(|id| core.jobs[id].merged.is_some())
@@ -672,17 +674,7 @@ fn only_the_last_finished_jobs_keep_their_answers_text() {
     let store = Store::in_memory();
     let mut core = open(&store, 0);
     let w = register(&mut core, "w", None);
-    let ids: Vec<JobId> = (0..MAX_KEPT_RESULTS as u64 + 2)
-        .map(|i| {
-            let id = submit(&mut core, 1, 1, 10 * i);
-            let l = lease_one(&mut core, &w, 10 * i + 1);
-            assert_eq!(
-                report(&mut core, &w, &l, 0, 10 * i + 2).kind,
-                AckKind::Accepted
-            );
-            id
-        })
-        .collect();
+    let ids = finish_one_chunk_jobs(&mut core, &w, MAX_KEPT_RESULTS as u64 + 2);
     // Asked in an order unlike the finishing order: which ones stay follows when the jobs finished.
     for id in ids.iter().rev() {
         core.keep_result(*id, Arc::from(format!("{{\"job\":{id}}}")));
