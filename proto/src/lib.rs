@@ -159,6 +159,33 @@ impl TryFrom<v1::ChunkOutput> for ChunkOutput {
 mod tests {
     use super::*;
 
+    /// The boxed transport must not change how tonic reads a failed call: an unreachable coordinator is
+    /// `Unavailable` (a worker retries it; the CLI exits 3), with the same message, as over a bare channel.
+    #[tokio::test]
+    async fn a_transport_fails_a_call_as_its_channel_does() {
+        // Port 1 on loopback: nothing listens there, so the connection is refused at once.
+        let channel = || {
+            tonic::transport::Endpoint::from_static("http://127.0.0.1:1")
+                .connect_timeout(std::time::Duration::from_secs(5))
+                .connect_lazy()
+        };
+        let req = || v1::LeaseRequest {
+            worker_id: "w".into(),
+            max_chunks: 1,
+        };
+        let bare = v1::work_client::WorkClient::new(channel())
+            .lease(req())
+            .await
+            .unwrap_err();
+        let boxed = v1::work_client::WorkClient::new(transport(channel()))
+            .lease(req())
+            .await
+            .unwrap_err();
+        assert_eq!(bare.code(), tonic::Code::Unavailable, "{bare}");
+        assert_eq!(boxed.code(), bare.code(), "{boxed}");
+        assert_eq!(boxed.message(), bare.message());
+    }
+
     #[test]
     fn chunk_output_roundtrips_with_huge_counters() {
         let mut out = ChunkOutput {
