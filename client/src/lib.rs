@@ -140,19 +140,19 @@ impl Client {
                 url: url.to_string(),
                 reason: innermost(&e),
             })?;
-        Ok(Client {
-            // Answers (results with every solution) may be far larger than tonic's default limit.
-            jobs: JobsClient::new(secure(channel, token))
-                .max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES),
-        })
+        Ok(Client::over(secure(channel, token)))
     }
 
     /// A client of a coordinator running in this process (`sweep run`): its services called directly, with no
     /// socket in between.
     pub fn in_process(transport: sweep_proto::Transport) -> Client {
+        Client::over(in_process(transport))
+    }
+
+    fn over(channel: SecureChannel) -> Client {
         Client {
-            jobs: JobsClient::new(in_process(transport))
-                .max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES),
+            // Answers (results with every solution) may be far larger than tonic's default limit.
+            jobs: JobsClient::new(channel).max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES),
         }
     }
 
@@ -327,14 +327,16 @@ pub fn work_client(url: &str, security: &ClientSecurity) -> Result<WorkClient, C
         .connect_timeout(Duration::from_secs(3))
         .timeout(Duration::from_secs(60));
     let token = token_interceptor(security)?;
-    Ok(WorkClient::new(secure(endpoint.connect_lazy(), token))
-        .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES)
-        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES))
+    Ok(work_client_over(secure(endpoint.connect_lazy(), token)))
 }
 
 /// A worker's client of a coordinator running in this process (see [`Client::in_process`]).
 pub fn work_client_in_process(transport: sweep_proto::Transport) -> WorkClient {
-    WorkClient::new(in_process(transport))
+    work_client_over(in_process(transport))
+}
+
+fn work_client_over(channel: SecureChannel) -> WorkClient {
+    WorkClient::new(channel)
         .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES)
         .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
 }

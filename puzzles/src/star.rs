@@ -246,6 +246,7 @@ impl Geometry {
     }
 }
 
+/// A star as text: its labels by cell (outer, then inner), comma-separated.
 ///
 /// One allocation per star, digits written by hand: a listing search makes a string for every unique star
 /// (396,930 for n = 12), and formatting each label into a `String` of its own and joining them was a tenth of

@@ -111,7 +111,8 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot load the jobs stored in {}", engine.data.display()))?;
         // The worker and the bars call the coordinator's services in process: a listing job's solutions (24 MB
         // for star n = 12) crossed loopback TCP and HTTP/2 framing otherwise, a tenth of the run's CPU. The
-        // loopback port stays, for anyone who wants to `sweep watch` the run.
+        // loopback listener remains only because `serve` runs the coordinator's background tasks (commits,
+        // expiry, merges) beside it; nothing connects to it.
         let (work_link, jobs_link) = sweep_coordinator::in_process(&coord);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("cannot bind a loopback port")?;
         let url = format!("http://{}", listener.local_addr()?);

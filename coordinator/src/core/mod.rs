@@ -712,7 +712,6 @@ impl Core {
         Ok(outcome == crate::scheduler::FailOutcome::Poisoned)
     }
 
-    /// Returns expired leases to pending (or poisons their chunks); the shell calls this on a timer.
     /// Extends every lease by `gap`, a time the coordinator was not running (see
     /// [`Scheduler::extend_leases`]); the expirer calls it when its own tick comes that late.
     pub fn extend_leases(&mut self, gap: Millis, now: Millis) {
@@ -728,6 +727,7 @@ impl Core {
         }
     }
 
+    /// Returns expired leases to pending (or poisons their chunks); the shell calls this on a timer.
     pub fn expire(&mut self, now: Millis) -> Vec<crate::scheduler::Expired> {
         let expired = self.sched.expire(now);
         if expired.is_empty() {

@@ -90,11 +90,11 @@ impl Blobs for FileBlobs {
     }
 
     fn put_all(&self, blobs: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
-        for (name, bytes) in blobs {
-            self.write_renamed(name, bytes)?;
-        }
         if blobs.is_empty() {
             return Ok(());
+        }
+        for (name, bytes) in blobs {
+            self.write_renamed(name, bytes)?;
         }
         self.sync_dir()
     }
