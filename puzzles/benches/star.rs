@@ -13,6 +13,9 @@
 //! - `estimate N`: the Knuth estimate of every chunk of the default plan against the real node counts.
 //! - `predict N`: the Knuth estimate of the whole default plan alone, to forecast a run.
 //! - `part N I K`: `solve N` for the chunks I, I + K, I + 2K, ... only, to spread a long run over processes.
+//! - `answer N`: what a listing job does after its last chunk: the answer (`Job::result`) from the merged
+//!   outputs, as JSON text and parsed back (what `sweep run` sends between its coordinator and its client), and
+//!   the text report, each timed alone.
 
 use std::time::Instant;
 
@@ -223,6 +226,45 @@ fn profile(per_chunk: &[u64]) {
     );
 }
 
+fn answer(n: u32) {
+    let job = star_job(n);
+    let plan = job.plan(None).expect("plan");
+    let ctl = Control::new();
+    let mut merge = sweep_puzzles::AnswerMerge::default();
+    for c in 0..plan.n_chunks {
+        merge.add(&job.run_chunk(plan.n_chunks, c, &ctl).expect("chunk"));
+    }
+    let answer = merge.finish();
+    const ROUNDS: u32 = 20;
+    let time = |what: &str, f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        for _ in 0..ROUNDS {
+            f();
+        }
+        println!(
+            "  {what}: {:.2} ms",
+            t.elapsed().as_secs_f64() * 1e3 / f64::from(ROUNDS)
+        );
+    };
+    println!(
+        "star n={n}: the answer of {} listed stars, {} shown, each step the mean of {ROUNDS}",
+        answer.solutions_listed,
+        answer.solutions.len()
+    );
+    let mut value = serde_json::Value::Null;
+    time("Job::result", &mut || value = job.result(&answer));
+    let mut text = String::new();
+    time("to JSON text", &mut || {
+        text = serde_json::to_string(&value).expect("JSON")
+    });
+    time("parsed back", &mut || {
+        value = serde_json::from_str(&text).expect("JSON")
+    });
+    let mut report = String::new();
+    time("text report", &mut || report = job.render_text(&value));
+    println!("  ({} bytes of JSON, {} of text)", text.len(), report.len());
+}
+
 fn estimate(n: u32) {
     use sweep_puzzles::star::{Method, Star, StarParams};
     use sweep_puzzles::SearchSpace;
@@ -302,6 +344,7 @@ fn main() {
             "solve" => numbers(i + 1).into_iter().for_each(solve),
             "estimate" => numbers(i + 1).into_iter().for_each(estimate),
             "predict" => numbers(i + 1).into_iter().for_each(predict),
+            "answer" => numbers(i + 1).into_iter().for_each(answer),
             // `chunk N CHUNKS K...`: chunk K of the plan with CHUNKS chunks, alone, for checking a slice of a
             // long job against the chunks it stored (`sweep store chunks`) under another plan whose boundaries
             // fall on these (65,536 chunks = 64 per chunk of a 1024-chunk plan).

@@ -112,6 +112,8 @@ pub struct Geometry {
     pub symmetries: Vec<Vec<u8>>,
     /// Their inverses: under symmetry `g`, cell `d` receives the label of cell `sources[g][d]`.
     sources: Vec<Vec<u8>>,
+    /// The same in field order: field `f`'s image under `g` is the label of cell `field_sources[g][f]`.
+    field_sources: Vec<Vec<u8>>,
     /// The seed's field numbering, generalised: `fields[f]` is the cell of field f.
     pub fields: Vec<u8>,
 }
@@ -163,7 +165,7 @@ impl Geometry {
                 i = (i + 2) % n;
             }
         }
-        let sources = symmetries
+        let sources: Vec<Vec<u8>> = symmetries
             .iter()
             .map(|g| {
                 let mut inv = vec![0; 2 * n];
@@ -173,12 +175,17 @@ impl Geometry {
                 inv
             })
             .collect();
+        let field_sources = sources
+            .iter()
+            .map(|src| fields.iter().map(|&c| src[c as usize]).collect())
+            .collect();
         Geometry {
             n,
             magic: 4 * n as u32 + 2,
             lines,
             symmetries,
             sources,
+            field_sources,
             fields,
         }
     }
@@ -231,18 +238,19 @@ impl Geometry {
 
     /// The seed's unique form: the smallest image written in field order.
     pub fn seed_form(&self, labels: &[u8]) -> Vec<u8> {
-        // Two buffers for all 2n images: an answer shows up to 10,000 stars, each costing 2n images.
-        let mut img = vec![0; labels.len()];
-        let (mut best, mut in_fields) = (Vec::new(), Vec::with_capacity(self.fields.len()));
-        for g in &self.symmetries {
-            self.image(labels, g, &mut img);
-            in_fields.clear();
-            in_fields.extend(self.fields.iter().map(|&c| img[c as usize]));
-            if best.is_empty() || in_fields < best {
-                std::mem::swap(&mut best, &mut in_fields);
+        // Like `is_canonical`, images are compared where they are read and left at the first difference, never
+        // built: an answer shows up to 10,000 stars, each with 2n images of 2n cells.
+        let image = |g: usize, k: usize| labels[self.field_sources[g][k] as usize];
+        let fields = self.fields.len();
+        let mut best = 0;
+        for g in 1..self.field_sources.len() {
+            if let Some(k) = (0..fields).find(|&k| image(g, k) != image(best, k)) {
+                if image(g, k) < image(best, k) {
+                    best = g;
+                }
             }
         }
-        best
+        (0..fields).map(|k| image(best, k)).collect()
     }
 }
 
@@ -253,9 +261,15 @@ impl Geometry {
 /// `solve star --points 12`'s CPU.
 fn encode(labels: &[u8]) -> String {
     let mut s = String::with_capacity(labels.len() * 3);
+    write_labels(&mut s, labels, ",");
+    s
+}
+
+/// Appends `labels` in decimal, `sep` between them.
+fn write_labels(s: &mut String, labels: &[u8], sep: &str) {
     for (i, &l) in labels.iter().enumerate() {
         if i > 0 {
-            s.push(',');
+            s.push_str(sep);
         }
         if l >= 100 {
             s.push(char::from(b'0' + l / 100));
@@ -265,7 +279,6 @@ fn encode(labels: &[u8]) -> String {
         }
         s.push(char::from(b'0' + l % 10));
     }
-    s
 }
 
 /// The top of the backtracking tree that a chunk starts from: `[O_0, O_1, O_{n-1}, J_0, J_1]` (J_{n-1} and O_2
@@ -376,11 +389,6 @@ impl StarJob {
         (digits > 0).then_some(())?;
         *buf.get_mut(len)? = u8::try_from(value).ok()?;
         Some(len + 1)
-    }
-
-    fn parse_solution(&self, s: &str) -> Result<Vec<u8>, SpaceError> {
-        let mut buf = [0; 64];
-        self.parse_solution_into(s, &mut buf).map(<[u8]>::to_vec)
     }
 
     /// A star's labels by cell, checked to be a permutation of 1..=2n.
@@ -637,25 +645,21 @@ impl Job for StarJob {
             |labels: &[u8]| Value::Array(labels.iter().map(|&l| Value::from(l)).collect());
         let mut canonical = Vec::with_capacity(answer.solutions.len());
         let mut seed_forms = Vec::with_capacity(answer.solutions.len());
+        let mut buf = [0; 64];
         for s in &answer.solutions {
-            let Ok(labels) = self.parse_solution(s) else {
+            let Ok(labels) = self.parse_solution_into(s, &mut buf) else {
                 continue;
             };
             let mut star = serde_json::Map::new();
             star.insert("outer".into(), numbers(&labels[..n]));
             star.insert("inner".into(), numbers(&labels[n..]));
             canonical.push(Value::Object(star));
-            seed_forms.push(
-                self.geo
-                    .seed_form(&labels)
-                    .iter()
-                    .map(|l| l.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            );
+            let mut seed = String::with_capacity(4 * labels.len());
+            write_labels(&mut seed, &self.geo.seed_form(labels), ", ");
+            seed_forms.push(seed);
         }
-        // The seed prints its unique solutions sorted as strings.
-        seed_forms.sort();
+        // The seed prints its unique solutions sorted as strings (distinct: each is one star's smallest image).
+        seed_forms.sort_unstable();
         let mut result = json!({
             "points": n,
             "method": self.params.method,
@@ -1613,6 +1617,13 @@ mod tests {
             geo.image(&labels, sym, &mut img);
             prop_assert_eq!(geo.canonical(&labels), geo.canonical(&img));
             prop_assert_eq!(geo.seed_form(&labels), geo.seed_form(&img));
+            // The seed form is the smallest image read in field order, whichever way it is found.
+            let smallest_in_fields = geo.symmetries.iter().map(|g| {
+                let mut img = vec![0; 2 * n];
+                geo.image(&labels, g, &mut img);
+                geo.fields.iter().map(|&c| img[c as usize]).collect::<Vec<u8>>()
+            }).min();
+            prop_assert_eq!(Some(geo.seed_form(&labels)), smallest_in_fields);
             let c = geo.canonical(&labels);
             prop_assert!(c <= labels);
             prop_assert_eq!(geo.canonical(&c), c.clone());
