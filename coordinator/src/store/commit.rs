@@ -2,7 +2,7 @@
 //! atomic batch. Artifact files are written here, before the batch that records their hashes, because that
 //! order is what makes a recorded hash always have its file.
 
-use super::artifacts::{chunk_blob, hash, job_blob, list_blob};
+use super::artifacts::{chunk_blob, encode_list, hash, job_blob, list_blob};
 use super::blocks::{BlockEdits, INLINE_OUTPUT_MAX};
 use super::keys::{be_u64, chunk_key, job_key};
 use super::kv::Writes;
@@ -90,7 +90,7 @@ impl Store {
                     // coordinator that stored 260 MB of lists at 420 MB and growing; files cost no memory.
                     let solutions = std::mem::take(&mut out.solutions);
                     if !solutions.is_empty() {
-                        let list = encode(&solutions);
+                        let list = encode_list(&solutions)?;
                         writes.push((chunk_key(b'l', job, chunk), Some(hash(&list))));
                         files.push((list_blob(job, chunk), list));
                     }

@@ -75,6 +75,8 @@ pub enum StoreError {
     Io(#[from] sled::Error),
     #[error("damaged record `{key}`: {why}")]
     Damaged { key: String, why: String },
+    #[error("{what} of {bytes} bytes is too large to store")]
+    TooLarge { what: String, bytes: u64 },
     #[error("artifact file {path}: {source}")]
     File {
         path: PathBuf,
