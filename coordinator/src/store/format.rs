@@ -87,7 +87,7 @@ mod tests {
     use crate::scheduler::ChunkRecord;
     use crate::store::keys::{chunk_key, job_key};
     use crate::store::records::encode;
-    use crate::store::test_support::{done_record, record, reopen, temp_store_dir};
+    use crate::store::test_support::{done_record, record, reopen, reopen_sled, temp_store_dir};
     use crate::store::{JobRecord, Op};
 
     /// A store as format 2 wrote it (one key per chunk record and output) opens as format 3 with every
@@ -103,7 +103,7 @@ mod tests {
         tally.add(&small(1));
         tally.add(&small(2));
         {
-            let db = sled::open(&dir).unwrap();
+            let db = reopen_sled(&dir);
             db.insert(b"m/format", FORMAT_2).unwrap();
             let job = JobRecord {
                 n_chunks: 100,
@@ -158,7 +158,7 @@ mod tests {
         assert_eq!(store.chunks(1).unwrap().len(), 4);
         assert!(crate::fsck::check(&store, true).unwrap().is_clean());
         drop(store);
-        let db = sled::open(&dir).unwrap();
+        let db = reopen_sled(&dir);
         assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
         drop(db);
         let _ = std::fs::remove_dir_all(&dir);
@@ -169,7 +169,7 @@ mod tests {
         let dir = temp_store_dir("legacy");
         {
             // A store as the first releases wrote it: artifacts as raw sled values.
-            let db = sled::open(&dir).unwrap();
+            let db = reopen_sled(&dir);
             db.insert(b"m/format", FORMAT_1).unwrap();
             db.insert(chunk_key(b'a', 3, 1), vec![1u8, 2, 3]).unwrap();
             db.insert(chunk_key(b'o', 3, 1), encode(&ChunkOutput::default()))
@@ -181,7 +181,7 @@ mod tests {
         assert_eq!(store.artifact(2).unwrap(), Some(vec![8; 40]));
         assert_eq!(store.outputs(3).unwrap()[0].1.artifact, vec![1, 2, 3]);
         drop(store);
-        let db = sled::open(&dir).unwrap();
+        let db = reopen_sled(&dir);
         assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
         assert_eq!(db.get(job_key(b'r', 2)).unwrap().unwrap().len(), 32);
         drop(db);

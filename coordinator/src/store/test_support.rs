@@ -36,12 +36,21 @@ pub(super) fn record(id: JobId) -> JobRecord {
 /// Opens the store at `dir`, waiting for a handle just dropped in this process to let go of sled's file
 /// lock (sled's background flusher releases it a moment after the last `Db` is dropped).
 pub(super) fn reopen(dir: &Path) -> Store {
+    retry_open(dir, Store::open)
+}
+
+/// The sled database under a store at `dir`, for tests that write or read it as an older version would;
+/// waits for a handle just dropped, like [`reopen`].
+pub(super) fn reopen_sled(dir: &Path) -> sled::Db {
+    retry_open(dir, |d| sled::open(d))
+}
+
+fn retry_open<T, E: std::fmt::Display>(dir: &Path, open: impl Fn(&Path) -> Result<T, E>) -> T {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        match Store::open(dir) {
-            Ok(store) => return store,
-            Err(e) if std::time::Instant::now() < deadline => {
-                let _ = e;
+        match open(dir) {
+            Ok(opened) => return opened,
+            Err(_) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
             Err(e) => panic!("cannot reopen {}: {e}", dir.display()),
