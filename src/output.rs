@@ -1,5 +1,9 @@
 //! The answer of a job, as one JSON object (`--json`) or as text for people.
 
+use std::borrow::Cow;
+
+use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use sweep_puzzles::{Job, MAX_SHOWN_SOLUTIONS};
 
@@ -12,6 +16,74 @@ pub fn big(n: u128) -> Value {
     }
 }
 
+/// A job's answer as a report shows it.
+pub enum ReportResult {
+    /// A tree: built in this process (`solve`), or parsed from a coordinator that sent no text.
+    Built(Value),
+    /// As a coordinator sent it: the JSON checked but not parsed into a tree, and the text for people that the
+    /// coordinator rendered from the same tree. A star answer's 10,000 stars are 1.7 MB of JSON: parsing it
+    /// again only to print it was a single-threaded tenth of a second at the end of every `sweep run`.
+    Sent { json: Box<RawValue>, text: String },
+}
+
+impl ReportResult {
+    /// From a coordinator's `result_json` and `result_text` (empty from coordinators that do not send it).
+    pub fn sent(json: String, text: String) -> Result<ReportResult, serde_json::Error> {
+        if text.is_empty() {
+            return Ok(ReportResult::Built(serde_json::from_str(&json)?));
+        }
+        Ok(ReportResult::Sent {
+            json: RawValue::from_string(json)?,
+            text,
+        })
+    }
+
+    /// The answer as a tree (pictures are drawn from it): parsed here if it was sent as text.
+    pub fn value(&self) -> Result<Cow<'_, Value>, serde_json::Error> {
+        match self {
+            ReportResult::Built(v) => Ok(Cow::Borrowed(v)),
+            ReportResult::Sent { json, .. } => serde_json::from_str(json.get()).map(Cow::Owned),
+        }
+    }
+
+    /// The answer as text for people.
+    fn text(&self, job: &dyn Job) -> Cow<'_, str> {
+        match self {
+            ReportResult::Built(v) => Cow::Owned(job.render_text(v)),
+            ReportResult::Sent { text, .. } => Cow::Borrowed(text),
+        }
+    }
+}
+
+impl Serialize for ReportResult {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ReportResult::Built(v) => v.serialize(s),
+            ReportResult::Sent { json, .. } => json.serialize(s),
+        }
+    }
+}
+
+/// The `--json` form of a [`Report`]. Fields in alphabetical order, as a `serde_json::Map` writes its keys,
+/// so the output reads as it did when it was built as a `Value`.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    chunks_done: u64,
+    chunks_total: u64,
+    elapsed_s: f64,
+    failures: &'a [Value],
+    job: Option<u64>,
+    listing: &'a str,
+    nodes: Value,
+    params: &'a Value,
+    poisoned_chunks: &'a [Value],
+    result: &'a ReportResult,
+    solutions_listed: u64,
+    space: &'a str,
+    state: &'a str,
+    unverified: bool,
+}
+
 pub struct Report {
     pub space: String,
     pub params: Value,
@@ -21,7 +93,7 @@ pub struct Report {
     pub chunks_done: u64,
     pub nodes: u128,
     pub elapsed_s: f64,
-    pub result: Value,
+    pub result: ReportResult,
     pub poisoned: Vec<Value>,
     /// The coordinator cannot re-check this job's answers (a program's output) and no quorum was asked for.
     pub unverified: bool,
@@ -34,23 +106,27 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn to_json(&self) -> Value {
-        json!({
-            "space": self.space,
-            "params": self.params,
-            "job": self.job,
-            "state": self.state,
-            "chunks_total": self.chunks_total,
-            "chunks_done": self.chunks_done,
-            "nodes": big(self.nodes),
-            "elapsed_s": self.elapsed_s,
-            "result": self.result,
-            "poisoned_chunks": self.poisoned,
-            "unverified": self.unverified,
-            "failures": self.failures,
-            "listing": self.listing,
-            "solutions_listed": self.solutions_listed,
-        })
+    /// The report as one JSON object, the answer written as it is (never copied into another tree).
+    pub fn to_json_text(&self) -> String {
+        let report = JsonReport {
+            chunks_done: self.chunks_done,
+            chunks_total: self.chunks_total,
+            elapsed_s: self.elapsed_s,
+            failures: &self.failures,
+            job: self.job,
+            listing: &self.listing,
+            nodes: big(self.nodes),
+            params: &self.params,
+            poisoned_chunks: &self.poisoned,
+            result: &self.result,
+            solutions_listed: self.solutions_listed,
+            space: &self.space,
+            state: &self.state,
+            unverified: self.unverified,
+        };
+        // Serializing values that are already trees or checked JSON cannot fail; the fallback names the field.
+        serde_json::to_string(&report)
+            .unwrap_or_else(|e| json!({ "error": format!("the report as JSON: {e}") }).to_string())
     }
 
     pub fn print(&self, job: &dyn Job, as_json: bool) {
@@ -60,7 +136,7 @@ impl Report {
     fn render(&self, job: &dyn Job, as_json: bool) -> String {
         use std::fmt::Write;
         if as_json {
-            return format!("{}\n", self.to_json());
+            return format!("{}\n", self.to_json_text());
         }
         let mut text = String::new();
         let rate = if self.elapsed_s > 0.0 {
@@ -154,7 +230,7 @@ impl Report {
                 );
             }
         }
-        text.push_str(&job.render_text(&self.result));
+        text.push_str(&self.result.text(job));
         text
     }
 }
@@ -170,12 +246,13 @@ pub fn emit(text: &str) {
 /// stderr how many were written, so `--json` output stays one object.
 pub fn write_pictures(
     job: &dyn Job,
-    result: &Value,
+    result: &ReportResult,
     dir: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     let Some(dir) = dir else { return Ok(()) };
-    let pictures = job.pictures(result);
+    let result = result.value().context("the answer is not JSON")?;
+    let pictures = job.pictures(&result);
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the --svg directory {}", dir.display()))?;
     for (name, svg) in &pictures {
@@ -201,6 +278,71 @@ pub fn human(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn star() -> std::sync::Arc<dyn Job> {
+        sweep_puzzles::registry()
+            .job_from_params("star", &json!({"points": 6, "method": "backtrack"}))
+            .unwrap()
+    }
+
+    fn report(result: ReportResult) -> Report {
+        Report {
+            space: "star".into(),
+            params: json!({"points": 6, "method": "backtrack"}),
+            job: Some(3),
+            state: "done".into(),
+            chunks_total: 2,
+            chunks_done: 2,
+            nodes: (1 << 53) + 1,
+            elapsed_s: 0.5,
+            result,
+            poisoned: vec![json!({"chunk": 1})],
+            unverified: false,
+            failures: Vec::new(),
+            listing: "all".into(),
+            solutions_listed: 80,
+        }
+    }
+
+    /// A report reads the same, as JSON and as text, whether its answer was built here or sent by a
+    /// coordinator as JSON with its text; and a coordinator that sends no text gets its JSON rendered here.
+    #[test]
+    fn a_sent_answer_reports_as_one_built_here() {
+        let job = star();
+        let answer = json!({"points": 6, "magic_sum": 26, "solutions": 960, "unique": 80,
+            "seed_numbering": ["1, 2, 3", "4, 5, 6"], "canonical_truncated": false});
+        let built = report(ReportResult::Built(answer.clone()));
+        let sent = ReportResult::sent(answer.to_string(), job.render_text(&answer)).unwrap();
+        assert!(matches!(sent, ReportResult::Sent { .. }));
+        let sent = report(sent);
+        let old = ReportResult::sent(answer.to_string(), String::new()).unwrap();
+        assert!(matches!(old, ReportResult::Built(_)));
+        let old = report(old);
+        for r in [&sent, &old] {
+            assert_eq!(
+                r.render(job.as_ref(), true),
+                built.render(job.as_ref(), true)
+            );
+            assert_eq!(
+                r.render(job.as_ref(), false),
+                built.render(job.as_ref(), false)
+            );
+            assert_eq!(r.result.value().unwrap().as_ref(), &answer);
+        }
+        // What the JSON form was when the report was a `json!` tree: keys sorted, big counts as strings.
+        let as_tree = json!({
+            "space": "star", "params": {"points": 6, "method": "backtrack"}, "job": 3, "state": "done",
+            "chunks_total": 2, "chunks_done": 2, "nodes": "9007199254740993", "elapsed_s": 0.5,
+            "result": answer, "poisoned_chunks": [{"chunk": 1}], "unverified": false, "failures": [],
+            "listing": "all", "solutions_listed": 80,
+        });
+        assert_eq!(sent.render(job.as_ref(), true), format!("{as_tree}\n"));
+        assert!(built
+            .render(job.as_ref(), false)
+            .contains("unique solutions in the seed's field numbering"));
+        let err = ReportResult::sent("{\"points\": 6,".into(), "text".into()).err();
+        assert!(err.is_some(), "cut JSON is refused");
+    }
 
     #[test]
     fn big_counts_become_strings() {

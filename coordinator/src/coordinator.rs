@@ -12,8 +12,9 @@ use tracing::{info, warn};
 
 use crate::commit::GroupCommit;
 use crate::core::{
-    invalid, Ack, Beat, Checked, Core, CoreError, JobOptions, JobView, LeaseAnswer, LeaseProgress,
-    Observation, OpenError, PoisonedChunk, Registration, ResultsView, SubmitNode, WorkerView,
+    invalid, Ack, Beat, Checked, Core, CoreError, JobOptions, JobView, KeptAnswer, LeaseAnswer,
+    LeaseProgress, Observation, OpenError, PoisonedChunk, Registration, ResultsView, SubmitNode,
+    WorkerView,
 };
 use crate::limits::WatchSlots;
 use crate::scheduler::{ChunkRecord, JobId, LeaseId, SchedulerConfig};
@@ -657,7 +658,7 @@ impl Coordinator {
         };
         let store = self.store();
         let (result, poisoned) = tokio::task::spawn_blocking(
-            move || -> Result<(Arc<str>, Vec<PoisonedChunk>), CoreError> {
+            move || -> Result<(KeptAnswer, Vec<PoisonedChunk>), CoreError> {
                 let poisoned = store
                     .chunks(id)?
                     .into_iter()
@@ -699,11 +700,18 @@ impl Coordinator {
                     }
                     None => Vec::new(),
                 };
-                // Serialized at once and the tree dropped: the text is what every caller sends or keeps.
-                let result = serde_json::to_string(&job.result(&answer))
+                // Written out at once and the tree dropped: the texts are what every caller sends or keeps.
+                let value = job.result(&answer);
+                let json = serde_json::to_string(&value)
                     .map_err(|e| CoreError::Internal(format!("the job's result as JSON: {e}")))?;
+                let text = job.render_text(&value);
+                drop(value);
                 release_freed_memory();
-                Ok((Arc::from(result), poisoned))
+                let result = KeptAnswer {
+                    json: Arc::from(json),
+                    text: Arc::from(text),
+                };
+                Ok((result, poisoned))
             },
         )
         .await

@@ -284,6 +284,17 @@ async fn a_worker_in_process_gets_the_answer_a_networked_one_gets() {
     let result: serde_json::Value = serde_json::from_str(&local.result_json).unwrap();
     assert_eq!(result["unique"], 10_882, "{result}");
     assert_eq!(local.result_json, net.result_json);
+    // The text for people comes with it: the space's rendering of that same answer.
+    let star = sweep_puzzles::registry()
+        .job_from_params("star", &serde_json::from_str(job.1).unwrap())
+        .unwrap();
+    assert_eq!(local.result_text, star.render_text(&result));
+    assert!(
+        local.result_text.starts_with("10-pointed magic stars"),
+        "{}",
+        local.result_text
+    );
+    assert_eq!(local.result_text, net.result_text);
     assert_eq!(local_stats.chunks_done, 16);
     assert_eq!(net_stats.chunks_done, 16);
 }

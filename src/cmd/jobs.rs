@@ -11,7 +11,7 @@ use sweep_client::ClientError;
 use sweep_space::Registry;
 
 use crate::exit::one_line;
-use crate::output::Report;
+use crate::output::{Report, ReportResult};
 use crate::progress::{Bars, Mode};
 use crate::remote::{connect, Remote};
 use crate::render::{caveats, failures_json, info_json, poisoned_list};
@@ -194,8 +194,9 @@ pub fn results(
                     info.id, info.space
                 )
             })?;
-        let result: serde_json::Value =
-            serde_json::from_str(&r.result_json).context("the result is not JSON")?;
+        let poisoned = poisoned_list(&r);
+        let result =
+            ReportResult::sent(r.result_json, r.result_text).context("the result is not JSON")?;
         let elapsed = if info.finished_unix_ms > 0 {
             info.finished_unix_ms.saturating_sub(info.created_unix_ms) as f64 / 1000.0
         } else {
@@ -211,7 +212,7 @@ pub fn results(
             nodes: info.nodes.parse().unwrap_or(0),
             elapsed_s: elapsed,
             result,
-            poisoned: poisoned_list(&r),
+            poisoned,
             unverified: info.unverified,
             failures: failures_json(&info.failures),
             listing: info.listing().label().into(),

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 use crate::args::{self, JobArgs};
 use crate::exit::{self, one_line, usage, Exit};
-use crate::output::Report;
+use crate::output::{Report, ReportResult};
 use crate::progress::{Bars, Mode};
 use crate::render::{failures_json, poisoned_list};
 use crate::runtime::{runtime, shutdown_signal};
@@ -219,8 +219,9 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
             .into());
         };
         let final_info = results.job.clone().unwrap_or(info);
-        let result: serde_json::Value =
-            serde_json::from_str(&results.result_json).context("the coordinator sent a result that is not JSON")?;
+        let poisoned = poisoned_list(&results);
+        let result = ReportResult::sent(results.result_json, results.result_text)
+            .context("the coordinator sent a result that is not JSON")?;
         let report = Report {
             space: job.space().to_string(),
             params: job.params(),
@@ -231,7 +232,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
             nodes: final_info.nodes.parse().unwrap_or(0),
             elapsed_s: started.elapsed().as_secs_f64(),
             result,
-            poisoned: poisoned_list(&results),
+            poisoned,
             unverified: final_info.unverified,
             failures: failures_json(&final_info.failures),
             listing: final_info.listing().label().into(),
@@ -412,7 +413,7 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
         chunks_done: n,
         nodes: answer.tally.nodes,
         elapsed_s: started.elapsed().as_secs_f64(),
-        result: job.result(&answer),
+        result: ReportResult::Built(job.result(&answer)),
         poisoned: Vec::new(),
         unverified: !job.verifiable(),
         failures: Vec::new(),

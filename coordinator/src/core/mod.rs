@@ -28,8 +28,8 @@ pub use estimate::{estimate_chunks, expected_total, MAX_ESTIMATED_CHUNKS};
 pub use jobs::{JobOptions, Reuse, SubmitNode};
 pub use reports::{Checked, ReportTarget};
 pub use views::{
-    Ack, AckKind, FailedAttempt, JobView, LeaseAnswer, LeaseView, Observation, PoisonedChunk,
-    ResultsView, WorkerObservation, WorkerView,
+    Ack, AckKind, FailedAttempt, JobView, KeptAnswer, LeaseAnswer, LeaseView, Observation,
+    PoisonedChunk, ResultsView, WorkerObservation, WorkerView,
 };
 
 use crate::limits::{Limits, Usage};
@@ -59,8 +59,8 @@ pub struct ResultsInput {
     pub n_chunks: u64,
     pub listing: Listing,
     pub view: JobView,
-    /// The answer as JSON text, if it was computed already (finished jobs keep theirs).
-    pub cached: Option<Arc<str>>,
+    /// The answer, if it was computed already (finished jobs keep theirs).
+    pub cached: Option<KeptAnswer>,
     pub finished: bool,
 }
 
@@ -90,9 +90,10 @@ pub(crate) struct JobEntry {
     pub(crate) job: Arc<dyn Job>,
     params_json: String,
     pub(crate) tally: Tally,
-    /// The final result as JSON text, computed once the job is finished. Text, not a `Value`: a star answer's
-    /// 10,000 shown stars are 2 MB of text and 15 MB as a `Value` tree.
-    pub(crate) result: Option<Arc<str>>,
+    /// The final result as JSON and as text for people, computed once the job is finished. Text, not a
+    /// `Value`: a star answer's 10,000 shown stars are 2 MB of JSON (and 0.9 MB for people) and 15 MB as a
+    /// `Value` tree.
+    pub(crate) result: Option<KeptAnswer>,
     /// The merged artifact, kept in memory once loaded: workers of dependent jobs fetch it, maybe many times.
     pub(crate) artifact: Option<Arc<Vec<u8>>>,
     /// The most recent failed attempts, newest last (memory only: a poisoned chunk's last error is stored with
@@ -911,7 +912,7 @@ impl Core {
     /// Keeps a finished job's answer, so it is computed once; only the [`MAX_KEPT_RESULTS`] most recently
     /// finished jobs keep theirs (the store can always rebuild one), so asking every job of a long-lived
     /// coordinator for its answer does not pile them all up in memory.
-    pub fn keep_result(&mut self, id: JobId, result: Arc<str>) {
+    pub fn keep_result(&mut self, id: JobId, result: KeptAnswer) {
         if let Some(e) = self.jobs.get_mut(&id) {
             e.result = Some(result);
         }

@@ -677,19 +677,27 @@ fn only_the_last_finished_jobs_keep_their_answers_text() {
     let ids = finish_one_chunk_jobs(&mut core, &w, MAX_KEPT_RESULTS as u64 + 2);
     // Asked in an order unlike the finishing order: which ones stay follows when the jobs finished.
     for id in ids.iter().rev() {
-        core.keep_result(*id, Arc::from(format!("{{\"job\":{id}}}")));
+        core.keep_result(
+            *id,
+            KeptAnswer {
+                json: Arc::from(format!("{{\"job\":{id}}}")),
+                text: Arc::from(format!("job {id}")),
+            },
+        );
     }
     let kept: Vec<Option<&str>> = ids
         .iter()
-        .map(|id| core.jobs[id].result.as_deref())
+        .map(|id| core.jobs[id].result.as_ref().map(|r| &*r.json))
         .collect();
     let dropped = ids.len() - MAX_KEPT_RESULTS;
     assert!(kept[..dropped].iter().all(Option::is_none), "{kept:?}");
     for (id, k) in ids[dropped..].iter().zip(&kept[dropped..]) {
         assert_eq!(*k, Some(format!("{{\"job\":{id}}}").as_str()));
     }
+    let cached = core.results_input(ids[dropped]).unwrap().cached;
+    assert_eq!(cached.as_ref().map(|r| &*r.json), kept[dropped]);
     assert_eq!(
-        core.results_input(ids[dropped]).unwrap().cached.as_deref(),
-        kept[dropped]
+        cached.map(|r| r.text.to_string()),
+        Some(format!("job {}", ids[dropped]))
     );
 }

@@ -91,13 +91,20 @@ pub struct PoisonedChunk {
     pub last_error: String,
 }
 
-/// A job's answer as far as it goes: the space's result JSON over the accepted chunks, and what is missing.
+/// A job's answer as it is sent: the space's result (`Job::result`) as JSON text, and as its text for people
+/// (`Job::render_text`), both rendered from one tree that is then dropped.
+#[derive(Clone, Debug)]
+pub struct KeptAnswer {
+    pub json: Arc<str>,
+    pub text: Arc<str>,
+}
+
+/// A job's answer as far as it goes: the space's result over the accepted chunks, and what is missing.
 #[derive(Clone, Debug)]
 pub struct ResultsView {
     pub job: JobView,
-    /// The space's result (`Job::result`) as JSON text, shared: a finished job's answer is computed once and
-    /// kept.
-    pub result: Arc<str>,
+    /// The space's result, shared: a finished job's answer is computed once and kept.
+    pub result: KeptAnswer,
     pub poisoned: Vec<PoisonedChunk>,
 }
 

@@ -159,7 +159,8 @@ impl jobs_server::Jobs for JobsApi {
             .map_err(status)?;
         Ok(Response::new(v1::ResultsResponse {
             job: Some(convert::job_info(r.job)),
-            result_json: r.result.to_string(),
+            result_json: r.result.json.to_string(),
+            result_text: r.result.text.to_string(),
             poisoned: r
                 .poisoned
                 .into_iter()

@@ -196,7 +196,8 @@ async fn result_view(d: &Dashboard, id: JobId) -> Result<Arc<ResultView>, Respon
         ));
     }
     let poisoned = resp.poisoned.len();
-    let result = resp.result;
+    // Pictures need the tree, so the page parses the JSON and renders the text with them.
+    let result = resp.result.json;
     // Rendering (text and pictures) may take a moment for large answers: off the async runtime.
     let registry = d.coord.registry().clone();
     let view = tokio::task::spawn_blocking(move || -> Result<ResultView, String> {
