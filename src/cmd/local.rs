@@ -207,45 +207,61 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         drop(stream);
         drop(jobs);
         let _ = stop_coord.send(());
+        // The answer is durable once `results` returns, so it is printed while the coordinator shuts down (its
+        // last commits and sled's flush) on the runtime's threads; a failed shutdown is still reported after it.
+        let answered = results.map(|results| {
+            report_run(results, info, (job.as_ref(), &engine), started)
+        });
         server.await.context("coordinator task")?.context("embedded coordinator")?;
-        let Some(results) = results else {
-            return Err(Exit {
+        answered.unwrap_or_else(|| {
+            Err(Exit {
                 code: exit::INTERRUPTED,
                 message: format!(
                     "interrupted; progress is stored in {}: run the same command again to resume",
                     engine.data.display()
                 ),
             }
-            .into());
-        };
-        let final_info = results.job.clone().unwrap_or(info);
-        let poisoned = poisoned_list(&results);
-        let result = ReportResult::sent(results.result_json, results.result_text)
-            .context("the coordinator sent a result that is not JSON")?;
-        let report = Report {
-            space: job.space().to_string(),
-            params: job.params(),
-            job: Some(final_info.id),
-            state: final_info.state().label().to_string(),
-            chunks_total: final_info.chunks_total,
-            chunks_done: final_info.chunks_done,
-            nodes: final_info.nodes.parse().unwrap_or(0),
-            elapsed_s: started.elapsed().as_secs_f64(),
-            result,
-            poisoned,
-            unverified: final_info.unverified,
-            failures: failures_json(&final_info.failures),
-            listing: final_info.listing().label().into(),
-            solutions_listed: final_info.solutions_stored,
-        };
-        report.print(job.as_ref(), engine.json);
-        crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;
-        Ok(if report.poisoned.is_empty() && final_info.state() == v1::JobState::Done {
+            .into())
+        })
+    })
+}
+
+/// Prints a finished `sweep run`'s answer (and writes its pictures); the exit code says whether it is whole.
+fn report_run(
+    results: v1::ResultsResponse,
+    info: v1::JobInfo,
+    (job, engine): (&dyn sweep_puzzles::Job, &args::EngineOpts),
+    started: Instant,
+) -> anyhow::Result<ExitCode> {
+    let final_info = results.job.clone().unwrap_or(info);
+    let poisoned = poisoned_list(&results);
+    let result = ReportResult::sent(results.result_json, results.result_text)
+        .context("the coordinator sent a result that is not JSON")?;
+    let report = Report {
+        space: job.space().to_string(),
+        params: job.params(),
+        job: Some(final_info.id),
+        state: final_info.state().label().to_string(),
+        chunks_total: final_info.chunks_total,
+        chunks_done: final_info.chunks_done,
+        nodes: final_info.nodes.parse().unwrap_or(0),
+        elapsed_s: started.elapsed().as_secs_f64(),
+        result,
+        poisoned,
+        unverified: final_info.unverified,
+        failures: failures_json(&final_info.failures),
+        listing: final_info.listing().label().into(),
+        solutions_listed: final_info.solutions_stored,
+    };
+    report.print(job, engine.json);
+    crate::output::write_pictures(job, &report.result, engine.svg.as_deref())?;
+    Ok(
+        if report.poisoned.is_empty() && final_info.state() == v1::JobState::Done {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(exit::POISONED)
-        })
-    })
+        },
+    )
 }
 
 /// The merged artifacts of finished jobs in the store at `--data`, looked up by (space, canonical parameters). A
