@@ -657,12 +657,8 @@ impl Coordinator {
             None
         };
         let store = self.store();
-        // The texts go back as soon as they are written; the tree they came from is freed after, while the
-        // caller sends or prints them (at the end of `sweep run` that took a tenth of its single-threaded tail).
-        let (answered, answer) = tokio::sync::oneshot::channel();
-        tokio::task::spawn_blocking(move || {
-            let mut leftovers = None;
-            let compute = || -> Result<(KeptAnswer, Vec<PoisonedChunk>), CoreError> {
+        let (result, poisoned) = tokio::task::spawn_blocking(
+            move || -> Result<(KeptAnswer, Vec<PoisonedChunk>), CoreError> {
                 let poisoned = store
                     .chunks(id)?
                     .into_iter()
@@ -704,26 +700,22 @@ impl Coordinator {
                     }
                     None => Vec::new(),
                 };
-                // Written out at once: the texts are what every caller sends or keeps, never the tree.
+                // Written out at once and the tree dropped: the texts are what every caller sends or keeps.
                 let value = job.result(&answer);
                 let json = serde_json::to_string(&value)
                     .map_err(|e| CoreError::Internal(format!("the job's result as JSON: {e}")))?;
                 let text = job.render_text(&value);
-                leftovers = Some((value, answer));
+                drop(value);
+                release_freed_memory();
                 let result = KeptAnswer {
                     json: Arc::from(json),
                     text: Arc::from(text),
                 };
                 Ok((result, poisoned))
-            };
-            let _ = answered.send(compute());
-            if leftovers.take().is_some() {
-                release_freed_memory();
-            }
-        });
-        let (result, poisoned) = answer.await.map_err(|_| {
-            CoreError::Internal("the results task ended without an answer".into())
-        })??;
+            },
+        )
+        .await
+        .map_err(|e| CoreError::Internal(format!("results task: {e}")))??;
         if finished {
             self.lock().keep_result(id, result.clone());
         }
