@@ -197,11 +197,11 @@ pub fn results(
         let poisoned = poisoned_list(&r);
         let result =
             ReportResult::sent(r.result_json, r.result_text).context("the result is not JSON")?;
-        let elapsed = if info.finished_unix_ms > 0 {
-            info.finished_unix_ms.saturating_sub(info.created_unix_ms) as f64 / 1000.0
-        } else {
-            started.elapsed().as_secs_f64()
-        };
+        let now_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let elapsed =
+            job_seconds(&info, now_unix_ms).unwrap_or_else(|| started.elapsed().as_secs_f64());
         let report = Report {
             space: info.space.clone(),
             params,
@@ -250,4 +250,42 @@ pub fn control(a: JobArgs, what: Control) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// How long job `info` has run: from its creation to its end, or to `now_unix_ms` while it runs (this machine's
+/// clock against the coordinator's); `None` if the coordinator gave no creation time or the clocks disagree.
+fn job_seconds(info: &sweep_proto::v1::JobInfo, now_unix_ms: u64) -> Option<f64> {
+    if info.created_unix_ms == 0 {
+        return None;
+    }
+    let end = match info.finished_unix_ms {
+        0 => now_unix_ms,
+        finished => finished,
+    };
+    end.checked_sub(info.created_unix_ms)
+        .map(|ms| ms as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod elapsed_tests {
+    use super::*;
+
+    /// A running job's rate is over the time it has run, not over the few milliseconds `sweep results` took
+    /// (which made a job two days in report tera-nodes per second).
+    #[test]
+    fn a_job_runs_from_its_creation_to_its_end_or_to_now() {
+        let job = |created, finished| sweep_proto::v1::JobInfo {
+            created_unix_ms: created,
+            finished_unix_ms: finished,
+            ..Default::default()
+        };
+        assert_eq!(job_seconds(&job(1_000, 61_000), 90_000), Some(60.0));
+        assert_eq!(job_seconds(&job(1_000, 0), 3_601_000), Some(3600.0));
+        assert_eq!(
+            job_seconds(&job(5_000, 0), 4_000),
+            None,
+            "a clock behind the coordinator's"
+        );
+        assert_eq!(job_seconds(&job(0, 0), 4_000), None, "no creation time");
+    }
 }
