@@ -903,8 +903,9 @@ fn merge_outputs(
 
 /// Hands the pages of memory just freed back to the system. A large answer's result tree (15 MB for the 10,000
 /// stars a star answer shows) is freed in this blocking thread's malloc arena, where glibc keeps it: the next
-/// large allocation (the caller parsing the answer, in `sweep run` another thread of the same process) takes
-/// fresh pages from another arena, and the process's peak grows by the whole tree.
+/// large allocations (the answer's texts sent, and in `sweep run` received, by other threads of the same
+/// process) take fresh pages from other arenas, and the process's peak grows by the whole tree. Freeing the
+/// tree only after the texts were sent raised a listing `sweep run star --points 12` from 46 to 57 MB.
 fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free pages to the system; it touches no memory in use.
