@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::blocks::{take, take_u32};
 use super::keys::{chunk_key, job_key, key_text};
 use super::{Store, StoreError};
 use crate::scheduler::JobId;
@@ -198,18 +199,14 @@ pub(super) fn decode_list(bytes: &[u8]) -> Result<Vec<String>, String> {
         Some((&LIST_FRAMED, mut rest)) => {
             let mut solutions = Vec::new();
             while !rest.is_empty() {
-                let (len, tail) = rest.split_first_chunk::<4>().ok_or_else(|| {
-                    format!("it ends inside the length of solution {}", solutions.len())
-                })?;
-                let len = u32::from_le_bytes(*len) as usize;
-                if tail.len() < len {
-                    return Err(format!("it ends inside solution {}", solutions.len()));
-                }
-                let (text, tail) = tail.split_at(len);
+                let i = solutions.len();
+                let len = take_u32(&mut rest)
+                    .ok_or_else(|| format!("it ends inside the length of solution {i}"))?;
+                let text = take(&mut rest, len as usize)
+                    .ok_or_else(|| format!("it ends inside solution {i}"))?;
                 let text = std::str::from_utf8(text)
-                    .map_err(|e| format!("solution {} is not UTF-8: {e}", solutions.len()))?;
+                    .map_err(|e| format!("solution {i} is not UTF-8: {e}"))?;
                 solutions.push(text.to_owned());
-                rest = tail;
             }
             Ok(solutions)
         }

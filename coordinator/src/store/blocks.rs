@@ -53,7 +53,8 @@ pub(super) struct RawEntry<'a> {
     pub(super) output: Option<&'a [u8]>,
 }
 
-fn take<'a>(rest: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+/// The next `n` bytes of `rest`, or `None` if it ends first (the store's framed values: blocks, list files).
+pub(super) fn take<'a>(rest: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
     if rest.len() < n {
         return None;
     }
@@ -62,7 +63,7 @@ fn take<'a>(rest: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
     Some(head)
 }
 
-fn take_u32(rest: &mut &[u8]) -> Option<u32> {
+pub(super) fn take_u32(rest: &mut &[u8]) -> Option<u32> {
     let b: [u8; 4] = take(rest, 4)?.try_into().ok()?;
     Some(u32::from_le_bytes(b))
 }
