@@ -80,3 +80,30 @@ pub fn worker_json(w: &v1::WorkerStatus) -> serde_json::Value {
         "version": w.version,
     })
 }
+
+/// The report of a coordinator's answer: `results` for the job `info` (of `space` with `params`), `elapsed_s`
+/// as the command measures it. Fails only if the answer is not JSON.
+pub fn results_report(
+    results: v1::ResultsResponse,
+    info: &v1::JobInfo,
+    (space, params): (String, serde_json::Value),
+    elapsed_s: f64,
+) -> Result<crate::output::Report, serde_json::Error> {
+    let poisoned = poisoned_list(&results);
+    Ok(crate::output::Report {
+        space,
+        params,
+        job: Some(info.id),
+        state: info.state().label().to_string(),
+        chunks_total: info.chunks_total,
+        chunks_done: info.chunks_done,
+        nodes: info.nodes.parse().unwrap_or(0),
+        elapsed_s,
+        result: crate::output::ReportResult::sent(results.result_json, results.result_text)?,
+        poisoned,
+        unverified: info.unverified,
+        failures: failures_json(&info.failures),
+        listing: info.listing().label().into(),
+        solutions_listed: info.solutions_stored,
+    })
+}

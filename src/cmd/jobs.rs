@@ -11,10 +11,9 @@ use sweep_client::ClientError;
 use sweep_space::Registry;
 
 use crate::exit::one_line;
-use crate::output::{Report, ReportResult};
 use crate::progress::{Bars, Mode};
 use crate::remote::{connect, Remote};
-use crate::render::{caveats, failures_json, info_json, poisoned_list};
+use crate::render::{caveats, info_json, results_report};
 use crate::runtime::{runtime, shutdown_signal};
 
 #[derive(Args)]
@@ -194,30 +193,13 @@ pub fn results(
                     info.id, info.space
                 )
             })?;
-        let poisoned = poisoned_list(&r);
-        let result =
-            ReportResult::sent(r.result_json, r.result_text).context("the result is not JSON")?;
         let now_unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         let elapsed =
             job_seconds(&info, now_unix_ms).unwrap_or_else(|| started.elapsed().as_secs_f64());
-        let report = Report {
-            space: info.space.clone(),
-            params,
-            job: Some(info.id),
-            state: info.state().label().to_string(),
-            chunks_total: info.chunks_total,
-            chunks_done: info.chunks_done,
-            nodes: info.nodes.parse().unwrap_or(0),
-            elapsed_s: elapsed,
-            result,
-            poisoned,
-            unverified: info.unverified,
-            failures: failures_json(&info.failures),
-            listing: info.listing().label().into(),
-            solutions_listed: info.solutions_stored,
-        };
+        let report = results_report(r, &info, (info.space.clone(), params), elapsed)
+            .context("the result is not JSON")?;
         report.print(job.as_ref(), a.json);
         crate::output::write_pictures(job.as_ref(), &report.result, svg.as_deref())?;
         if let Some(path) = solutions {

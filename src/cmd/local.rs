@@ -17,7 +17,7 @@ use crate::args::{self, JobArgs};
 use crate::exit::{self, one_line, usage, Exit};
 use crate::output::{Report, ReportResult};
 use crate::progress::{Bars, Mode};
-use crate::render::{failures_json, poisoned_list};
+use crate::render::results_report;
 use crate::runtime::{runtime, shutdown_signal};
 use sweep_space::Registry;
 
@@ -234,25 +234,13 @@ fn report_run(
     started: Instant,
 ) -> anyhow::Result<ExitCode> {
     let final_info = results.job.clone().unwrap_or(info);
-    let poisoned = poisoned_list(&results);
-    let result = ReportResult::sent(results.result_json, results.result_text)
-        .context("the coordinator sent a result that is not JSON")?;
-    let report = Report {
-        space: job.space().to_string(),
-        params: job.params(),
-        job: Some(final_info.id),
-        state: final_info.state().label().to_string(),
-        chunks_total: final_info.chunks_total,
-        chunks_done: final_info.chunks_done,
-        nodes: final_info.nodes.parse().unwrap_or(0),
-        elapsed_s: started.elapsed().as_secs_f64(),
-        result,
-        poisoned,
-        unverified: final_info.unverified,
-        failures: failures_json(&final_info.failures),
-        listing: final_info.listing().label().into(),
-        solutions_listed: final_info.solutions_stored,
-    };
+    let report = results_report(
+        results,
+        &final_info,
+        (job.space().to_string(), job.params()),
+        started.elapsed().as_secs_f64(),
+    )
+    .context("the coordinator sent a result that is not JSON")?;
     report.print(job, engine.json);
     crate::output::write_pictures(job, &report.result, engine.svg.as_deref())?;
     Ok(
