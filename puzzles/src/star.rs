@@ -913,7 +913,11 @@ impl Search {
         self.o = [0; 32];
         self.j = [0; 32];
         let e = self.magic - b - c - d;
-        let mut vals = vec![a, b, c, d, e];
+        // A fixed array, not a `Vec`: this runs once per prefix (10^5 per chunk of n = 12), and a `realloc` takes
+        // the malloc arena's lock, which threads that free this thread's reported stars hold at times (a search
+        // thread slept on it for 5-20 ms at a time in `sweep run`).
+        let mut vals = [a, b, c, d, e, 0, 0];
+        let mut n_vals = 5;
         self.o[0] = a;
         self.o[1] = b;
         self.o[n - 1] = c;
@@ -924,11 +928,12 @@ impl Search {
             let w = self.magic - a - d - v;
             self.j[1] = v;
             self.o[2] = w;
-            vals.extend([v, w]);
+            vals[5..].copy_from_slice(&[v, w]);
+            n_vals = 7;
             level = 2;
         }
         let mut used = 0u64;
-        for &x in &vals {
+        for &x in &vals[..n_vals] {
             if !(1..=cells).contains(&x) || used & (1 << x) != 0 {
                 return None;
             }
