@@ -9,6 +9,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.join("sweep_descriptor.bin"),
         prost::Message::encode_to_vec(&fds),
     )?;
-    tonic_prost_build::configure().compile_fds(fds)?;
+    tonic_prost_build::configure()
+        // Shared buffers: a report batch kept for a retry is cloned by reference count.
+        .bytes(".sweep.v1.EncodedCompleteRequest.reports")
+        .compile_fds(fds)?;
     Ok(())
 }

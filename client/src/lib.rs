@@ -5,8 +5,8 @@
 //! - [`Client`] makes the calls of the `Jobs` service (what `sweep submit`, `status`, `watch`, `results`, the
 //!   job controls and `workers`/`drain` do). It returns the generated [`v1`] messages as they are: showing
 //!   them is the caller's business.
-//! - [`work_client`] gives a worker its `Work` service client (register, lease, heartbeat, complete, fail,
-//!   fetch artifact). A worker retries those calls itself, so this client connects lazily and never fails
+//! - [`work_client`] gives a worker its `Work` service client (register, lease, heartbeat, fail, fetch
+//!   artifact) and its [`ReportClient`] (complete, with reports already encoded). A worker retries those calls itself, so this client connects lazily and never fails
 //!   for a coordinator that is away.
 //!
 //! Every failure is a [`ClientError`], which tells apart what a caller acts on differently: settings that
@@ -27,6 +27,9 @@ pub use sweep_proto::v1;
 
 /// The generated `Work` service client over a [`SecureChannel`]: what a worker calls.
 pub type WorkClient = v1::work_client::WorkClient<SecureChannel>;
+
+/// A worker's `Work.Complete` client for reports it encoded itself (see `EncodedCompleteRequest` in the proto).
+pub type ReportClient = sweep_proto::CompleteClient<SecureChannel>;
 
 /// How long [`Client::connect`] waits for the coordinator to accept the connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -320,9 +323,13 @@ impl WatchStream {
     }
 }
 
-/// The `Work` service client for a worker at `url`. It connects on its first call and again after the
-/// coordinator went away, so only bad settings fail here; each call times out after a minute.
-pub fn work_client(url: &str, security: &ClientSecurity) -> Result<WorkClient, ConnectError> {
+/// The `Work` service client for a worker at `url`, and its client for reports (both over one channel). It
+/// connects on its first call and again after the coordinator went away, so only bad settings fail here; each
+/// call times out after a minute.
+pub fn work_client(
+    url: &str,
+    security: &ClientSecurity,
+) -> Result<(WorkClient, ReportClient), ConnectError> {
     let endpoint = endpoint(url, security)?
         .connect_timeout(Duration::from_secs(3))
         .timeout(Duration::from_secs(60));
@@ -330,15 +337,16 @@ pub fn work_client(url: &str, security: &ClientSecurity) -> Result<WorkClient, C
     Ok(work_client_over(secure(endpoint.connect_lazy(), token)))
 }
 
-/// A worker's client of a coordinator running in this process (see [`Client::in_process`]).
-pub fn work_client_in_process(transport: sweep_proto::Transport) -> WorkClient {
+/// A worker's clients of a coordinator running in this process (see [`Client::in_process`]).
+pub fn work_client_in_process(transport: sweep_proto::Transport) -> (WorkClient, ReportClient) {
     work_client_over(in_process(transport))
 }
 
-fn work_client_over(channel: SecureChannel) -> WorkClient {
-    WorkClient::new(channel)
+fn work_client_over(channel: SecureChannel) -> (WorkClient, ReportClient) {
+    let work = WorkClient::new(channel.clone())
         .max_encoding_message_size(sweep_proto::MAX_REPORT_BYTES)
-        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES)
+        .max_decoding_message_size(sweep_proto::MAX_REPORT_BYTES);
+    (work, ReportClient::new(channel))
 }
 
 #[cfg(test)]

@@ -47,6 +47,53 @@ impl v1::Listing {
     }
 }
 
+impl v1::ChunkReport {
+    /// The report as one [`v1::EncodedCompleteRequest`] entry.
+    pub fn encode_shared(&self) -> prost::bytes::Bytes {
+        prost::Message::encode_to_vec(self).into()
+    }
+}
+
+/// The `Work.Complete` call with its reports already encoded ([`v1::EncodedCompleteRequest`]), over any channel
+/// the generated `WorkClient` takes. The request, method path and codec are what the generated client sends for
+/// the [`v1::CompleteRequest`] those bytes encode; only the Rust type of the reports differs.
+#[derive(Clone, Debug)]
+pub struct CompleteClient<T> {
+    inner: tonic::client::Grpc<T>,
+}
+
+impl<T> CompleteClient<T>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    pub fn new(channel: T) -> Self {
+        let inner = tonic::client::Grpc::new(channel)
+            .max_encoding_message_size(MAX_REPORT_BYTES)
+            .max_decoding_message_size(MAX_REPORT_BYTES);
+        CompleteClient { inner }
+    }
+
+    pub async fn complete(
+        &mut self,
+        request: v1::EncodedCompleteRequest,
+    ) -> Result<tonic::Response<v1::CompleteResponse>, tonic::Status> {
+        self.inner.ready().await.map_err(|e| {
+            tonic::Status::unknown(format!("the channel was not ready: {}", e.into()))
+        })?;
+        let path = http::uri::PathAndQuery::from_static("/sweep.v1.Work/Complete");
+        let mut request = tonic::Request::new(request);
+        request
+            .extensions_mut()
+            .insert(tonic::GrpcMethod::new("sweep.v1.Work", "Complete"));
+        let codec =
+            tonic_prost::ProstCodec::<v1::EncodedCompleteRequest, v1::CompleteResponse>::default();
+        self.inner.unary(request, path, codec).await
+    }
+}
+
 /// `sweep.proto` compiled to a `FileDescriptorSet`: what the coordinator's reflection service answers with.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/sweep_descriptor.bin"));
@@ -184,6 +231,47 @@ mod tests {
         assert_eq!(bare.code(), tonic::Code::Unavailable, "{bare}");
         assert_eq!(boxed.code(), bare.code(), "{boxed}");
         assert_eq!(boxed.message(), bare.message());
+    }
+
+    /// Workers send `EncodedCompleteRequest` and the coordinator reads `CompleteRequest`: the bytes must be the
+    /// same, for any number of reports, empty ones included.
+    #[test]
+    fn an_encoded_complete_request_is_the_complete_request_on_the_wire() {
+        use prost::Message;
+        let report = |i: u64, solutions: Vec<String>| v1::ChunkReport {
+            lease_id: i,
+            job_id: 3,
+            chunk: i * 7,
+            output: Some(v1::ChunkOutput {
+                nodes: i * 1000,
+                solutions,
+                counters: [("unique".to_string(), i.to_string())].into(),
+                artifact: vec![i as u8; i as usize],
+            }),
+            elapsed_s: 0.25,
+        };
+        let reports = [
+            report(0, vec![]),
+            report(1, vec!["1,2,3".into()]),
+            report(2, (0..300).map(|k| format!("{k},{k}")).collect()),
+            v1::ChunkReport::default(),
+        ];
+        for n in 0..=reports.len() {
+            let plain = v1::CompleteRequest {
+                worker_id: "w-1".into(),
+                reports: reports[..n].to_vec(),
+            };
+            let encoded = v1::EncodedCompleteRequest {
+                worker_id: "w-1".into(),
+                reports: reports[..n]
+                    .iter()
+                    .map(v1::ChunkReport::encode_shared)
+                    .collect(),
+            };
+            let bytes = encoded.encode_to_vec();
+            assert_eq!(bytes, plain.encode_to_vec(), "{n} reports");
+            assert_eq!(v1::CompleteRequest::decode(&bytes[..]).unwrap(), plain);
+        }
     }
 
     #[test]

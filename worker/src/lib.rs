@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use sweep_client::{ClientSecurity, ConnectError, WorkClient};
+use sweep_client::{ClientSecurity, ConnectError, ReportClient, WorkClient};
 use sweep_proto::v1;
 use sweep_space::{Control, Job, Registry};
 use tokio::sync::{watch, Notify};
@@ -138,13 +138,30 @@ pub struct WorkerStats {
     pub nodes: u64,
 }
 
+/// A finished chunk's report, encoded by the search thread that ran it (see `EncodedCompleteRequest` in the
+/// proto): its solutions are freed where they were allocated, and a batch kept for a retry is shared.
+struct Outgoing {
+    lease_id: u64,
+    job_id: u64,
+    chunk: u64,
+    report: prost::bytes::Bytes,
+}
+
+impl Outgoing {
+    /// What the report adds to a request: its bytes, their length and the field's tag.
+    fn encoded_len(&self) -> usize {
+        let len = self.report.len();
+        1 + prost::length_delimiter_len(len) + len
+    }
+}
+
 #[derive(Default)]
 struct State {
     queue: VecDeque<v1::ChunkLease>,
     running: HashMap<u64, Arc<Control>>,
     /// When each running lease's resume state was last sent (see [`RESUME_STATE_INTERVAL`]).
     state_sent: HashMap<u64, Instant>,
-    outbox: Vec<v1::ChunkReport>,
+    outbox: Vec<Outgoing>,
     failures: Vec<v1::FailRequest>,
     /// Jobs built (and bound to their inputs) so far, with the digests of those inputs and when each was last
     /// used: see [`State::cache_job`].
@@ -276,6 +293,7 @@ fn lease_inputs(lease: &v1::ChunkLease) -> Vec<(u64, String)> {
 struct Shared {
     cfg: WorkerConfig,
     client: WorkClient,
+    reports: ReportClient,
     worker_id: String,
     state: Mutex<State>,
     work_ready: Notify,
@@ -502,7 +520,7 @@ pub async fn run(
     cfg: WorkerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, WorkerError> {
-    let mut client = match &cfg.in_process {
+    let (mut client, reports) = match &cfg.in_process {
         Some(transport) => sweep_client::work_client_in_process(transport.clone()),
         None => sweep_client::work_client(&cfg.connect, &cfg.security)?,
     };
@@ -533,6 +551,7 @@ pub async fn run(
         heartbeat: Duration::from_millis(reg.heartbeat_interval_ms.clamp(50, 60_000)),
         worker_id: reg.worker_id,
         client,
+        reports,
         cfg,
         state: Mutex::new(State::default()),
         work_ready: Notify::new(),
@@ -808,8 +827,11 @@ fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>, rt: tokio::runtime
                 Err((false, e))
             }
         };
-        // Made into a report before the lock: a listed chunk's thousands of strings are moved, and the other
-        // search threads never wait for that under the lock.
+        let secs = started.elapsed().as_secs_f64();
+        // Encoded here, on this thread and before the lock. A listed chunk's thousands of strings are then freed
+        // by the thread that allocated them: freed by the reporter, they made it hold this thread's malloc arena
+        // lock, and perf showed search threads asleep on that lock for 5-20 ms at a time. And the other search
+        // threads never wait for the encoding under the lock.
         let outcome = outcome.map(|mut out| {
             // The engine's promise for a job that keeps counts only, whether or not its kernel (or program)
             // listed anything: no list crosses the network or reaches the store.
@@ -819,24 +841,31 @@ fn executor(sh: Arc<Shared>, mut stop: watch::Receiver<bool>, rt: tokio::runtime
             if let Some(lie) = sh.cfg.lie {
                 lie.apply(&mut out);
             }
-            v1::ChunkOutput::from(out)
+            let nodes = out.nodes;
+            let report = v1::ChunkReport {
+                lease_id: lease.lease_id,
+                job_id: lease.job_id,
+                chunk: lease.chunk,
+                output: Some(out.into()),
+                elapsed_s: secs,
+            };
+            let report = Outgoing {
+                lease_id: lease.lease_id,
+                job_id: lease.job_id,
+                chunk: lease.chunk,
+                report: report.encode_shared(),
+            };
+            (nodes, report)
         });
         let mut st = sh.lock();
         st.running.remove(&lease.lease_id);
         st.state_sent.remove(&lease.lease_id);
         match outcome {
-            Ok(out) => {
-                let secs = started.elapsed().as_secs_f64();
+            Ok((nodes, report)) => {
                 st.stats.chunks_done += 1;
-                st.stats.nodes += out.nodes;
+                st.stats.nodes += nodes;
                 st.note_chunk_time(secs);
-                st.outbox.push(v1::ChunkReport {
-                    lease_id: lease.lease_id,
-                    job_id: lease.job_id,
-                    chunk: lease.chunk,
-                    output: Some(out),
-                    elapsed_s: secs,
-                });
+                st.outbox.push(report);
             }
             Err((stopped, e)) => {
                 // Stopped on request (shutdown, revoked lease): not a failure of the chunk.
@@ -958,8 +987,7 @@ const REPORT_BATCH_BYTES: usize = sweep_proto::MAX_REPORT_BYTES / 4;
 /// Takes the next batch of reports from the outbox. A single report too large for any message can never be
 /// delivered: it becomes a failure of its chunk (which the coordinator counts and, repeated, poisons) rather
 /// than blocking every report behind it forever.
-fn take_batch(st: &mut State, worker_id: &str) -> Vec<v1::ChunkReport> {
-    use prost::Message;
+fn take_batch(st: &mut State, worker_id: &str) -> Vec<Outgoing> {
     let mut batch = Vec::new();
     let mut bytes = 0;
     while let Some(next) = st.outbox.first() {
@@ -1000,6 +1028,7 @@ const REPORT_INTERVAL: Duration = Duration::from_millis(20);
 
 async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut client = sh.client.clone();
+    let mut reporter = sh.reports.clone();
     let mut backoff = Backoff::new();
     let mut last_sent: Option<Instant> = None;
     loop {
@@ -1032,11 +1061,11 @@ async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let mut ok = true;
         if !reports.is_empty() {
             last_sent = Some(Instant::now());
-            let req = v1::CompleteRequest {
+            let req = v1::EncodedCompleteRequest {
                 worker_id: sh.worker_id.clone(),
-                reports: reports.clone(),
+                reports: reports.iter().map(|r| r.report.clone()).collect(),
             };
-            match client.complete(req).await {
+            match reporter.complete(req).await {
                 Ok(resp) => {
                     for ack in resp.into_inner().acks {
                         if ack.status == v1::AckStatus::Rejected as i32 {
@@ -1078,6 +1107,45 @@ async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn outgoing(lease_id: u64, bytes: usize) -> Outgoing {
+        Outgoing {
+            lease_id,
+            job_id: 1,
+            chunk: lease_id,
+            report: vec![7; bytes].into(),
+        }
+    }
+
+    /// Batches stay under the batch limit (one report over it still goes, alone), keep the outbox's order, and a
+    /// report no message can carry becomes a failure of its chunk instead of blocking the ones behind it.
+    #[test]
+    fn report_batches_are_bounded_and_an_undeliverable_report_fails_its_chunk() {
+        let mut st = State::default();
+        let quarter = REPORT_BATCH_BYTES / 4;
+        st.outbox = vec![
+            outgoing(1, quarter),
+            outgoing(2, quarter),
+            outgoing(3, sweep_proto::MAX_REPORT_BYTES),
+            outgoing(4, quarter),
+            outgoing(5, REPORT_BATCH_BYTES + 10),
+            outgoing(6, 10),
+        ];
+        let ids = |b: Vec<Outgoing>| b.iter().map(|o| o.lease_id).collect::<Vec<_>>();
+        assert_eq!(ids(take_batch(&mut st, "w")), [1, 2, 4]);
+        assert_eq!(st.failures.len(), 1);
+        assert_eq!(st.failures[0].lease_id, 3);
+        assert!(
+            !st.failures[0].release,
+            "an undeliverable result was handed back"
+        );
+        assert!(st.failures[0]
+            .error
+            .contains("more than a report may carry"));
+        assert_eq!(ids(take_batch(&mut st, "w")), [5]);
+        assert_eq!(ids(take_batch(&mut st, "w")), [6]);
+        assert!(take_batch(&mut st, "w").is_empty());
+    }
 
     fn lease(input_job: u64, inputs: &[(u64, &str)]) -> v1::ChunkLease {
         v1::ChunkLease {
