@@ -20,10 +20,11 @@ pub fn big(n: u128) -> Value {
 pub enum ReportResult {
     /// A tree: built in this process (`solve`), or parsed from a coordinator that sent no text.
     Built(Value),
-    /// As a coordinator sent it: the JSON checked but not parsed into a tree, and the text for people that the
-    /// coordinator rendered from the same tree. A star answer's 10,000 stars are 1.7 MB of JSON: parsing it
-    /// again only to print it was a single-threaded tenth of a second at the end of every `sweep run`.
-    Sent { json: Box<RawValue>, text: String },
+    /// As a coordinator sent it: the JSON, and the text for people that the coordinator rendered from the same
+    /// tree. The JSON is read only by what prints or draws it (`--json`, `--svg`), and checked there: a star
+    /// answer's 10,000 stars are 1.7 MB of JSON, and parsing it only to print its text was a single-threaded
+    /// tenth of a second at the end of every `sweep run` (checking it, still 8 ms).
+    Sent { json: String, text: String },
 }
 
 impl ReportResult {
@@ -32,17 +33,14 @@ impl ReportResult {
         if text.is_empty() {
             return Ok(ReportResult::Built(serde_json::from_str(&json)?));
         }
-        Ok(ReportResult::Sent {
-            json: RawValue::from_string(json)?,
-            text,
-        })
+        Ok(ReportResult::Sent { json, text })
     }
 
     /// The answer as a tree (pictures are drawn from it): parsed here if it was sent as text.
     pub fn value(&self) -> Result<Cow<'_, Value>, serde_json::Error> {
         match self {
             ReportResult::Built(v) => Ok(Cow::Borrowed(v)),
-            ReportResult::Sent { json, .. } => serde_json::from_str(json.get()).map(Cow::Owned),
+            ReportResult::Sent { json, .. } => serde_json::from_str(json).map(Cow::Owned),
         }
     }
 
@@ -59,7 +57,14 @@ impl Serialize for ReportResult {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             ReportResult::Built(v) => v.serialize(s),
-            ReportResult::Sent { json, .. } => json.serialize(s),
+            ReportResult::Sent { json, .. } => {
+                // Written as it came, once checked to be one JSON value (a cut answer must not make the
+                // report's JSON invalid).
+                let raw: &RawValue = serde_json::from_str(json).map_err(|e| {
+                    serde::ser::Error::custom(format!("the answer is not JSON: {e}"))
+                })?;
+                raw.serialize(s)
+            }
         }
     }
 }
@@ -106,8 +111,9 @@ pub struct Report {
 }
 
 impl Report {
-    /// The report as one JSON object, the answer written as it is (never copied into another tree).
-    pub fn to_json_text(&self) -> String {
+    /// The report as one JSON object, the answer written as it is (never copied into another tree). Fails
+    /// only if a coordinator's answer is not JSON.
+    pub fn to_json_text(&self) -> Result<String, serde_json::Error> {
         let report = JsonReport {
             chunks_done: self.chunks_done,
             chunks_total: self.chunks_total,
@@ -124,19 +130,19 @@ impl Report {
             state: &self.state,
             unverified: self.unverified,
         };
-        // Serializing values that are already trees or checked JSON cannot fail; the fallback names the field.
         serde_json::to_string(&report)
-            .unwrap_or_else(|e| json!({ "error": format!("the report as JSON: {e}") }).to_string())
     }
 
-    pub fn print(&self, job: &dyn Job, as_json: bool) {
-        emit(&self.render(job, as_json));
+    /// Prints the report; fails, printing nothing, only if `as_json` and a coordinator's answer is not JSON.
+    pub fn print(&self, job: &dyn Job, as_json: bool) -> Result<(), serde_json::Error> {
+        emit(&self.render(job, as_json)?);
+        Ok(())
     }
 
-    fn render(&self, job: &dyn Job, as_json: bool) -> String {
+    fn render(&self, job: &dyn Job, as_json: bool) -> Result<String, serde_json::Error> {
         use std::fmt::Write;
         if as_json {
-            return format!("{}\n", self.to_json_text());
+            return Ok(format!("{}\n", self.to_json_text()?));
         }
         let mut text = String::new();
         let rate = if self.elapsed_s > 0.0 {
@@ -231,7 +237,7 @@ impl Report {
             }
         }
         text.push_str(&self.result.text(job));
-        text
+        Ok(text)
     }
 }
 
@@ -320,12 +326,12 @@ mod tests {
         let old = report(old);
         for r in [&sent, &old] {
             assert_eq!(
-                r.render(job.as_ref(), true),
-                built.render(job.as_ref(), true)
+                r.render(job.as_ref(), true).unwrap(),
+                built.render(job.as_ref(), true).unwrap()
             );
             assert_eq!(
-                r.render(job.as_ref(), false),
-                built.render(job.as_ref(), false)
+                r.render(job.as_ref(), false).unwrap(),
+                built.render(job.as_ref(), false).unwrap()
             );
             assert_eq!(r.result.value().unwrap().as_ref(), &answer);
         }
@@ -336,12 +342,26 @@ mod tests {
             "result": answer, "poisoned_chunks": [{"chunk": 1}], "unverified": false, "failures": [],
             "listing": "all", "solutions_listed": 80,
         });
-        assert_eq!(sent.render(job.as_ref(), true), format!("{as_tree}\n"));
+        assert_eq!(
+            sent.render(job.as_ref(), true).unwrap(),
+            format!("{as_tree}\n")
+        );
         assert!(built
             .render(job.as_ref(), false)
+            .unwrap()
             .contains("unique solutions in the seed's field numbering"));
-        let err = ReportResult::sent("{\"points\": 6,".into(), "text".into()).err();
-        assert!(err.is_some(), "cut JSON is refused");
+        // Cut JSON with its text: the text prints (the JSON is never read), `--json` and pictures refuse it;
+        // without a text there is nothing to print, so it is refused at once.
+        let cut = report(ReportResult::sent("{\"points\": 6,".into(), "the text".into()).unwrap());
+        assert!(cut
+            .render(job.as_ref(), false)
+            .unwrap()
+            .contains("the text"));
+        let err = cut.render(job.as_ref(), true).unwrap_err().to_string();
+        assert!(err.contains("the answer is not JSON"), "{err}");
+        assert!(cut.result.value().is_err());
+        let err = ReportResult::sent("{\"points\": 6,".into(), String::new()).err();
+        assert!(err.is_some(), "cut JSON without a text is refused");
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub fn worker_json(w: &v1::WorkerStatus) -> serde_json::Value {
 }
 
 /// The report of a coordinator's answer: `results` for the job `info` (of `space` with `params`), `elapsed_s`
-/// as the command measures it. Fails only if the answer is not JSON.
+/// as the command measures it. Fails only if the answer came without its text and is not JSON.
 pub fn results_report(
     results: v1::ResultsResponse,
     info: &v1::JobInfo,

@@ -200,7 +200,9 @@ pub fn results(
             job_seconds(&info, now_unix_ms).unwrap_or_else(|| started.elapsed().as_secs_f64());
         let report = results_report(r, &info, (info.space.clone(), params), elapsed)
             .context("the result is not JSON")?;
-        report.print(job.as_ref(), a.json);
+        report
+            .print(job.as_ref(), a.json)
+            .context("the result is not JSON")?;
         crate::output::write_pictures(job.as_ref(), &report.result, svg.as_deref())?;
         if let Some(path) = solutions {
             if !info.state().is_finished() {

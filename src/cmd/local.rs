@@ -241,7 +241,9 @@ fn report_run(
         started.elapsed().as_secs_f64(),
     )
     .context("the coordinator sent a result that is not JSON")?;
-    report.print(job, engine.json);
+    report
+        .print(job, engine.json)
+        .context("the coordinator sent a result that is not JSON")?;
     crate::output::write_pictures(job, &report.result, engine.svg.as_deref())?;
     Ok(
         if report.poisoned.is_empty() && final_info.state() == v1::JobState::Done {
@@ -424,7 +426,9 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
         listing: listing_label(engine.count_only).into(),
         solutions_listed: answer.solutions_listed,
     };
-    report.print(job.as_ref(), engine.json);
+    report
+        .print(job.as_ref(), engine.json)
+        .context("the answer as JSON")?;
     crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;
     Ok(ExitCode::SUCCESS)
 }
