@@ -371,24 +371,26 @@ impl StarJob {
     /// every listed star, so the common case is read byte by byte without allocating; anything else (or more
     /// labels than `buf` holds) takes [`StarJob::parse_labels_slowly`], which names what is wrong.
     fn parse_plain(s: &str, buf: &mut [u8; 64]) -> Option<usize> {
-        let (mut len, mut value, mut digits) = (0, 0u32, 0);
-        for &b in s.as_bytes() {
-            match b {
-                b'0'..=b'9' if digits < 3 => {
-                    value = value * 10 + u32::from(b - b'0');
-                    digits += 1;
-                }
-                b',' if digits > 0 => {
-                    *buf.get_mut(len)? = u8::try_from(value).ok()?;
-                    len += 1;
-                    (value, digits) = (0, 0);
-                }
-                _ => return None,
+        // A label at a time, not a byte at a time with a state: the coordinator reads every listed star.
+        let digit = |b: Option<&u8>| b.map(|b| b.wrapping_sub(b'0')).filter(|d| *d <= 9);
+        let bytes = s.as_bytes();
+        let (mut i, mut len) = (0, 0);
+        loop {
+            let mut value = u32::from(digit(bytes.get(i))?);
+            i += 1;
+            for _ in 0..2 {
+                let Some(d) = digit(bytes.get(i)) else { break };
+                value = value * 10 + u32::from(d);
+                i += 1;
+            }
+            *buf.get_mut(len)? = u8::try_from(value).ok()?;
+            len += 1;
+            match bytes.get(i) {
+                None => return Some(len),
+                Some(b',') => i += 1,
+                Some(_) => return None,
             }
         }
-        (digits > 0).then_some(())?;
-        *buf.get_mut(len)? = u8::try_from(value).ok()?;
-        Some(len + 1)
     }
 
     /// A star's labels by cell, checked to be a permutation of 1..=2n.
@@ -413,12 +415,14 @@ impl StarJob {
             return Err(bad(format!("{len} labels, expected {cells}")));
         }
         let labels = &buf[..cells];
-        let mut seen = 0u64;
+        // `cells` labels, each one of the `cells` bits 1..=2n: all of those bits set means no label repeats.
+        let (mut seen, mut small) = (0u64, true);
         for &l in labels {
-            if l == 0 || usize::from(l) > cells || seen & (1 << l) != 0 {
-                return Err(bad("not a permutation of 1..2n".into()));
-            }
-            seen |= 1 << l;
+            small &= l < 64;
+            seen |= 1 << (l & 63);
+        }
+        if !small || seen != ((1u64 << cells) - 1) << 1 {
+            return Err(bad("not a permutation of 1..2n".into()));
         }
         Ok(labels)
     }
@@ -1381,6 +1385,37 @@ mod tests {
         let mut odd = good;
         odd.count("solutions", 1);
         assert!(j.verify(4, idx, &odd).is_err());
+    }
+
+    /// The reader behind every check: a star is exactly 2n labels, a permutation of 1..=2n, however its bits
+    /// fall (0, 2n + 1, labels past 63 that a shift would wrap, a repeat).
+    #[test]
+    fn only_permutations_of_the_labels_are_read_as_stars() {
+        let j = job(6, Method::Backtrack);
+        let mut buf = [0; 64];
+        let good = "1,2,3,4,5,6,7,8,9,10,11,12";
+        assert_eq!(
+            j.parse_solution_into(good, &mut buf).unwrap(),
+            (1..=12).collect::<Vec<u8>>()
+        );
+        for (text, why) in [
+            ("1,2,3,4,5,6,7,8,9,10,11,11", "not a permutation"),
+            ("0,2,3,4,5,6,7,8,9,10,11,12", "not a permutation"),
+            ("1,2,3,4,5,6,7,8,9,10,11,13", "not a permutation"),
+            ("1,2,3,4,5,6,7,8,9,10,11,65", "not a permutation"),
+            ("1,2,3,4,5,6,7,8,9,10,11,200", "not a permutation"),
+            ("1,2,3,4,5,6,7,8,9,10,11", "11 labels, expected 12"),
+            ("1,2,3,4,5,6,7,8,9,10,11,12,13", "13 labels, expected 12"),
+            ("1,2,3,4,5,6,7,8,9,10,11,300", "`300`"),
+            ("1,2,3,4,5,6,7,8,9,10,11,", "``"),
+            ("1,2,3,4,5,6,7,8,9,10,11, 12", "` 12`"),
+        ] {
+            let err = j
+                .parse_solution_into(text, &mut buf)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why), "{text}: {err}");
+        }
     }
 
     #[test]
