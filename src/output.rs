@@ -18,12 +18,12 @@ pub fn big(n: u128) -> Value {
 
 /// A job's answer as a report shows it.
 pub enum ReportResult {
-    /// A tree: built in this process (`solve`), or parsed from a coordinator that sent no text.
+    /// A tree: parsed from a coordinator that sent no text (or from a space that renders no text).
     Built(Value),
-    /// As a coordinator sent it: the JSON, and the text for people that the coordinator rendered from the same
-    /// tree. The JSON is read only by what prints or draws it (`--json`, `--svg`), and checked there: a star
-    /// answer's 10,000 stars are 1.7 MB of JSON, and parsing it only to print its text was a single-threaded
-    /// tenth of a second at the end of every `sweep run` (checking it, still 8 ms).
+    /// As a coordinator sent it (or `solve` wrote it): the JSON, and the text for people of the same answer. The
+    /// JSON is read only by what prints or draws it (`--json`, `--svg`), and checked there: a star answer's
+    /// 10,000 stars are 1.7 MB of JSON, and parsing it only to print its text was a single-threaded tenth of a
+    /// second at the end of every `sweep run` (checking it, still 8 ms).
     Sent { json: String, text: String },
 }
 

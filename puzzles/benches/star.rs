@@ -252,6 +252,18 @@ fn answer(n: u32) {
         answer.solutions.len()
     );
     // The first call alone, as a job's end makes it: on memory the process has not used for such a tree yet.
+    // What a job's end runs now: both texts written without the tree.
+    let t = Instant::now();
+    let (mut json, mut text) = job.result_texts(&answer);
+    println!(
+        "  Job::result_texts, first call: {:.2} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    time("Job::result_texts", &mut || {
+        (json, text) = job.result_texts(&answer)
+    });
+    println!("  ({} bytes of JSON, {} of text)", json.len(), text.len());
+    // The tree it replaced, step by step.
     let t = Instant::now();
     let mut value = job.result(&answer);
     println!(
@@ -259,7 +271,6 @@ fn answer(n: u32) {
         t.elapsed().as_secs_f64() * 1e3
     );
     time("Job::result", &mut || value = job.result(&answer));
-    let mut text = String::new();
     time("to JSON text", &mut || {
         text = serde_json::to_string(&value).expect("JSON")
     });

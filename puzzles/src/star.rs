@@ -436,6 +436,28 @@ impl StarJob {
 }
 
 impl StarJob {
+    /// The seed's listing of unique stars, under a line naming its fields (nothing when there are none).
+    fn write_seed_forms<'a>(&self, s: &mut String, forms: impl ExactSizeIterator<Item = &'a str>) {
+        use std::fmt::Write;
+        if forms.len() == 0 {
+            return;
+        }
+        let fields: Vec<String> = self
+            .geo
+            .fields
+            .iter()
+            .map(|c| cell_name(self.geo.n, *c))
+            .collect();
+        let _ = writeln!(
+            s,
+            "unique solutions in the seed's field numbering (fields {}):",
+            fields.join(" ")
+        );
+        for form in forms {
+            let _ = writeln!(s, "  {form}");
+        }
+    }
+
     /// Knuth's estimate of the nodes `run_chunk(n_chunks, chunk)` counts, from `probes` random walks down the
     /// chunk's part of the tree: a walk through nodes with c_1, c_2, ... children stands for 1 + c_1 + c_1 c_2 +
     /// ... nodes, an unbiased estimate of the subtree's size (D. E. Knuth, "Estimating the efficiency of
@@ -693,6 +715,70 @@ impl Job for StarJob {
         result
     }
 
+    /// `result` and `render_text` without the tree: a listing job's answer shows 10,000 stars, and building,
+    /// writing and dropping their 250,000 values was most of its single-threaded end. The JSON's keys are in
+    /// the order a `serde_json::Map` keeps (alphabetical), and a test holds both texts byte for byte to the
+    /// tree's.
+    fn result_texts(&self, answer: &Answer) -> (String, String) {
+        use std::fmt::Write;
+        let n = self.geo.n;
+        let mut canonical = String::with_capacity(answer.solutions.len() * (8 * n + 24));
+        let mut seed_forms = Vec::with_capacity(answer.solutions.len());
+        let mut buf = [0; 64];
+        for s in &answer.solutions {
+            let Ok(labels) = self.parse_solution_into(s, &mut buf) else {
+                continue;
+            };
+            if !canonical.is_empty() {
+                canonical.push(',');
+            }
+            canonical.push_str("{\"inner\":[");
+            write_labels(&mut canonical, &labels[n..], ",");
+            canonical.push_str("],\"outer\":[");
+            write_labels(&mut canonical, &labels[..n], ",");
+            canonical.push_str("]}");
+            let mut seed = String::with_capacity(4 * labels.len());
+            write_labels(&mut seed, &self.geo.seed_form(labels), ", ");
+            seed_forms.push(seed);
+        }
+        seed_forms.sort_unstable();
+        let solutions = crate::json_u128(answer.tally.counter("solutions"));
+        let unique = crate::json_u128(answer.tally.counter("unique"));
+        let method = serde_json::to_string(&self.params.method).unwrap_or_default();
+        let fields = serde_json::to_string(&self.geo.fields).unwrap_or_default();
+        let shown: usize = seed_forms.iter().map(|f| f.len() + 3).sum();
+        let mut json = String::with_capacity(canonical.len() + shown + 256);
+        let _ = write!(
+            json,
+            "{{\"canonical\":[{canonical}],\"canonical_truncated\":{},\"magic_sum\":{},\"method\":{method},\
+             \"points\":{n},\"seed_fields\":{fields},\"seed_numbering\":[",
+            answer.solutions_truncated, self.geo.magic
+        );
+        drop(canonical);
+        // Seed forms are digits and ", " (`write_labels`): nothing in them needs escaping.
+        for (i, f) in seed_forms.iter().enumerate() {
+            json.push_str(if i == 0 { "\"" } else { ",\"" });
+            json.push_str(f);
+            json.push('"');
+        }
+        let _ = write!(
+            json,
+            "],\"solutions\":{solutions},\"symmetries\":{},\"unique\":{unique}}}",
+            2 * n
+        );
+        let mut text = String::with_capacity(shown + 256);
+        let _ = writeln!(
+            text,
+            "{}-pointed magic stars (lines sum to {}): {} solutions, {} unique up to the {} symmetries",
+            n, self.geo.magic, solutions, unique, 2 * n
+        );
+        self.write_seed_forms(&mut text, seed_forms.iter().map(String::as_str));
+        if answer.solutions_truncated {
+            let _ = writeln!(text, "(list truncated; counts are exact)");
+        }
+        (json, text)
+    }
+
     fn render_text(&self, result: &Value) -> String {
         use std::fmt::Write;
         let mut s = String::new();
@@ -703,20 +789,7 @@ impl Job for StarJob {
             n, self.geo.magic, result["solutions"], result["unique"], 2 * n
         );
         if let Some(list) = result["seed_numbering"].as_array() {
-            if !list.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "unique solutions in the seed's field numbering (fields {}):",
-                    {
-                        let f: Vec<String> =
-                            self.geo.fields.iter().map(|c| cell_name(n, *c)).collect();
-                        f.join(" ")
-                    }
-                );
-                for item in list {
-                    let _ = writeln!(s, "  {}", item.as_str().unwrap_or_default());
-                }
-            }
+            self.write_seed_forms(&mut s, list.iter().map(|f| f.as_str().unwrap_or_default()));
         }
         if result["canonical_truncated"].as_bool() == Some(true) {
             let _ = writeln!(s, "(list truncated; counts are exact)");
@@ -1385,6 +1458,41 @@ mod tests {
         let mut odd = good;
         odd.count("solutions", 1);
         assert!(j.verify(4, idx, &odd).is_err());
+    }
+
+    /// `result_texts` writes what `result` builds and `render_text` prints, byte for byte: with stars and
+    /// without (count-only), cut to the shown 10,000, brute force and backtracking, and counts past 64 bits
+    /// (written as strings).
+    #[test]
+    fn answer_texts_are_the_trees_written_out() {
+        let check = |j: &StarJob, answer: &Answer| {
+            let tree = j.result(answer);
+            let (json, text) = j.result_texts(answer);
+            assert_eq!(json, tree.to_string(), "n = {}", j.geo.n);
+            assert_eq!(text, j.render_text(&tree), "n = {}", j.geo.n);
+        };
+        for (n, method) in [
+            (5, Method::Backtrack),
+            (6, Method::Brute),
+            (6, Method::Backtrack),
+            (8, Method::Backtrack),
+            (10, Method::Backtrack),
+        ] {
+            let j = job(n, method);
+            let answer = solve(&j, Some(4));
+            check(&j, &answer);
+            let mut counted = answer.clone();
+            counted.solutions.clear();
+            check(&j, &counted);
+            if n == 10 {
+                assert!(answer.solutions_truncated, "n = 10 lists 10,882 stars");
+                let mut huge = counted;
+                huge.tally.counters.insert("solutions".into(), u128::MAX);
+                huge.tally.counters.insert("unique".into(), 1 << 70);
+                check(&j, &huge);
+                assert!(j.result_texts(&huge).1.contains(&u128::MAX.to_string()));
+            }
+        }
     }
 
     /// The reader behind every check: a star is exactly 2n labels, a permutation of 1..=2n, however its bits

@@ -590,6 +590,14 @@ pub trait Job: Send + Sync + Debug {
     /// The merged answer for people: what the original programs printed, and more.
     fn render_text(&self, result: &serde_json::Value) -> String;
 
+    /// The answer as compact JSON and as text for people: exactly `result` written out and `render_text` of it.
+    /// A space whose answer shows many solutions may write both without building the tree (which is what a
+    /// job's single-threaded end spends its time on); the default builds it.
+    fn result_texts(&self, answer: &Answer) -> (String, String) {
+        let value = self.result(answer);
+        (value.to_string(), self.render_text(&value))
+    }
+
     /// Every job whose merged artifact this job's chunks need (a distance table, the previous layer), in
     /// order, as (space, canonical params). The engine finds or creates each of them (recursively: an input may
     /// have inputs of its own, so a space can describe a chain or a DAG of jobs), runs none of this job's

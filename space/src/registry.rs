@@ -283,6 +283,10 @@ impl Job for Framed {
         self.inner.render_text(result)
     }
 
+    fn result_texts(&self, answer: &Answer) -> (String, String) {
+        self.inner.result_texts(answer)
+    }
+
     fn inputs(&self) -> Vec<JobInput> {
         self.inner.inputs()
     }

@@ -410,6 +410,7 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
         ));
     }
     let answer = run_chunks(&pool, job.as_ref(), n, show, engine.count_only)?;
+    let (json, text) = job.result_texts(&answer);
     let report = Report {
         space: job.space().to_string(),
         params: job.params(),
@@ -419,7 +420,7 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
         chunks_done: n,
         nodes: answer.tally.nodes,
         elapsed_s: started.elapsed().as_secs_f64(),
-        result: ReportResult::Built(job.result(&answer)),
+        result: ReportResult::sent(json, text).context("the answer as JSON")?,
         poisoned: Vec::new(),
         unverified: !job.verifiable(),
         failures: Vec::new(),
