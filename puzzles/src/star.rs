@@ -421,7 +421,7 @@ impl StarJob {
             small &= l < 64;
             seen |= 1 << (l & 63);
         }
-        if !small || seen != ((1u64 << cells) - 1) << 1 {
+        if !small || seen != label_bits(cells) {
             return Err(bad("not a permutation of 1..2n".into()));
         }
         Ok(labels)
@@ -551,10 +551,10 @@ fn backtrack_prefixes(geo: &Geometry) -> Vec<Prefix> {
     let cells = 2 * n;
     let m = geo.magic as i32;
     let fine = geo.n <= FINE_PREFIX_MAX_POINTS;
-    let all = ((1u64 << cells) - 1) << 1;
+    let all = label_bits(geo.n * 2);
     let mut out = Vec::new();
     for a in 1..=n + 1 {
-        let above_a = all & !((1u64 << (a + 1)) - 1);
+        let above_a = labels_above(geo.n * 2, a);
         for b in a + 1..=cells {
             for c in b + 1..=cells {
                 let free = all & !((1u64 << a) | (1u64 << b) | (1u64 << c));
@@ -864,8 +864,7 @@ impl<'a> Brute<'a> {
 
     fn run(mut self) -> Result<(), SpaceError> {
         if self.lo < self.hi {
-            let all = (1u64 << (2 * self.geo.n + 1)) - 2;
-            self.dfs(0, 0, all)?;
+            self.dfs(0, 0, label_bits(2 * self.geo.n))?;
         }
         self.ctl.add_nodes(self.unreported);
         self.out.nodes = self.nodes;
@@ -952,6 +951,18 @@ fn mirror(set: u64, t: i32) -> u64 {
     }
 }
 
+/// Labels 1..=`cells` as a mask (bit `l` for label `l`): the free values of the search, the prefixes and a
+/// listed star's check all start from it.
+fn label_bits(cells: usize) -> u64 {
+    ((1u64 << cells) - 1) << 1
+}
+
+/// The labels above `a` among 1..=`cells`: what an outer cell may take once O_0 = a (every outer label
+/// exceeds O_0).
+fn labels_above(cells: usize, a: i32) -> u64 {
+    label_bits(cells) & !((1u64 << (a + 1)) - 1)
+}
+
 /// The bit of `t / 2` when `t` is even: a candidate `v` with `t - v == v` would use one value twice.
 fn half(t: i32) -> u64 {
     if t >= 0 && t % 2 == 0 && t / 2 < 64 {
@@ -1025,8 +1036,8 @@ impl Search {
             }
             used |= 1 << x;
         }
-        let all = ((1u64 << cells) - 1) << 1;
-        self.outer_ok = all & !((1u64 << (a + 1)) - 1);
+        let all = label_bits(2 * n);
+        self.outer_ok = labels_above(2 * n, a);
         let outer = [b, c].into_iter().chain((v != 0).then_some(self.o[2]));
         if outer.into_iter().any(|x| x <= a) || b >= c {
             return None;
