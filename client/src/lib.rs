@@ -6,8 +6,8 @@
 //!   job controls and `workers`/`drain` do). It returns the generated [`v1`] messages as they are: showing
 //!   them is the caller's business.
 //! - [`work_client`] gives a worker its `Work` service client (register, lease, heartbeat, fail, fetch
-//!   artifact) and its [`ReportClient`] (complete, with reports already encoded). A worker retries those calls itself, so this client connects lazily and never fails
-//!   for a coordinator that is away.
+//!   artifact) and its [`ReportClient`] (complete, with reports already encoded). A worker retries those
+//!   calls itself, so these clients connect lazily and never fail for a coordinator that is away.
 //!
 //! Every failure is a [`ClientError`], which tells apart what a caller acts on differently: settings that
 //! cannot work, a coordinator that cannot be reached, a refused token, and any other answer.

@@ -91,8 +91,8 @@ pub struct PoisonedChunk {
     pub last_error: String,
 }
 
-/// A job's answer as it is sent: the space's result (`Job::result`) as JSON text, and as its text for people
-/// (`Job::render_text`), both rendered from one tree that is then dropped.
+/// A job's answer as it is sent: the space's result as JSON text and as its text for people, as
+/// `Job::result_texts` writes them (from a tree that is then dropped, or directly where the space can).
 #[derive(Clone, Debug)]
 pub struct KeptAnswer {
     pub json: Arc<str>,
