@@ -13,6 +13,10 @@
 //! - `estimate N`: the Knuth estimate of every chunk of the default plan against the real node counts.
 //! - `predict N`: the Knuth estimate of the whole default plan alone, to forecast a run.
 //! - `part N I K`: `solve N` for the chunks I, I + K, I + 2K, ... only, to spread a long run over processes.
+//! - `verify N`: what the coordinator spends checking a listing job's reports (`Job::verify`: every star read
+//!   back, its lines summed, its canonical form checked), against the search that found them and against the
+//!   check as it was at 4b9cb4e (every one of the 2n symmetries compared with the star), copied below as
+//!   `old_check`, all on one thread in one process.
 //! - `answer N`: what a listing job does after its last chunk: the answer (`Job::result`) from the merged
 //!   outputs, as JSON text and parsed back (what `sweep run` sends between its coordinator and its client), and
 //!   the text report, each timed alone.
@@ -226,6 +230,116 @@ fn profile(per_chunk: &[u64]) {
     );
 }
 
+fn verify(n: u32) {
+    let job = star_job(n);
+    let plan = job.plan(None).expect("plan");
+    let ctl = Control::new();
+    let wall = Instant::now();
+    let t0 = cpu_s(wall);
+    let outs: Vec<ChunkOutput> = (0..plan.n_chunks)
+        .map(|c| job.run_chunk(plan.n_chunks, c, &ctl).expect("chunk"))
+        .collect();
+    let search_s = cpu_s(wall) - t0;
+    let stars: usize = outs.iter().map(|o| o.solutions.len()).sum();
+    let geo = Geometry::new(n as usize);
+    let sources = old_check::sources(&geo);
+    const ROUNDS: u32 = 5;
+    let (mut new_s, mut old_s) = (0.0, 0.0);
+    // Alternated rounds, so both see the same machine.
+    for _ in 0..ROUNDS {
+        let t0 = cpu_s(wall);
+        for (c, out) in outs.iter().enumerate() {
+            job.verify(plan.n_chunks, c as u64, out)
+                .expect("a found star passes");
+        }
+        new_s += cpu_s(wall) - t0;
+        let t0 = cpu_s(wall);
+        for out in &outs {
+            for star in &out.solutions {
+                assert!(old_check::star_holds(&geo, &sources, star), "{star}");
+            }
+        }
+        old_s += cpu_s(wall) - t0;
+    }
+    let per_star = |s: f64| s / f64::from(ROUNDS) / stars.max(1) as f64 * 1e9;
+    println!(
+        "star n={n}: {stars} listed stars found in {search_s:.2} s CPU; checking them: {:.0} ns a star \
+         ({:.2}% of the search), the check of 4b9cb4e {:.0} ns ({:.2}x today's)",
+        per_star(new_s),
+        100.0 * new_s / f64::from(ROUNDS) / search_s,
+        per_star(old_s),
+        old_s / new_s
+    );
+}
+
+/// The coordinator's check of one listed star as it was at 4b9cb4e (for `verify N`): the same reader and line
+/// sums as today, then all 2n symmetries compared with the star cell by cell.
+mod old_check {
+    use super::Geometry;
+
+    fn parse_plain(s: &str, buf: &mut [u8; 64]) -> Option<usize> {
+        let digit = |b: Option<&u8>| b.map(|b| b.wrapping_sub(b'0')).filter(|d| *d <= 9);
+        let bytes = s.as_bytes();
+        let (mut i, mut len) = (0, 0);
+        loop {
+            let mut value = u32::from(digit(bytes.get(i))?);
+            i += 1;
+            for _ in 0..2 {
+                let Some(d) = digit(bytes.get(i)) else { break };
+                value = value * 10 + u32::from(d);
+                i += 1;
+            }
+            *buf.get_mut(len)? = u8::try_from(value).ok()?;
+            len += 1;
+            match bytes.get(i) {
+                None => return Some(len),
+                Some(b',') => i += 1,
+                Some(_) => return None,
+            }
+        }
+    }
+
+    /// The inverses of the symmetries, built once as `Geometry` held them.
+    pub fn sources(geo: &Geometry) -> Vec<Vec<u8>> {
+        geo.symmetries
+            .iter()
+            .map(|g| {
+                let mut src = vec![0u8; g.len()];
+                for (c, &d) in g.iter().enumerate() {
+                    src[d as usize] = c as u8;
+                }
+                src
+            })
+            .collect()
+    }
+
+    pub fn star_holds(geo: &Geometry, sources: &[Vec<u8>], s: &str) -> bool {
+        let mut buf = [0; 64];
+        let cells = 2 * geo.n;
+        if parse_plain(s, &mut buf) != Some(cells) {
+            return false;
+        }
+        let labels = &buf[..cells];
+        let (mut seen, mut small) = (0u64, true);
+        for &l in labels {
+            small &= l < 64;
+            seen |= 1 << (l & 63);
+        }
+        if !small || seen != ((1u64 << (cells + 1)) - 2) || !geo.all_lines_hold(labels) {
+            return false;
+        }
+        sources.iter().all(|src| {
+            for (d, &c) in src.iter().enumerate() {
+                let (image, own) = (labels[c as usize], labels[d]);
+                if image != own {
+                    return image > own;
+                }
+            }
+            true
+        })
+    }
+}
+
 fn answer(n: u32) {
     let job = star_job(n);
     let plan = job.plan(None).expect("plan");
@@ -362,6 +476,7 @@ fn main() {
             "estimate" => numbers(i + 1).into_iter().for_each(estimate),
             "predict" => numbers(i + 1).into_iter().for_each(predict),
             "answer" => numbers(i + 1).into_iter().for_each(answer),
+            "verify" => numbers(i + 1).into_iter().for_each(verify),
             // `chunk N CHUNKS K...`: chunk K of the plan with CHUNKS chunks, alone, for checking a slice of a
             // long job against the chunks it stored (`sweep store chunks`) under another plan whose boundaries
             // fall on these (65,536 chunks = 64 per chunk of a 1024-chunk plan).
