@@ -2,13 +2,14 @@
 //! atomic batch. Artifact files are written here, before the batch that records their hashes, because that
 //! order is what makes a recorded hash always have its file.
 
-use super::artifacts::{chunk_blob, encode_list, hash, job_blob, list_blob};
+use super::artifacts::{chunk_blob, encode_list_into, hash, job_blob, segment_blob, ListRef};
 use super::blocks::{BlockEdits, INLINE_OUTPUT_MAX};
 use super::keys::{be_u64, chunk_key, job_key};
 use super::kv::Writes;
 use super::records::{encode, Op};
 use super::{Store, StoreError};
-use crate::scheduler::ChunkRecord;
+use crate::scheduler::{ChunkRecord, JobId};
+use std::collections::BTreeMap;
 
 /// Writes per sled batch at most (about): a group commit under load can hold tens of thousands of writes, and
 /// sled 0.34 holds every node a batch touches, so one huge batch cost the coordinator ~950 MB over 100,000 tiny
@@ -39,6 +40,10 @@ pub fn split_commit(ops: Vec<Op>) -> Vec<Vec<Op>> {
     parts
 }
 
+/// A job's lists of one commit part: their bytes, and where each chunk's list starts in them and how long it
+/// is.
+type SegmentAppend = (Vec<u8>, Vec<(u64, usize, usize)>);
+
 impl Store {
     /// Writes a group commit atomically and durably: artifact files first, then one sled batch that records
     /// their hashes with everything else.
@@ -64,8 +69,8 @@ impl Store {
         Ok(())
     }
 
-    /// One part's key-value writes; artifact and list files are written (and synced, together) here, before
-    /// their batch.
+    /// One part's key-value writes; artifact files are written (and synced, together) and lists appended to
+    /// their jobs' segments (synced once per job) here, before their batch.
     fn encode_part(
         &self,
         ops: Vec<Op>,
@@ -75,6 +80,8 @@ impl Store {
         let mut writes = Vec::with_capacity(ops.len());
         // The part's chunk files, written together after the loop: one directory sync for all of them.
         let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+        // The part's lists by job: appended to the job's segment at once after the loop, one sync per job.
+        let mut lists: BTreeMap<JobId, SegmentAppend> = BTreeMap::new();
         for op in ops {
             match op {
                 Op::Job(rec) => writes.push((job_key(b'j', rec.id), Some(encode(&rec)))),
@@ -86,13 +93,15 @@ impl Store {
                         writes.push((chunk_key(b'a', job, chunk), Some(hash(&artifact))));
                         files.push((chunk_blob(job, chunk), artifact));
                     }
-                    // A chunk's list of solutions is a file beside sled, like its artifact: sled 0.34 held a
-                    // coordinator that stored 260 MB of lists at 420 MB and growing; files cost no memory.
+                    // A chunk's list of solutions goes to its job's segment file beside sled, not into sled: sled
+                    // 0.34 held a coordinator that stored 260 MB of lists at 420 MB and growing; files cost no
+                    // memory.
                     let solutions = std::mem::take(&mut out.solutions);
                     if !solutions.is_empty() {
-                        let list = encode_list(&solutions)?;
-                        writes.push((chunk_key(b'l', job, chunk), Some(hash(&list))));
-                        files.push((list_blob(job, chunk), list));
+                        let (segment, at) = lists.entry(job).or_default();
+                        let start = segment.len();
+                        encode_list_into(&solutions, segment)?;
+                        at.push((chunk, start, segment.len() - start));
                     }
                     let json = encode(&out);
                     let inline = json.len() <= INLINE_OUTPUT_MAX;
@@ -127,6 +136,14 @@ impl Store {
             }
         }
         self.blobs.put_all(&files)?;
+        for (job, (segment, at)) in lists {
+            let base = self.blobs.append(&segment_blob(job), &segment)?;
+            for (chunk, start, len) in at {
+                let list = &segment[start..start + len];
+                let r = ListRef::of(base + start as u64, list);
+                writes.push((chunk_key(b'l', job, chunk), Some(r.encode())));
+            }
+        }
         blocks.drain_into(&mut writes);
         Ok(writes)
     }

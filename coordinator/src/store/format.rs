@@ -4,7 +4,9 @@
 //! changes whenever a release writes something an older one would miss. Format 1 kept artifacts inside sled;
 //! opening such a store moves them out once (see `Store::migrate_format_1`). Opening a format-2 store only
 //! rewrites its marker (so older releases refuse it): its per-chunk keys stay and are read beside the blocks
-//! (in `chunks` and `snapshot`, where chunks are read), which take over each chunk as it changes.
+//! (in `chunks` and `snapshot`, where chunks are read), which take over each chunk as it changes. Format 3
+//! kept each chunk's list of solutions in a file of its own; format 4 appends them to a segment per job, and
+//! opening a format-3 store likewise only rewrites its marker (its list files are read where they are).
 
 use std::path::Path;
 
@@ -13,17 +15,21 @@ use super::keys::be_u64;
 use super::{Store, StoreError};
 
 /// What this release writes; a store is brought to it when opened.
-const FORMAT: &[u8] = b"sweep-store/3";
+const FORMAT: &[u8] = b"sweep-store/4";
+/// Lists of solutions in one file per chunk, recorded by their hash alone; still read, marked format 4 on
+/// open (format 4 appends lists to a segment per job, which format 3 would take for missing files).
+const FORMAT_3: &[u8] = b"sweep-store/3";
 /// One key per chunk record (`c/`) and output (`o/`); read beside the blocks, marked format 3 on open.
 const FORMAT_2: &[u8] = b"sweep-store/2";
 /// Artifacts inside sled, as the first releases wrote them; migrated on open.
 const FORMAT_1: &[u8] = b"sweep-store/1";
 
-/// The format of the sled database `db` opened at `path` (1, 2 or 3), marking an empty one as the current
+/// The format of the sled database `db` opened at `path` (1 to 4), marking an empty one as the current
 /// format; a database with another marker, or none, is refused rather than misread.
 pub(super) fn sled_marker(db: &sled::Db, path: &Path) -> Result<u8, StoreError> {
     Ok(match db.get(b"m/format")? {
-        Some(v) if v.as_ref() == FORMAT => 3,
+        Some(v) if v.as_ref() == FORMAT => 4,
+        Some(v) if v.as_ref() == FORMAT_3 => 3,
         Some(v) if v.as_ref() == FORMAT_2 => 2,
         Some(v) if v.as_ref() == FORMAT_1 => 1,
         Some(v) => {
@@ -35,7 +41,7 @@ pub(super) fn sled_marker(db: &sled::Db, path: &Path) -> Result<u8, StoreError> 
         None if db.is_empty() => {
             db.insert(b"m/format", FORMAT)?;
             db.flush()?;
-            3
+            4
         }
         None => {
             return Err(StoreError::NotAStore {
@@ -51,9 +57,10 @@ impl Store {
     pub(super) fn upgrade_from(&self, format: u8) -> Result<(), StoreError> {
         match format {
             1 => self.migrate_format_1()?,
-            // Format 2's per-chunk keys are read as they are; only the marker changes, so that a release that
-            // knows nothing of blocks refuses the store instead of missing every chunk written from now on.
-            2 => self
+            // Format 2's per-chunk keys and format 3's per-chunk list files are read as they are; only the
+            // marker changes, so that a release that knows nothing of blocks or segments refuses the store
+            // instead of missing what is written from now on.
+            2 | 3 => self
                 .kv
                 .apply(vec![(b"m/format".to_vec(), Some(FORMAT.to_vec()))])?,
             _ => {}
@@ -61,8 +68,8 @@ impl Store {
         Ok(())
     }
 
-    /// Moves format 1's in-sled artifacts into files, then marks the store as format 3 (format 1 had per-chunk
-    /// keys like format 2), in one batch: a crash part-way leaves a format-1 store and the migration runs again.
+    /// Moves format 1's in-sled artifacts into files, then marks the store as the current format (format 1 had
+    /// per-chunk keys like format 2), in one batch: a crash part-way leaves a format-1 store and the migration runs again.
     fn migrate_format_1(&self) -> Result<(), StoreError> {
         let mut writes = Vec::new();
         for (k, v) in self.kv.scan(b"a/")? {
@@ -158,6 +165,50 @@ mod tests {
         assert_eq!(store.chunks(1).unwrap().len(), 4);
         assert!(crate::fsck::check(&store, true).unwrap().is_clean());
         drop(store);
+        let db = reopen_sled(&dir);
+        assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A store as format 3 wrote it (a list of solutions in a file per chunk, recorded by its hash) opens as
+    /// format 4 with that list read where it is; lists written from then on go to the job's segment.
+    #[test]
+    fn format_3_list_files_are_read_and_new_lists_go_to_segments() {
+        use crate::store::artifacts::{encode_list, list_blob, segment_blob};
+        let dir = temp_store_dir("format3");
+        let listed = |n: u64| ChunkOutput {
+            nodes: n,
+            solutions: vec![format!("{n},1"), format!("{n},2")],
+            ..Default::default()
+        };
+        {
+            let store = reopen(&dir);
+            store.write(vec![Op::Output(4, 1, listed(1))]).unwrap();
+        }
+        let artifacts = dir.join("artifacts");
+        std::fs::remove_file(artifacts.join(segment_blob(4))).unwrap();
+        let old = encode_list(&listed(1).solutions).unwrap();
+        std::fs::write(artifacts.join(list_blob(4, 1)), &old).unwrap();
+        {
+            let db = reopen_sled(&dir);
+            db.insert(b"m/format", FORMAT_3).unwrap();
+            db.insert(chunk_key(b'l', 4, 1), hash(&old)).unwrap();
+            db.flush().unwrap();
+        }
+        {
+            let store = reopen(&dir);
+            assert_eq!(store.outputs(4).unwrap(), vec![(1, listed(1))]);
+            store.write(vec![Op::Output(4, 2, listed(2))]).unwrap();
+            assert_eq!(
+                store.outputs(4).unwrap(),
+                vec![(1, listed(1)), (2, listed(2))]
+            );
+            assert!(crate::fsck::check(&store, true).unwrap().is_clean());
+        }
+        assert!(artifacts.join(list_blob(4, 1)).exists());
+        assert!(artifacts.join(segment_blob(4)).exists());
+        assert!(!artifacts.join(list_blob(4, 2)).exists());
         let db = reopen_sled(&dir);
         assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
         drop(db);

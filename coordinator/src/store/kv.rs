@@ -37,7 +37,7 @@ pub type ScanFn<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StoreError> + 'a;
 
 pub struct SledKv {
     db: sled::Db,
-    /// The format the store had when opened (1, 2 or 3); [`Store::open`](super::Store::open) brings older
+    /// The format the store had when opened (1 to 4); [`Store::open`](super::Store::open) brings older
     /// ones to 3.
     pub(super) format: u8,
 }

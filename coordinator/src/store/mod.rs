@@ -2,7 +2,7 @@
 //! two implementations: sled (production) and an in-memory map (unit tests).
 //!
 //! Layout (one keyspace, so a whole group commit is one atomic batch):
-//! - `m/format` = "sweep-store/3"; `m/next_job`, `m/next_lease`: big-endian u64 counters
+//! - `m/format` = "sweep-store/4"; `m/next_job`, `m/next_lease`: big-endian u64 counters
 //! - `j/<job>`: [`JobRecord`] (JSON)
 //! - `t/<job>`: the job's [`Tally`](sweep_space::Tally) (JSON), rewritten with every accepted result
 //! - `b/<job><block>`: the chunk records and small outputs of chunks `block * BLOCK ..`, [`BLOCK`] = 64 of
@@ -11,9 +11,10 @@
 //! - `o/<job><chunk>`: a chunk's [`ChunkOutput`](sweep_space::ChunkOutput) (JSON) without its artifact when
 //!   it is too large to inline (over [`INLINE_OUTPUT_MAX`] bytes), written in the same batch as its `Done`
 //!   record; `a/<job><chunk>`: the blake3 hash of that chunk's artifact
-//! - `l/<job><chunk>`: the blake3 hash of the chunk's list of solutions, kept in a file beside sled (file
-//!   `l-<job>-<chunk>`, a JSON array) and never in sled, so the coordinator's memory does not grow with the
-//!   lists it stores; outputs are stored without it and readers put it back
+//! - `l/<job><chunk>`: where the chunk's list of solutions is in the job's segment file beside sled
+//!   (`ls-<job>`; offset, length and blake3 hash), never in sled, so the coordinator's memory does not grow
+//!   with the lists it stores; outputs are stored without it and readers put it back. Stores of format 3 and
+//!   before recorded the hash alone, of a file per chunk (`l-<job>-<chunk>`), which is still read
 //! - `r/<job>`: the blake3 hash of the job's merged artifact; the batch that writes it removes the chunk
 //!   artifacts' hashes, so a table is stored once
 //! - `s/<digest>`: the blake3 hash of a shipped file (a program `sweep exec --ship` uploaded)
