@@ -15,8 +15,8 @@
 //! - `part N I K`: `solve N` for the chunks I, I + K, I + 2K, ... only, to spread a long run over processes.
 //! - `verify N`: what the coordinator spends checking a listing job's reports (`Job::verify`: every star read
 //!   back, its lines summed, its canonical form checked), against the search that found them and against the
-//!   check as it was at 4b9cb4e (every one of the 2n symmetries compared with the star), copied below as
-//!   `old_check`, all on one thread in one process.
+//!   check as it was at 4b9cb4e (labels read with a branch per digit, every one of the 2n symmetries
+//!   compared with the star), copied below as `old_check`, all on one thread in one process.
 //! - `answer N`: what a listing job does after its last chunk: the answer (`Job::result`) from the merged
 //!   outputs, as JSON text and parsed back (what `sweep run` sends between its coordinator and its client), and
 //!   the text report, each timed alone.
@@ -272,8 +272,9 @@ fn verify(n: u32) {
     );
 }
 
-/// The coordinator's check of one listed star as it was at 4b9cb4e (for `verify N`): the same reader and line
-/// sums as today, then all 2n symmetries compared with the star cell by cell.
+/// The coordinator's check of one listed star as it was at 4b9cb4e (for `verify N`): labels read a label at a
+/// time with a branch on each digit, the same line sums as today, then all 2n symmetries compared with the
+/// star cell by cell.
 mod old_check {
     use super::Geometry;
 
