@@ -1,6 +1,9 @@
 //! Group commits: a commit split into parts that each leave a consistent store, and each part turned into one
-//! atomic batch. Artifact files are written here, before the batch that records their hashes, because that
-//! order is what makes a recorded hash always have its file.
+//! atomic batch. Artifact files are written and lists of solutions appended to their jobs' segments here,
+//! before the batch that records their hashes, because that order is what makes a recorded hash always have
+//! its bytes.
+
+use std::collections::BTreeMap;
 
 use super::artifacts::{chunk_blob, encode_list_into, hash, job_blob, segment_blob, ListRef};
 use super::blocks::{BlockEdits, INLINE_OUTPUT_MAX};
@@ -9,7 +12,6 @@ use super::kv::Writes;
 use super::records::{encode, Op};
 use super::{Store, StoreError};
 use crate::scheduler::{ChunkRecord, JobId};
-use std::collections::BTreeMap;
 
 /// Writes per sled batch at most (about): a group commit under load can hold tens of thousands of writes, and
 /// sled 0.34 holds every node a batch touches, so one huge batch cost the coordinator ~950 MB over 100,000 tiny

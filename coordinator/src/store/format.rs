@@ -69,7 +69,8 @@ impl Store {
     }
 
     /// Moves format 1's in-sled artifacts into files, then marks the store as the current format (format 1 had
-    /// per-chunk keys like format 2), in one batch: a crash part-way leaves a format-1 store and the migration runs again.
+    /// per-chunk keys like format 2), in one batch: a crash part-way leaves a format-1 store and the migration
+    /// runs again.
     fn migrate_format_1(&self) -> Result<(), StoreError> {
         let mut writes = Vec::new();
         for (k, v) in self.kv.scan(b"a/")? {
