@@ -81,13 +81,25 @@ pub fn worker_json(w: &v1::WorkerStatus) -> serde_json::Value {
     })
 }
 
-/// The report of a coordinator's answer: `results` for the job `info` (of `space` with `params`), `elapsed_s`
-/// as the command measures it. Fails only if the answer came without its text and is not JSON.
+/// The forms of an answer a command needs from the coordinator: the JSON to print it as JSON or to draw its
+/// pictures, the text to print it for people.
+pub fn answer_form(json: bool, pictures: bool) -> v1::AnswerForm {
+    match (json, pictures) {
+        (true, _) => v1::AnswerForm::Json,
+        (false, true) => v1::AnswerForm::Both,
+        (false, false) => v1::AnswerForm::Text,
+    }
+}
+
+/// The report of a coordinator's answer: `results` for the job `info` (of `space` with `params`), asked for in
+/// `form`, `elapsed_s` as the command measures it. Fails only if the text is needed, came without it (an older
+/// coordinator, a space that writes none) and the answer is not JSON.
 pub fn results_report(
     results: v1::ResultsResponse,
     info: &v1::JobInfo,
     (space, params): (String, serde_json::Value),
     elapsed_s: f64,
+    form: v1::AnswerForm,
 ) -> Result<crate::output::Report, serde_json::Error> {
     let poisoned = poisoned_list(&results);
     Ok(crate::output::Report {
@@ -99,11 +111,76 @@ pub fn results_report(
         chunks_done: info.chunks_done,
         nodes: info.nodes.parse().unwrap_or(0),
         elapsed_s,
-        result: crate::output::ReportResult::sent(results.result_json, results.result_text)?,
+        result: if form == v1::AnswerForm::Json {
+            // Printed as JSON: the text is never read, and the JSON is written as it came.
+            crate::output::ReportResult::Sent {
+                json: results.result_json,
+                text: results.result_text,
+            }
+        } else {
+            crate::output::ReportResult::sent(results.result_json, results.result_text)?
+        },
         poisoned,
         unverified: info.unverified,
         failures: failures_json(&info.failures),
         listing: info.listing().label().into(),
         solutions_listed: info.solutions_stored,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::ReportResult;
+
+    fn report(
+        json: &str,
+        text: &str,
+        form: v1::AnswerForm,
+    ) -> Result<ReportResult, serde_json::Error> {
+        let results = v1::ResultsResponse {
+            result_json: json.into(),
+            result_text: text.into(),
+            ..Default::default()
+        };
+        let info = v1::JobInfo::default();
+        results_report(
+            results,
+            &info,
+            ("star".into(), serde_json::Value::Null),
+            0.0,
+            form,
+        )
+        .map(|r| r.result)
+    }
+
+    #[test]
+    fn a_command_asks_for_the_forms_it_prints_or_draws() {
+        assert_eq!(answer_form(true, false), v1::AnswerForm::Json);
+        assert_eq!(answer_form(true, true), v1::AnswerForm::Json);
+        assert_eq!(answer_form(false, true), v1::AnswerForm::Both);
+        assert_eq!(answer_form(false, false), v1::AnswerForm::Text);
+    }
+
+    /// The JSON is parsed into a tree only when text is needed and none came (an older coordinator).
+    #[test]
+    fn an_answer_is_parsed_only_for_text_that_did_not_come() {
+        let json = r#"{"points": 6}"#;
+        assert!(matches!(
+            report(json, "", v1::AnswerForm::Json),
+            Ok(ReportResult::Sent { .. })
+        ));
+        assert!(matches!(
+            report(json, "", v1::AnswerForm::Both),
+            Ok(ReportResult::Built(_))
+        ));
+        assert!(matches!(
+            report("", "the text", v1::AnswerForm::Text),
+            Ok(ReportResult::Sent { .. })
+        ));
+        assert!(
+            report("{cut", "", v1::AnswerForm::Text).is_err(),
+            "no text and no JSON to render it from"
+        );
+    }
 }

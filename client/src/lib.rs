@@ -225,10 +225,18 @@ impl Client {
         Ok(WatchStream(stream))
     }
 
-    pub async fn results(&mut self, job: u64) -> Result<v1::ResultsResponse, ClientError> {
+    /// Job `job`'s state and answer, in the forms asked for (a coordinator older than the choice sends both).
+    pub async fn results(
+        &mut self,
+        job: u64,
+        form: v1::AnswerForm,
+    ) -> Result<v1::ResultsResponse, ClientError> {
         Ok(self
             .jobs
-            .results(v1::JobRequest { job_id: job })
+            .results(v1::ResultsRequest {
+                job_id: job,
+                form: form.into(),
+            })
             .await?
             .into_inner())
     }

@@ -157,7 +157,10 @@ async fn tokens_are_checked_per_method() {
     let mut worker = register(&work, "w1").await.unwrap();
     assert_eq!(worker.run_chunks(4).await.unwrap(), 4);
     let r = jobs
-        .results(v1::JobRequest { job_id: job.id })
+        .results(v1::ResultsRequest {
+            job_id: job.id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -254,7 +257,10 @@ async fn rotating_the_worker_token_loses_no_job() {
         "every chunk counted exactly once: {status:?}"
     );
     let r = new_jobs
-        .results(v1::JobRequest { job_id: job.id })
+        .results(v1::ResultsRequest {
+            job_id: job.id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

@@ -513,7 +513,10 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
         blake3::hash(b"").to_hex().to_string()
     );
     let r = jobs
-        .results(v1::JobRequest { job_id: id("e") })
+        .results(v1::ResultsRequest {
+            job_id: id("e"),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -564,7 +567,10 @@ async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
         report(&mut work, reports).await;
     }
     let r = jobs
-        .results(v1::JobRequest { job_id: e.id })
+        .results(v1::ResultsRequest {
+            job_id: e.id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -619,8 +625,9 @@ async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_aga
         report(&mut work, reports).await;
     }
     let r = jobs
-        .results(v1::JobRequest {
+        .results(v1::ResultsRequest {
             job_id: now["e"].id,
+            ..Default::default()
         })
         .await
         .unwrap()

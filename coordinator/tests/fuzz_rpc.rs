@@ -310,7 +310,10 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
         worker.complete(reports).await.unwrap();
     }
     let res = jobs
-        .results(v1::JobRequest { job_id: real.id })
+        .results(v1::ResultsRequest {
+            job_id: real.id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -759,7 +762,13 @@ fn fuzz_messages_with_lying_fields() {
                     jobs.job_status(v1::JobRequest { job_id }).await?;
                 }
                 Call::Results(job_id) => {
-                    let r = jobs.results(v1::JobRequest { job_id }).await?.into_inner();
+                    let r = jobs
+                        .results(v1::ResultsRequest {
+                            job_id,
+                            ..Default::default()
+                        })
+                        .await?
+                        .into_inner();
                     serde_json::from_str::<serde_json::Value>(&r.result_json)
                         .map_err(|e| Status::internal(format!("result is not JSON: {e}")))?;
                 }

@@ -213,13 +213,44 @@ async fn results_wait_for_the_last_result_to_be_durable() {
     }
     drop(watch);
     let res = jobs
-        .results(v1::JobRequest { job_id: job.id })
+        .results(v1::ResultsRequest {
+            job_id: job.id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
     let result: serde_json::Value = serde_json::from_str(&res.result_json).unwrap();
     assert_eq!(result["solutions"], 960, "{result}");
     assert_eq!(result["unique"], 80, "{result}");
+    assert!(!res.result_text.is_empty(), "both forms by default");
+    // Each form alone when asked; a form this coordinator does not know gets both.
+    let (json_only, text_only) = (v1::AnswerForm::Json as i32, v1::AnswerForm::Text as i32);
+    for (form, json, text) in [
+        (json_only, true, false),
+        (text_only, false, true),
+        (7, true, true),
+    ] {
+        let one = jobs
+            .results(v1::ResultsRequest {
+                job_id: job.id,
+                form,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let sent =
+            |got: &str, whole: &str, want: bool| if want { got == whole } else { got.is_empty() };
+        assert!(
+            sent(&one.result_json, &res.result_json, json),
+            "form {form}: JSON"
+        );
+        assert!(
+            sent(&one.result_text, &res.result_text, text),
+            "form {form}: text"
+        );
+        assert_eq!(one.job.map(|j| j.id), Some(job.id), "form {form}");
+    }
     completing.await.unwrap().unwrap();
     server.stop().await;
 }

@@ -211,7 +211,10 @@ async fn run_on_one_worker_over(
     }));
     let state = wait_until_finished(&mut jobs, job.id).await;
     let res = jobs
-        .results(v1::JobRequest { job_id: job.id })
+        .results(v1::ResultsRequest {
+            job_id: job.id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -346,11 +349,14 @@ async fn a_client_in_process_submits_and_reads_answers_without_a_socket() {
         }
     }
     assert!(done, "the job finished");
-    let res = jobs.results(job.id).await.unwrap();
+    let res = jobs.results(job.id, v1::AnswerForm::Both).await.unwrap();
     let result: serde_json::Value = serde_json::from_str(&res.result_json).unwrap();
     assert_eq!(result["unique"], 112, "{result}");
     // The in-process services keep the coordinator's checks: an unknown job is refused as over the network.
-    let err = jobs.results(job.id + 100).await.unwrap_err();
+    let err = jobs
+        .results(job.id + 100, v1::AnswerForm::Both)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("no job"), "{err}");
     let _ = stop.send(());
     tokio::time::timeout(Duration::from_secs(30), worker)

@@ -13,7 +13,7 @@ use sweep_space::Registry;
 use crate::exit::one_line;
 use crate::progress::{Bars, Mode};
 use crate::remote::{connect, Remote};
-use crate::render::{caveats, info_json, results_report};
+use crate::render::{answer_form, caveats, info_json, results_report};
 use crate::runtime::{runtime, shutdown_signal};
 
 #[derive(Args)]
@@ -178,7 +178,8 @@ pub fn results(
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
-        let r = c.results(a.job).await?;
+        let form = answer_form(a.json, svg.is_some());
+        let r = c.results(a.job, form).await?;
         let info = r
             .job
             .clone()
@@ -198,7 +199,7 @@ pub fn results(
             .map_or(0, |d| d.as_millis() as u64);
         let elapsed =
             job_seconds(&info, now_unix_ms).unwrap_or_else(|| started.elapsed().as_secs_f64());
-        let report = results_report(r, &info, (info.space.clone(), params), elapsed)
+        let report = results_report(r, &info, (info.space.clone(), params), elapsed, form)
             .context("the result is not JSON")?;
         report
             .print(job.as_ref(), a.json)

@@ -17,7 +17,7 @@ use crate::args::{self, JobArgs};
 use crate::exit::{self, one_line, usage, Exit};
 use crate::output::{Report, ReportResult};
 use crate::progress::{Bars, Mode};
-use crate::render::results_report;
+use crate::render::{answer_form, results_report};
 use crate::runtime::{runtime, shutdown_signal};
 use sweep_space::Registry;
 
@@ -195,7 +195,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
             if interrupted {
                 Ok(None)
             } else {
-                jobs.results(info.id).await.map(Some)
+                jobs.results(info.id, answer_form(engine.json, engine.svg.is_some())).await.map(Some)
             }
         });
         let results = results?;
@@ -239,6 +239,7 @@ fn report_run(
         &final_info,
         (job.space().to_string(), job.params()),
         started.elapsed().as_secs_f64(),
+        answer_form(engine.json, engine.svg.is_some()),
     )
     .context("the coordinator sent a result that is not JSON")?;
     report

@@ -150,17 +150,26 @@ impl jobs_server::Jobs for JobsApi {
 
     async fn results(
         &self,
-        req: Request<v1::JobRequest>,
+        req: Request<v1::ResultsRequest>,
     ) -> Result<Response<v1::ResultsResponse>, Status> {
-        let r = self
-            .0
-            .results(req.into_inner().job_id)
-            .await
-            .map_err(status)?;
+        let req = req.into_inner();
+        // An unknown form (a newer client) reads as BOTH: more than asked, never less.
+        let form = req.form();
+        let r = self.0.results(req.job_id).await.map_err(status)?;
+        let send_json = form != v1::AnswerForm::Text || r.result.text.is_empty();
+        let send_text = form != v1::AnswerForm::Json;
         Ok(Response::new(v1::ResultsResponse {
             job: Some(convert::job_info(r.job)),
-            result_json: r.result.json.to_string(),
-            result_text: r.result.text.to_string(),
+            result_json: if send_json {
+                r.result.json.to_string()
+            } else {
+                String::new()
+            },
+            result_text: if send_text {
+                r.result.text.to_string()
+            } else {
+                String::new()
+            },
             poisoned: r
                 .poisoned
                 .into_iter()
