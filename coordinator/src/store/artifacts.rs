@@ -383,7 +383,7 @@ impl Store {
                 // A segment is kept while any list of its job is recorded (some may be in older per-chunk
                 // files; keeping a segment a little longer loses nothing).
                 let referenced = match job.parse() {
-                    Ok(job) => !self.kv.scan(&job_key(b'l', job))?.is_empty(),
+                    Ok(job) => self.kv.any_under(&job_key(b'l', job))?,
                     Err(_) => true,
                 };
                 if !referenced {
@@ -485,7 +485,7 @@ impl Store {
 
     /// Whether any chunk of `job` stored an artifact (only those jobs need a merge).
     pub fn has_chunk_artifacts(&self, job: JobId) -> Result<bool, StoreError> {
-        Ok(!self.kv.scan(&job_key(b'a', job))?.is_empty())
+        self.kv.any_under(&job_key(b'a', job))
     }
 
     /// A finished job's merged artifact, if it has been stored.

@@ -30,6 +30,11 @@ pub trait Kv: Send + Sync {
     fn for_each(&self, prefix: &[u8], f: &mut ScanFn<'_>) -> Result<(), StoreError> {
         self.scan(prefix)?.iter().try_for_each(|(k, v)| f(k, v))
     }
+    /// Whether any key starts with `prefix`. sled's override reads the first key only: a job's keys of one
+    /// kind can be one per chunk, and asking whether there are any should not copy them all.
+    fn any_under(&self, prefix: &[u8]) -> Result<bool, StoreError> {
+        Ok(!self.scan(prefix)?.is_empty())
+    }
 }
 
 /// What [`Kv::for_each`] calls with each key and value.
@@ -116,6 +121,10 @@ impl Kv for SledKv {
         }
         Ok(())
     }
+
+    fn any_under(&self, prefix: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.db.scan_prefix(prefix).next().transpose()?.is_some())
+    }
 }
 
 /// The in-memory twin, for tests of everything above the key-value layer.
@@ -152,5 +161,30 @@ impl Kv for MemKv {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_support::temp_store_dir;
+
+    /// Both backends say whether a prefix has keys the same way: on the key's bytes, not just its first.
+    #[test]
+    fn any_under_finds_keys_by_their_prefix() {
+        let dir = temp_store_dir("any-under");
+        let sled: Box<dyn Kv> = Box::new(SledKv::open(&dir).unwrap());
+        for kv in [sled, Box::new(MemKv::default()) as Box<dyn Kv>] {
+            assert!(!kv.any_under(b"l/").unwrap());
+            kv.apply(vec![(b"l/\x00\x07".to_vec(), Some(b"x".to_vec()))])
+                .unwrap();
+            assert!(kv.any_under(b"l/").unwrap());
+            assert!(kv.any_under(b"l/\x00").unwrap());
+            assert!(!kv.any_under(b"l/\x01").unwrap());
+            assert!(!kv.any_under(b"a/").unwrap());
+            kv.apply(vec![(b"l/\x00\x07".to_vec(), None)]).unwrap();
+            assert!(!kv.any_under(b"l/").unwrap());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
