@@ -126,12 +126,16 @@ fn sigkilled_workers_at_random_moments_are_replaced_and_the_answer_is_exact() {
 #[test]
 fn coordinator_sigkilled_and_restarted_twenty_times_in_one_job_loses_nothing() {
     let Some(net) = Net::new() else { return };
-    let expected = expected();
+    // Twice the chunks of the shared job, of the same size. Workers go on computing while the coordinator is
+    // down and report what they finished in one batch when it is back, so a cycle acknowledges a dozen chunks
+    // or more, not STEP: 256 chunks once ran out after 19 cycles. 512 leave room for 24.
+    const JOB: [&str; 5] = ["primes", "--below", "4000000000", "--chunks", "512"];
+    let expected = &solve_result(&JOB, LONG);
     let t0 = Instant::now();
     let mut rng = Rng::from_env("coordinator restarts", 0x5EED_000B);
     let mut c = NetCluster::start(net, Opts::default(), None, scratch());
     let job = c.submit(&JOB);
-    // A restart every few acknowledged chunks: the job cannot outrun the restarts, whatever the machine's speed.
+    // A restart every few acknowledged chunks, at most MAX_RESTARTS of them.
     const STEP: u64 = 3;
     const MAX_RESTARTS: u32 = 24;
     let mut restarts = 0;
@@ -160,9 +164,10 @@ fn coordinator_sigkilled_and_restarted_twenty_times_in_one_job_loses_nothing() {
     }
     let status = assert_exact(&c, job, expected, "after coordinator restarts");
     eprintln!(
-        "FIGURES coordinator restarts: {restarts} SIGKILL+restart cycles in one job (same --data and address); \
-         reissued {} chunks, {} duplicate reports not counted; longest outage until status answered {:.2} s; \
+        "FIGURES coordinator restarts: {restarts} SIGKILL+restart cycles in one job (same --data and address), \
+         the last at {last_done} of {} chunks done; reissued {} chunks, {} duplicate reports not counted; longest outage until status answered {:.2} s; \
          {:.1} s wall",
+        field(&status, "chunks_total"),
         field(&status, "reissued"),
         field(&status, "duplicates"),
         max_down.as_secs_f64(),
