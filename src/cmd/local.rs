@@ -190,12 +190,13 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         bars.finish();
         let _ = stop_worker.send(());
         // The answer is asked for while the worker stops: the job is finished, nothing the worker still sends
-        // can change it.
+        // can change it. The report reads the forms asked for, so both use this one value.
+        let form = answer_form(engine.json, engine.svg.is_some());
         let (_, results) = tokio::join!(tokio::time::timeout(Duration::from_secs(60), worker), async {
             if interrupted {
                 Ok(None)
             } else {
-                jobs.results(info.id, answer_form(engine.json, engine.svg.is_some())).await.map(Some)
+                jobs.results(info.id, form).await.map(Some)
             }
         });
         let results = results?;
@@ -210,7 +211,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         // The answer is durable once `results` returns, so it is printed while the coordinator shuts down (its
         // last commits and sled's flush) on the runtime's threads; a failed shutdown is still reported after it.
         let answered = results.map(|results| {
-            report_run(results, info, (job.as_ref(), &engine), started)
+            report_run(results, form, info, (job.as_ref(), &engine), started)
         });
         server.await.context("coordinator task")?.context("embedded coordinator")?;
         answered.unwrap_or_else(|| {
@@ -226,9 +227,11 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Prints a finished `sweep run`'s answer (and writes its pictures); the exit code says whether it is whole.
+/// Prints a finished `sweep run`'s answer, `results` as asked for in `form` (and writes its pictures); the exit
+/// code says whether it is whole.
 fn report_run(
     results: v1::ResultsResponse,
+    form: v1::AnswerForm,
     info: v1::JobInfo,
     (job, engine): (&dyn sweep_puzzles::Job, &args::EngineOpts),
     started: Instant,
@@ -239,7 +242,7 @@ fn report_run(
         &final_info,
         (job.space().to_string(), job.params()),
         started.elapsed().as_secs_f64(),
-        answer_form(engine.json, engine.svg.is_some()),
+        form,
     )
     .context("the coordinator sent a result that is not JSON")?;
     report
