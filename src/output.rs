@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use sweep_puzzles::{Job, MAX_SHOWN_SOLUTIONS};
+use sweep_space::{Job, MAX_SHOWN_SOLUTIONS};
 
 /// JSON numbers are exact only up to 2^53 in many readers: larger counts are written as decimal strings.
 pub fn big(n: u128) -> Value {
@@ -286,7 +286,7 @@ mod tests {
     use super::*;
 
     fn star() -> std::sync::Arc<dyn Job> {
-        sweep_puzzles::registry()
+        crate::builtin()
             .job_from_params("star", &json!({"points": 6, "method": "backtrack"}))
             .unwrap()
     }

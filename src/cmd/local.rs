@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
 use sweep_proto::v1;
-use sweep_puzzles::{Answer, AnswerMerge, ChunkOutput, Control, SpaceError};
 use sweep_space::inputs::{self, DagNode};
+use sweep_space::{Answer, AnswerMerge, ChunkOutput, Control, SpaceError};
 use tokio::sync::oneshot;
 
 use crate::args::{self, JobArgs};
@@ -233,7 +233,7 @@ fn report_run(
     results: v1::ResultsResponse,
     form: v1::AnswerForm,
     info: v1::JobInfo,
-    (job, engine): (&dyn sweep_puzzles::Job, &args::EngineOpts),
+    (job, engine): (&dyn sweep_space::Job, &args::EngineOpts),
     started: Instant,
 ) -> anyhow::Result<ExitCode> {
     let final_info = results.job.clone().unwrap_or(info);
@@ -275,7 +275,7 @@ impl StoredArtifacts {
     }
 
     /// The artifact, if stored and its digest checks.
-    fn get(&self, job: &dyn sweep_puzzles::Job) -> Option<Vec<u8>> {
+    fn get(&self, job: &dyn sweep_space::Job) -> Option<Vec<u8>> {
         let (store, jobs) = self.0.as_ref()?;
         let params = job.params();
         let rec = jobs.iter().find(|j| {
@@ -294,7 +294,7 @@ fn bind_dag(
     dag: Vec<DagNode>,
     engine: &args::EngineOpts,
     show: bool,
-) -> anyhow::Result<Arc<dyn sweep_puzzles::Job>> {
+) -> anyhow::Result<Arc<dyn sweep_space::Job>> {
     let n = dag.len();
     let mut artifacts: Vec<Option<Vec<u8>>> = vec![None; n];
     // From the root down: a job is needed if a needed job reads it and that reader is not stored itself.
@@ -457,7 +457,7 @@ fn listing_label(count_only: bool) -> &'static str {
 /// thread waits on another's list.
 fn run_chunks(
     pool: &rayon::ThreadPool,
-    job: &dyn sweep_puzzles::Job,
+    job: &dyn sweep_space::Job,
     n: u64,
     show: bool,
     count_only: bool,

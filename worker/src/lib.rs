@@ -1247,7 +1247,8 @@ mod tests {
 
     #[test]
     fn bound_jobs_are_kept_least_recently_used_first_out_with_their_artifacts() {
-        let job = sweep_puzzles::registry()
+        let job = sweep_space::Registry::new()
+            .with::<sweep_star::Star>()
             .job_from_params("star", &serde_json::json!({"points": 6, "method": "brute"}))
             .unwrap();
         let mut st = State::default();
