@@ -211,6 +211,71 @@ impl Control {
     }
 }
 
+/// The engine's half of a chunk's [`Control`]: it owns the control the kernel sees and holds the methods only
+/// the engine may call (cancel, ask to stop, say the threads, the job and whether solutions are listed, take the
+/// newest resume state). A kernel is handed `&Control` and so cannot cancel itself or steal its own state; the
+/// engine keeps the `ChunkControl` (shared behind an `Arc` with its heartbeat and drain tasks).
+#[derive(Debug, Default)]
+pub struct ChunkControl {
+    control: Control,
+}
+
+impl ChunkControl {
+    /// A chunk's control, continuing from `resume` when an earlier attempt (on any worker) saved one.
+    pub fn new(resume: Option<String>) -> Self {
+        ChunkControl {
+            control: Control::resuming(resume),
+        }
+    }
+
+    /// What the kernel is given.
+    pub fn control(&self) -> &Control {
+        &self.control
+    }
+
+    /// Tells the kernel it may use `threads` threads (set before the chunk starts).
+    pub fn set_threads(&self, threads: u32) {
+        self.control.threads.store(threads, Ordering::Relaxed);
+    }
+
+    /// Tells the kernel the coordinator's number of its job (for programs that name their files by it).
+    pub fn set_job(&self, job: u64) {
+        self.control.job.store(job, Ordering::Relaxed);
+    }
+
+    /// Tells the kernel that the job keeps counts only (`--count-only`, or a list that outgrew its cap).
+    pub fn set_count_only(&self, count_only: bool) {
+        self.control.count_only.store(count_only, Ordering::Relaxed);
+    }
+
+    /// Asks the chunk to stop soon because its worker is shutting down. Unlike [`ChunkControl::cancel`] it is a
+    /// request: a kernel that cannot resume finishes its chunk (the worker waits a grace period); one that can
+    /// (a program that saves resume states) stops, and its chunk is handed back with its newest state.
+    pub fn request_stop(&self) {
+        self.control.stop_requested.store(true, Ordering::Relaxed);
+    }
+
+    /// Makes the kernel's next [`Control::checkpoint`] fail with [`SpaceError::Cancelled`].
+    pub fn cancel(&self) {
+        self.control.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    /// The newest state the kernel saved with [`Control::save_resume_state`], if it was not taken before.
+    pub fn take_resume_state(&self) -> Option<String> {
+        let mut saved = self.control.saved.lock().unwrap_or_else(|p| p.into_inner());
+        if saved.taken {
+            return None;
+        }
+        saved.taken = true;
+        saved.text.clone()
+    }
+
+    /// Nodes reported so far by the kernel (a progress figure; the exact count is in the chunk's output).
+    pub fn nodes(&self) -> u64 {
+        self.control.nodes()
+    }
+}
+
 /// How a job is split. Computed once when the job is submitted and stored with it; workers receive only
 /// `n_chunks` and a chunk index, and the job maps the pair to its part of the space deterministically.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

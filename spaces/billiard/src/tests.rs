@@ -3,6 +3,8 @@ use super::triangle::{encode, index};
 use super::*;
 use proptest::prelude::*;
 use sweep_space::perm::unrank;
+/// Every chunk run, verified and merged, as the engine would.
+use sweep_space::testkit::run_all as solve;
 
 fn job(rows: u32, method: Method, ranks: Option<&str>) -> BilliardJob {
     Billiard::build(BilliardParams {
@@ -11,19 +13,6 @@ fn job(rows: u32, method: Method, ranks: Option<&str>) -> BilliardJob {
         ranks: ranks.map(str::to_string),
     })
     .unwrap()
-}
-
-fn solve(job: &BilliardJob, chunks: Option<u64>) -> Answer {
-    let plan = job.plan(chunks).unwrap();
-    let ctl = Control::new();
-    let outs: Vec<ChunkOutput> = (0..plan.n_chunks)
-        .map(|i| {
-            let out = job.run_chunk(plan.n_chunks, i, &ctl).unwrap();
-            job.verify(plan.n_chunks, i, &out).unwrap();
-            out
-        })
-        .collect();
-    Answer::from_outputs(&outs)
 }
 
 /// The seed's two solutions as index vectors, in the order it prints them.

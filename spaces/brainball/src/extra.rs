@@ -1,5 +1,5 @@
 //! The job glue of the `census` and `deep` modes, kept apart from the table and solve modes so that the
-//! [`Job`] impl in `mod.rs` only dispatches to it.
+//! [`Job`] impl in lib.rs only dispatches to it.
 
 use std::sync::Arc;
 

@@ -2,6 +2,8 @@ use super::generate::{generate, SplitMix64};
 use super::propagate::solve_all;
 use super::*;
 use proptest::prelude::*;
+/// Every chunk run, verified and merged, as the engine would.
+use sweep_space::testkit::run_all as solve;
 
 /// The seed's puzzle #52: 58 solutions.
 const P52: &str = "5,2,2,2,2,3,1,6,4,2,2,2,2,4,3,3,3,3,2,4,3";
@@ -12,19 +14,6 @@ fn job(side: usize, clues: &[u32], method: Method) -> BuzzledJob {
 
 fn p52(method: Method) -> BuzzledJob {
     job(4, &parse_clue_list(P52).unwrap(), method)
-}
-
-fn solve(job: &BuzzledJob, chunks: Option<u64>) -> Answer {
-    let plan = job.plan(chunks).unwrap();
-    let ctl = Control::new();
-    let outs: Vec<ChunkOutput> = (0..plan.n_chunks)
-        .map(|i| {
-            let out = job.run_chunk(plan.n_chunks, i, &ctl).unwrap();
-            job.verify(plan.n_chunks, i, &out).unwrap();
-            out
-        })
-        .collect();
-    Answer::from_outputs(&outs)
 }
 
 fn random_board(n: usize, seed: u64) -> Vec<bool> {

@@ -324,14 +324,7 @@ mod tests {
     }
 
     fn solve(job: &dyn Job, n_chunks: u64) -> Answer {
-        let outs: Vec<ChunkOutput> = (0..n_chunks)
-            .map(|i| {
-                let out = job.run_chunk(n_chunks, i, &Control::new()).unwrap();
-                job.verify(n_chunks, i, &out).unwrap();
-                out
-            })
-            .collect();
-        Answer::from_outputs(&outs)
+        sweep_space::testkit::run_all(job, Some(n_chunks))
     }
 
     #[test]
