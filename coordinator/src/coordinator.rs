@@ -10,12 +10,12 @@ use sweep_space::{AnswerMerge, ChunkOutput, Job};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
 use tracing::{info, warn};
 
-use crate::commit::GroupCommit;
 use crate::core::{
     invalid, Ack, Beat, Checked, Core, CoreError, JobOptions, JobView, KeptAnswer, LeaseAnswer,
     LeaseProgress, Observation, OpenError, PoisonedChunk, Registration, ResultsView, SubmitNode,
     WorkerView,
 };
+use crate::group_commit::GroupCommit;
 use crate::limits::WatchSlots;
 use crate::scheduler::{ChunkRecord, JobId, LeaseId, SchedulerConfig};
 use crate::store::{Listing, Store, StoreError};

@@ -10,7 +10,7 @@
 //! - [`limits`]: what one client may make the coordinator hold or store.
 //! - [`core`]: the domain core: jobs, scheduler, tallies, input-DAG holds, votes and workers in one
 //!   synchronous type without I/O; it decides and leaves the writes in an outbox.
-//! - [`coordinator`]: the shell around the core: one lock, group commit ([`commit`]: every acknowledgement
+//! - [`coordinator`]: the shell around the core: one lock, group commit ([`group_commit`]: every acknowledgement
 //!   waits until its writes are flushed), the background tasks, and the async methods the adapters call.
 //! - [`grpc`]: the gRPC adapters (`Work` for workers, `Jobs` for people), the only code that sees wire types;
 //!   [`server`]: `serve()` and shutdown.
@@ -22,10 +22,10 @@
 //! re-verified with the space's verifier before it is stored.
 
 pub mod auth;
-pub mod commit;
 pub mod coordinator;
 pub mod core;
 pub mod fsck;
+pub mod group_commit;
 pub mod grpc;
 pub mod http;
 pub use sweep_space::inputs;

@@ -32,7 +32,7 @@
 //! - `records`: the typed records (JSON) and the ops a group commit is made of;
 //! - `blocks`: the 64-chunk block codec, and the block edits of one write;
 //! - `artifacts`: artifact and shipped files beside sled, checked against their recorded hashes;
-//! - `commit`: group commits, split into crash-consistent parts and encoded as batches;
+//! - `batches`: group commits, split into crash-consistent parts and encoded as batches;
 //! - `chunks`: chunk records and outputs read wherever they live, and fsck's writes to them;
 //! - `snapshot`: what start-up reads to rebuild the coordinator's memory;
 //! - `format`: the format marker, and the upgrades of older stores on open.
@@ -43,9 +43,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 mod artifacts;
+mod batches;
 mod blocks;
 mod chunks;
-mod commit;
 mod format;
 mod keys;
 mod kv;
@@ -55,9 +55,9 @@ mod snapshot;
 mod test_support;
 
 pub use artifacts::{digest_hex, is_digest, Blobs, FileBlobs, MemBlobs};
+pub use batches::{split_commit, MAX_BATCH_OPS};
 pub use blocks::{BLOCK, INLINE_OUTPUT_MAX};
 pub use chunks::Lists;
-pub use commit::{split_commit, MAX_BATCH_OPS};
 pub(crate) use keys::{be_u64, chunk_key, job_key, key_text};
 pub use kv::{Kv, MemKv, Pairs, ScanFn, SledKv, Writes};
 pub(crate) use records::decode;

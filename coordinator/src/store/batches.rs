@@ -1,7 +1,7 @@
-//! Group commits: a commit split into parts that each leave a consistent store, and each part turned into one
-//! atomic batch. Artifact files are written and lists of solutions appended to their jobs' segments here,
-//! before the batch that records their hashes, because that order is what makes a recorded hash always have
-//! its bytes.
+//! How a group commit (the core's [`Op`]s) becomes sled batches: split into parts that each leave a consistent
+//! store ([`split_commit`]), each part encoded as one atomic batch. Artifact files are written and lists of
+//! solutions appended to their jobs' segments here, before the batch that records their hashes, because that
+//! order is what makes a recorded hash always have its bytes.
 
 use std::collections::BTreeMap;
 
