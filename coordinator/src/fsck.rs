@@ -690,7 +690,7 @@ mod tests {
                 Some(serde_json::to_vec(&inflated).unwrap()),
             )])
             .unwrap();
-        let err = crate::Coordinator::open(store, Default::default())
+        let err = crate::coordinator::Coordinator::open(store, Default::default())
             .err()
             .expect("a damaged store is refused");
         let text = err.to_string();

@@ -8,9 +8,9 @@ use sweep_proto::v1::{self, jobs_server};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::{convert, status};
-use crate::coordinator::{SubmitSpec, MAX_SHIPPED_BYTES};
-use crate::Coordinator;
+use super::convert;
+use super::status::status;
+use crate::coordinator::{Coordinator, SubmitSpec, MAX_SHIPPED_BYTES};
 
 #[derive(Clone)]
 pub struct JobsApi(pub(super) Arc<Coordinator>);
