@@ -12,13 +12,13 @@ use tracing::{info, warn};
 
 use crate::core::{
     invalid, Ack, Beat, Checked, Core, CoreError, JobOptions, JobView, KeptAnswer, LeaseAnswer,
-    LeaseProgress, Observation, OpenError, PoisonedChunk, Registration, ResultsView, SubmitNode,
-    WorkerView,
+    LeaseProgress, Listing, Observation, OpenError, PoisonedChunk, Registration, ResultsView,
+    SubmitNode, WorkerView,
 };
 use crate::group_commit::GroupCommit;
 use crate::limits::WatchSlots;
 use crate::scheduler::{ChunkRecord, JobId, LeaseId, SchedulerConfig};
-use crate::store::{Listing, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// Upper bound on the chunks of one job the coordinator keeps.
 pub const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use sweep_space::{AnswerMerge, Job, Plan, Tally};
 use tracing::info;
 
+use super::records::{JobRecord, Listing, Op};
 use super::{Core, CoreError, JobEntry, JobView};
 use crate::scheduler::{JobId, JobState, Millis, Scheduler};
-use crate::store::{JobRecord, Listing, Op};
 
 /// When [`Core::find_or_create`] may answer with an existing job instead of creating one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,14 +3,16 @@
 //!
 //! Like the scheduler inside it (and raft-rs's `RawNode`), the core decides and the shell acts: every method
 //! takes the time it should use, changes memory, and leaves the writes its decision needs in an outbox
-//! ([`Core::take_batch`]). The shell ([`crate::coordinator`]) persists the outbox with group commit and
-//! answers a request only once the batch holding its writes is durable. That split is what lets the core be
-//! tested with the in-memory store's records and simulated time, and lets the gRPC handlers and the dashboard
-//! be thin adapters over the same methods.
+//! ([`Core::take_batch`]), written in the core's own record types (`records`: the job record, the ops of a
+//! batch, the snapshot it starts from); the store sits above the core and adapts to them. The shell
+//! ([`crate::coordinator`]) persists the outbox with group commit and answers a request only once the batch
+//! holding its writes is durable. That split is what lets the core be tested with simulated time, and lets the
+//! gRPC handlers and the dashboard be thin adapters over the same methods.
 
 mod error;
 mod estimate;
 mod jobs;
+mod records;
 mod reports;
 #[cfg(test)]
 mod tests;
@@ -26,6 +28,7 @@ use tracing::{info, warn};
 pub use error::{invalid, CoreError};
 pub use estimate::{estimate_chunks, expected_total, MAX_ESTIMATED_CHUNKS};
 pub use jobs::{JobOptions, Reuse, SubmitNode};
+pub use records::{JobRecord, Listing, Op, Snapshot};
 pub use reports::{Checked, ReportTarget};
 pub use views::{
     Ack, AckKind, FailedAttempt, JobView, KeptAnswer, LeaseAnswer, LeaseView, Observation,
@@ -34,7 +37,6 @@ pub use views::{
 
 use crate::limits::{Limits, Usage};
 use crate::scheduler::{ChunkRecord, JobId, JobState, LeaseId, Millis, Scheduler, SchedulerConfig};
-use crate::store::{JobRecord, Listing, Op, Snapshot};
 
 /// Upper bound on the chunks one lease request may ask for.
 pub const MAX_LEASE_REQUEST: u32 = 4096;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use sweep_space::{ChunkOutput, Job};
 use tracing::{info, warn};
 
+use super::records::{Listing, Op};
 use super::{Ack, AckKind, Core, CoreError};
 use crate::limits::{output_bytes, Limits, Usage};
 use crate::scheduler::{ChunkRecord, Completion, JobId, LeaseId, Millis};
-use crate::store::{Listing, Op};
 
 /// A report after decoding and verification, ready to be applied under the lock.
 pub enum Checked {

@@ -7,7 +7,7 @@ use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SpaceError};
 
 use super::*;
 use crate::scheduler::SchedulerConfig;
-use crate::store::{split_commit, Listing, Store};
+use crate::store::{split_commit, Store};
 
 /// A job of `n` chunks whose chunk `i` finds the counter `i` (verify checks exactly that).
 #[derive(Debug)]

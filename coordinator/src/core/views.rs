@@ -56,7 +56,7 @@ pub struct JobView {
     /// Chunks with a saved resume state.
     pub checkpoints: u64,
     /// What the job keeps of its solutions.
-    pub listing: crate::store::Listing,
+    pub listing: super::records::Listing,
     /// Solutions stored with its chunks so far.
     pub solutions_stored: u64,
     /// The accepted chunks' counters, summed.

@@ -3,9 +3,10 @@
 use sweep_proto::v1;
 
 use crate::auth::Caller;
-use crate::core::{Ack, AckKind, FailedAttempt, JobView, LeaseView, PoisonedChunk, WorkerView};
+use crate::core::{
+    Ack, AckKind, FailedAttempt, JobView, LeaseView, Listing, PoisonedChunk, WorkerView,
+};
 use crate::scheduler::JobState;
-use crate::store::Listing;
 
 pub fn job_state(s: JobState) -> v1::JobState {
     match s {
