@@ -14,7 +14,7 @@
 //! - `error`, `estimate`, `views`: the core's error, the pure chunk-size estimates, the values it shows;
 //! - `state`: [`Core`] itself and its job table; every file above adds the methods of one concern to it;
 //! - `outbox`: staging writes, sequence numbers, store failure;
-//! - `submit`: finding or creating the jobs of a submitted DAG;
+//! - `submit`: checking and planning a submit, then finding or creating its jobs;
 //! - `open`: rebuilding the core from a snapshot at start-up;
 //! - `workers`, `leases`, `reports`: a worker's registration, its leases and heartbeats, its results;
 //! - `jobs`, `results`, `observe`: job control and artifact merges, what answers are read from, the views.
@@ -47,7 +47,10 @@ pub use records::{JobRecord, Listing, Op, Snapshot};
 pub use reports::{Checked, ReportTarget};
 pub use results::{ArtifactRef, ResultsInput};
 pub use state::Core;
-pub use submit::{JobOptions, Reuse, SubmitNode};
+pub use submit::{
+    parse_submit, plan_submit, JobOptions, Reuse, SubmitNode, SubmitSpec, MAX_CHUNKS_PER_JOB,
+    MAX_REPLICATE,
+};
 pub use views::{
     Ack, AckKind, FailedAttempt, JobView, KeptAnswer, LeaseAnswer, LeaseView, Observation,
     PoisonedChunk, ResultsView, WorkerObservation, WorkerView,

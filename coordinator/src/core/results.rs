@@ -1,6 +1,7 @@
 //! What a job's answer is read from, and what a finished job keeps of it in memory. The answer itself is
-//! assembled by the shell off the lock, from the store; the core hands out what that needs and bounds what
-//! finished jobs keep (the store can always rebuild it).
+//! assembled by the shell (`crate::answers`) off the lock, from the store; the core hands out what that needs,
+//! decides whether a job has a list to stream, and bounds what finished jobs keep (the store can always rebuild
+//! it).
 
 use std::sync::Arc;
 
@@ -23,7 +24,6 @@ pub(super) const MAX_KEPT_RESULTS: usize = 16;
 pub struct ResultsInput {
     pub job: Arc<dyn Job>,
     pub n_chunks: u64,
-    pub listing: Listing,
     pub view: JobView,
     /// The answer, if it was computed already (finished jobs keep theirs).
     pub cached: Option<KeptAnswer>,
@@ -44,11 +44,27 @@ impl Core {
         Ok(ResultsInput {
             job: e.job.clone(),
             n_chunks: e.record.n_chunks,
-            listing: e.record.listing,
             view,
             cached: e.result.clone(),
             finished: e.record.state.is_finished(),
         })
+    }
+
+    /// The chunk count of job `id` when it stores its whole list of solutions, for streaming the list; a job
+    /// that keeps counts only has no list to stream, and says why.
+    pub fn listed_chunks(&self, id: JobId) -> Result<u64, CoreError> {
+        let e = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
+        match e.record.listing {
+            Listing::All => Ok(e.record.n_chunks),
+            Listing::CountOnly => Err(CoreError::Precondition(format!(
+                "job {id} was submitted --count-only: it has counts, no list of solutions"
+            ))),
+            Listing::Stopped => Err(CoreError::Precondition(format!(
+                "job {id}'s list of solutions outgrew the coordinator's --max-job-solutions or \
+                 --max-job-output-mb and was stopped (its counts are exact): raise the limit and run \
+                 the job again, or submit it --count-only"
+            ))),
+        }
     }
 
     /// The stored digest of a finished job's artifact, and the bytes if they are in memory.

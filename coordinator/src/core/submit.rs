@@ -1,18 +1,123 @@
-//! Creating jobs: a submit brings the job and every input it needs (its input DAG, already resolved and
-//! planned by the shell), each found among the existing jobs or created, in one batch; a job whose inputs have
-//! no stored artifact yet is held back in the scheduler until they do.
+//! Submitting a job: everything a submit decides. First, outside the lock, the request is checked and planned
+//! ([`parse_submit`], then [`plan_submit`]: the job's plan and its whole input DAG, each input with its default plan); the
+//! shell checks in between that the store holds every file the job ships, the one step that needs I/O. Then,
+//! under the lock, [`Core::submit`] finds or creates every job of the DAG, inputs first, in one batch; a job
+//! whose inputs have no stored artifact yet is held back in the scheduler until they do.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sweep_space::{AnswerMerge, Job, Plan, Tally};
+use sweep_space::{AnswerMerge, Job, Plan, Registry, Tally};
 use tracing::info;
 
-use super::error::CoreError;
+use super::error::{invalid, CoreError};
 use super::records::{JobRecord, Listing, Op};
 use super::state::{Core, JobEntry};
 use super::views::JobView;
+use crate::inputs;
+use crate::limits::Limits;
 use crate::scheduler::{JobId, JobState, Millis, Scheduler};
+
+/// Upper bound on the chunks of one job the coordinator keeps.
+pub const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;
+/// More replicas than this buys no extra trust and multiplies the work.
+pub const MAX_REPLICATE: u32 = 16;
+
+/// What a submit asks for, decoded.
+#[derive(Clone, Debug, Default)]
+pub struct SubmitSpec {
+    pub space: String,
+    pub params_json: String,
+    /// 0: the space's default plan.
+    pub chunks: u64,
+    pub priority: i32,
+    pub reuse_existing: bool,
+    /// Agreeing results each chunk needs (0 and 1: no replication).
+    pub replicate: u32,
+    /// Keep counts only, no list of solutions.
+    pub count_only: bool,
+}
+
+/// The job a submit names, rebuilt from its space and parameters and checked against what the coordinator
+/// takes (parameter size, replication). The shell checks its shipped files next, then calls [`plan_submit`].
+pub fn parse_submit(
+    spec: &SubmitSpec,
+    registry: &Registry,
+    limits: &Limits,
+) -> Result<Arc<dyn Job>, CoreError> {
+    limits
+        .check_params(&spec.params_json)
+        .map_err(CoreError::OverLimit)?;
+    let params: serde_json::Value = serde_json::from_str(&spec.params_json)
+        .map_err(|e| invalid(format!("params_json is not JSON: {e}")))?;
+    let job = registry
+        .job_from_params(&spec.space, &params)
+        .map_err(invalid)?;
+    if spec.replicate > MAX_REPLICATE {
+        return Err(CoreError::Invalid(format!(
+            "replicate must be in 1..={MAX_REPLICATE}, got {}",
+            spec.replicate
+        )));
+    }
+    Ok(job)
+}
+
+/// Plans the job asked for and every job whose artifact it needs (a table, the layers of a layered search),
+/// recursively: the DAG for [`Core::submit`], inputs first, each input with its default plan; and how the job
+/// asked for runs.
+pub fn plan_submit(
+    job: Arc<dyn Job>,
+    spec: &SubmitSpec,
+    registry: &Registry,
+) -> Result<(Vec<SubmitNode>, JobOptions), CoreError> {
+    let requested = (spec.chunks > 0).then_some(spec.chunks);
+    let plan = job.plan(requested).map_err(invalid)?;
+    check_chunks(plan.n_chunks, "")?;
+    let dag = inputs::resolve(job, &|space: &str, params: &serde_json::Value| {
+        registry.job_from_params(space, params)
+    })
+    .map_err(invalid)?;
+    let last = dag.len().saturating_sub(1);
+    let mut nodes = Vec::with_capacity(dag.len());
+    let mut plan = Some(plan);
+    for (i, node) in dag.into_iter().enumerate() {
+        let plan = match plan.take().filter(|_| i == last) {
+            Some(p) => p,
+            None => {
+                let label = inputs::label(node.job.as_ref());
+                let p = node
+                    .job
+                    .plan(None)
+                    .map_err(|e| invalid(format!("input job {label}: {e}")))?;
+                check_chunks(p.n_chunks, &format!("input job {label}: "))?;
+                p
+            }
+        };
+        nodes.push(SubmitNode {
+            job: node.job,
+            plan,
+            inputs: node.inputs,
+        });
+    }
+    let opts = JobOptions {
+        replicate: spec.replicate.max(1),
+        listing: if spec.count_only {
+            Listing::CountOnly
+        } else {
+            Listing::All
+        },
+    };
+    Ok((nodes, opts))
+}
+
+fn check_chunks(n_chunks: u64, what: &str) -> Result<(), CoreError> {
+    if n_chunks > MAX_CHUNKS_PER_JOB {
+        return Err(invalid(format!(
+            "{what}{n_chunks} chunks is more than a coordinator keeps for one job ({MAX_CHUNKS_PER_JOB})"
+        )));
+    }
+    Ok(())
+}
 
 /// When [`Core::find_or_create`] may answer with an existing job instead of creating one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,8 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::status::status;
-use crate::coordinator::{Coordinator, SubmitSpec, MAX_SHIPPED_BYTES};
+use crate::coordinator::{Coordinator, MAX_SHIPPED_BYTES};
+use crate::core::SubmitSpec;
 
 #[derive(Clone)]
 pub struct JobsApi(pub(super) Arc<Coordinator>);
