@@ -260,7 +260,7 @@ fn report_run(
 
 /// The merged artifacts of finished jobs in the store at `--data`, looked up by (space, canonical parameters). A
 /// missing store, one in use by a running coordinator, or no such job all mean "build it here".
-struct StoredArtifacts(Option<(Store, Vec<sweep_coordinator::store::JobRecord>)>);
+struct StoredArtifacts(Option<(Store, Vec<sweep_coordinator::core::JobRecord>)>);
 
 impl StoredArtifacts {
     fn open(data: &std::path::Path) -> StoredArtifacts {

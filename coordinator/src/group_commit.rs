@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
-use crate::core::CoreError;
-use crate::store::{Op, Store};
+use crate::core::{CoreError, Op};
+use crate::store::{split_commit, Store};
 
 /// A write that takes longer than this is treated as failed: sled can hang in flush after the disk filled up.
 const STORE_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -98,8 +98,7 @@ impl GroupCommit {
             return None;
         }
         let store = self.store.clone();
-        let write =
-            tokio::task::spawn_blocking(move || store.write_parts(crate::store::split_commit(ops)));
+        let write = tokio::task::spawn_blocking(move || store.write_parts(split_commit(ops)));
         match tokio::time::timeout(STORE_WRITE_TIMEOUT, write).await {
             Ok(Ok(Ok(()))) => None,
             Ok(Ok(Err(e))) => Some(e.to_string()),

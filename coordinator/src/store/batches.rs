@@ -1,16 +1,18 @@
-//! Group commits: a commit split into parts that each leave a consistent store, and each part turned into one
-//! atomic batch. Artifact files are written and lists of solutions appended to their jobs' segments here,
-//! before the batch that records their hashes, because that order is what makes a recorded hash always have
-//! its bytes.
+//! How a group commit (the core's [`Op`]s) becomes sled batches: split into parts that each leave a consistent
+//! store ([`split_commit`]), each part encoded as one atomic batch. Artifact files are written and lists of
+//! solutions appended to their jobs' segments here, before the batch that records their hashes, because that
+//! order is what makes a recorded hash always have its bytes.
 
 use std::collections::BTreeMap;
 
 use super::artifacts::{chunk_blob, encode_list_into, hash, job_blob, segment_blob, ListRef};
 use super::blocks::{BlockEdits, INLINE_OUTPUT_MAX};
+use super::error::StoreError;
+use super::handle::Store;
 use super::keys::{be_u64, chunk_key, job_key};
 use super::kv::Writes;
-use super::records::{encode, Op};
-use super::{Store, StoreError};
+use super::records::encode;
+use crate::core::Op;
 use crate::scheduler::{ChunkRecord, JobId};
 
 /// Writes per sled batch at most (about): a group commit under load can hold tens of thousands of writes, and
@@ -156,8 +158,8 @@ mod tests {
     use sweep_space::{ChunkOutput, Tally};
 
     use super::*;
+    use crate::core::JobRecord;
     use crate::store::test_support::record;
-    use crate::store::JobRecord;
 
     /// A group commit as the coordinator stages it: leases, then per result its `Done` record, output and
     /// the tally after it, with a job record now and then.
