@@ -6,6 +6,7 @@ use sweep_client::ClientSecurity;
 use sweep_proto::v1;
 use sweep_space::Registry;
 
+#[cfg(feature = "lie")]
 use crate::lie::Lie;
 
 #[derive(Clone, Debug)]
@@ -25,7 +26,9 @@ pub struct WorkerConfig {
     pub cache_dir: Option<std::path::PathBuf>,
     /// Token and TLS settings for talking to the coordinator.
     pub security: ClientSecurity,
-    /// Tests only: falsify results this way, to prove the coordinator's checks catch it.
+    /// Tests only: falsify results this way, to prove the coordinator's checks catch it. `None`: as
+    /// [`crate::LIE_ENV`] says.
+    #[cfg(feature = "lie")]
     pub lie: Option<Lie>,
     /// The spaces this worker runs, declared when it registers: the coordinator leases it chunks of these only.
     /// `exec` is in it only when the worker was started with `--allow-exec`.
@@ -46,6 +49,7 @@ impl WorkerConfig {
             grace: Duration::from_secs(30),
             cache_dir: None,
             security: ClientSecurity::default(),
+            #[cfg(feature = "lie")]
             lie: None,
             in_process: None,
         }

@@ -106,6 +106,7 @@ pub(crate) fn executor(
             if lease.count_only {
                 out.solutions = Vec::new();
             }
+            #[cfg(feature = "lie")]
             if let Some(lie) = sh.cfg.lie {
                 lie.apply(&mut out);
             }

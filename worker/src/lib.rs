@@ -11,7 +11,8 @@
 //!
 //! From the bottom up: a module uses only modules listed before it, and none uses this file.
 //!
-//! - `lie`: results falsified on purpose, for tests; apart so that no other module has to be read for it.
+//! - `lie`: results falsified on purpose, for tests; apart, and behind the `lie` feature, so release builds
+//!   cannot lie (see the feature in Cargo.toml).
 //! - `backoff`: retry pacing, the same for every task that calls a coordinator that may be restarting.
 //! - `config`: [`WorkerConfig`], what the caller decides, and the registration made of it and this machine.
 //! - `state`: the data under the one lock (queue, running chunks, outbox, counters, the job and artifact caches
@@ -34,6 +35,7 @@ mod executor;
 mod heartbeat;
 mod inputs;
 mod leaser;
+#[cfg(feature = "lie")]
 mod lie;
 mod reporter;
 mod shared;
@@ -51,7 +53,8 @@ use tracing::{debug, info, warn};
 pub use config::WorkerConfig;
 pub use heartbeat::RESUME_STATE_INTERVAL;
 pub use leaser::LEASE_AHEAD;
-pub use lie::Lie;
+#[cfg(feature = "lie")]
+pub use lie::{Lie, LIE_ENV};
 pub use state::WorkerStats;
 
 use backoff::Backoff;
@@ -74,6 +77,9 @@ pub enum WorkerError {
     /// The operating system would not start the search threads asked for.
     #[error("cannot start {0} search threads: {1}")]
     Threads(usize, std::io::Error),
+    /// A setting the worker cannot run with (in builds with the `lie` feature: an unknown `SWEEP_TEST_LIE`).
+    #[error("{0}")]
+    Config(String),
 }
 
 /// Runs a worker until `shutdown` resolves (then drains as described in the crate docs).
@@ -81,6 +87,19 @@ pub async fn run(
     cfg: WorkerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, WorkerError> {
+    // Read here rather than in `WorkerConfig::new`, which cannot fail: a misspelt lie stops the worker.
+    #[cfg(feature = "lie")]
+    let cfg = WorkerConfig {
+        lie: match cfg.lie {
+            Some(lie) => Some(lie),
+            None => Lie::from_env().map_err(WorkerError::Config)?,
+        },
+        ..cfg
+    };
+    #[cfg(feature = "lie")]
+    if let Some(lie) = cfg.lie {
+        warn!(?lie, "this worker falsifies its results, for a test");
+    }
     let (mut client, reports) = match &cfg.in_process {
         Some(transport) => sweep_client::work_client_in_process(transport.clone()),
         None => sweep_client::work_client(&cfg.connect, &cfg.security)?,
