@@ -219,12 +219,18 @@ impl Cluster {
 
     /// Starts one more worker, named `w<index>`, with `extra` flags after the usual ones.
     pub fn add_worker_with(&mut self, extra: &[&str]) {
+        self.add_worker_env(extra, &[]);
+    }
+
+    /// [`Cluster::add_worker_with`], with `env` set for the worker alone.
+    pub fn add_worker_env(&mut self, extra: &[&str], env: &[(&str, &str)]) {
         let name = format!("w{}", self.workers.len());
         let child = Command::new(&self.bin)
             .args(["worker", "--connect", &self.url, "--threads"])
             .arg(self.threads.to_string())
             .args(["--name", &name, "--grace-secs", "5"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
