@@ -16,7 +16,7 @@ pub use sweep_space::{self as space, Registry};
 
 mod args;
 mod cmd;
-pub mod exec;
+mod exec_args;
 pub mod exit;
 mod output;
 mod progress;
@@ -109,7 +109,7 @@ pub fn builtin() -> Registry {
         .with::<sweep_buzzled::Buzzled>()
         .with::<sweep_peg::Peg>()
         .with::<sweep_primes::Primes>()
-        .with::<exec::Exec>()
+        .with::<sweep_exec::Exec>()
 }
 
 /// Runs the `sweep` command with `registry`'s spaces: what `sweep`'s own `main` does with [`builtin`], and what

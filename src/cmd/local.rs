@@ -31,7 +31,7 @@ fn parse_or_help(registry: &Registry, args: &[String]) -> anyhow::Result<Option<
     // Here the command runs on this machine, for the person who typed it: in the directory they typed it in.
     let args = match args.split_first() {
         Some((space, rest)) => {
-            let rest = crate::exec::in_current_dir(space, rest.to_vec())?;
+            let rest = crate::exec_args::in_current_dir(space, rest.to_vec())?;
             std::iter::once(space.clone()).chain(rest).collect()
         }
         None => Vec::new(),

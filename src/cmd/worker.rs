@@ -64,7 +64,7 @@ pub fn worker(registry: &Registry, a: WorkerArgs) -> anyhow::Result<ExitCode> {
     } else {
         registry
             .clone()
-            .without(<crate::exec::Exec as sweep_space::SearchSpace>::NAME)
+            .without(<sweep_exec::Exec as sweep_space::SearchSpace>::NAME)
     };
     let mut cfg = sweep_worker::WorkerConfig::new(a.connect, threads, registry);
     cfg.name = a.name.unwrap_or_else(default_worker_name);
