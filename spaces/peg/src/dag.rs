@@ -34,23 +34,13 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::game::{Game, Goal};
 use super::layers::{self, Figures, Lookup, SortedSet};
-use super::{layer_counter, Mode, PegParams, LAYER_FIELDS};
-use sweep_space::{Answer, ChunkOutput, Control, JobInput, Plan, SearchSpace, SpaceError};
-
-/// The internal stages of the DAG (hidden `--stage`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Stage {
-    /// The canonical positions after `--layer` jumps with their class weights.
-    Layer,
-    /// The positions of layer `--layer` on a path to the goal, and the layer's figures.
-    Path,
-}
+pub use super::params::Stage;
+use super::params::{layer_counter, Mode, PegParams, LAYER_FIELDS, SPACE_NAME};
+use sweep_space::{Answer, ChunkOutput, Control, JobInput, Plan, SpaceError};
 
 /// Shards of one step: more would leave most chunks with nothing to do on any board of this space.
 pub const MAX_SHARDS: u32 = 4096;
@@ -236,7 +226,7 @@ impl Dag {
                 ..params.clone()
             };
             JobInput {
-                space: <super::Peg as SearchSpace>::NAME.to_string(),
+                space: SPACE_NAME.to_string(),
                 params: serde_json::to_value(&p).unwrap_or(Value::Null),
             }
         };

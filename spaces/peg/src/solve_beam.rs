@@ -15,9 +15,9 @@
 //! ranked positions reproducibly.
 
 use super::board::bits;
+use super::endgame::Endgame;
 use super::game::{Game, Goal, PosSet};
 use super::pagoda::Pruner;
-use super::solve::Endgame;
 use sweep_space::{Control, SpaceError};
 
 /// One kept position: where it came from, for the path back to the start.

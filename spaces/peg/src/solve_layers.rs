@@ -23,9 +23,9 @@
 //! winning line and forward again to pick a line, in the seed's move order.
 
 use super::board::Board;
+use super::endgame::Endgame;
 use super::game::Game;
 use super::pagoda::{self, Pagoda, Pruner};
-use super::solve::Endgame;
 use sweep_space::{Control, SpaceError};
 
 /// Positions of a layer given to the linear program: each program takes about 2 ms on the 41-hole board, and a

@@ -736,7 +736,7 @@ fn endgame_walk_reaches_the_goal_from_members() {
     let game = Game::new(board, 0, Goal::Hole(0));
     let ctl = Control::new();
     let mut nodes = 0;
-    let table = solve::Endgame::build(&game, 1 << 12, &ctl, &mut nodes).expect("builds");
+    let table = endgame::Endgame::build(&game, 1 << 12, &ctl, &mut nodes).expect("builds");
     let mut checked = 0;
     for pegs in 2..=game.start.count_ones() {
         if !table.covers(pegs) {
