@@ -528,7 +528,51 @@ fn scaling() {
     }
 }
 
+/// `-- probe`: how long `solve` takes on the big boards, three seeds each, every chunk verified (the move list
+/// replayed to the goal) as the coordinator would; one line per game, nothing compared.
+fn probe_big_boards() {
+    for (board, start, goal) in [
+        ("english", "centre", "centre"),
+        ("european", "1,3", "any"),
+        ("european", "1,4", "7,4"),
+        ("european", "2,4", "any"),
+        ("diamond", "1,5", "any"),
+        ("wiegleb", "1,4", "any"),
+        ("wiegleb", "centre", "centre"),
+    ] {
+        for seed in 0..3u64 {
+            let seed_text = seed.to_string();
+            let args: Vec<String> = [
+                "--board", board, "--start", start, "--goal", goal, "--seed", &seed_text,
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let t = Instant::now();
+            let job = lookup("peg")
+                .and_then(|s| s.parse_args(&args))
+                .expect("valid job");
+            let ctl = Control::new();
+            let out = job.run_chunk(1, 0, &ctl).expect("chunk runs");
+            job.verify(1, 0, &out).expect("chunk verifies");
+            let ans = Answer::from_outputs(&[out]);
+            let res = job.result(&ans);
+            println!(
+                "{board} {start} {goal} seed {seed}: {:?} nodes {} solved={} {}",
+                t.elapsed(),
+                ans.tally.nodes,
+                res["solved"],
+                res["impossible"]
+            );
+        }
+    }
+}
+
 fn main() {
+    if std::env::args().skip(1).any(|a| a == "probe") {
+        probe_big_boards();
+        return;
+    }
     let game = Game::new(Board::new(BoardKind::English), 24, Goal::Hole(24));
     let seeds: Vec<u64> = (0..8).collect();
     println!("English centre game, seeds {seeds:?}");
