@@ -1,10 +1,10 @@
 //! The pattern database as cluster jobs: built once in chunks, stored, and shared by every `deep` and `census`
 //! job, the way the depth-d table is.
 //!
-//! Why: every process used to build the 6-tile database itself ([`Pdb::for_tiles`], about 18 s of one core)
-//! before its first bound, so a deep search took 22.4 s on one thread and 20.2 s on two: the build dominated and
-//! did not split. As an input job, the cluster builds it once, the coordinator stores it, each worker fetches it
-//! once (its artifact cache is keyed by digest), and [`Pdb::shared`] parses it once per process.
+//! Why: a process that builds the 6-tile database itself ([`Pdb::for_tiles`]) spends about 18 s of one core before
+//! its first bound, so a deep search built that way takes 22.4 s on one thread and 20.2 s on two: the build
+//! dominates and does not split. As an input job, the cluster builds it once, the coordinator stores it, each worker
+//! fetches it once (its artifact cache is keyed by digest), and [`Pdb::shared`] parses it once per process.
 //!
 //! Built breadth first, one job per level, on the segments of [`segbfs`] (states cut by where tiles 1..s are; every
 //! twist maps a whole segment onto one segment, so a target segment's next level needs 12 source segments only):

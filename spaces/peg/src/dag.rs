@@ -22,7 +22,7 @@
 //! job, whatever S; the jobs differ by S only in how many chunks share that work.
 //!
 //! Measured on the English centre game (in-process driver of `dag_tests.rs`, 16 shards, a loaded 2-core
-//! machine, the single-chunk methods measured in the same session): `count` 40,861,647,040,079,968 in 16.8 s of
+//! machine, the single-chunk methods measured on it alongside): `count` 40,861,647,040,079,968 in 16.8 s of
 //! CPU and 260 MB (layers 0..16: 6.26 M expansions, then 2.6 M joins at layer 15), against 84.6 s and 1.63 GB
 //! for the single-chunk count; `positions` in 65 s of CPU and 540 MB (23.5 M expansions and 23.5 M on-path
 //! tests), against 33.8 s and 1.46 GB. Node totals are equal with 1 and 16 shards; from layer 8 on the largest

@@ -7,8 +7,8 @@
 //! 2. A depth-first search forward from the start on a small node budget (2^16): children in the order of a
 //!    score (isolated pegs first, then distance from the goal) after a seeded shuffle, pruned by the generic
 //!    pagodas, with a set of failed positions canonical under the goal's symmetries. Forward, every position
-//!    visited is reachable; the seed's backward search remembers boards that are not. The English board is
-//!    solved here for every seed measured (tests check seeds 0..100), in a few milliseconds.
+//!    visited is reachable; the original program's backward search remembers boards that are not. The English
+//!    board is solved here for every seed measured (tests check seeds 0..100), in a few milliseconds.
 //! 3. Stronger pruning: per hole where the last peg may end, the pagoda function from a linear program tuned to
 //!    this start ([`pagoda::tightest_for`], signed weights, verified exactly in integers). If it rules out the
 //!    start for every such hole, the pair is impossible by that function (a proof `verify` recomputes).

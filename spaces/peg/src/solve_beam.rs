@@ -118,7 +118,7 @@ pub struct BeamEnv<'a> {
     pub table: &'a Endgame,
     pub prune: &'a Pruner,
     pub ctl: &'a Control,
-    /// The seed's move order, for the walk down the endgame table.
+    /// The move order drawn from `--seed`, for the walk down the endgame table.
     pub order: &'a [usize],
 }
 

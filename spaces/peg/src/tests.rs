@@ -142,8 +142,8 @@ fn quick_game(i: usize) -> Game {
     Game::new(board, start, goal)
 }
 
-/// The seed's latest head searched for the goal peg one hole below the centre: check that the last peg sits on
-/// exactly the hole that was asked for, for goals other than the start hole too.
+/// An off-by-one in the goal's hole would still end on one peg: check that the last peg sits on exactly the hole
+/// that was asked for, for goals other than the start hole too.
 #[test]
 fn regression_goal_is_the_requested_hole() {
     let b = Board::new(BoardKind::English);
