@@ -22,6 +22,7 @@ pub mod count;
 pub mod dag;
 pub mod endgame;
 pub mod game;
+pub mod layer_artifacts;
 pub mod layers;
 pub mod pagoda;
 mod params;
