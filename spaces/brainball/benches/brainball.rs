@@ -200,7 +200,7 @@ fn main() {
     }
     drop(map);
 
-    // Pick PER_LENGTH positions of each length 12, 13, 14 from the seeded list, in list order.
+    // Pick PER_LENGTH positions of each length 12, 13, 14 from the random list drawn above, in list order.
     let mut picked: Vec<(Ring, usize)> = Vec::new();
     let mut per = [0usize; 3];
     for ring in &positions {

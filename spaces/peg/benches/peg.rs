@@ -31,7 +31,7 @@ fn job_from_params(
 
 /// The original program's algorithm, re-implemented: start from the goal board, undo moves (a reverse move needs
 /// the landing hole filled and the two others empty), remember every board seen in a set, stop at the start
-/// board. The move list is shuffled once from the seed, as that program's random move order.
+/// board. The move list is shuffled once from the random seed, as that program's random move order.
 struct OriginalSolver<'a> {
     moves: Vec<Move>,
     start: u64,
