@@ -6,9 +6,9 @@
 //! Two methods:
 //! - `brute` walks the permutations of 1..2n in lexicographic order over the original program's field numbering,
 //!   chunked by rank ranges. Each permutation is tested line by line in the order the lines fill up, stopping at
-//!   the first failing line, exactly as that program does. Permutations that share a prefix on which a line already fails are
-//!   rejected by that same line, so they are accounted for as one block: `nodes` is exactly the number of
-//!   permutations tested, and the verdict for each is the one a one-by-one test gives.
+//!   the first failing line, exactly as that program does. Permutations that share a prefix on which a line
+//!   already fails are rejected by that same line, so they are accounted for as one block: `nodes` is exactly the
+//!   number of permutations tested, and the verdict for each is the one a one-by-one test gives.
 //! - `backtrack` visits exactly one labelling per orbit of the 2n symmetries, and it is the canonical one. The
 //!   canonical form (smallest image, outer cells first) starts with the smallest outer label, and of the two
 //!   images that put it at O_0 (the identity and the reflection through O_0, which swaps O_1 and O_{n-1}) takes
@@ -25,6 +25,8 @@
 //! Chunks are ranges of prefixes (the first four or five choices, [`Prefix`]); `nodes` counts the prefixes, the
 //! pairs placed and the stars closed.
 //!
+//! Unique solutions are counted where they are found: a chunk counts a solution as unique exactly when it equals
+//! its own canonical form, so unique counts add up across chunks without any set of solutions being kept.
 //!
 //! Modules, each below the ones it uses (none reaches up to this file):
 //! - [`params`]: the job's parameters and their limits.
