@@ -349,7 +349,7 @@ mod tests {
         assert!(built
             .render(job.as_ref(), false)
             .unwrap()
-            .contains("unique solutions in the seed's field numbering"));
+            .contains("unique solutions in the original program's field numbering"));
         // Cut JSON with its text: the text prints (the JSON is never read), `--json` and pictures refuse it;
         // without a text there is nothing to print, so it is refused at once.
         let cut = report(ReportResult::sent("{\"points\": 6,".into(), "the text".into()).unwrap());

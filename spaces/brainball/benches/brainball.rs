@@ -1,17 +1,18 @@
-//! Brainball: the seed's method, sweep's previous solver and the current one, side by side on the same positions.
+//! Brainball: the original program's method, a plain level-scan solver and the crate's, side by side on the same
+//! positions.
 //!
-//! - seed (a re-implementation of the seed's algorithm): a hash map of every position within 7 twists (depth-first
-//!   from solved, keeping the smallest depth seen), then for each position every twist sequence of up to 7 twists
-//!   from it, probing the map at every node and keeping the shortest total. The seed rebuilds the map on every
-//!   run, so its cost per position is build + search.
-//! - before (sweep's previous solver, re-implemented here): the sorted table, and a level scan that walks every
-//!   sequence of exactly f twists (no immediate repeat), probing the 12 children of a node together, for
-//!   f = 1, 2, ... until a level meets the table; each level is walked in full.
+//! - original (a re-implementation of the original program's algorithm): a hash map of every position within 7
+//!   twists (depth-first from solved, keeping the smallest depth seen), then for each position every twist
+//!   sequence of up to 7 twists from it, probing the map at every node and keeping the shortest total. That
+//!   program rebuilds the map on every run, so its cost per position is build + search.
+//! - before (a plain level-scan solver, the baseline for the pruning and the pipelining): the sorted table, and a
+//!   level scan that walks every sequence of exactly f twists (no immediate repeat), probing the 12 children of a
+//!   node together, for f = 1, 2, ... until a level meets the table; each level is walked in full.
 //! - after (`sweep_brainball::solve`): the same table, sequences pruned by the relation automaton,
 //!   probes pipelined in batches, and each level stops at its first hit (proven optimal: see `solve.rs`).
 //!
-//! Run: `cargo bench -p sweep-brainball --bench brainball` (two to three minutes on 2 cores, mostly the seed and
-//! the previous solver).
+//! Run: `cargo bench -p sweep-brainball --bench brainball` (two to three minutes on 2 cores, mostly the original
+//! method and the plain level scan).
 //!
 //! Past 2d (`-- deep`): the reversed ring solved in one process, then one round of the `deep` job run chunk by
 //! chunk, with the time of every chunk: its balance, and the wall time 1, 2, 4 and 8 workers would take if the
@@ -40,14 +41,15 @@ use sweep_brainball::{random_positions, solve, Ring, Table};
 use sweep_space::{Answer, ChunkOutput, Control, Job, Registry, SpaceError};
 
 const DEPTH: u8 = 7;
-/// Seed solves are ~10 s each (a full depth-7 walk), so only a few are timed.
-const SEED_POSITIONS: usize = 2;
+/// Original solves are ~10 s each (a full depth-7 walk), so only a few are timed.
+const ORIGINAL_POSITIONS: usize = 2;
 /// Positions timed per solution length 12, 13 and 14 for before vs after.
 const PER_LENGTH: usize = 7;
 const BATCH: usize = 100;
 
-fn seed_build(ball: Ball, depth: u8, left: u8, last: usize, map: &mut HashMap<u64, u8>) {
-    // The seed walks every sequence and keeps the smallest depth per position; it does not prune revisits.
+fn original_build(ball: Ball, depth: u8, left: u8, last: usize, map: &mut HashMap<u64, u8>) {
+    // The original program walks every sequence and keeps the smallest depth per position; it does not prune
+    // revisits.
     let e = map.entry(ball.0).or_insert(depth);
     *e = (*e).min(depth);
     if left == 0 {
@@ -55,13 +57,20 @@ fn seed_build(ball: Ball, depth: u8, left: u8, last: usize, map: &mut HashMap<u6
     }
     for t in 0..N_TWISTS {
         if t != last {
-            seed_build(ball.twist(t), depth + 1, left - 1, t, map);
+            original_build(ball.twist(t), depth + 1, left - 1, t, map);
         }
     }
 }
 
-/// The seed's forward walk: every sequence of up to `left` twists, probing the map at each node.
-fn seed_search(ball: Ball, done: u8, left: u8, last: usize, map: &HashMap<u64, u8>, best: &mut u8) {
+/// The original program's forward walk: every sequence of up to `left` twists, probing the map at each node.
+fn original_search(
+    ball: Ball,
+    done: u8,
+    left: u8,
+    last: usize,
+    map: &HashMap<u64, u8>,
+    best: &mut u8,
+) {
     if let Some(&d) = map.get(&ball.0) {
         *best = (*best).min(done + d);
     }
@@ -70,12 +79,12 @@ fn seed_search(ball: Ball, done: u8, left: u8, last: usize, map: &HashMap<u64, u
     }
     for t in 0..N_TWISTS {
         if t != last {
-            seed_search(ball.twist(t), done + 1, left - 1, t, map, best);
+            original_search(ball.twist(t), done + 1, left - 1, t, map, best);
         }
     }
 }
 
-/// sweep's previous scan of one level: every sequence of exactly `left` more twists, keeping the best total.
+/// The plain scan of one level: every sequence of exactly `left` more twists, keeping the best total.
 fn before_level(table: &Table, ball: Ball, g: u8, left: u8, last: usize, best: &mut u8) {
     if left == 1 {
         let mut children = [Ball::SOLVED; N_TWISTS];
@@ -96,7 +105,7 @@ fn before_level(table: &Table, ball: Ball, g: u8, left: u8, last: usize, best: &
     }
 }
 
-/// sweep's previous solver: the shortest length within `DEPTH` forward levels.
+/// The plain level-scan solver: the shortest length within `DEPTH` forward levels.
 fn before_solve(table: &Table, ring: Ring) -> Option<u8> {
     let ball = ring.canonical();
     if let Some(d) = table.distance(ball) {
@@ -144,14 +153,14 @@ fn main() {
 
     let t0 = Instant::now();
     let mut map = HashMap::new();
-    seed_build(Ball::SOLVED, 0, DEPTH, usize::MAX, &mut map);
-    let seed_build_s = t0.elapsed().as_secs_f64();
+    original_build(Ball::SOLVED, 0, DEPTH, usize::MAX, &mut map);
+    let original_build_s = t0.elapsed().as_secs_f64();
     // hashbrown: 8-byte key + 1-byte value, padded to 16, plus a control byte, over a capacity >= len.
-    let seed_bytes = map.capacity() * 17;
+    let original_bytes = map.capacity() * 17;
     println!(
-        "seed build (hash map, depth {DEPTH}): {} positions, {seed_build_s:.2} s, ~{} MB",
+        "original build (hash map, depth {DEPTH}): {} positions, {original_build_s:.2} s, ~{} MB",
         map.len(),
-        seed_bytes >> 20
+        original_bytes >> 20
     );
 
     let t0 = Instant::now();
@@ -173,22 +182,25 @@ fn main() {
     let _ = solve(&table, DEPTH, Ball::SOLVED.ring(), &ctl);
 
     let positions = random_positions(400, 2024);
-    let mut seed_s = Vec::new();
-    for ring in &positions[..SEED_POSITIONS] {
+    let mut original_s = Vec::new();
+    for ring in &positions[..ORIGINAL_POSITIONS] {
         let t0 = Instant::now();
         let mut best = u8::MAX;
-        seed_search(ring.canonical(), 0, DEPTH, usize::MAX, &map, &mut best);
-        seed_s.push(t0.elapsed().as_secs_f64());
+        original_search(ring.canonical(), 0, DEPTH, usize::MAX, &map, &mut best);
+        original_s.push(t0.elapsed().as_secs_f64());
         let sol = solve(&table, DEPTH, *ring, &ctl).expect("solvable");
-        assert_eq!(sol.twists as u8, best, "seed and sweep agree on {ring}");
+        assert_eq!(
+            sol.twists as u8, best,
+            "the original method and sweep agree on {ring}"
+        );
         println!(
-            "  seed search {ring}: {best} twists, {:.2} s",
-            seed_s.last().unwrap()
+            "  original search {ring}: {best} twists, {:.2} s",
+            original_s.last().unwrap()
         );
     }
     drop(map);
 
-    // Pick PER_LENGTH positions of each length 12, 13, 14 from the seeded list, in list order.
+    // Pick PER_LENGTH positions of each length 12, 13, 14 from the random list drawn above, in list order.
     let mut picked: Vec<(Ring, usize)> = Vec::new();
     let mut per = [0usize; 3];
     for ring in &positions {
@@ -278,17 +290,17 @@ fn main() {
         .filter(|(_, n)| **n > 0)
         .map(|(l, n)| format!("{l}:{n}"))
         .collect();
-    let seed_per = seed_s.iter().sum::<f64>() / seed_s.len() as f64;
-    println!("--- side by side with the seed (one thread) ---");
+    let original_per = original_s.iter().sum::<f64>() / original_s.len() as f64;
+    println!("--- side by side with the original program (one thread) ---");
     println!(
-        "table build:  seed {seed_build_s:.2} s   sweep {sweep_build:.2} s   ratio {:.2}x",
-        seed_build_s / sweep_build
+        "table build:  original {original_build_s:.2} s   sweep {sweep_build:.2} s   ratio {:.2}x",
+        original_build_s / sweep_build
     );
     println!(
-        "table size:   seed ~{} MB   sweep {:.1} MB   ratio {:.2}x",
-        seed_bytes >> 20,
+        "table size:   original ~{} MB   sweep {:.1} MB   ratio {:.2}x",
+        original_bytes >> 20,
         bytes as f64 / (1 << 20) as f64,
-        seed_bytes as f64 / bytes as f64
+        original_bytes as f64 / bytes as f64
     );
     println!(
         "batch of {BATCH} random positions (after): {batch:.2} s ({:.1} ms/position, slowest {:.0} ms), all optimal, {beyond} beyond 2d, lengths {}",
@@ -297,9 +309,9 @@ fn main() {
         lengths.join(" ")
     );
     println!(
-        "one position as the seed runs it (build + search): {:.2} s; sweep's whole batch of {BATCH}: {batch:.2} s ({:.1}x less)",
-        seed_build_s + seed_per,
-        (seed_build_s + seed_per) / batch
+        "one position as the original program runs it (build + search): {:.2} s; sweep's whole batch of {BATCH}: {batch:.2} s ({:.1}x less)",
+        original_build_s + original_per,
+        (original_build_s + original_per) / batch
     );
 }
 

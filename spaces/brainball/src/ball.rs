@@ -8,11 +8,11 @@
 //! Canonical form: read the ring clockwise from tile 13; if 13 shows the other colour, turn the ball over first
 //! (read counter-clockwise and swap every colour), so 13 is always white and never stored. The 12 tiles after it
 //! take 5 bits each (`(number - 1) << 1 | turned`), the first tile after 13 in the most significant slot, so the
-//! 60-bit value sorts like the seed's list of tiles.
+//! 60-bit value sorts like the original program's list of tiles.
 //!
 //! Because the mechanism is symmetric under the reflection that fixes position 0, turning the ball over commutes
 //! with the move set, and each of the 13 moves from the canonical frame is one fixed signed permutation of the 12
-//! slots. The twists below are those 13 maps, numbered as the seed numbers them.
+//! slots. The twists below are those 13 maps, numbered as the original program numbers them.
 
 use std::fmt;
 
@@ -86,7 +86,7 @@ impl Ball {
         true
     }
 
-    /// Applies canonical twist `t` (0..13, the seed's numbering).
+    /// Applies canonical twist `t` (0..13, the original program's numbering).
     #[inline]
     pub fn twist(self, t: usize) -> Ball {
         let tw = &TWISTS[t];
@@ -104,14 +104,15 @@ impl Ball {
         Ring(r)
     }
 
-    /// Parses the seed's notation: 13 signed integers clockwise from anywhere, separated by whitespace or commas.
+    /// Parses the original program's notation: 13 signed integers clockwise from anywhere, separated by whitespace
+    /// or commas.
     pub fn parse(text: &str) -> Result<Ball, SpaceError> {
         Ring::parse(text).map(Ring::canonical)
     }
 }
 
 impl fmt::Display for Ball {
-    /// As the seed draws its ball: `13 | ` and the 12 tiles after it, the other colour negative.
+    /// As the original program draws its ball: `13 | ` and the 12 tiles after it, the other colour negative.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("13 |")?;
         for t in self.tiles() {
@@ -232,7 +233,7 @@ impl Ring {
 }
 
 impl fmt::Display for Ring {
-    /// The seed's input form: 13 signed integers clockwise from position 0.
+    /// The original program's input form: 13 signed integers clockwise from position 0.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, t) in self.0.iter().enumerate() {
             if i > 0 {
@@ -254,13 +255,13 @@ pub struct TwistMap {
     pub turn: u8,
 }
 
-/// For seed twist `t`, the ring turn that realises it from the frame with 13 at position 12. Derived once from the
-/// seed's table (a unit test checks all 13 rows).
-pub const SEED_TURNS: [u8; N_TWISTS] = [5, 4, 3, 12, 11, 10, 2, 1, 0, 9, 8, 7, 6];
+/// For twist `t` in the original program's numbering, the ring turn that realises it from the frame with 13 at
+/// position 12. Derived once from that program's table (a unit test checks all 13 rows).
+pub const ORIGINAL_TURNS: [u8; N_TWISTS] = [5, 4, 3, 12, 11, 10, 2, 1, 0, 9, 8, 7, 6];
 
-/// The 13 twists in the seed's numbering.
+/// The 13 twists in the original program's numbering.
 pub static TWISTS: std::sync::LazyLock<[TwistMap; N_TWISTS]> =
-    std::sync::LazyLock::new(|| std::array::from_fn(|t| twist_map(SEED_TURNS[t] as usize)));
+    std::sync::LazyLock::new(|| std::array::from_fn(|t| twist_map(ORIGINAL_TURNS[t] as usize)));
 
 /// Derives the canonical map of the physical move `+k/` by tracing tagged tiles through it.
 pub fn twist_map(k: usize) -> TwistMap {

@@ -1,7 +1,7 @@
 //! Census: the distance distribution of uniformly random positions, each solved optimally.
 //!
 //! A chunk solves a contiguous range of sample indices; sample j is drawn from (seed, j) alone
-//! ([`crate::random_position_at`]), so no chunk needs the others' draws and any machine redraws the same
+//! ([`crate::random::random_position_at`]), so no chunk needs the others' draws and any machine redraws the same
 //! positions. A chunk reports one exact counter per distance (`d15` = positions at 15 twists), which the engine
 //! sums, and lists its hardest positions with their solutions (the verifier replays them). The merged answer is
 //! the histogram, a 95 % interval for the share of every distance (Wilson's score interval: it stays inside
@@ -12,12 +12,12 @@
 use serde_json::{json, Value};
 
 use crate::pdb::Pdb;
+use crate::random::random_position_at;
+use crate::report::{check_solution, decode_solution, encode_solution, move_names};
 use crate::solve::{solve_against, Patterns};
-use crate::{decode_solution, encode_solution, random_position_at};
 use sweep_space::perm::split_range;
 use sweep_space::{Answer, ChunkOutput, Control, SpaceError};
 
-use super::move_names;
 use super::table::Table;
 
 /// Positions of the puzzle: 12! * 2^12.
@@ -116,7 +116,7 @@ pub fn verify(
             return bad(format!("sample {idx} is not in order in {lo}..{hi}"));
         }
         prev = Some(idx);
-        super::check_solution(random_position_at(seed, idx as u64), &v)?;
+        check_solution(random_position_at(seed, idx as u64), &v)?;
         if v["twists"].as_u64().map(|t| t as usize) != max {
             return bad(format!("sample {idx} is listed but not among the farthest"));
         }

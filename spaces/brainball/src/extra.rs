@@ -5,43 +5,17 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::ball::Ring;
+use super::job::{BrainballJob, Round};
+use super::params::{BrainballParams, Mode, SPACE_NAME};
+use super::report::move_names;
 use super::solve::{self, first_level, Proof};
-use super::{
-    census, deep, move_names, Ball, Brainball, BrainballJob, BrainballParams, Mode, Ring, Table,
-};
-use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, SearchSpace, SpaceError};
-
-/// A deep job's round: the position, and the forward level it walks (solutions of `level + depth` twists).
-#[derive(Clone, Copy, Debug)]
-pub struct Round {
-    pub ball: Ball,
-    pub level: u8,
-    /// The first level of the position's parity: where the chain of rounds starts.
-    pub first: u8,
-    pub split: u8,
-}
+use super::table::Table;
+use super::{census, deep};
+use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, SpaceError};
 
 /// Prefix length of a deep job unless asked: 143 chunks, enough for a few dozen workers.
 const DEFAULT_SPLIT: u8 = 2;
-
-impl BrainballParams {
-    /// No mode, the default depth and pattern size, nothing else.
-    pub fn empty() -> BrainballParams {
-        BrainballParams {
-            mode: None,
-            depth: super::default_depth(),
-            position: None,
-            positions: None,
-            random: None,
-            seed: 0,
-            samples: None,
-            max_twists: None,
-            split: None,
-            pattern_tiles: super::default_tiles(),
-            level: None,
-        }
-    }
-}
 
 fn invalid(name: &'static str, reason: impl Into<String>) -> SpaceError {
     SpaceError::InvalidParam {
@@ -172,32 +146,19 @@ pub fn build_deep(p: BrainballParams) -> Result<BrainballJob, SpaceError> {
 }
 
 impl BrainballJob {
-    pub(super) fn new(params: BrainballParams, mode: Mode, positions: Vec<Ring>) -> BrainballJob {
-        BrainballJob {
-            params,
-            mode,
-            positions,
-            table: None,
-            round: None,
-            previous: None,
-            pdb: None,
-            levels: None,
-        }
-    }
-
     /// The deep round two twists shorter, which this one reads, unless this is the first.
     pub(super) fn previous_round(&self) -> Option<JobInput> {
         let r = self.round?;
         if r.level < r.first + 2 {
             return None;
         }
-        let prev = Brainball::build(BrainballParams {
+        let prev = build_deep(BrainballParams {
             max_twists: Some(r.level - 2 + self.params.depth),
             ..self.params.clone()
         })
         .ok()?;
         Some(JobInput {
-            space: Brainball::NAME.to_string(),
+            space: SPACE_NAME.to_string(),
             params: prev.params(),
         })
     }
@@ -209,7 +170,7 @@ impl BrainballJob {
         let want = 1 + usize::from(reads_patterns) + usize::from(self.previous_round().is_some());
         if artifacts.len() != want {
             return Err(SpaceError::BadParams {
-                space: Brainball::NAME,
+                space: SPACE_NAME,
                 reason: format!(
                     "this job takes {want} input artifacts, {} were given",
                     artifacts.len()
@@ -219,7 +180,7 @@ impl BrainballJob {
         let table = Table::from_bytes(artifacts[0])?;
         if table.depth() != self.params.depth {
             return Err(SpaceError::BadParams {
-                space: Brainball::NAME,
+                space: SPACE_NAME,
                 reason: format!(
                     "the input table has depth {}, this job needs {}",
                     table.depth(),
@@ -231,7 +192,7 @@ impl BrainballJob {
             let p = super::pdb::Pdb::shared(artifacts[1])?;
             if p.tiles() != self.params.pattern_tiles as usize {
                 return Err(SpaceError::BadParams {
-                    space: Brainball::NAME,
+                    space: SPACE_NAME,
                     reason: format!(
                         "the input pattern database has {} tiles, this job needs {}",
                         p.tiles(),
@@ -263,14 +224,14 @@ impl BrainballJob {
 
     fn bound_table(&self) -> Result<&Table, SpaceError> {
         self.table.as_deref().ok_or_else(|| SpaceError::BadParams {
-            space: Brainball::NAME,
+            space: SPACE_NAME,
             reason: "this chunk needs its table: bind the table job's artifact first".into(),
         })
     }
 
     fn round(&self) -> Result<Round, SpaceError> {
         self.round.ok_or_else(|| SpaceError::BadParams {
-            space: Brainball::NAME,
+            space: SPACE_NAME,
             reason: "a deep job without its position".into(),
         })
     }
@@ -283,7 +244,7 @@ impl BrainballJob {
     ) -> Result<ChunkOutput, SpaceError> {
         let table = self.bound_table()?;
         let pdb = self.pdb.as_deref().ok_or_else(|| SpaceError::BadParams {
-            space: Brainball::NAME,
+            space: SPACE_NAME,
             reason: "this chunk needs its pattern database: bind the pattern job's artifact first"
                 .into(),
         })?;
@@ -294,7 +255,7 @@ impl BrainballJob {
         let r = self.round()?;
         if r.level >= r.first + 2 && self.previous.is_none() {
             return Err(SpaceError::BadParams {
-                space: Brainball::NAME,
+                space: SPACE_NAME,
                 reason: "a deep round needs the previous round's result: bind its inputs first"
                     .into(),
             });

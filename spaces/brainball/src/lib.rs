@@ -22,111 +22,44 @@
 pub mod ball;
 pub mod census;
 pub mod deep;
+mod extra;
+mod job;
+mod params;
 pub mod pattern;
+mod pattern_job;
 pub mod pdb;
 pub mod prune;
+mod random;
+mod report;
 pub mod segbfs;
 pub mod solve;
 pub mod table;
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use sweep_space::perm::split_range;
-use sweep_space::rng::SplitMix64;
 use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, SpaceError};
 
 pub use ball::{Ball, Ring};
-use extra::{build_census, build_deep, refuse_other_modes_params, render_deep, Round};
+use extra::{build_census, build_deep, refuse_other_modes_params, render_deep};
+pub use job::BrainballJob;
+use params::SPACE_NAME;
+pub use params::{BrainballParams, Mode};
+pub use random::{random_position_at, random_positions};
+use report::{check_solution, decode_solution, encode_solution, move_names};
 pub use solve::{solve, Move, Solution};
 pub use table::Table;
 
 /// The registry's handle for the brainball space.
 pub struct Brainball;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Build the table of all positions within --depth twists.
-    Table,
-    /// Solve positions against the depth-D table.
-    Solve,
-    /// Solve --samples uniformly random positions optimally; report the distance histogram and the hardest.
-    Census,
-    /// One position searched by many chunks (split by its first --split twists), up to --max-twists.
-    Deep,
-    /// Build the pattern database of --pattern-tiles tiles (or, with --level, one breadth-first level of it).
-    Pattern,
-}
-
-fn default_depth() -> u8 {
-    7
-}
-
-fn default_tiles() -> u8 {
-    pdb::SOLVER_TILES as u8
-}
-
-fn is_default_tiles(k: &u8) -> bool {
-    *k == default_tiles()
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
-#[serde(deny_unknown_fields)]
-pub struct BrainballParams {
-    /// `table` or `solve` (default: solve when positions are given, else table).
-    #[arg(value_enum)]
-    #[serde(default)]
-    pub mode: Option<Mode>,
-    /// Table depth d: solutions up to 2d twists are proven optimal.
-    #[arg(long, default_value_t = 7)]
-    #[serde(default = "default_depth")]
-    pub depth: u8,
-    /// A position: 13 signed tiles clockwise from anywhere, e.g. "1 -2 3 -4 5 -6 7 -8 9 -10 11 -12 13".
-    #[arg(long, allow_hyphen_values = true)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub position: Option<String>,
-    /// Several positions separated by `;` (`--file F` on the command line reads one per line into this).
-    #[arg(long, allow_hyphen_values = true)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub positions: Option<String>,
-    /// Also solve K uniformly random positions drawn from --seed.
-    #[arg(long)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub random: Option<u32>,
-    /// Seed of the random positions.
-    #[arg(long, default_value_t = 0)]
-    #[serde(default)]
-    pub seed: u64,
-    /// census: how many uniformly random positions to solve.
-    #[arg(long)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub samples: Option<u64>,
-    /// deep: the longest solution to look for; rounds of every shorter length of the right parity run first.
-    #[arg(long)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_twists: Option<u8>,
-    /// deep: twists fixed per chunk (1..=4: 13, 143, about 1,500 or 16,000 chunks; default 2).
-    #[arg(long)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub split: Option<u8>,
-    /// Tiles of the pattern database used past 2d (1..=6: fewer build faster and bound less).
-    #[arg(long, default_value_t = pdb::SOLVER_TILES as u8)]
-    #[serde(default = "default_tiles", skip_serializing_if = "is_default_tiles")]
-    pub pattern_tiles: u8,
-    /// pattern: one breadth-first level of the database (the jobs the database job reads; not needed by hand).
-    #[arg(long)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub level: Option<u8>,
-}
-
 /// Random batches larger than this are surely a typo; a million solves is hours of cluster time already.
 const MAX_RANDOM: u32 = 1_000_000;
 
 impl SearchSpace for Brainball {
-    const NAME: &'static str = "brainball";
+    const NAME: &'static str = SPACE_NAME;
     const ABOUT: &'static str =
         "Brainball: depth-d distance tables built in chunks, optimal solutions by meet in the middle";
     type Params = BrainballParams;
@@ -147,7 +80,7 @@ impl SearchSpace for Brainball {
             });
         }
         match params.mode {
-            Some(Mode::Pattern) => return pattern::build_job(params),
+            Some(Mode::Pattern) => return pattern_job::build_job(params),
             Some(Mode::Census) => return build_census(params),
             Some(Mode::Deep) => return build_deep(params),
             _ => {}
@@ -217,51 +150,6 @@ impl SearchSpace for Brainball {
     }
 }
 
-/// `k` uniformly random positions (every one of the 12! * 2^12 is equally likely), drawn from `seed`, each
-/// written with 13 in the last place.
-pub fn random_positions(k: usize, seed: u64) -> Vec<Ring> {
-    (0..k as u64).map(|j| random_position_at(seed, j)).collect()
-}
-
-/// Draws of the generator per position: 11 swaps and one word of colours.
-const DRAWS_PER_POSITION: u64 = 12;
-
-/// Position `index` of [`random_positions`] for `seed`, drawn without the ones before it (splitmix64's state
-/// only advances by a constant per draw), so a chunk of a census draws just its own samples.
-pub fn random_position_at(seed: u64, index: u64) -> Ring {
-    // splitmix64 (see `sweep_space::rng`): small, fast, the same on every machine, and free to jump ahead.
-    let mut rng = SplitMix64::at(seed, index.wrapping_mul(DRAWS_PER_POSITION));
-    let mut tiles: [i8; 13] = std::array::from_fn(|i| i as i8 + 1);
-    for i in (1..12).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        tiles.swap(i, j);
-    }
-    let colours = rng.next_u64();
-    for (i, t) in tiles[..12].iter_mut().enumerate() {
-        if colours >> i & 1 == 1 {
-            *t = -*t;
-        }
-    }
-    Ring(tiles)
-}
-
-#[derive(Debug, Clone)]
-pub struct BrainballJob {
-    params: BrainballParams,
-    mode: Mode,
-    positions: Vec<Ring>,
-    /// The depth-d table a solve job runs against, once bound (see [`Job::bind_inputs`]).
-    table: Option<Arc<Table>>,
-    /// A deep job's round (see [`deep`]).
-    round: Option<Round>,
-    /// A deep round's bound input: the previous round's merged artifact (a solution, or empty for none).
-    previous: Option<Arc<Vec<u8>>>,
-    /// The stored pattern database a census or deep job is bound to (shared per process: [`pdb::Pdb::shared`]).
-    pdb: Option<Arc<pdb::Pdb>>,
-    /// A pattern job's bound levels (see [`pattern`]).
-    levels: Option<Arc<Vec<pattern::Visited>>>,
-}
-
 /// Chunks a solve job is split into unless asked otherwise: enough to spread a batch over many workers.
 const DEFAULT_SOLVE_CHUNKS: u64 = 256;
 
@@ -318,61 +206,6 @@ impl BrainballJob {
     }
 }
 
-/// A solution as one line: the zero-padded index (so sorted lines are in input order), a tab, and JSON.
-pub(crate) fn encode_solution(index: usize, sol: &Solution) -> String {
-    let v = json!({
-        "position": sol.start.to_string(),
-        "moves": sol.moves.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
-        "twists": sol.twists,
-        "optimal": true,
-        "proof": sol.proof.to_string(),
-        "balls": sol.balls.iter().map(|b| b.to_string()).collect::<Vec<_>>(),
-    });
-    format!("{index:09}\t{v}")
-}
-
-pub(crate) fn decode_solution(line: &str) -> Result<(usize, Value), SpaceError> {
-    let bad = |why: String| SpaceError::Verification(format!("solution `{line}`: {why}"));
-    let (idx, body) = line
-        .split_once('\t')
-        .ok_or_else(|| bad("no index".into()))?;
-    let idx: usize = idx.parse().map_err(|_| bad(format!("bad index `{idx}`")))?;
-    let v: Value = serde_json::from_str(body).map_err(|e| bad(e.to_string()))?;
-    Ok((idx, v))
-}
-
-/// Replays a reported solution from `start` and checks that it ends solved with the claimed twist count.
-pub(crate) fn check_solution(start: Ring, v: &Value) -> Result<(), SpaceError> {
-    let bad = |why: String| SpaceError::Verification(format!("solution for `{start}`: {why}"));
-    let moves = v["moves"]
-        .as_array()
-        .ok_or_else(|| bad("no moves".into()))?
-        .iter()
-        .map(|m| {
-            m.as_str()
-                .and_then(Move::parse)
-                .ok_or_else(|| bad(format!("unreadable move {m}")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if v["position"].as_str() != Some(start.to_string().as_str()) {
-        return Err(bad(format!("reported for position {}", v["position"])));
-    }
-    let (end, twists) = solve::replay(start, &moves);
-    if end.canonical() != Ball::SOLVED {
-        return Err(bad(format!(
-            "the moves end at {}, not solved",
-            end.canonical()
-        )));
-    }
-    if v["twists"].as_u64() != Some(twists as u64) {
-        return Err(bad(format!(
-            "claims {} twists, the moves have {twists}",
-            v["twists"]
-        )));
-    }
-    Ok(())
-}
-
 impl Job for BrainballJob {
     fn space(&self) -> &'static str {
         Brainball::NAME
@@ -420,7 +253,7 @@ impl Job for BrainballJob {
                 params: t.params(),
             });
         let patterns = matches!(self.mode, Mode::Census | Mode::Deep)
-            .then(|| pattern::input(self.params.pattern_tiles, None))
+            .then(|| pattern_job::input(self.params.pattern_tiles, None))
             .flatten();
         table
             .into_iter()
@@ -589,7 +422,7 @@ impl Job for BrainballJob {
             return render_deep(result);
         }
         if result["mode"] == "pattern" {
-            return pattern::render(result);
+            return pattern_job::render(result);
         }
         if result["mode"] == "table" {
             if let Some(e) = result["error"].as_str() {
@@ -642,14 +475,6 @@ impl Job for BrainballJob {
         );
         s
     }
-}
-
-mod extra;
-
-/// The twists of a result's `"moves"` list (the text answers print and number them).
-fn move_names(moves: &serde_json::Value) -> Vec<&str> {
-    let names = moves.as_array().map(Vec::as_slice).unwrap_or_default();
-    names.iter().filter_map(|m| m.as_str()).collect()
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! The distance table: every position within `depth` twists of solved, with its distance.
 //!
-//! Why this shape: the seed keeps 21.1 M positions in a hash map (about 40 bytes each, 845 MB) and rebuilds it on
-//! every run. Here the table is one sorted `Vec<u64>` (8 bytes a position) that is built once by the cluster,
-//! stored and shipped as bytes, and probed by interpolation inside small buckets (see [`Table`]).
+//! Why this shape: a hash map of the 21.1 M positions (the original program's way) takes about 40 bytes each, 845
+//! MB, and is rebuilt on every run. Here the table is one sorted `Vec<u64>` (8 bytes a position) that is built once
+//! by the cluster, stored and shipped as bytes, and probed by interpolation inside small buckets (see [`Table`]).
 //!
 //! Entry layout: `key << 4 | distance`, where `key = mix(position)` is a bijection of the 60-bit canonical form.
 //! Mixing spreads the keys (canonical forms near solved share long prefixes), so the top bits of a key pick a
@@ -383,8 +383,8 @@ impl Table {
         self.find(key, lo, guess, hi)
     }
 
-    /// [`Table::distance`] of up to 16 positions at once (the previous solver's probe of the 12 children of a
-    /// node; kept for the benchmark's before/after comparison).
+    /// [`Table::distance`] of up to 16 positions at once (the plain level-scan solver's probe of the 12 children
+    /// of a node, which the benchmark's before/after comparison runs).
     #[inline]
     pub fn distance_batch(&self, balls: &[Ball], out: &mut [Option<u8>]) {
         for (o, b) in out.iter_mut().zip(balls).take(16) {

@@ -5,8 +5,8 @@ use proptest::prelude::*;
 use super::ball::{Ball, Ring, N_TWISTS, TILES, TWISTS};
 use super::*;
 
-/// The seed's 13 neighbours of solved, as the spec lists them (`13 | the 12 tiles after it`).
-const SEED_NEIGHBOURS: [&str; 13] = [
+/// The original program's 13 neighbours of solved, as the spec lists them (`13 | the 12 tiles after it`).
+const ORIGINAL_NEIGHBOURS: [&str; 13] = [
     "13 | -4 -3 -2 -1 5 6 7 -10 -9 -8 11 12",
     "13 | 1 -5 -4 -3 -2 6 7 8 -11 -10 -9 12",
     "13 | 1 2 -6 -5 -4 -3 7 8 9 -12 -11 -10",
@@ -73,7 +73,7 @@ fn scramble(seed: u64, k: usize) -> Ring {
 
 #[test]
 fn twists_of_solved_are_the_seeds_thirteen_neighbours_in_its_numbering() {
-    for (t, want) in SEED_NEIGHBOURS.iter().enumerate() {
+    for (t, want) in ORIGINAL_NEIGHBOURS.iter().enumerate() {
         assert_eq!(Ball::SOLVED.twist(t).to_string(), *want, "twist {t}");
     }
 }
@@ -114,7 +114,8 @@ fn colours_are_physical() {
         "-1 -13 -12 -11 -10 -9 -8 -7 -6 -5 -4 -3 -2"
     );
     assert_eq!(back.canonical(), Ball::SOLVED);
-    // 13 alone showing the other colour is not solved (the seed reports 0 moves here), nor is one other tile.
+    // 13 alone showing the other colour is not solved (the original program reports 0 moves here), nor is one other
+    // tile.
     let lone_13 = Ball::parse("1 2 3 4 5 6 7 8 9 10 11 12 -13").unwrap();
     assert_ne!(lone_13, Ball::SOLVED);
     assert_eq!(
@@ -485,7 +486,7 @@ fn bad_parameters_are_refused_with_their_name() {
         .is_err());
 }
 
-/// The seed's count: `cargo test -p sweep-brainball --release -- --ignored` (about 10 s).
+/// The original program's count: `cargo test -p sweep-brainball --release -- --ignored` (about 10 s).
 #[test]
 #[ignore]
 fn depth_seven_table_holds_the_seeds_21102966_positions() {

@@ -1,8 +1,9 @@
-//! Peg solitaire: the seed's solver against sweep's `solve` on the English centre game, same seeds, same run;
-//! the previous `solve` against today's on the larger boards (wiegleb, diamond, european); then the exhaustive modes (`count`, `positions`) on the triangle, and on the English board when
-//! `PEG_BENCH_ENGLISH=1` (minutes), and the diamond's proofs of impossibility when `PEG_BENCH_PROOFS=1` (minutes).
+//! Peg solitaire: the original program's solver against sweep's `solve` on the English centre game, same seeds, same
+//! run; a simpler DFS `solve` against the crate's on the larger boards (wiegleb, diamond, european); then the
+//! exhaustive modes (`count`, `positions`) on the triangle, and on the English board when `PEG_BENCH_ENGLISH=1`
+//! (minutes), and the diamond's proofs of impossibility when `PEG_BENCH_PROOFS=1` (minutes).
 //!
-//! Run: `cargo bench -p sweep-peg --bench peg`.
+//! Run: `cargo bench -p sweep-peg --bench peg`; `-- probe` times `solve` alone on the big boards, three seeds each.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,10 +29,10 @@ fn job_from_params(
     REGISTRY.job_from_params(space, params)
 }
 
-/// The seed's algorithm, re-implemented: start from the goal board, undo moves (a reverse move needs the landing
-/// hole filled and the two others empty), remember every board seen in a set, stop at the start board. The move
-/// list is shuffled once by the seed, as the seed's random move order.
-struct SeedSolver<'a> {
+/// The original program's algorithm, re-implemented: start from the goal board, undo moves (a reverse move needs
+/// the landing hole filled and the two others empty), remember every board seen in a set, stop at the start
+/// board. The move list is shuffled once from the random seed, as that program's random move order.
+struct OriginalSolver<'a> {
     moves: Vec<Move>,
     start: u64,
     seen: HashSet<u64>,
@@ -39,7 +40,7 @@ struct SeedSolver<'a> {
     board: &'a Board,
 }
 
-impl SeedSolver<'_> {
+impl OriginalSolver<'_> {
     fn search(&mut self, pos: u64) -> bool {
         if pos == self.start {
             return true;
@@ -64,14 +65,14 @@ impl SeedSolver<'_> {
     }
 }
 
-fn seed_solve(game: &Game, seed: u64) -> (usize, usize) {
+fn original_solve(game: &Game, seed: u64) -> (usize, usize) {
     let order = SplitMix::new(seed).permutation(game.board.moves.len());
     let moves = order.iter().map(|&i| game.board.moves[i]).collect();
     let goal = match game.goal {
         Goal::Hole(h) => 1u64 << h,
         Goal::Any => 1u64 << game.start_hole,
     };
-    let mut s = SeedSolver {
+    let mut s = OriginalSolver {
         moves,
         start: game.start,
         seen: HashSet::new(),
@@ -80,7 +81,7 @@ fn seed_solve(game: &Game, seed: u64) -> (usize, usize) {
     };
     s.seen.insert(goal);
     let found = s.search(goal);
-    assert!(found, "the seed's search finds the centre game");
+    assert!(found, "the original search finds the centre game");
     // The path runs goal -> start; replay it forwards to check it.
     let forward: Vec<(u8, u8, u8)> = s
         .path
@@ -88,7 +89,10 @@ fn seed_solve(game: &Game, seed: u64) -> (usize, usize) {
         .rev()
         .map(|m| (m.from, m.over, m.to))
         .collect();
-    assert!(game.replay(&forward).is_ok(), "seed solution replays");
+    assert!(
+        game.replay(&forward).is_ok(),
+        "the original search's solution replays"
+    );
     (s.path.len(), s.seen.len())
 }
 
@@ -179,11 +183,11 @@ fn run_dag(
     answer
 }
 
-/// The previous `solve` (before the beam search and the linear program's pagodas), re-implemented as the
-/// baseline for the larger boards: a forward DFS in a seeded move order with children sorted by (isolated pegs,
-/// distance from the goal), the game's generic pagoda functions, a failed set canonical under the goal's
-/// symmetries, restarts with doubling node budgets, and the exact endgame table once the first budget is spent.
-/// It gives up at `deadline` (the big boards could otherwise run for minutes).
+/// A simpler `solve` (without the beam search and the linear program's pagodas), re-implemented as the baseline for
+/// the larger boards, to show what those two add: a forward DFS in a seeded move order with children sorted by
+/// (isolated pegs, distance from the goal), the game's generic pagoda functions, a failed set canonical under the
+/// goal's symmetries, restarts with doubling node budgets, and the exact endgame table once the first budget is
+/// spent. It gives up at `deadline` (the big boards could otherwise run for minutes).
 struct OldSolver<'a> {
     game: &'a Game,
     order: Vec<usize>,
@@ -387,7 +391,7 @@ fn sweep_solve_limited(game: &Game, seed: u64, limit: Duration) -> (Duration, u6
     (el, solver.nodes + solver.table_nodes, what)
 }
 
-/// The larger boards: the previous solver against today's, same seeds, same run; the previous one is stopped
+/// The larger boards: the simpler solver against the crate's, same seeds, same run; the simpler one is stopped
 /// after `PEG_BENCH_LIMIT_S` seconds (default 10).
 fn big_boards() {
     let limit = Duration::from_secs_f64(
@@ -398,7 +402,7 @@ fn big_boards() {
     );
     println!(
         "
-larger boards: previous solve (DFS + generic pagodas + failed set + endgame table) vs sweep solve"
+larger boards: simple solve (DFS + generic pagodas + failed set + endgame table) vs sweep solve"
     );
     println!("(beam search + linear-program pagodas), seeds 0..2, each stopped after {limit:?}:");
     for (kind, start, goal) in [
@@ -440,13 +444,13 @@ larger boards: previous solve (DFS + generic pagodas + failed set + endgame tabl
                 String::new()
             };
             println!(
-                "  {kind:?} {start} -> {goal_name} seed {seed}: previous {old_text}; sweep {what} in {el:.2?} ({nodes} nodes){ratio}"
+                "  {kind:?} {start} -> {goal_name} seed {seed}: simple {old_text}; sweep {what} in {el:.2?} ({nodes} nodes){ratio}"
             );
         }
     }
 }
 
-/// The diamond games that no single function rules out and no beam solves: the previous solver (stopped after
+/// The diamond games that no single function rules out and no beam solves: the simpler solver (stopped after
 /// `PEG_BENCH_LIMIT_S`) against sweep's solve, whose complete search is breadth first with learned functions and
 /// runs to the end (minutes; opt in with `PEG_BENCH_PROOFS=1`).
 fn proofs(limit: Duration) {
@@ -528,7 +532,51 @@ fn scaling() {
     }
 }
 
+/// `-- probe`: how long `solve` takes on the big boards, three seeds each, every chunk verified (the move list
+/// replayed to the goal) as the coordinator would; one line per game, nothing compared.
+fn probe_big_boards() {
+    for (board, start, goal) in [
+        ("english", "centre", "centre"),
+        ("european", "1,3", "any"),
+        ("european", "1,4", "7,4"),
+        ("european", "2,4", "any"),
+        ("diamond", "1,5", "any"),
+        ("wiegleb", "1,4", "any"),
+        ("wiegleb", "centre", "centre"),
+    ] {
+        for seed in 0..3u64 {
+            let seed_text = seed.to_string();
+            let args: Vec<String> = [
+                "--board", board, "--start", start, "--goal", goal, "--seed", &seed_text,
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let t = Instant::now();
+            let job = lookup("peg")
+                .and_then(|s| s.parse_args(&args))
+                .expect("valid job");
+            let ctl = Control::new();
+            let out = job.run_chunk(1, 0, &ctl).expect("chunk runs");
+            job.verify(1, 0, &out).expect("chunk verifies");
+            let ans = Answer::from_outputs(&[out]);
+            let res = job.result(&ans);
+            println!(
+                "{board} {start} {goal} seed {seed}: {:?} nodes {} solved={} {}",
+                t.elapsed(),
+                ans.tally.nodes,
+                res["solved"],
+                res["impossible"]
+            );
+        }
+    }
+}
+
 fn main() {
+    if std::env::args().skip(1).any(|a| a == "probe") {
+        probe_big_boards();
+        return;
+    }
     let game = Game::new(Board::new(BoardKind::English), 24, Goal::Hole(24));
     let seeds: Vec<u64> = (0..8).collect();
     println!("English centre game, seeds {seeds:?}");
@@ -536,7 +584,7 @@ fn main() {
     let mut base_seen = 0;
     for &s in &seeds {
         let t = Instant::now();
-        let (len, seen) = seed_solve(&game, s);
+        let (len, seen) = original_solve(&game, s);
         base.push(t.elapsed());
         base_seen += seen;
         assert_eq!(len, 31);
@@ -551,7 +599,7 @@ fn main() {
     let (bm, bx, ba) = stats(base);
     let (om, ox, oa) = stats(ours);
     println!(
-        "baseline (seed's backward search, all boards remembered): median {bm:?}  max {bx:?}  mean {ba:?}  ({} boards/run)",
+        "baseline (original backward search, all boards remembered): median {bm:?}  max {bx:?}  mean {ba:?}  ({} boards/run)",
         base_seen / seeds.len()
     );
     println!(

@@ -3,8 +3,8 @@
 //! Holes are named `ROW,COL`, both counted from 1 at the top left of the board's grid (the English centre is
 //! `4,4`; on the triangle row `r` holds columns `1..=r`, so its apex is `1,1`).
 //!
-//! Bit layout: a board whose grid has at most 64 cells keeps the seed's layout, bit = `cols * row + col`
-//! (0-based), so the English board has exactly the seed's bits {2,3,4, 9,10,11, 14..34, 37,38,39, 44,45,46} and
+//! Bit layout: a board whose grid has at most 64 cells keeps the original program's layout, bit = `cols * row +
+//! col` (0-based), so the English board has exactly its bits {2,3,4, 9,10,11, 14..34, 37,38,39, 44,45,46} and
 //! centre 24. The 9x9 boards (wiegleb, diamond) would need 81 bits that way, so their holes are numbered compactly
 //! in reading order instead, which keeps every position in one `u64`.
 
@@ -16,7 +16,7 @@ use std::fmt::Write;
 )]
 #[serde(rename_all = "lowercase")]
 pub enum BoardKind {
-    /// 33 holes, the plus shape on a 7x7 grid (the seed's board).
+    /// 33 holes, the plus shape on a 7x7 grid (the original program's board).
     English,
     /// 37 holes: the English board plus the four inner corners (the French board).
     European,
@@ -325,8 +325,8 @@ impl Board {
             .join(" ")
     }
 
-    /// The seed's drawing: rows of `X` (peg), `0` (empty hole), blank (no hole), boards side by side, at most
-    /// `per_block` boards per block.
+    /// The original program's drawing: rows of `X` (peg), `0` (empty hole), blank (no hole), boards side by side, at
+    /// most `per_block` boards per block.
     pub fn draw_row(&self, boards: &[u64], per_block: usize) -> String {
         let mut s = String::new();
         for block in boards.chunks(per_block.max(1)) {

@@ -22,7 +22,7 @@
 //! job, whatever S; the jobs differ by S only in how many chunks share that work.
 //!
 //! Measured on the English centre game (in-process driver of `dag_tests.rs`, 16 shards, a loaded 2-core
-//! machine, the single-chunk methods measured in the same session): `count` 40,861,647,040,079,968 in 16.8 s of
+//! machine, the single-chunk methods measured on it alongside): `count` 40,861,647,040,079,968 in 16.8 s of
 //! CPU and 260 MB (layers 0..16: 6.26 M expansions, then 2.6 M joins at layer 15), against 84.6 s and 1.63 GB
 //! for the single-chunk count; `positions` in 65 s of CPU and 540 MB (23.5 M expansions and 23.5 M on-path
 //! tests), against 33.8 s and 1.46 GB. Node totals are equal with 1 and 16 shards; from layer 8 on the largest
@@ -34,23 +34,13 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::game::{Game, Goal};
 use super::layers::{self, Figures, Lookup, SortedSet};
-use super::{layer_counter, Mode, PegParams, LAYER_FIELDS};
-use sweep_space::{Answer, ChunkOutput, Control, JobInput, Plan, SearchSpace, SpaceError};
-
-/// The internal stages of the DAG (hidden `--stage`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Stage {
-    /// The canonical positions after `--layer` jumps with their class weights.
-    Layer,
-    /// The positions of layer `--layer` on a path to the goal, and the layer's figures.
-    Path,
-}
+pub use super::params::Stage;
+use super::params::{layer_counter, Mode, PegParams, LAYER_FIELDS, SPACE_NAME};
+use sweep_space::{Answer, ChunkOutput, Control, JobInput, Plan, SpaceError};
 
 /// Shards of one step: more would leave most chunks with nothing to do on any board of this space.
 pub const MAX_SHARDS: u32 = 4096;
@@ -236,7 +226,7 @@ impl Dag {
                 ..params.clone()
             };
             JobInput {
-                space: <super::Peg as SearchSpace>::NAME.to_string(),
+                space: SPACE_NAME.to_string(),
                 params: serde_json::to_value(&p).unwrap_or(Value::Null),
             }
         };

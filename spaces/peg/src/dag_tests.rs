@@ -590,7 +590,7 @@ fn verify_refuses_tampered_stage_outputs() {
     assert!(p3.verify(2, 0, &whole).is_err() || p3.verify(2, 1, &whole).is_err());
 }
 
-// ---- the English figures, and the measurements of issue 5 ------------------------------------------------------
+// ---- the English figures, and the measurements of the distributed modes ----------------------------------------
 
 fn english_report(mode: Mode, shards: u32) -> (Answer, Driver, f64) {
     let game = Game::new(Board::new(BoardKind::English), 24, Goal::Hole(24));

@@ -20,9 +20,12 @@
 pub mod board;
 pub mod count;
 pub mod dag;
+pub mod endgame;
 pub mod game;
+pub mod layer_artifacts;
 pub mod layers;
 pub mod pagoda;
+mod params;
 pub mod positions;
 pub mod solve;
 mod solve_beam;
@@ -30,61 +33,17 @@ pub mod solve_layers;
 
 use std::fmt::Write;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use board::{Board, BoardKind};
 use game::{Game, Goal};
+use params::{layer_counter, LAYER_FIELDS, SPACE_NAME};
+pub use params::{Mode, PegParams};
 use solve::{Outcome, Solver};
 use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, Tally};
 
 /// The registry's handle for the peg solitaire space.
 pub struct Peg;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// One solution, printed move by move.
-    Solve,
-    /// The exact number of winning move sequences.
-    Count,
-    /// Reachable positions per peg count, and those on a path to the goal.
-    Positions,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
-#[serde(deny_unknown_fields)]
-pub struct PegParams {
-    /// Board.
-    #[arg(long, value_enum, default_value_t = BoardKind::English)]
-    pub board: BoardKind,
-    /// The empty hole at the start, `ROW,COL` from 1 at the top left, or `centre` (default: the centre; `1,1` on
-    /// the triangle).
-    #[arg(long)]
-    pub start: Option<String>,
-    /// Where the last peg must end: `ROW,COL`, `centre`, or `any` (default: the start hole).
-    #[arg(long)]
-    pub goal: Option<String>,
-    /// Seed of the move order in `solve`.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// What to compute.
-    #[arg(long, value_enum, default_value_t = Mode::Solve)]
-    pub mode: Mode,
-    /// Internal: a stage of the `count`/`positions` job DAG (see [`dag`]); set by the DAG, not by people.
-    #[arg(long, value_enum, hide = true)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stage: Option<dag::Stage>,
-    /// Internal: the stage's layer (jumps from the start).
-    #[arg(long, hide = true)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub layer: Option<u32>,
-    /// Chunks per step of the `count`/`positions` DAG: more workers want more shards (default: 16 on the large
-    /// boards, 4 on the triangle).
-    #[arg(long)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shards: Option<u32>,
-}
 
 /// Default chunk count of a `count` job. Chunks share subtrees that each expands again (see [`count`]): on the
 /// English board one chunk expands 23.5 M positions, two chunks 36.8 M together, eight far more, so the default
@@ -94,7 +53,7 @@ const DEFAULT_COUNT_CHUNKS: u64 = 2;
 const MAX_POSITION_CHUNKS: u64 = 1024;
 
 impl SearchSpace for Peg {
-    const NAME: &'static str = "peg";
+    const NAME: &'static str = SPACE_NAME;
     const ABOUT: &'static str =
         "Peg solitaire: one solution, the number of solutions, or every reachable position";
     type Params = PegParams;
@@ -226,10 +185,6 @@ fn check_requested(requested: Option<u64>, max: u64, default: u64) -> Result<u64
     }
 }
 
-fn layer_counter(pegs: usize, what: &str) -> String {
-    format!("p{pegs:02}_{what}")
-}
-
 /// A solve chunk's outcome: exactly one of these counters, set to 1.
 const OUTCOMES: [&str; 4] = [
     "solved",
@@ -257,8 +212,6 @@ fn search_proof_text(tally: &Tally) -> String {
         tally.counter(PROOF_FUNCTIONS)
     )
 }
-
-const LAYER_FIELDS: [&str; 4] = ["reachable", "reachable_raw", "on_path", "on_path_raw"];
 
 impl Job for PegJob {
     fn space(&self) -> &'static str {

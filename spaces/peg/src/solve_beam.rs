@@ -15,9 +15,9 @@
 //! ranked positions reproducibly.
 
 use super::board::bits;
+use super::endgame::Endgame;
 use super::game::{Game, Goal, PosSet};
 use super::pagoda::Pruner;
-use super::solve::Endgame;
 use sweep_space::{Control, SpaceError};
 
 /// One kept position: where it came from, for the path back to the start.
@@ -118,7 +118,7 @@ pub struct BeamEnv<'a> {
     pub table: &'a Endgame,
     pub prune: &'a Pruner,
     pub ctl: &'a Control,
-    /// The seed's move order, for the walk down the endgame table.
+    /// The move order drawn from `--seed`, for the walk down the endgame table.
     pub order: &'a [usize],
 }
 

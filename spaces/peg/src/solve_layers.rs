@@ -20,12 +20,12 @@
 //!
 //! When a layer comes out empty, no move sequence reaches the goal: impossible, by a search whose size the
 //! answer reports. When the last layer holds a goal, the layers are walked back to mark the positions on a
-//! winning line and forward again to pick a line, in the seed's move order.
+//! winning line and forward again to pick a line, in the move order drawn from `--seed`.
 
 use super::board::Board;
+use super::endgame::Endgame;
 use super::game::Game;
 use super::pagoda::{self, Pagoda, Pruner};
-use super::solve::Endgame;
 use sweep_space::{Control, SpaceError};
 
 /// Positions of a layer given to the linear program: each program takes about 2 ms on the 41-hole board, and a
@@ -325,7 +325,7 @@ impl<'a> LayerSearch<'a> {
         Ok(kept)
     }
 
-    /// The search. `order` is the seed's move order, used to choose among winning lines.
+    /// The search. `order` is the move order drawn from `--seed`, used to choose among winning lines.
     pub fn run(&mut self, endgame: &Endgame, order: &[usize]) -> Result<LayerOutcome, SpaceError> {
         let game = self.game;
         let depth = game.depth();

@@ -1,22 +1,23 @@
 //! Star kernels side by side on one core: `cargo bench -p sweep-star --bench star [-- MODE ...]`.
 //!
-//! - `brute` (default with `backtrack 10 11`): the seed's method against sweep's brute force. The baseline
-//!   re-implements what the seed does: walk all 12! permutations of 1..12 in lexicographic order over its field
+//! - `brute` (default with `backtrack 10 11`): the original program's method against sweep's brute force. The
+//!   baseline re-implements what that program does: walk all 12! permutations of 1..12 in lexicographic order over its field
 //!   numbering (next_permutation) and test the six lines of each, stopping at the first line that fails. sweep's
 //!   kernel runs the same 12! permutations (all 256 chunks, one after another, on one thread), so the ratio is per
 //!   core.
-//! - `backtrack N...`: the backtracking kernel as it was at e3b3566 (rotations broken by O_0 smallest, lines
-//!   filled in order, every find tested against its 2n images; copied below as `old`) against today's, both on
-//!   one thread, in the same process, for each n. Counts must agree.
-//! - `solve N`: today's kernel alone on one thread over the default plan, merging chunk by chunk (n = 15 lists
+//! - `backtrack N...`: a simpler backtracking kernel (rotations broken by O_0 smallest, lines filled in order,
+//!   every find tested against its 2n images; copied below as `old`) against the crate's, both on one thread,
+//!   in the same process, for each n: what the symmetry breaking and the pair-per-level search save. Counts must
+//!   agree.
+//! - `solve N`: the crate's kernel alone on one thread over the default plan, merging chunk by chunk (n = 15 lists
 //!   120 million stars: only counts are kept), with CPU time and the chunk-size profile.
 //! - `estimate N`: the Knuth estimate of every chunk of the default plan against the real node counts.
 //! - `predict N`: the Knuth estimate of the whole default plan alone, to forecast a run.
 //! - `part N I K`: `solve N` for the chunks I, I + K, I + 2K, ... only, to spread a long run over processes.
 //! - `verify N`: what the coordinator spends checking a listing job's reports (`Job::verify`: every star read
-//!   back, its lines summed, its canonical form checked), against the search that found them and against the
-//!   check as it was at 4b9cb4e (labels read with a branch per digit, every one of the 2n symmetries
-//!   compared with the star), copied below as `old_check`, all on one thread in one process.
+//!   back, its lines summed, its canonical form checked), against the search that found them and against a
+//!   plain check (labels read with a branch per digit, every one of the 2n symmetries compared with the star),
+//!   copied below as `old_check`, all on one thread in one process.
 //! - `answer N`: what a listing job does after its last chunk: the answer (`Job::result`) from the merged
 //!   outputs, as JSON text and parsed back (what `sweep run` sends between its coordinator and its client), and
 //!   the text report, each timed alone.
@@ -26,7 +27,7 @@ use std::time::Instant;
 use sweep_space::{ChunkOutput, Control, Job, SpaceError};
 use sweep_star::Geometry;
 
-/// The seed's six lines in its field numbering.
+/// The original program's six lines in its field numbering.
 const LINES: [[usize; 4]; 6] = [
     [0, 1, 2, 3],
     [3, 4, 5, 6],
@@ -46,7 +47,7 @@ fn next_permutation(a: &mut [u8]) -> bool {
     true
 }
 
-fn seed_method() -> (u64, u64) {
+fn original_method() -> (u64, u64) {
     let mut p: Vec<u8> = (1..=12).collect();
     let (mut tested, mut found) = (0u64, 0u64);
     loop {
@@ -65,8 +66,8 @@ fn seed_method() -> (u64, u64) {
 
 fn brute() {
     let t = Instant::now();
-    let (tested, found) = seed_method();
-    let seed_s = t.elapsed().as_secs_f64();
+    let (tested, found) = original_method();
+    let original_s = t.elapsed().as_secs_f64();
     assert_eq!((tested, found), (479_001_600, 960));
 
     let args: Vec<String> = ["--points", "6", "--method", "brute"]
@@ -91,14 +92,14 @@ fn brute() {
 
     println!("star n=6 brute force, 12! = 479,001,600 permutations, one core each");
     println!(
-        "  seed's method (next_permutation + line test): {seed_s:.3} s, {:.1} M perms/s",
-        tested as f64 / seed_s / 1e6
+        "  original method (next_permutation + line test): {original_s:.3} s, {:.1} M perms/s",
+        tested as f64 / original_s / 1e6
     );
     println!(
         "  sweep kernel (256 chunks in sequence):         {sweep_s:.3} s, {:.1} M perms/s",
         tested as f64 / sweep_s / 1e6
     );
-    println!("  speed-up per core: {:.1}x", seed_s / sweep_s);
+    println!("  speed-up per core: {:.1}x", original_s / sweep_s);
 }
 
 /// CPU time of this thread in seconds (Linux), so that the other engineer's builds on the same cores do not count
@@ -120,7 +121,7 @@ fn star_job(points: u32) -> std::sync::Arc<dyn Job> {
         .expect("star job")
 }
 
-/// Today's kernel over the default plan on this thread: (nodes, solutions, unique, CPU s, nodes per chunk).
+/// The crate's kernel over the default plan on this thread: (nodes, solutions, unique, CPU s, nodes per chunk).
 fn run_new(points: u32) -> (u128, u128, u128, f64, Vec<u64>) {
     run_part(points, 0, 1)
 }
@@ -185,7 +186,7 @@ fn run_one(points: u32, chunks: u64, chunk: u64) {
 
 fn backtrack(points: &[u32]) {
     println!(
-        "star backtracking, e3b3566's kernel (old) against today's (new), one thread, CPU seconds"
+        "star backtracking, the simple kernel (old) against the crate's (new), one thread, CPU seconds"
     );
     for &n in points {
         let (new_nodes, new_sol, new_uni, new_s, _) = run_new(n);
@@ -266,7 +267,7 @@ fn verify(n: u32) {
     let per_star = |s: f64| s / f64::from(ROUNDS) / stars.max(1) as f64 * 1e9;
     println!(
         "star n={n}: {stars} listed stars found in {search_s:.2} s CPU; checking them: {:.0} ns a star \
-         ({:.2}% of the search), the check of 4b9cb4e {:.0} ns ({:.2}x today's)",
+         ({:.2}% of the search), the plain check {:.0} ns ({:.2}x the crate's)",
         per_star(new_s),
         100.0 * new_s / f64::from(ROUNDS) / search_s,
         per_star(old_s),
@@ -274,9 +275,8 @@ fn verify(n: u32) {
     );
 }
 
-/// The coordinator's check of one listed star as it was at 4b9cb4e (for `verify N`): labels read a label at a
-/// time with a branch on each digit, the same line sums as today, then all 2n symmetries compared with the
-/// star cell by cell.
+/// A plain check of one listed star, the baseline of `verify N`: labels read a label at a time with a branch on
+/// each digit, the same line sums as the crate's, then all 2n symmetries compared with the star cell by cell.
 mod old_check {
     use super::Geometry;
 
@@ -502,8 +502,8 @@ fn main() {
     }
 }
 
-/// The backtracking kernel of e3b3566, unchanged but for its entry point: the baseline the new kernel is
-/// measured against.
+/// A simpler backtracking kernel (rotations broken by O_0 smallest, lines filled in order, every find tested
+/// against its 2n images): the baseline the crate's kernel is measured against.
 mod old {
     use super::{ChunkOutput, Control, Geometry, SpaceError};
 
