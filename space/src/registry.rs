@@ -450,14 +450,16 @@ mod tests {
 
     #[test]
     fn resume_state_is_bounded_and_taken_once() {
-        let ctl = Control::resuming(Some("at 5".into()));
+        let handle = crate::ChunkControl::new(Some("at 5".into()));
+        let ctl = handle.control();
         assert_eq!(ctl.resume_state(), Some("at 5"));
-        assert_eq!(ctl.take_resume_state(), None);
+        assert_eq!(handle.take_resume_state(), None);
         ctl.save_resume_state("at 7").unwrap();
-        assert_eq!(ctl.take_resume_state().as_deref(), Some("at 7"));
-        assert_eq!(ctl.take_resume_state(), None, "nothing new");
+        assert_eq!(handle.take_resume_state().as_deref(), Some("at 7"));
+        assert_eq!(handle.take_resume_state(), None, "nothing new");
         let big = "x".repeat(crate::MAX_RESUME_STATE_BYTES + 1);
         assert!(ctl.save_resume_state(big).is_err());
-        assert_eq!(Control::resuming(Some(String::new())).resume_state(), None);
+        let empty = crate::ChunkControl::new(Some(String::new()));
+        assert_eq!(empty.control().resume_state(), None);
     }
 }

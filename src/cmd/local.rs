@@ -10,7 +10,7 @@ use anyhow::Context;
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
 use sweep_proto::v1;
 use sweep_space::inputs::{self, DagNode};
-use sweep_space::{Answer, AnswerMerge, ChunkOutput, Control, SpaceError};
+use sweep_space::{Answer, AnswerMerge, ChunkOutput, SpaceError};
 use tokio::sync::oneshot;
 
 use crate::args::{self, JobArgs};
@@ -462,8 +462,9 @@ fn run_chunks(
     show: bool,
     count_only: bool,
 ) -> anyhow::Result<Answer> {
-    let ctl = Control::new();
-    ctl.set_count_only(count_only);
+    let handle = sweep_space::ChunkControl::default();
+    handle.set_count_only(count_only);
+    let ctl = handle.control();
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let finished = std::sync::atomic::AtomicBool::new(false);

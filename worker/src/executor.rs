@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sweep_proto::v1;
-use sweep_space::Control;
+use sweep_space::ChunkControl;
 use tokio::sync::watch;
 use tracing::warn;
 
@@ -34,7 +34,7 @@ pub(crate) fn executor(
             st.queue.pop_front().map(|lease| {
                 let resume = (!lease.checkpoint.is_empty()).then(|| lease.checkpoint.clone());
                 // Running from here on, so heartbeats keep the lease while its inputs are fetched.
-                let ctl = Arc::new(Control::resuming(resume));
+                let ctl = Arc::new(ChunkControl::new(resume));
                 st.running.insert(lease.lease_id, ctl.clone());
                 (lease, ctl)
             })
@@ -72,7 +72,7 @@ pub(crate) fn executor(
             Ok(job) => {
                 let (n, c) = (lease.n_chunks, lease.chunk);
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    job.run_chunk(n, c, &ctl)
+                    job.run_chunk(n, c, ctl.control())
                 }));
                 match ran {
                     Ok(r) => r.map_err(|e| {
@@ -138,8 +138,9 @@ pub(crate) fn executor(
             }
             Err((stopped, e)) => {
                 // Stopped on request (shutdown, revoked lease): not a failure of the chunk.
-                let cancelled =
-                    ctl.is_cancelled() || transient || (stopped && ctl.is_stop_requested());
+                let cancelled = ctl.control().is_cancelled()
+                    || transient
+                    || (stopped && ctl.control().is_stop_requested());
                 if !cancelled {
                     st.stats.chunks_failed += 1;
                     warn!(job = lease.job_id, chunk = lease.chunk, error = %e, "chunk failed");

@@ -159,7 +159,7 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 }
 #[cfg(test)]
 mod tests {
-    use sweep_space::Control;
+    use sweep_space::ChunkControl;
 
     use super::*;
 
@@ -177,7 +177,7 @@ mod tests {
     fn reports_wait_only_while_more_can_join_a_small_batch() {
         let mut st = State::default();
         assert!(st.report_now(), "nothing runs");
-        st.running.insert(9, Arc::new(Control::new()));
+        st.running.insert(9, Arc::new(ChunkControl::default()));
         assert!(!st.report_now(), "an empty outbox with a chunk running");
         st.outbox.push(outgoing(1, 100));
         assert!(!st.report_now(), "a small result with a chunk running");

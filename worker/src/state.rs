@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sweep_proto::v1;
-use sweep_space::{Control, Job};
+use sweep_space::{ChunkControl, Job};
 
 /// What a worker did before it stopped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -36,7 +36,7 @@ impl Outgoing {
 #[derive(Default)]
 pub(crate) struct State {
     pub(crate) queue: VecDeque<v1::ChunkLease>,
-    pub(crate) running: HashMap<u64, Arc<Control>>,
+    pub(crate) running: HashMap<u64, Arc<ChunkControl>>,
     /// When each running lease's resume state was last sent (see [`crate::RESUME_STATE_INTERVAL`]).
     pub(crate) state_sent: HashMap<u64, Instant>,
     pub(crate) outbox: Vec<Outgoing>,

@@ -297,11 +297,11 @@ mod tests {
         let j = job(10);
         let whole = j.run_chunk(2, 1, &Control::new()).unwrap();
         let first = j.count(j.prefixes[1]);
-        let ctl = Control::resuming(Some(format!("1 {} {}", first.0, first.1)));
-        assert_eq!(j.run_chunk(2, 1, &ctl).unwrap(), whole);
+        let ctl = sweep_space::ChunkControl::new(Some(format!("1 {} {}", first.0, first.1)));
+        assert_eq!(j.run_chunk(2, 1, ctl.control()).unwrap(), whole);
         // Garbage is not trusted: the chunk starts over and still counts right.
-        let ctl = Control::resuming(Some("9999 1 2".into()));
-        assert_eq!(j.run_chunk(2, 1, &ctl).unwrap(), whole);
+        let ctl = sweep_space::ChunkControl::new(Some("9999 1 2".into()));
+        assert_eq!(j.run_chunk(2, 1, ctl.control()).unwrap(), whole);
     }
 
     /// What the engine relies on, checked by the contract crate's kit on the job as `sweep` registers it.

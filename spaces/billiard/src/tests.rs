@@ -413,14 +413,14 @@ fn verify_rejects_lies() {
 
 #[test]
 fn cancellation_stops_a_chunk() {
-    let ctl = Control::new();
+    let ctl = sweep_space::ChunkControl::default();
     ctl.cancel();
     assert_eq!(
-        job(6, Method::Strategy, None).run_chunk(1, 0, &ctl),
+        job(6, Method::Strategy, None).run_chunk(1, 0, ctl.control()),
         Err(SpaceError::Cancelled)
     );
     assert_eq!(
-        job(5, Method::Brute, None).run_chunk(1, 0, &ctl),
+        job(5, Method::Brute, None).run_chunk(1, 0, ctl.control()),
         Err(SpaceError::Cancelled)
     );
 }
@@ -451,8 +451,8 @@ fn run_saving(
 
 /// The output of a chunk run through the engine's path from `resume`, and the nodes that attempt reported.
 fn resumed(j: &BilliardJob, n_chunks: u64, chunk: u64, resume: &str) -> (ChunkOutput, u64) {
-    let ctl = Control::resuming(Some(resume.to_string()));
-    let out = j.run_chunk(n_chunks, chunk, &ctl).unwrap();
+    let ctl = sweep_space::ChunkControl::new(Some(resume.to_string()));
+    let out = j.run_chunk(n_chunks, chunk, ctl.control()).unwrap();
     (out, ctl.nodes())
 }
 
@@ -520,9 +520,9 @@ fn a_stopping_worker_gets_the_chunk_back_with_its_cursor() {
     let mut attempts = 0;
     let out = loop {
         attempts += 1;
-        let ctl = Control::resuming(state.take());
+        let ctl = sweep_space::ChunkControl::new(state.take());
         ctl.request_stop();
-        match j.run_chunk(2, 1, &ctl) {
+        match j.run_chunk(2, 1, ctl.control()) {
             Ok(out) => break out,
             Err(e) => {
                 assert_eq!(e, SpaceError::Cancelled);

@@ -257,10 +257,10 @@ fn verify_rejects_lies() {
 
 #[test]
 fn cancellation_stops_a_chunk() {
-    let ctl = Control::new();
+    let ctl = sweep_space::ChunkControl::default();
     ctl.cancel();
     assert_eq!(
-        p52(Method::Brute).run_chunk(1, 0, &ctl),
+        p52(Method::Brute).run_chunk(1, 0, ctl.control()),
         Err(SpaceError::Cancelled)
     );
     let j = p52(Method::Propagate);

@@ -433,9 +433,9 @@ mod tests {
     #[test]
     fn cancelling_stops_the_whole_group() {
         let j = job(&["sh", "-c", "sleep 30 & sleep 30; wait"]);
-        let ctl = Arc::new(Control::new());
+        let ctl = Arc::new(sweep_space::ChunkControl::default());
         let c2 = ctl.clone();
-        let t = std::thread::spawn(move || j.run_chunk(1, 0, &c2));
+        let t = std::thread::spawn(move || j.run_chunk(1, 0, c2.control()));
         std::thread::sleep(Duration::from_millis(300));
         let started = Instant::now();
         ctl.cancel();
@@ -450,8 +450,8 @@ mod tests {
             "-c",
             r#"echo "{\"checkpoint\": \"after ${SWEEP_RESUME:-start}\"}"; echo '{"nodes": 1}'"#,
         ]);
-        let ctl = Control::resuming(Some("x".into()));
-        j.run_chunk(1, 0, &ctl).unwrap();
+        let ctl = sweep_space::ChunkControl::new(Some("x".into()));
+        j.run_chunk(1, 0, ctl.control()).unwrap();
         assert_eq!(ctl.take_resume_state().as_deref(), Some("after x"));
     }
 

@@ -255,6 +255,7 @@ impl Drop for WorkDir {
 mod tests {
     use super::*;
     use std::sync::Arc;
+    use sweep_space::ChunkControl;
 
     const LIMITS: Limits = Limits {
         timeout: None,
@@ -323,12 +324,17 @@ mod tests {
     #[test]
     fn cancel_and_stop_requests_stop_the_whole_group() {
         for (stop, reason) in [
-            (Control::cancel as fn(&Control), StopReason::Cancelled),
-            (Control::request_stop, StopReason::WorkerStopping),
+            (
+                ChunkControl::cancel as fn(&ChunkControl),
+                StopReason::Cancelled,
+            ),
+            (ChunkControl::request_stop, StopReason::WorkerStopping),
         ] {
-            let ctl = Arc::new(Control::new());
+            let ctl = Arc::new(ChunkControl::default());
             let c2 = ctl.clone();
-            let t = std::thread::spawn(move || run_sh("sleep 30 & sleep 30; wait", &c2, LIMITS));
+            let t = std::thread::spawn(move || {
+                run_sh("sleep 30 & sleep 30; wait", c2.control(), LIMITS)
+            });
             std::thread::sleep(Duration::from_millis(300));
             let started = Instant::now();
             stop(&ctl);

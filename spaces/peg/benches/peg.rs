@@ -354,7 +354,7 @@ impl OldSolver<'_> {
 
 /// sweep's solve with a time limit (a watcher thread cancels it): (time, nodes, outcome).
 fn sweep_solve_limited(game: &Game, seed: u64, limit: Duration) -> (Duration, u64, String) {
-    let ctl = Arc::new(Control::new());
+    let ctl = Arc::new(sweep_space::ChunkControl::default());
     let done = Arc::new(AtomicBool::new(false));
     let watcher = {
         let (ctl, done) = (ctl.clone(), done.clone());
@@ -370,7 +370,7 @@ fn sweep_solve_limited(game: &Game, seed: u64, limit: Duration) -> (Duration, u6
         })
     };
     let t = Instant::now();
-    let mut solver = Solver::new(game, seed, &ctl);
+    let mut solver = Solver::new(game, seed, ctl.control());
     let out = solver.solve();
     let el = t.elapsed();
     done.store(true, Ordering::Relaxed);

@@ -405,9 +405,9 @@ mod tests {
     #[test]
     fn a_cancelled_chunk_stops_with_cancelled() {
         let j = job(100_000_000);
-        let ctl = Control::new();
+        let ctl = sweep_space::ChunkControl::default();
         ctl.cancel();
-        assert_eq!(j.run_chunk(1, 0, &ctl), Err(SpaceError::Cancelled));
+        assert_eq!(j.run_chunk(1, 0, ctl.control()), Err(SpaceError::Cancelled));
         let ctl = Control::new();
         j.run_chunk(100, 3, &ctl).unwrap();
         assert_eq!(

@@ -326,9 +326,9 @@ fn a_count_only_chunk_counts_the_same_without_its_list() {
         let n_chunks = j.plan(Some(8)).unwrap().n_chunks;
         for chunk in 0..n_chunks {
             let listed = j.run_chunk(n_chunks, chunk, &Control::new()).unwrap();
-            let ctl = Control::new();
+            let ctl = sweep_space::ChunkControl::default();
             ctl.set_count_only(true);
-            let counted = j.run_chunk(n_chunks, chunk, &ctl).unwrap();
+            let counted = j.run_chunk(n_chunks, chunk, ctl.control()).unwrap();
             assert!(counted.solutions.is_empty(), "n={n} chunk {chunk}");
             assert_eq!(counted.counters, listed.counters, "n={n} chunk {chunk}");
             assert_eq!(counted.nodes, listed.nodes, "n={n} chunk {chunk}");
@@ -354,9 +354,9 @@ fn a_count_only_chunk_counts_the_same_without_its_list() {
 fn cancellation_stops_a_chunk() {
     for method in [Method::Brute, Method::Backtrack] {
         let j = job(7, method);
-        let ctl = Control::new();
+        let ctl = sweep_space::ChunkControl::default();
         ctl.cancel();
-        assert_eq!(j.run_chunk(1, 0, &ctl), Err(SpaceError::Cancelled));
+        assert_eq!(j.run_chunk(1, 0, ctl.control()), Err(SpaceError::Cancelled));
     }
 }
 
