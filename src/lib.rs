@@ -30,7 +30,7 @@ pub use exit::{usage, Exit};
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -94,6 +94,14 @@ enum Command {
     Store(cmd::store::StoreArgs),
     /// List the search spaces.
     Spaces,
+    /// Print a shell completion script: `sweep completions bash > /etc/bash_completion.d/sweep`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `sweep man > /usr/local/share/man/man1/sweep.1`.
+    Man,
     /// Buzzled tools: `generate` prints a random puzzle with exactly one solution.
     Buzzled(cmd::buzzled::BuzzledArgs),
 }
@@ -134,6 +142,14 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Drain(a) => cmd::workers::drain(a),
         Command::Store(a) => cmd::store::run(a),
         Command::Buzzled(a) => cmd::buzzled::run(a),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "sweep", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| anyhow::Error::new(e).context("writing the manual page")),
         Command::Spaces => {
             for s in registry.spaces() {
                 println!("{:<10} {}", s.name(), s.about());
@@ -203,5 +219,35 @@ fn init_tracing(json: bool) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The completion scripts and the manual page come from the definition the command parses with, so they
+    /// name every subcommand, including the ones added later.
+    #[test]
+    fn completions_and_manual_page_name_every_subcommand() {
+        Cli::command().debug_assert();
+        let mut bash = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut Cli::command(),
+            "sweep",
+            &mut bash,
+        );
+        let bash = String::from_utf8(bash).expect("a bash script is text");
+        let mut man = Vec::new();
+        clap_mangen::Man::new(Cli::command())
+            .render(&mut man)
+            .expect("the manual page renders");
+        let man = String::from_utf8(man).expect("a manual page is text");
+        for sub in Cli::command().get_subcommands() {
+            let name = sub.get_name();
+            assert!(bash.contains(name), "bash completion lacks `{name}`");
+            assert!(man.contains(name), "manual page lacks `{name}`");
+        }
     }
 }
