@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use crate::{Answer, ChunkControl, ChunkOutput, Control, Job};
 
 /// Runs every chunk of `job` under its plan for `requested` chunks, checks each output with the job's
-/// verifier, and merges them in chunk order.
+/// verifier, and merges them in chunk order, artifacts too (with the job's own merge, as the coordinator does).
 ///
 /// # Panics
 /// If the plan, a chunk or a verification fails.
@@ -30,7 +30,14 @@ pub fn run_all(job: &dyn Job, requested: Option<u64>) -> Answer {
     let outputs: Vec<ChunkOutput> = (0..plan.n_chunks)
         .map(|chunk| run_verified(job, plan.n_chunks, chunk))
         .collect();
-    Answer::from_outputs(&outputs)
+    let mut answer = Answer::from_outputs(&outputs);
+    if outputs.iter().any(|o| !o.artifact.is_empty()) {
+        let mut artifacts = outputs.iter().map(|o| o.artifact.as_slice());
+        answer.artifact = job
+            .merge_artifacts(&mut artifacts)
+            .unwrap_or_else(|e| panic!("{}: artifacts do not merge: {e}", job.space()));
+    }
+    answer
 }
 
 /// Runs one chunk and checks its output with the job's verifier (and the counts-only verifier).

@@ -498,7 +498,7 @@ fn run_chunks(
                 if i >= n {
                     break;
                 }
-                let mut out = match job.run_chunk(n, i, &ctl) {
+                let mut out = match job.run_chunk(n, i, ctl) {
                     Ok(out) => out,
                     Err(e) => {
                         failed.store(true, Ordering::Relaxed);

@@ -181,10 +181,6 @@ impl BilliardJob {
 }
 
 impl Job for BilliardJob {
-    fn space(&self) -> &'static str {
-        Billiard::NAME
-    }
-
     fn params(&self) -> Value {
         serde_json::to_value(&self.params).unwrap_or(Value::Null)
     }

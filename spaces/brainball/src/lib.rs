@@ -207,10 +207,6 @@ impl BrainballJob {
 }
 
 impl Job for BrainballJob {
-    fn space(&self) -> &'static str {
-        Brainball::NAME
-    }
-
     fn params(&self) -> Value {
         serde_json::to_value(&self.params).unwrap_or(Value::Null)
     }

@@ -377,19 +377,7 @@ fn bound(job: std::sync::Arc<dyn Job>) -> std::sync::Arc<dyn Job> {
 }
 
 fn run_all(job: &dyn Job) -> Answer {
-    let plan = job.plan(None).unwrap();
-    let ctl = Control::new();
-    let outs: Vec<ChunkOutput> = (0..plan.n_chunks)
-        .map(|c| {
-            let out = job.run_chunk(plan.n_chunks, c, &ctl).unwrap();
-            job.verify(plan.n_chunks, c, &out).unwrap();
-            out
-        })
-        .collect();
-    let mut answer = Answer::from_outputs(&outs);
-    let mut it = outs.iter().map(|o| o.artifact.as_slice());
-    answer.artifact = job.merge_artifacts(&mut it).unwrap();
-    answer
+    sweep_space::testkit::run_all(job, None)
 }
 
 #[test]

@@ -289,10 +289,6 @@ impl BuzzledJob {
 }
 
 impl Job for BuzzledJob {
-    fn space(&self) -> &'static str {
-        Buzzled::NAME
-    }
-
     fn params(&self) -> Value {
         serde_json::to_value(&self.params).unwrap_or(Value::Null)
     }

@@ -214,10 +214,6 @@ fn search_proof_text(tally: &Tally) -> String {
 }
 
 impl Job for PegJob {
-    fn space(&self) -> &'static str {
-        Peg::NAME
-    }
-
     fn params(&self) -> Value {
         serde_json::to_value(&self.params).unwrap_or(Value::Null)
     }

@@ -17,15 +17,7 @@ use std::sync::Arc;
 
 /// Runs every chunk of `job` split into `n` and merges, checking each output with `verify`.
 fn run_all(job: &dyn Job, n: u64) -> Answer {
-    let ctl = Control::new();
-    let outs: Vec<ChunkOutput> = (0..n)
-        .map(|i| {
-            let out = job.run_chunk(n, i, &ctl).expect("chunk runs");
-            job.verify(n, i, &out).expect("chunk verifies");
-            out
-        })
-        .collect();
-    Answer::from_outputs(&outs)
+    sweep_space::testkit::run_all(job, Some(n))
 }
 
 fn solve_result(args: &[&str]) -> Value {

@@ -177,10 +177,6 @@ pub fn count_primes(lo: u64, hi: u64, ctl: &Control) -> Result<u64, SpaceError> 
 }
 
 impl Job for PrimesJob {
-    fn space(&self) -> &'static str {
-        Primes::NAME
-    }
-
     fn params(&self) -> Value {
         serde_json::to_value(PrimesParams { below: self.below }).unwrap_or(Value::Null)
     }

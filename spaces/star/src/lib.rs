@@ -183,14 +183,6 @@ impl StarJob {
 }
 
 impl Job for StarJob {
-    fn space(&self) -> &'static str {
-        Star::NAME
-    }
-
-    fn params(&self) -> Value {
-        serde_json::to_value(&self.params).unwrap_or(Value::Null)
-    }
-
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
         let max = self.max_chunks();
         let n_chunks = Plan::chunk_count(requested, max, self.default_chunks())?;

@@ -2,6 +2,8 @@
 //! answer for six points, and of every check a coordinator makes.
 
 use proptest::prelude::*;
+/// Every chunk run, verified and merged, as the engine would.
+use sweep_space::testkit::run_all as solve;
 
 use super::*;
 use crate::estimate::ESTIMATE_PROBES;
@@ -10,19 +12,6 @@ use crate::prefixes::{backtrack_prefixes, FINE_PREFIX_MAX_POINTS};
 
 fn job(points: u32, method: Method) -> StarJob {
     Star::build(StarParams { points, method }).unwrap()
-}
-
-fn solve(job: &StarJob, chunks: Option<u64>) -> Answer {
-    let plan = job.plan(chunks).unwrap();
-    let ctl = Control::new();
-    let outs: Vec<ChunkOutput> = (0..plan.n_chunks)
-        .map(|i| {
-            let out = job.run_chunk(plan.n_chunks, i, &ctl).unwrap();
-            job.verify(plan.n_chunks, i, &out).unwrap();
-            out
-        })
-        .collect();
-    Answer::from_outputs(&outs)
 }
 
 /// The prefixes as first written, one value at a time: the masks must give the very same list, in the
