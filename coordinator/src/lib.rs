@@ -33,7 +33,7 @@ pub mod fsck;
 pub mod group_commit;
 pub mod grpc;
 pub mod http;
-pub use sweep_space::inputs;
+pub use sweep_engine::inputs;
 pub mod limits;
 pub mod metrics;
 pub mod scheduler;

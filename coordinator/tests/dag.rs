@@ -14,9 +14,10 @@ use std::time::Duration;
 use common::{FakeWorker, Jobs, Server};
 use sweep_coordinator::store::Store;
 use sweep_coordinator::CoordinatorConfig;
+use sweep_engine::inputs;
 use sweep_proto::v1;
-use sweep_space::{inputs, Registry, Space};
 use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SpaceError};
+use sweep_space::{Registry, Space};
 
 /// name -> (inputs, chunks). Names missing here fail to build, like bad parameters.
 fn graph(name: &str) -> Option<(Vec<String>, u64)> {

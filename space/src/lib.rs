@@ -6,7 +6,6 @@
 //! - [`SearchSpace`]: the typed side: clap/serde parameters and a validating constructor.
 //! - [`Registry`]: the spaces a process knows, as a value the command line hands to the coordinator and the
 //!   workers. The five puzzles, `exec` and a user's own spaces all register the same way.
-//! - [`inputs`]: a job's input DAG (the jobs whose artifacts it needs, recursively).
 //! - [`testkit`]: the checks every space's tests run (every chunking the same answer, lies refused, a resumed
 //!   chunk equal to an uninterrupted one).
 //! - Helpers every space may use and none should write twice: [`perm`] (factorials, permutation rank and unrank,
@@ -16,7 +15,6 @@
 //! Architecture invariant: this crate does no I/O and knows nothing of networks, storage or async runtimes;
 //! `proto`, `coordinator` and `worker` depend on it, never on a particular space.
 
-pub mod inputs;
 mod job;
 pub mod perm;
 mod registry;

@@ -2,15 +2,14 @@
 //! job on this machine.
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
+use sweep_engine::inputs::{self, DagNode};
+use sweep_engine::local;
 use sweep_proto::v1;
-use sweep_space::inputs::{self, DagNode};
-use sweep_space::{Answer, AnswerMerge, ChunkOutput, SpaceError};
 use tokio::sync::oneshot;
 
 use crate::args::{self, JobArgs};
@@ -258,122 +257,98 @@ fn report_run(
     )
 }
 
-/// The merged artifacts of finished jobs in the store at `--data`, looked up by (space, canonical parameters). A
-/// missing store, one in use by a running coordinator, or no such job all mean "build it here".
-struct StoredArtifacts(Option<(Store, Vec<sweep_coordinator::core::JobRecord>)>);
-
-impl StoredArtifacts {
-    fn open(data: &std::path::Path) -> StoredArtifacts {
-        if !data.join("conf").exists() {
-            return StoredArtifacts(None);
-        }
-        let Ok(store) = Store::open(data) else {
-            return StoredArtifacts(None);
-        };
-        let jobs = store.load().map(|snap| snap.jobs).unwrap_or_default();
-        StoredArtifacts(Some((store, jobs)))
+/// The merged artifacts of finished jobs in the store at `--data`, through the store's own API. A missing
+/// store, one in use by a running coordinator, or no such job all mean "build it here".
+fn stored_artifacts(data: &std::path::Path) -> Option<Store> {
+    if !data.join("conf").exists() {
+        return None;
     }
-
-    /// The artifact, if stored and its digest checks.
-    fn get(&self, job: &dyn sweep_space::Job) -> Option<Vec<u8>> {
-        let (store, jobs) = self.0.as_ref()?;
-        let params = job.params();
-        let rec = jobs.iter().find(|j| {
-            j.space == job.space() && j.params == params && j.artifact_digest.is_some()
-        })?;
-        let bytes = store.artifact(rec.id).ok()??;
-        (Some(sweep_coordinator::store::digest_hex(&bytes)) == rec.artifact_digest).then_some(bytes)
-    }
+    Store::open(data).ok()
 }
 
-/// The last job of `dag` bound to its inputs, every input built here first (in dependency order, each once) or
-/// taken from the store in `data`. An input found stored needs none of its own inputs, so only what is missing
-/// runs; an artifact is dropped as soon as the last job that reads it is bound.
+/// The last job of `dag` bound to its inputs: each built here (a bar per input) or read from the store in
+/// `--data`.
 fn bind_dag(
     pool: &rayon::ThreadPool,
     dag: Vec<DagNode>,
     engine: &args::EngineOpts,
     show: bool,
 ) -> anyhow::Result<Arc<dyn sweep_space::Job>> {
-    let n = dag.len();
-    let mut artifacts: Vec<Option<Vec<u8>>> = vec![None; n];
-    // From the root down: a job is needed if a needed job reads it and that reader is not stored itself.
-    let mut needed = vec![false; n];
-    let mut stored = vec![false; n];
-    {
-        let store = StoredArtifacts::open(&engine.data);
-        needed[n - 1] = true;
-        for i in (0..n).rev() {
-            if !needed[i] {
-                continue;
-            }
-            if i + 1 < n {
-                if let Some(bytes) = store.get(dag[i].job.as_ref()) {
-                    artifacts[i] = Some(bytes);
-                    stored[i] = true;
-                    continue;
-                }
-            }
-            for &k in &dag[i].inputs {
-                needed[k] = true;
-            }
-        }
-    }
-    let mut last_reader = vec![None; n];
-    for (i, node) in dag.iter().enumerate() {
-        if needed[i] && !stored[i] {
-            for &k in &node.inputs {
-                last_reader[k] = Some(i);
-            }
-        }
-    }
-    let to_build = (0..n - 1).filter(|&i| needed[i] && !stored[i]).count();
-    let mut built = 0;
-    for (i, node) in dag.into_iter().enumerate() {
-        if !needed[i] || stored[i] {
-            continue;
-        }
-        let job = if node.inputs.is_empty() {
-            node.job
-        } else {
-            let views = node
-                .inputs
-                .iter()
-                .map(|&k| artifacts[k].as_deref())
-                .collect::<Option<Vec<&[u8]>>>()
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "an input of {} was not built",
-                        inputs::label(node.job.as_ref())
-                    )
-                })?;
-            let bound = node.job.bind_inputs(&views).with_context(|| {
-                format!("loading the inputs of {}", inputs::label(node.job.as_ref()))
-            })?;
-            for &k in &node.inputs {
-                if last_reader[k] == Some(i) {
-                    artifacts[k] = None;
-                }
-            }
-            bound
-        };
-        if i + 1 == n {
-            return Ok(job);
-        }
-        built += 1;
-        let plan = job
-            .plan(None)
-            .map_err(|e| usage(format!("input job {}: {e}", inputs::label(job.as_ref()))))?;
+    let store = stored_artifacts(&engine.data);
+    let finished = store.as_ref().and_then(|s| s.finished_artifacts().ok());
+    let stored = |job: &dyn sweep_space::Job| finished.as_ref()?.get(job.space(), &job.params());
+    let bar = SolveBar::new(show);
+    let building = |built: usize, to_build: usize, label: &str, n_chunks: u64| {
+        bar.start(n_chunks);
         if !engine.json {
             eprintln!(
-                "building input {built}/{to_build} (not stored in {}; `sweep run` stores it): {}",
+                "building input {built}/{to_build} (not stored in {}; `sweep run` stores it): {label}",
                 engine.data.display(),
-                inputs::label(job.as_ref())
             );
         }
-        artifacts[i] = Some(run_chunks(pool, job.as_ref(), plan.n_chunks, show, false)?.artifact);
+    };
+    let progress = |done: u64, nodes: u64| bar.update(done, nodes);
+    let sources = local::DagSources {
+        stored: &stored,
+        building: &building,
+        progress: &progress,
+    };
+    local::bind_dag(pool, dag, &sources).map_err(local_error)
+}
+
+/// A run's errors as the command reports them: a space's refusal of its own plan or inputs is a usage error.
+fn local_error(e: local::RunError) -> anyhow::Error {
+    match e {
+        local::RunError::Plan { .. } => usage(e.to_string()),
+        other => anyhow::Error::new(other),
     }
-    anyhow::bail!("the job's input DAG is empty")
+}
+
+/// The bar `solve` draws on stderr while chunks run (none when not `show`).
+struct SolveBar {
+    bar: Option<indicatif::ProgressBar>,
+    started: Instant,
+}
+
+impl SolveBar {
+    fn new(show: bool) -> SolveBar {
+        let bar = show.then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "solve [{bar:30}] {pos}/{len} chunks {msg} ETA {eta}",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar
+        });
+        SolveBar {
+            bar,
+            started: Instant::now(),
+        }
+    }
+
+    fn start(&self, n: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_length(n);
+            bar.set_position(0);
+        }
+    }
+
+    fn update(&self, done: u64, nodes: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(done);
+            let rate = nodes as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+            bar.set_message(format!("{} nodes/s", crate::output::human(rate)));
+        }
+    }
+}
+
+impl Drop for SolveBar {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 pub fn solve(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
@@ -413,7 +388,13 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
             "--solutions needs the store that `run` keeps (solve holds no list to stream): use `sweep run`",
         ));
     }
-    let answer = run_chunks(&pool, job.as_ref(), n, show, engine.count_only)?;
+    let bar = SolveBar::new(show);
+    bar.start(n);
+    let answer = local::run_chunks(&pool, job.as_ref(), n, engine.count_only, &|done, nodes| {
+        bar.update(done, nodes)
+    })
+    .map_err(local_error)?;
+    drop(bar);
     let (json, text) = job.result_texts(&answer);
     let report = Report {
         space: job.space().to_string(),
@@ -445,98 +426,4 @@ fn listing_label(count_only: bool) -> &'static str {
     } else {
         v1::Listing::All.label()
     }
-}
-
-/// Runs every chunk of `job` on `pool` (a bar on stderr if `show`) and merges the outputs as they finish: each
-/// chunk's list goes into its thread's bounded merge at once, so memory does not grow with the solutions.
-///
-/// Every thread takes the next chunk in plan order from one counter, as workers take leases from a coordinator:
-/// plans put their big chunks first (star's subtrees shrink with the chunk index), so the job ends on small
-/// chunks. rayon's halving of the index range instead left one thread on a big chunk at the end while the other
-/// idled: `solve star --points 12` was 87% busy. Merges are per thread and combined once at the end, so no
-/// thread waits on another's list.
-fn run_chunks(
-    pool: &rayon::ThreadPool,
-    job: &dyn sweep_space::Job,
-    n: u64,
-    show: bool,
-    count_only: bool,
-) -> anyhow::Result<Answer> {
-    let handle = sweep_space::ChunkControl::default();
-    handle.set_count_only(count_only);
-    let ctl = handle.control();
-    let next = AtomicU64::new(0);
-    let done = AtomicU64::new(0);
-    let finished = std::sync::atomic::AtomicBool::new(false);
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    type ThreadPart = Result<(Vec<(u64, ChunkOutput)>, AnswerMerge), SpaceError>;
-    let parts: Vec<ThreadPart> = std::thread::scope(|s| {
-        let ticker = show.then(|| {
-            let (ctl, done, finished) = (&ctl, &done, &finished);
-            s.spawn(move || {
-                let bar = indicatif::ProgressBar::new(n);
-                if let Ok(style) = indicatif::ProgressStyle::with_template(
-                    "solve [{bar:30}] {pos}/{len} chunks {msg} ETA {eta}",
-                ) {
-                    bar.set_style(style.progress_chars("=> "));
-                }
-                let t0 = Instant::now();
-                while !finished.load(Ordering::Relaxed) {
-                    bar.set_position(done.load(Ordering::Relaxed));
-                    let rate = ctl.nodes() as f64 / t0.elapsed().as_secs_f64().max(1e-3);
-                    bar.set_message(format!("{} nodes/s", crate::output::human(rate)));
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                bar.finish_and_clear();
-            })
-        });
-        let parts = pool.broadcast(|_| -> ThreadPart {
-            let mut outputs = Vec::new();
-            let mut merge = AnswerMerge::default();
-            while !failed.load(Ordering::Relaxed) {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    break;
-                }
-                let mut out = match job.run_chunk(n, i, ctl) {
-                    Ok(out) => out,
-                    Err(e) => {
-                        failed.store(true, Ordering::Relaxed);
-                        return Err(e);
-                    }
-                };
-                let listed = std::mem::take(&mut out.solutions);
-                if !count_only {
-                    merge.add_solutions(listed.iter().map(String::as_str));
-                }
-                done.fetch_add(1, Ordering::Relaxed);
-                outputs.push((i, out));
-            }
-            Ok((outputs, merge))
-        });
-        finished.store(true, Ordering::Relaxed);
-        if let Some(t) = ticker {
-            let _ = t.join();
-        }
-        parts
-    });
-    let mut merge = AnswerMerge::default();
-    let mut outputs = Vec::new();
-    for part in parts {
-        let (outs, m) = part.context("a chunk failed")?;
-        merge.absorb(m);
-        outputs.extend(outs);
-    }
-    // Artifacts are merged in chunk order.
-    outputs.sort_unstable_by_key(|(i, _)| *i);
-    let outputs: Vec<ChunkOutput> = outputs.into_iter().map(|(_, o)| o).collect();
-    for out in &outputs {
-        merge.add_tally(out);
-    }
-    let mut answer = merge.finish();
-    if outputs.iter().any(|o| !o.artifact.is_empty()) {
-        let mut it = outputs.iter().map(|o| o.artifact.as_slice());
-        answer.artifact = job.merge_artifacts(&mut it).context("merging artifacts")?;
-    }
-    Ok(answer)
 }

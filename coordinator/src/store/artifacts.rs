@@ -289,6 +289,19 @@ impl Store {
         }
     }
 
+    /// The merged artifacts of this store's finished jobs, found by (space, canonical parameters): what a job
+    /// run outside the coordinator (`sweep solve`) reads instead of building an input again. The job records
+    /// are read once, here.
+    pub fn finished_artifacts(&self) -> Result<FinishedArtifacts<'_>, StoreError> {
+        let jobs = self
+            .load()?
+            .jobs
+            .into_iter()
+            .filter(|j| j.artifact_digest.is_some())
+            .collect();
+        Ok(FinishedArtifacts { store: self, jobs })
+    }
+
     /// Stores a shipped file under its digest, durably: the file first, then its record. Storing it again
     /// is a no-op.
     pub fn put_shipped(&self, digest: &str, bytes: &[u8]) -> Result<(), StoreError> {
@@ -321,6 +334,25 @@ impl Store {
                 .map(Some),
             None => Ok(None),
         }
+    }
+}
+
+/// See [`Store::finished_artifacts`].
+pub struct FinishedArtifacts<'a> {
+    store: &'a Store,
+    jobs: Vec<crate::core::JobRecord>,
+}
+
+impl FinishedArtifacts<'_> {
+    /// The merged artifact of the finished job of `space` with `params`, if stored and its digest checks; a
+    /// store that cannot read it answers `None`, and the caller builds the artifact itself.
+    pub fn get(&self, space: &str, params: &serde_json::Value) -> Option<Vec<u8>> {
+        let rec = self
+            .jobs
+            .iter()
+            .find(|j| j.space == space && &j.params == params)?;
+        let bytes = self.store.artifact(rec.id).ok()??;
+        (Some(digest_hex(&bytes)) == rec.artifact_digest).then_some(bytes)
     }
 }
 

@@ -65,7 +65,7 @@ mod snapshot;
 mod test_support;
 mod upgrade;
 
-pub use artifacts::{digest_hex, is_digest};
+pub use artifacts::{digest_hex, is_digest, FinishedArtifacts};
 pub use batches::{split_commit, MAX_BATCH_OPS};
 pub use blobs::{Blobs, FileBlobs, MemBlobs};
 pub use blocks::{BLOCK, INLINE_OUTPUT_MAX};

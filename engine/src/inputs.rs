@@ -12,13 +12,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::{Job, JobInput, SpaceError};
+use sweep_space::{Job, JobInput, SpaceError};
 
 /// More distinct jobs than this in one job's input DAG is a space describing something unbounded, not a search
 /// anybody means to run: the submit is refused.
 pub const MAX_DAG_JOBS: usize = 4096;
 
-/// Rebuilds a job from its space name and canonical parameters: [`crate::Registry::job_from_params`] in
+/// Rebuilds a job from its space name and canonical parameters: [`sweep_space::Registry::job_from_params`] in
 /// production, a test's own table in tests.
 pub type JobBuilder<'a> = &'a dyn Fn(&str, &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError>;
 
@@ -169,7 +169,7 @@ pub fn last_readers(nodes: &[DagNode]) -> Vec<Option<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Answer, ChunkOutput, Control, Plan};
+    use sweep_space::{Answer, ChunkOutput, Control, Plan};
 
     /// A test space: job `n` reads the jobs its parameters list, so any graph can be described.
     #[derive(Debug)]

@@ -1,0 +1,305 @@
+//! A job run in this process: every chunk on a rayon pool, merged as it finishes, and a DAG's inputs built
+//! first. This is `sweep solve`, the quick path without a coordinator and the baseline the engine's overhead
+//! is measured against.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sweep_space::{Answer, AnswerMerge, ChunkControl, ChunkOutput, Job, SpaceError};
+
+use crate::inputs::{label, DagNode};
+
+/// Why a local run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("a chunk failed: {0}")]
+    Chunk(#[source] SpaceError),
+    #[error("merging artifacts: {0}")]
+    Artifacts(#[source] SpaceError),
+    #[error("input job {job}: {source}")]
+    Plan { job: String, source: SpaceError },
+    #[error("loading the inputs of {job}: {source}")]
+    Bind { job: String, source: SpaceError },
+    #[error("an input of {0} was not built")]
+    MissingInput(String),
+    #[error("the job's input DAG is empty")]
+    EmptyDag,
+}
+
+/// How often [`run_chunks`] tells its caller how far it is.
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+
+/// Runs every chunk of `job` split into `n` on `pool` and merges the outputs as they finish: each chunk's list
+/// goes into its thread's bounded merge at once, so memory does not grow with the solutions. While it runs,
+/// `progress(chunks done, nodes so far)` is called every [`PROGRESS_EVERY`] from a thread of its own.
+///
+/// Every thread takes the next chunk in plan order from one counter, as workers take leases from a coordinator:
+/// plans put their big chunks first (star's subtrees shrink with the chunk index), so the job ends on small
+/// chunks. rayon's halving of the index range instead left one thread on a big chunk at the end while the other
+/// idled. Merges are per thread and combined once at the end, so no thread waits on another's list. With
+/// `count_only` the kernels are told not to build lists and any list is dropped, as a coordinator would.
+pub fn run_chunks(
+    pool: &rayon::ThreadPool,
+    job: &dyn Job,
+    n: u64,
+    count_only: bool,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<Answer, RunError> {
+    let handle = ChunkControl::default();
+    handle.set_count_only(count_only);
+    let ctl = handle.control();
+    let next = AtomicU64::new(0);
+    let done = AtomicU64::new(0);
+    let finished = AtomicBool::new(false);
+    let failed = AtomicBool::new(false);
+    type ThreadPart = Result<(Vec<(u64, ChunkOutput)>, AnswerMerge), SpaceError>;
+    let parts: Vec<ThreadPart> = std::thread::scope(|s| {
+        let (handle, done, finished) = (&handle, &done, &finished);
+        s.spawn(move || {
+            while !finished.load(Ordering::Relaxed) {
+                progress(done.load(Ordering::Relaxed), handle.nodes());
+                std::thread::sleep(PROGRESS_EVERY);
+            }
+        });
+        let parts = pool.broadcast(|_| -> ThreadPart {
+            let mut outputs = Vec::new();
+            let mut merge = AnswerMerge::default();
+            while !failed.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let mut out = match job.run_chunk(n, i, ctl) {
+                    Ok(out) => out,
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                };
+                let listed = std::mem::take(&mut out.solutions);
+                if !count_only {
+                    merge.add_solutions(listed.iter().map(String::as_str));
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                outputs.push((i, out));
+            }
+            Ok((outputs, merge))
+        });
+        finished.store(true, Ordering::Relaxed);
+        parts
+    });
+    let mut merge = AnswerMerge::default();
+    let mut outputs = Vec::new();
+    for part in parts {
+        let (outs, m) = part.map_err(RunError::Chunk)?;
+        merge.absorb(m);
+        outputs.extend(outs);
+    }
+    // Artifacts are merged in chunk order.
+    outputs.sort_unstable_by_key(|(i, _)| *i);
+    let outputs: Vec<ChunkOutput> = outputs.into_iter().map(|(_, o)| o).collect();
+    for out in &outputs {
+        merge.add_tally(out);
+    }
+    let mut answer = merge.finish();
+    if outputs.iter().any(|o| !o.artifact.is_empty()) {
+        let mut it = outputs.iter().map(|o| o.artifact.as_slice());
+        answer.artifact = job.merge_artifacts(&mut it).map_err(RunError::Artifacts)?;
+    }
+    Ok(answer)
+}
+
+/// What [`bind_dag`] needs from its caller.
+pub struct DagSources<'a> {
+    /// The merged artifact of a finished job kept somewhere (a coordinator's store), if there is one.
+    pub stored: &'a dyn Fn(&dyn Job) -> Option<Vec<u8>>,
+    /// Called before input `built` of `to_build` is run here, with its label and its number of chunks.
+    pub building: &'a dyn Fn(usize, usize, &str, u64),
+    /// Progress of the input being run, as for [`run_chunks`].
+    pub progress: &'a (dyn Fn(u64, u64) + Sync),
+}
+
+/// The last job of `dag` bound to its inputs, every input built here first (in dependency order, each once) or
+/// taken from `sources.stored`. An input found stored needs none of its own inputs, so only what is missing
+/// runs; an artifact is dropped as soon as the last job that reads it is bound.
+pub fn bind_dag(
+    pool: &rayon::ThreadPool,
+    dag: Vec<DagNode>,
+    sources: &DagSources<'_>,
+) -> Result<Arc<dyn Job>, RunError> {
+    let n = dag.len();
+    if n == 0 {
+        return Err(RunError::EmptyDag);
+    }
+    let mut artifacts: Vec<Option<Vec<u8>>> = vec![None; n];
+    // From the root down: a job is needed if a needed job reads it and that reader is not stored itself.
+    let mut needed = vec![false; n];
+    let mut stored = vec![false; n];
+    needed[n - 1] = true;
+    for i in (0..n).rev() {
+        if !needed[i] {
+            continue;
+        }
+        if i + 1 < n {
+            if let Some(bytes) = (sources.stored)(dag[i].job.as_ref()) {
+                artifacts[i] = Some(bytes);
+                stored[i] = true;
+                continue;
+            }
+        }
+        for &k in &dag[i].inputs {
+            needed[k] = true;
+        }
+    }
+    let mut last_reader = vec![None; n];
+    for (i, node) in dag.iter().enumerate() {
+        if needed[i] && !stored[i] {
+            for &k in &node.inputs {
+                last_reader[k] = Some(i);
+            }
+        }
+    }
+    let to_build = (0..n - 1).filter(|&i| needed[i] && !stored[i]).count();
+    let mut built = 0;
+    for (i, node) in dag.into_iter().enumerate() {
+        if !needed[i] || stored[i] {
+            continue;
+        }
+        let job = if node.inputs.is_empty() {
+            node.job
+        } else {
+            let views = node
+                .inputs
+                .iter()
+                .map(|&k| artifacts[k].as_deref())
+                .collect::<Option<Vec<&[u8]>>>()
+                .ok_or_else(|| RunError::MissingInput(label(node.job.as_ref())))?;
+            let bound = node
+                .job
+                .bind_inputs(&views)
+                .map_err(|source| RunError::Bind {
+                    job: label(node.job.as_ref()),
+                    source,
+                })?;
+            for &k in &node.inputs {
+                if last_reader[k] == Some(i) {
+                    artifacts[k] = None;
+                }
+            }
+            bound
+        };
+        if i + 1 == n {
+            return Ok(job);
+        }
+        built += 1;
+        let plan = job.plan(None).map_err(|source| RunError::Plan {
+            job: label(job.as_ref()),
+            source,
+        })?;
+        (sources.building)(built, to_build, &label(job.as_ref()), plan.n_chunks);
+        let answer = run_chunks(pool, job.as_ref(), plan.n_chunks, false, sources.progress)?;
+        artifacts[i] = Some(answer.artifact);
+    }
+    Err(RunError::EmptyDag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sweep_space::Registry;
+
+    fn pool(threads: usize) -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a pool")
+    }
+
+    fn primes(below: u64) -> Arc<dyn Job> {
+        Registry::new()
+            .with::<sweep_primes::Primes>()
+            .job_from_params("primes", &serde_json::json!({ "below": below }))
+            .expect("valid parameters")
+    }
+
+    #[test]
+    fn a_local_run_equals_the_contract_kit_and_reports_progress() {
+        let job = primes(2_000_000);
+        let want = sweep_space::testkit::run_all(job.as_ref(), Some(37));
+        let seen = AtomicU64::new(0);
+        let progress = |done: u64, _nodes: u64| {
+            seen.fetch_max(done, Ordering::Relaxed);
+        };
+        for threads in [1, 3] {
+            let got = run_chunks(&pool(threads), job.as_ref(), 37, false, &progress).expect("runs");
+            assert_eq!(got.tally.counters, want.tally.counters, "{threads} threads");
+            assert_eq!(got.tally.nodes, want.tally.nodes, "{threads} threads");
+        }
+        assert!(seen.load(Ordering::Relaxed) <= 37);
+    }
+
+    /// A job whose chunk `self.0` fails, the others finding nothing.
+    #[derive(Debug)]
+    struct FailsAt(u64);
+
+    impl Job for FailsAt {
+        fn plan(&self, _: Option<u64>) -> Result<sweep_space::Plan, SpaceError> {
+            Ok(sweep_space::Plan {
+                n_chunks: 16,
+                total_nodes: None,
+            })
+        }
+        fn run_chunk(
+            &self,
+            _: u64,
+            chunk: u64,
+            _: &sweep_space::Control,
+        ) -> Result<ChunkOutput, SpaceError> {
+            if chunk == self.0 {
+                return Err(SpaceError::Verification(format!("chunk {chunk} breaks")));
+            }
+            Ok(ChunkOutput::default())
+        }
+        fn verify(&self, _: u64, _: u64, _: &ChunkOutput) -> Result<(), SpaceError> {
+            Ok(())
+        }
+        fn result(&self, _: &Answer) -> serde_json::Value {
+            serde_json::Value::Null
+        }
+        fn render_text(&self, _: &serde_json::Value) -> String {
+            String::new()
+        }
+    }
+
+    #[test]
+    fn a_failing_chunk_stops_the_run_with_its_error() {
+        let err = run_chunks(&pool(2), &FailsAt(5), 16, false, &|_, _| {});
+        match err {
+            Err(RunError::Chunk(SpaceError::Verification(why))) => assert!(why.contains("chunk 5")),
+            other => panic!("expected chunk 5's error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_dag_of_one_job_is_that_job_and_an_empty_one_is_refused() {
+        let job = primes(1_000);
+        let sources = DagSources {
+            stored: &|_| None,
+            building: &|_, _, _, _| {},
+            progress: &|_, _| {},
+        };
+        let dag = crate::inputs::resolve(job.clone(), &|s: &str, p: &serde_json::Value| {
+            Registry::new()
+                .with::<sweep_primes::Primes>()
+                .job_from_params(s, p)
+        })
+        .expect("no inputs");
+        let bound = bind_dag(&pool(1), dag, &sources).expect("binds");
+        assert_eq!(bound.params(), job.params());
+        assert!(matches!(
+            bind_dag(&pool(1), Vec::new(), &sources),
+            Err(RunError::EmptyDag)
+        ));
+    }
+}
