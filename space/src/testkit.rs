@@ -16,7 +16,22 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{Answer, ChunkControl, ChunkOutput, Control, Job};
+use crate::{Answer, ChunkControl, ChunkOutput, Control, Job, Registry, SearchSpace};
+
+/// A registry holding the space `S` alone, as the engine registers it, built once per space and kept for the
+/// test process's life: what a space's own tests look names up in and rebuild jobs from parameters with.
+pub fn registry<S: SearchSpace>() -> &'static Registry {
+    use std::any::TypeId;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static REGISTRIES: OnceLock<Mutex<HashMap<TypeId, &'static Registry>>> = OnceLock::new();
+    let mut all = REGISTRIES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    all.entry(TypeId::of::<S>())
+        .or_insert_with(|| Box::leak(Box::new(Registry::new().with::<S>())))
+}
 
 /// Runs every chunk of `job` under its plan for `requested` chunks, checks each output with the job's
 /// verifier, and merges them in chunk order, artifacts too (with the job's own merge, as the coordinator does).

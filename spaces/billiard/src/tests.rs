@@ -357,11 +357,14 @@ fn bad_parameters_are_named() {
 #[test]
 fn params_roundtrip_through_json() {
     let j = job(5, Method::Brute, Some("5..1_000"));
-    let again = crate::job_from_params("billiard", &j.params()).unwrap();
+    let again = sweep_space::testkit::registry::<crate::Billiard>()
+        .job_from_params("billiard", &j.params())
+        .unwrap();
     assert_eq!(again.params(), j.params());
     let rebuilt: BilliardParams = serde_json::from_value(j.params()).unwrap();
     assert_eq!(rebuilt.ranks.as_deref(), Some("5..1000"));
-    let parsed = crate::lookup("billiard")
+    let parsed = sweep_space::testkit::registry::<crate::Billiard>()
+        .lookup("billiard")
         .unwrap()
         .parse_args(&[
             "--rows".into(),
@@ -373,8 +376,9 @@ fn params_roundtrip_through_json() {
         ])
         .unwrap();
     assert_eq!(parsed.params(), j.params());
-    let strategy =
-        crate::job_from_params("billiard", &json!({"rows": 7, "method": "strategy"})).unwrap();
+    let strategy = sweep_space::testkit::registry::<crate::Billiard>()
+        .job_from_params("billiard", &json!({"rows": 7, "method": "strategy"}))
+        .unwrap();
     assert_eq!(strategy.params(), json!({"rows": 7, "method": "strategy"}));
     assert!(serde_json::from_value::<BilliardParams>(
         json!({"rows": 5, "method": "brute", "x": 1})

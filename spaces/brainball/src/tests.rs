@@ -359,7 +359,9 @@ fn moves_print_in_jaaps_notation_and_parse_back() {
 }
 
 fn job(args: &[&str]) -> std::sync::Arc<dyn Job> {
-    let space = crate::lookup("brainball").unwrap();
+    let space = sweep_space::testkit::registry::<crate::Brainball>()
+        .lookup("brainball")
+        .unwrap();
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     space.parse_args(&args).unwrap()
 }
@@ -369,7 +371,9 @@ fn bound(job: std::sync::Arc<dyn Job>) -> std::sync::Arc<dyn Job> {
     match job.inputs().first() {
         None => job,
         Some(inp) => {
-            let table_job = crate::job_from_params(&inp.space, &inp.params).unwrap();
+            let table_job = sweep_space::testkit::registry::<crate::Brainball>()
+                .job_from_params(&inp.space, &inp.params)
+                .unwrap();
             let table = run_all(table_job.as_ref());
             job.bind_inputs(&[&table.artifact]).unwrap()
         }
@@ -416,7 +420,9 @@ fn solve_job_gives_verified_solutions_in_input_order() {
     ]);
     let params = job.params();
     assert_eq!(params["mode"], json!("solve"));
-    let again = crate::job_from_params("brainball", &params).unwrap();
+    let again = sweep_space::testkit::registry::<crate::Brainball>()
+        .job_from_params("brainball", &params)
+        .unwrap();
     assert_eq!(again.params(), params);
     // Its input is the depth-3 table job, and it cannot run without it.
     let input = job.inputs().remove(0);
@@ -446,7 +452,9 @@ fn solve_job_gives_verified_solutions_in_input_order() {
 
 #[test]
 fn bad_parameters_are_refused_with_their_name() {
-    let space = crate::lookup("brainball").unwrap();
+    let space = sweep_space::testkit::registry::<crate::Brainball>()
+        .lookup("brainball")
+        .unwrap();
     let err = |args: &[&str]| {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         match space.parse_args(&args) {
@@ -614,7 +622,9 @@ fn bound_all(job: std::sync::Arc<dyn Job>, chunks: Option<u64>) -> std::sync::Ar
     let artifacts: Vec<Vec<u8>> = inputs
         .iter()
         .map(|inp| {
-            let j = crate::job_from_params(&inp.space, &inp.params).unwrap();
+            let j = sweep_space::testkit::registry::<crate::Brainball>()
+                .job_from_params(&inp.space, &inp.params)
+                .unwrap();
             let j = bound_all(j, chunks);
             run_all_with(j.as_ref(), chunks).artifact
         })
@@ -708,7 +718,9 @@ fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances
 
 #[test]
 fn census_and_deep_parameters_are_checked() {
-    let space = crate::lookup("brainball").unwrap();
+    let space = sweep_space::testkit::registry::<crate::Brainball>()
+        .lookup("brainball")
+        .unwrap();
     let err = |args: &[&str]| {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         space.parse_args(&args).unwrap_err().to_string()
@@ -735,7 +747,9 @@ fn census_and_deep_parameters_are_checked() {
     let j = job(&["census", "--samples", "1000", "--seed", "4"]);
     assert_eq!(j.plan(None).unwrap().n_chunks, 256);
     assert_eq!(j.inputs().len(), 2, "the table and the pattern database");
-    let again = crate::job_from_params("brainball", &j.params()).unwrap();
+    let again = sweep_space::testkit::registry::<crate::Brainball>()
+        .job_from_params("brainball", &j.params())
+        .unwrap();
     assert_eq!(again.params(), j.params());
 }
 
@@ -915,7 +929,9 @@ fn the_pattern_jobs_chain_their_levels_and_store_the_in_memory_database() {
     ]);
     assert_eq!(census.inputs()[1].params, db.params());
     let err = |args: &[&str]| {
-        let space = crate::lookup("brainball").unwrap();
+        let space = sweep_space::testkit::registry::<crate::Brainball>()
+            .lookup("brainball")
+            .unwrap();
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         space.parse_args(&args).unwrap_err().to_string()
     };
@@ -956,7 +972,8 @@ fn garbled_pattern_artifacts_are_refused_with_a_reason() {
         "3",
     ]);
     let table = run_all(
-        crate::job_from_params("brainball", &deep.inputs()[0].params)
+        sweep_space::testkit::registry::<crate::Brainball>()
+            .job_from_params("brainball", &deep.inputs()[0].params)
             .unwrap()
             .as_ref(),
     );

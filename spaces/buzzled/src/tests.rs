@@ -141,7 +141,9 @@ fn unsatisfiable_clues_are_reported_before_search() {
 
 #[test]
 fn bad_options_are_named() {
-    let space = crate::lookup("buzzled").unwrap();
+    let space = sweep_space::testkit::registry::<crate::Buzzled>()
+        .lookup("buzzled")
+        .unwrap();
     let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     for (a, needle) in [
         (args(&[]), "no puzzle given"),
@@ -190,7 +192,9 @@ fn bad_options_are_named() {
 
 #[test]
 fn a_puzzle_file_becomes_canonical_params() {
-    let space = crate::lookup("buzzled").unwrap();
+    let space = sweep_space::testkit::registry::<crate::Buzzled>()
+        .lookup("buzzled")
+        .unwrap();
     let text = format!("# seed #52\nname: Puzzle 52\nside: 4\nclues: {P52}\n");
     let from_file = space
         .parse_args(&["--puzzle-text".to_string(), text])
@@ -201,7 +205,9 @@ fn a_puzzle_file_becomes_canonical_params() {
     assert_eq!(params["name"], "Puzzle 52");
     assert!(params.get("puzzle_text").is_none() && params.get("puzzle").is_none());
     // The canonical params rebuild an equal job.
-    let again = crate::job_from_params("buzzled", &params).unwrap();
+    let again = sweep_space::testkit::registry::<crate::Buzzled>()
+        .job_from_params("buzzled", &params)
+        .unwrap();
     assert_eq!(again.params(), params);
     let from_clues = space
         .parse_args(&["--clues".to_string(), P52.replace(',', ", ")])

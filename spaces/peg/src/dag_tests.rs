@@ -51,7 +51,9 @@ impl Driver {
     fn standard() -> Driver {
         Driver {
             resolve: Box::new(|inp| {
-                crate::job_from_params(&inp.space, &inp.params).expect("input params rebuild a job")
+                sweep_space::testkit::registry::<crate::Peg>()
+                    .job_from_params(&inp.space, &inp.params)
+                    .expect("input params rebuild a job")
             }),
             runs: Vec::new(),
         }
@@ -194,7 +196,9 @@ fn dag_job(game: &Game, mode: Mode, shards: Option<u32>) -> PegJob {
 
 fn job(args: &[&str]) -> Result<Arc<dyn Job>, SpaceError> {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    crate::lookup("peg")?.parse_args(&args)
+    sweep_space::testkit::registry::<crate::Peg>()
+        .lookup("peg")?
+        .parse_args(&args)
 }
 
 // ---- independent references: raw positions, no symmetry, no layers --------------------------------------------
@@ -438,15 +442,21 @@ fn dag_inputs_are_canonical_and_shared_between_count_and_positions() {
     assert_eq!(ins[1].params["layer"], 16);
     assert_eq!(ins[1].params["start"], "4,4");
     for inp in ins.iter().chain(positions.inputs().iter()) {
-        let j = crate::job_from_params(&inp.space, &inp.params).expect("rebuilds");
+        let j = sweep_space::testkit::registry::<crate::Peg>()
+            .job_from_params(&inp.space, &inp.params)
+            .expect("rebuilds");
         assert_eq!(j.params(), inp.params);
         for deeper in j.inputs() {
-            let d = crate::job_from_params(&deeper.space, &deeper.params).expect("rebuilds");
+            let d = sweep_space::testkit::registry::<crate::Peg>()
+                .job_from_params(&deeper.space, &deeper.params)
+                .expect("rebuilds");
             assert_eq!(d.params(), deeper.params);
         }
     }
     // Path k reads layer k, which the count's chain holds too: one job for both users.
-    let p15 = crate::job_from_params("peg", &positions.inputs()[15].params).expect("path 15");
+    let p15 = sweep_space::testkit::registry::<crate::Peg>()
+        .job_from_params("peg", &positions.inputs()[15].params)
+        .expect("path 15");
     assert_eq!(p15.inputs()[0], ins[0]);
     // A game whose goal differs from its start reads the dual game's layer (start and goal swapped).
     let j = job(&[
@@ -466,7 +476,9 @@ fn dag_inputs_are_canonical_and_shared_between_count_and_positions() {
 #[test]
 fn old_job_params_still_parse() {
     let old = serde_json::json!({"board": "english", "start": "4,4", "goal": "4,4", "seed": 0, "mode": "count"});
-    let j = crate::job_from_params("peg", &old).expect("old params parse");
+    let j = sweep_space::testkit::registry::<crate::Peg>()
+        .job_from_params("peg", &old)
+        .expect("old params parse");
     assert_eq!(
         j.params(),
         old,
@@ -499,7 +511,7 @@ fn bad_dag_parameters_are_typed_errors() {
     let bad_json =
         serde_json::json!({"board": "triangle", "mode": "solve", "stage": "layer", "layer": -1});
     assert!(matches!(
-        crate::job_from_params("peg", &bad_json),
+        sweep_space::testkit::registry::<crate::Peg>().job_from_params("peg", &bad_json),
         Err(SpaceError::BadParams { .. })
     ));
 

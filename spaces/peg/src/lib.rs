@@ -646,21 +646,3 @@ impl Job for PegJob {
 mod dag_tests;
 #[cfg(test)]
 mod tests;
-
-/// This crate's space alone, registered as the engine registers it, for tests that go through the framework.
-#[cfg(test)]
-static TEST_REGISTRY: std::sync::LazyLock<sweep_space::Registry> =
-    std::sync::LazyLock::new(|| sweep_space::Registry::new().with::<Peg>());
-
-#[cfg(test)]
-pub(crate) fn lookup(name: &str) -> Result<&'static dyn sweep_space::Space, SpaceError> {
-    TEST_REGISTRY.lookup(name)
-}
-
-#[cfg(test)]
-pub(crate) fn job_from_params(
-    space: &str,
-    params: &serde_json::Value,
-) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
-    TEST_REGISTRY.job_from_params(space, params)
-}

@@ -10,7 +10,9 @@ use sweep_space::{Answer, Control};
 
 fn job(args: &[&str]) -> Result<Arc<dyn Job>, SpaceError> {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    crate::lookup("peg")?.parse_args(&args)
+    sweep_space::testkit::registry::<crate::Peg>()
+        .lookup("peg")?
+        .parse_args(&args)
 }
 
 use std::sync::Arc;
@@ -211,7 +213,9 @@ fn bad_parameters_are_typed_errors() {
 #[test]
 fn params_round_trip() {
     let j = job(&["--board", "triangle", "--goal", "any", "--mode", "count"]).expect("valid");
-    let again = crate::job_from_params("peg", &j.params()).expect("rebuilds");
+    let again = sweep_space::testkit::registry::<crate::Peg>()
+        .job_from_params("peg", &j.params())
+        .expect("rebuilds");
     assert_eq!(j.params(), again.params());
     assert_eq!(j.params()["start"], "1,1");
 }
