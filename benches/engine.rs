@@ -13,7 +13,7 @@
 //! `SWEEP_BENCH_ROUNDS` (default 3) sets the rounds of parts 1 and 3; `SWEEP_BENCH_CHUNKS` (default 100000) and
 //! `SWEEP_BENCH_WORKERS` (default 4) shape part 2; `SWEEP_BENCH_ONLY=overhead|throughput|exec` runs one part; `SWEEP_BENCH_EXEC_CHUNKS` (default 10000) sizes the
 //! trivial exec job.
-//! The issue-7 scale figures: `SWEEP_BENCH_ONLY=throughput SWEEP_BENCH_CHUNKS=1000000 cargo bench --bench engine`.
+//! The million-chunk figures: `SWEEP_BENCH_ONLY=throughput SWEEP_BENCH_CHUNKS=1000000 cargo bench --bench engine`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -292,7 +292,7 @@ fn workers_solve_puzzle_52_by_brute_force_from_a_file() {
     let file = dir.path().join("p52.txt");
     std::fs::write(
         &file,
-        format!("# the seed's puzzle #52\nname: Puzzle 52\nside: 4\nclues: {P52}\n"),
+        format!("# the original program's puzzle #52\nname: Puzzle 52\nside: 4\nclues: {P52}\n"),
     )
     .unwrap();
     let c = Cluster::start(2, 1);

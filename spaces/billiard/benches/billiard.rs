@@ -1,6 +1,6 @@
-//! Billiard brute force: the seed's BilliardBruteForce (re-implemented here as the baseline: lexicographic
+//! Billiard brute force: the original program's BilliardBruteForce (re-implemented here as the baseline: lexicographic
 //! next-permutation over the 15-ball index vector, all ten groups tested per permutation with a non-short-circuit
-//! `&` as in the seed's `Level1 & CheckGroup(...) & ...`) against sweep's brute kernel, on the same rank slice,
+//! `&` as in the original program's `Level1 & CheckGroup(...) & ...`) against sweep's brute kernel, on the same rank slice,
 //! one core, side by side. Also times sweep's kernel over the whole 15! space and the strategy search, and the
 //! strategy search with and without saving resume cursors, side by side.
 //!
@@ -15,7 +15,7 @@ use sweep_billiard::{Billiard, BilliardParams, Method};
 use sweep_space::perm::{rank, unrank};
 use sweep_space::{Control, Job, SearchSpace};
 
-/// The seed's groups (bottom, upper left, upper right).
+/// The original program's groups (bottom, upper left, upper right).
 const GROUPS: [[usize; 3]; 10] = [
     [0, 1, 2],
     [1, 3, 4],
@@ -57,7 +57,7 @@ fn check_group(v: &[u8; 15], [b, l, r]: [usize; 3]) -> bool {
     v[b] == v[l].abs_diff(v[r])
 }
 
-/// The seed's loop over `count` permutations from rank `start`: returns the solutions found.
+/// The original program's loop over `count` permutations from rank `start`: returns the solutions found.
 fn seed_brute(start: u64, count: u64) -> u64 {
     let mut v = [0u8; 15];
     let first = unrank(15, start).unwrap_or_default();
@@ -68,7 +68,7 @@ fn seed_brute(start: u64, count: u64) -> u64 {
     for _ in 0..count {
         let mut ok = true;
         for g in GROUPS {
-            // Non-short-circuit, as the seed's `&` chain.
+            // Non-short-circuit, as the original program's `&` chain.
             ok &= check_group(&v, g);
         }
         found += u64::from(ok);
@@ -160,7 +160,7 @@ fn main() {
         resume_overhead();
         return;
     }
-    // A slice around the seed's first solution (index vector 5,4,9,...), so both sides must find it.
+    // A slice around the original program's first solution (index vector 5,4,9,...), so both sides must find it.
     let seed_first: [u8; 15] = [5, 4, 9, 7, 11, 2, 8, 1, 12, 10, 6, 14, 15, 3, 13];
     let zero_based: Vec<u8> = seed_first.iter().map(|b| b - 1).collect();
     let r0 = rank(&zero_based).expect("a permutation");
@@ -168,7 +168,7 @@ fn main() {
     let (start, end) = (r0 - half, r0 + half);
     let count = end - start;
     println!("billiard brute, rows 5 (15! = 1,307,674,368,000 permutations), one core");
-    println!("slice: ranks {start}..{end} ({count} permutations, holds the seed's first solution)");
+    println!("slice: ranks {start}..{end} ({count} permutations, holds the original program's first solution)");
 
     let t = Instant::now();
     let seed_found = black_box(seed_brute(black_box(start), black_box(count)));
@@ -207,7 +207,7 @@ fn main() {
     let full_s = t.elapsed().as_secs_f64();
     println!(
         "  sweep kernel, whole 15! in one chunk: {nodes} permutations, {found} solutions, {:.3} s ({:.3e} perms/s; \
-         the seed's rate needs {:.0} s)",
+         the original program's rate needs {:.0} s)",
         full_s,
         nodes as f64 / full_s,
         nodes as f64 / seed_rate

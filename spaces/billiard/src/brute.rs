@@ -1,6 +1,6 @@
-//! The seed's BilliardBruteForce over a range of permutation ranks, with whole failing blocks counted at once.
+//! The original program's BilliardBruteForce over a range of permutation ranks, with whole failing blocks counted at once.
 //!
-//! The seed walks every permutation of `1..=n` in lexicographic order of the index vector and tests the groups
+//! The original program walks every permutation of `1..=n` in lexicographic order of the index vector and tests the groups
 //! in order `(0,1,2), (1,3,4), (2,4,5), ...`. In that index order each group's last ball is its upper right one,
 //! so group `g` can be decided as soon as the prefix up to its upper right index is placed. This kernel walks
 //! the same lexicographic order as a prefix tree: once a prefix fails a group, every permutation below it fails
@@ -9,8 +9,8 @@
 //! therefore equals the number of permutations in the rank range, and a solution is reported exactly when the
 //! seed would print it.
 //!
-//! Why the seed's order is kept: it is also the best order for early decisions. A group needs three balls and two
-//! groups share at most one ball, so the 1st, 2nd and 4th placements can never complete a group; the seed order
+//! Why the original program's order is kept: it is also the best order for early decisions. A group needs three balls and two
+//! groups share at most one ball, so the 1st, 2nd and 4th placements can never complete a group; the original program's order
 //! completes one group with every other placement except the first ball of each level, which is the fewest
 //! possible. At a completing placement only two values (`left +- bottom`) can pass, so those two children are
 //! searched and the rest of the node's rank range is counted as failed without looking at each value.
@@ -159,7 +159,7 @@ impl<'a> Brute<'a> {
 pub fn completing_groups(geo: &Geometry) -> Vec<Option<(usize, usize)>> {
     let mut check = vec![None; geo.n];
     for &[b, l, r] in &geo.groups {
-        // The upper right ball is the largest index of its group in the seed numbering.
+        // The upper right ball is the largest index of its group in the original program's numbering.
         check[usize::from(r)] = Some((usize::from(b), usize::from(l)));
     }
     check

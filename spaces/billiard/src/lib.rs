@@ -1,12 +1,12 @@
 //! Billiard difference triangles (the original "Billiard" program, generalised; facts in `docs/spaces/billiard.md`).
 //!
 //! A triangle of `rows` rows holds `1..=n`, `n = rows(rows+1)/2`, each once; every ball below the top row is the
-//! absolute difference of the two balls above it. The seed solves 5 rows (15 billiard balls) and finds two
+//! absolute difference of the two balls above it. The original program solves 5 rows (15 billiard balls) and finds two
 //! mirror-image solutions; for 6 rows and more an exhaustive search proves that none exists, and the nodes it
 //! visited are the size of that proof.
 //!
 //! Two methods:
-//! - `brute` ([`brute`]): the seed's BilliardBruteForce, every permutation of the index vector in lexicographic
+//! - `brute` ([`brute`]): the original program's BilliardBruteForce, every permutation of the index vector in lexicographic
 //!   order, chunked by rank ranges (`--ranks` restricts it to a slice), with failing blocks counted in one step.
 //! - `strategy` ([`strategy`]): backtracking over the top row with used-number masks and mirror breaking, chunked
 //!   by the first two top balls. Its long chunks save a cursor and resume from it on any worker.
@@ -34,7 +34,7 @@ pub struct Billiard;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {
-    /// Every permutation of 1..n in lexicographic order, as the seed does (rows <= 5).
+    /// Every permutation of 1..n in lexicographic order, as the original program does (rows <= 5).
     Brute,
     /// Backtracking over the top row; lower rows follow by differences.
     Strategy,
@@ -49,7 +49,7 @@ pub struct BilliardParams {
     /// Search method.
     #[arg(long, value_enum, default_value_t = Method::Strategy)]
     pub method: Method,
-    /// Brute force only: test just the permutation ranks START..END (END exclusive, ranks of the seed's
+    /// Brute force only: test just the permutation ranks START..END (END exclusive, ranks of the original program's
     /// lexicographic order, 0-based), e.g. `--ranks 0..1000000000`.
     #[arg(long, value_name = "START..END")]
     #[serde(default, skip_serializing_if = "Option::is_none")]

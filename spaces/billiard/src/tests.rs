@@ -15,7 +15,7 @@ fn job(rows: u32, method: Method, ranks: Option<&str>) -> BilliardJob {
     .unwrap()
 }
 
-/// The seed's two solutions as index vectors, in the order it prints them.
+/// The original program's two solutions as index vectors, in the order it prints them.
 const SEED_FIRST: [u8; 15] = [5, 4, 9, 7, 11, 2, 8, 1, 12, 10, 6, 14, 15, 3, 13];
 const SEED_SECOND: [u8; 15] = [5, 9, 4, 2, 11, 7, 10, 12, 1, 8, 13, 3, 15, 14, 6];
 
@@ -150,7 +150,7 @@ fn seed_groups_and_numbering() {
     assert_eq!(geo.groups, seed);
     assert_eq!(geo.n, 15);
     assert_eq!(index(4, 0), 10);
-    // In the seed order every group completes at its upper right ball and no ball completes two groups.
+    // In the original program's order every group completes at its upper right ball and no ball completes two groups.
     let check = brute::completing_groups(&geo);
     assert_eq!(check.iter().filter(|c| c.is_some()).count(), 10);
 }

@@ -1,9 +1,9 @@
-//! The shape of a difference triangle and the seed's ball numbering.
+//! The shape of a difference triangle and the original program's ball numbering.
 //!
-//! Two views of the same triangle are used. The *index vector* is the seed's: index 0 is the bottom ball, then
+//! Two views of the same triangle are used. The *index vector* is the original program's: index 0 is the bottom ball, then
 //! level by level upwards, left to right, so level `L` (0 = bottom) holds indices `L(L+1)/2 ..= L(L+1)/2 + L`.
 //! Permutation ranks, solution strings and canonical forms are all defined on the index vector, which keeps
-//! `--ranks` slices comparable with the seed's own next-permutation walk. The *rows* view (top row first) is what
+//! `--ranks` slices comparable with the original program's own next-permutation walk. The *rows* view (top row first) is what
 //! people read and what the JSON `canonical` field holds.
 
 use sweep_space::SpaceError;
@@ -13,13 +13,13 @@ use sweep_space::SpaceError;
 pub struct Geometry {
     pub rows: usize,
     pub n: usize,
-    /// The seed's groups `(bottom, upper left, upper right)` as index triples, in the seed's checking order.
+    /// The original program's groups `(bottom, upper left, upper right)` as index triples, in the original program's checking order.
     pub groups: Vec<[u8; 3]>,
     /// `mirror[i]`: the index that ball `i` moves to under the left-right reflection.
     pub mirror: Vec<u8>,
 }
 
-/// The seed index of the ball at `level` (0 = bottom) and position `pos` (0 = left).
+/// The original program's index of the ball at `level` (0 = bottom) and position `pos` (0 = left).
 pub const fn index(level: usize, pos: usize) -> usize {
     level * (level + 1) / 2 + pos
 }
@@ -82,8 +82,8 @@ impl Geometry {
         out
     }
 
-    /// The canonical member of a mirror class: the lexicographically smaller index vector. For the seed's two
-    /// solutions this is `5, 4,9, ...`, the one the seed prints first.
+    /// The canonical member of a mirror class: the lexicographically smaller index vector. For the original program's two
+    /// solutions this is `5, 4,9, ...`, the one the original program prints first.
     pub fn canonical(&self, balls: &[u8]) -> Vec<u8> {
         let m = self.mirrored(balls);
         if m.as_slice() < balls {
@@ -121,7 +121,7 @@ impl Geometry {
     }
 }
 
-/// The text form of a triangle: its index vector, comma separated (the seed's index order).
+/// The text form of a triangle: its index vector, comma separated (the original program's index order).
 pub fn encode(balls: &[u8]) -> String {
     balls
         .iter()
@@ -130,7 +130,7 @@ pub fn encode(balls: &[u8]) -> String {
         .join(",")
 }
 
-/// Draws a triangle like the seed: levels from the top, balls spaced as a triangle.
+/// Draws a triangle like the original program: levels from the top, balls spaced as a triangle.
 pub fn draw(rows: &[Vec<u8>], n: usize) -> String {
     use std::fmt::Write;
     let width = n.to_string().len();

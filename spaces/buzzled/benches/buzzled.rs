@@ -1,7 +1,7 @@
-//! Buzzled on the seed's puzzle #52 (58 solutions): the seed's brute force (re-implemented here as the baseline:
+//! Buzzled on the original program's puzzle #52 (58 solutions): the original program's brute force (re-implemented here as the baseline:
 //! every 37-bit board with the right number of yellow tiles in increasing numeric order, via the next-combination
 //! bit trick, each tested row by row with a popcount over the row's mask until a row fails; the range split
-//! between threads as the seed does) against sweep's `brute` kernel (the same boards and verdicts, over
+//! between threads as the original program does) against sweep's `brute` kernel (the same boards and verdicts, over
 //! combination ranks, rejecting a whole block of boards as soon as a row can no longer be met) and sweep's
 //! `propagate` kernel (line solving + backtracking). Baseline and brute run on the same 2 threads.
 //!
@@ -43,7 +43,7 @@ fn nth_with_ones(mut r: u64, mut k: u64, n: u64) -> u64 {
     x
 }
 
-/// The seed's loop, compiled with the POPCNT instruction as the seed's C++20 `std::popcount` is meant to be.
+/// The original program's loop, compiled with the POPCNT instruction as the original program's C++20 `std::popcount` is meant to be.
 fn seed_brute(start: u64, count: u64, masks: &[(u64, u32)]) -> u64 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("popcnt") {
@@ -59,7 +59,7 @@ unsafe fn seed_brute_popcnt(start: u64, count: u64, masks: &[(u64, u32)]) -> u64
     seed_brute_loop(start, count, masks)
 }
 
-/// The seed's loop over `count` boards starting at `start`: next board with the same number of one bits, each
+/// The original program's loop over `count` boards starting at `start`: next board with the same number of one bits, each
 /// tested against the rows in clue order with popcounts, stopping at the first failing row.
 #[inline(always)]
 fn seed_brute_loop(start: u64, count: u64, masks: &[(u64, u32)]) -> u64 {
@@ -122,7 +122,7 @@ fn main() {
     let tested = total / slice;
     println!("puzzle #52: {yellow} yellow tiles, C(37,{yellow}) = {total} boards");
 
-    // Baseline: the seed's loop, its range split between 2 threads.
+    // Baseline: the original program's loop, its range split between 2 threads.
     let t0 = Instant::now();
     let found: u64 = std::thread::scope(|s| {
         let masks = &masks;

@@ -1,4 +1,4 @@
-//! The seed's brute force: every board with the right number of yellow tiles, tested row by row with popcounts
+//! The original program's brute force: every board with the right number of yellow tiles, tested row by row with popcounts
 //! over row masks. Chunks are ranges of combination ranks.
 //!
 //! Boards are u64 bit sets (bit `t` = tile `t + 1`), so brute force takes boards of up to 64 tiles (side <= 5).
@@ -8,10 +8,10 @@
 //! boards in that lexicographic order. A chunk is a rank range `[lo, hi)`, so any worker can run any chunk and
 //! chunk borders neither skip nor repeat a board.
 //!
-//! Early rejection keeps the seed's verdicts and counts: we walk the boards of the range in rank order as a tree of
+//! Early rejection keeps the original program's verdicts and counts: we walk the boards of the range in rank order as a tree of
 //! decisions, and after each decision test the three rows through the decided tile with two popcounts (yellow
 //! tiles so far, undecided tiles left). If a row already has more yellow tiles than its clue, or cannot reach it
-//! any more, every board below that prefix fails that row in the seed's one-by-one test too, so the whole block is
+//! any more, every board below that prefix fails that row in the original program's one-by-one test too, so the whole block is
 //! rejected at once and its boards within the range are added to `nodes`. `nodes` is therefore exactly the number
 //! of boards in the chunk, as if each had been tested alone.
 

@@ -1,4 +1,4 @@
-//! Random puzzles with exactly one solution (the seed's future work asks for bigger boards to play).
+//! Random puzzles with exactly one solution (the original program's future work asks for bigger boards to play).
 //!
 //! A random board gives clues that usually admit several boards. We ask the exact solver for two solutions; if it
 //! finds a second board, the two differ on a set of tiles that can be swapped without changing any clue, so we

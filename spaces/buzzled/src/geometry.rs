@@ -4,22 +4,22 @@
 //! `q` is the vertical column (left to right), `r` grows downwards inside a column, and a tile's visual height is
 //! `y = 2r + q` (in half tiles), because each column is shifted by half a tile against its neighbour.
 //!
-//! Numbering (the seed's for side 4, generalised to any side): tiles are numbered from 1 by visual row `y`, top to
-//! bottom, and left to right (`q`) inside a visual row. Side 4 gives the seed's rows `1 | 2 3 | 4 5 6 | 7 8 9 10 |
+//! Numbering (the original program's for side 4, generalised to any side): tiles are numbered from 1 by visual row `y`, top to
+//! bottom, and left to right (`q`) inside a visual row. Side 4 gives the original program's rows `1 | 2 3 | 4 5 6 | 7 8 9 10 |
 //! ...`.
 //!
 //! Rows (what a clue counts): the three families of straight lines are constant `q` (columns), constant `r` (rows
 //! running down to the right) and constant `s = -q - r` (rows running up to the right). Clues are listed clockwise
-//! around the board starting at the top, exactly as the seed does for side 4:
+//! around the board starting at the top, exactly as the original program does for side 4:
 //! - clues `0 .. s`: columns `q = 0 .. s-1` (their clue sits above the column, along the top-right edge);
 //! - the next `2s-1`: down-right rows `r = -(s-1) .. s-1` (clue at the right-hand end);
 //! - the next `2s-1`: up-right rows `s = -(s-1) .. s-1`, i.e. `q + r = s-1 .. -(s-1)` (clue at the lower-left end);
 //! - the last `s-1`: columns `q = -(s-1) .. -1` (clue above the column, along the top-left edge).
 //!
-//! For side 4 this reproduces the seed's table (clue 0 = tiles 1,5,12,19,26,33,37; clue 4 = 1,3,6,10; clue 11 =
+//! For side 4 this reproduces the original program's table (clue 0 = tiles 1,5,12,19,26,33,37; clue 4 = 1,3,6,10; clue 11 =
 //! 31,34,36,37; clue 18 = 7,14,21,28); a unit test checks all 21.
 //!
-//! Board string: one character per tile, `1` = yellow, `0` = black, tile `n` first and tile 1 last (the seed prints
+//! Board string: one character per tile, `1` = yellow, `0` = black, tile `n` first and tile 1 last (the original program prints
 //! its 37-bit board number in binary, so character `j` is tile `37 - j`).
 
 use sweep_space::SpaceError;
@@ -227,7 +227,7 @@ pub fn clues_for_side(side: usize) -> usize {
 mod tests {
     use super::*;
 
-    /// The seed's table for side 4, in clue order.
+    /// The original program's table for side 4, in clue order.
     pub const SEED_LINES: [&[u16]; 21] = [
         &[1, 5, 12, 19, 26, 33, 37],
         &[3, 9, 16, 23, 30, 36],

@@ -2,9 +2,9 @@
 //! black so that every straight row, in all three directions, holds as many yellow tiles as its clue says. Find
 //! every such board.
 //!
-//! - [`geometry`]: boards of any side, the seed's numbering for side 4 and its generalisation, the clue order.
+//! - [`geometry`]: boards of any side, the original program's numbering for side 4 and its generalisation, the clue order.
 //! - [`puzzle`]: the checks run before any search and the human-writable puzzle file format.
-//! - [`brute`]: the seed's method, every board with the right number of yellow tiles, over combination ranks.
+//! - [`brute`]: the original program's method, every board with the right number of yellow tiles, over combination ranks.
 //! - [`propagate`]: exact line solving with backtracking, the default; solves sides 5 and 6 in milliseconds.
 //! - [`generate`]: random puzzles with exactly one solution.
 //! - [`svg`]: pictures of solutions.
@@ -37,7 +37,7 @@ pub struct Buzzled;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {
-    /// The seed's: every board with the right number of yellow tiles (boards of up to 64 tiles).
+    /// The original program's: every board with the right number of yellow tiles (boards of up to 64 tiles).
     Brute,
     /// Line solving plus backtracking: exact, all solutions, any side.
     Propagate,
@@ -53,11 +53,11 @@ fn default_method() -> Method {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct BuzzledParams {
-    /// Yellow counts of the rows, clockwise from the top, separated by commas (the seed's order for side 4).
+    /// Yellow counts of the rows, clockwise from the top, separated by commas (the original program's order for side 4).
     #[arg(long, value_name = "LIST")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clues: Option<String>,
-    /// Board side (default 4, the seed's master board; 3 = mini, 5 = expert).
+    /// Board side (default 4, the original program's master board; 3 = mini, 5 = expert).
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub side: Option<usize>,
@@ -102,7 +102,7 @@ fn join(clues: &[u32]) -> String {
         .join(",")
 }
 
-/// Default side: the seed's master board.
+/// Default side: the original program's master board.
 pub const DEFAULT_SIDE: usize = 4;
 
 impl SearchSpace for Buzzled {

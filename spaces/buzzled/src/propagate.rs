@@ -3,7 +3,7 @@
 //! Every row only says how many of its tiles are yellow, so a row is decided by two counts: yellow tiles so far and
 //! unknown tiles. A row whose yellow count has reached its clue turns its unknown tiles black; a row whose yellow
 //! and unknown tiles together just reach its clue turns them yellow; a row with too many yellow tiles, or too few
-//! left to reach its clue, is a contradiction. That is the seed's "deterministic solver", run to a fixed point.
+//! left to reach its clue, is a contradiction. That is the original program's "deterministic solver", run to a fixed point.
 //! When it stalls, we branch on a tile of the tightest row (fewest ways to go either way), preferring the tile whose
 //! other rows are tightest too, and try yellow then black. Every complete board found this way meets every clue,
 //! and every board that meets the clues is found exactly once (the two branches split the boards by that tile).

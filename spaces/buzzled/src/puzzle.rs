@@ -5,13 +5,13 @@
 //! Plain text, one `key: value` (or `key = value`) per line; `#` starts a comment that runs to the end of the line;
 //! blank lines are ignored. Keys:
 //! - `side` (required): the board's side, 2 or more.
-//! - `clues` (required): the `3(2·side−1)` yellow counts in the seed's clockwise order (see [`super::geometry`]),
+//! - `clues` (required): the `3(2·side−1)` yellow counts in the original program's clockwise order (see [`super::geometry`]),
 //!   separated by commas and/or spaces. The key may be repeated; the lists are joined in order, so a file can give
 //!   one family of rows per line.
 //! - `name` (optional): free text.
 //!
 //! ```text
-//! # The seed's puzzle #52 (58 solutions)
+//! # The original program's puzzle #52 (58 solutions)
 //! name: Puzzle 52
 //! side: 4
 //! clues: 5,2,2,2, 2,3,1,6,4,2,2
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_file_with_comments_and_split_clues() {
-        let text = "# puzzle 52\n\nname = Puzzle 52  # from the seed\nSide: 4\nclues: 5,2,2,2, 2,3,1,6,4,2,2\nclues: 2 2 4 3 3 3 3\nclues: 2,4,3\n";
+        let text = "# puzzle 52\n\nname = Puzzle 52  # from the original program\nSide: 4\nclues: 5,2,2,2, 2,3,1,6,4,2,2\nclues: 2 2 4 3 3 3 3\nclues: 2,4,3\n";
         let p = parse_puzzle_file(text).unwrap();
         assert_eq!(p.side, 4);
         assert_eq!(p.name.as_deref(), Some("Puzzle 52"));

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 /// Every chunk run, verified and merged, as the engine would.
 use sweep_space::testkit::run_all as solve;
 
-/// The seed's puzzle #52: 58 solutions.
+/// The original program's puzzle #52: 58 solutions.
 const P52: &str = "5,2,2,2,2,3,1,6,4,2,2,2,2,4,3,3,3,3,2,4,3";
 
 fn job(side: usize, clues: &[u32], method: Method) -> BuzzledJob {
