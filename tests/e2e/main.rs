@@ -14,7 +14,7 @@
 //!   streamed from the store.
 //! - `cli.rs`, `fuzz_cli.rs`: the command line's errors and a property test of its argument handling.
 //! - `deploy.rs`: the recipes in `deploy/` (flags exist, manifests parse, the Slurm script runs).
-//! - `netns.rs`: faults between (simulated) hosts: partitions, a full disk; needs root, else skips.
+//! - `netns.rs`: faults between (simulated) hosts: partitions, a full disk; needs root (fails without it).
 //!
 //! One module: `cargo test --release --test e2e engine_faults::`. The slow ignored ones:
 //! `cargo test --release --test e2e -- --ignored --nocapture`.

@@ -3,8 +3,8 @@
 //! one, every chunk's result was counted exactly once (`completions == chunks_total`, whatever `duplicates`
 //! says), and no chunk is poisoned or missing.
 //!
-//! Needs root; without it every test prints `SKIPPED: ...` and passes (`SWEEP_REQUIRE_NETNS=1` makes that a
-//! failure). Fault schedules come from a seeded generator: `SWEEP_FAULT_SEED=<n>` replays one.
+//! Needs root and iproute2 (`.ci/run` installs it); without them every test fails and says what is missing.
+//! Fault schedules come from a seeded generator: `SWEEP_FAULT_SEED=<n>` replays one.
 //!
 //! The default scenarios take about a minute together in release on 2 cores. The long study of sled under
 //! repeated SIGKILL is ignored by default:
@@ -81,7 +81,7 @@ fn duplicates_logged(c: &NetCluster, worker: &str) -> usize {
 
 #[test]
 fn sigkilled_workers_at_random_moments_are_replaced_and_the_answer_is_exact() {
-    let Some(net) = Net::new() else { return };
+    let net = Net::new();
     let expected = expected();
     let t0 = Instant::now();
     let mut rng = Rng::from_env("worker kills", 0x5EED_000A);
@@ -125,7 +125,7 @@ fn sigkilled_workers_at_random_moments_are_replaced_and_the_answer_is_exact() {
 
 #[test]
 fn coordinator_sigkilled_and_restarted_twenty_times_in_one_job_loses_nothing() {
-    let Some(net) = Net::new() else { return };
+    let net = Net::new();
     // Twice the chunks of the shared job, of the same size. Workers go on computing while the coordinator is
     // down and report what they finished in one batch when it is back, so a cycle acknowledges about ten
     // chunks, not STEP: 256 chunks once ran out after 19 cycles. 512 leave room for about 50.
@@ -181,7 +181,7 @@ fn coordinator_sigkilled_and_restarted_twenty_times_in_one_job_loses_nothing() {
 
 #[test]
 fn partitioned_workers_late_results_are_duplicates_and_never_counted_twice() {
-    let Some(net) = Net::new() else { return };
+    let net = Net::new();
     // Each partition lasts a lease time and more: this needs a longer job than the others (about 26 s of CPU).
     const JOB: [&str; 5] = ["billiard", "--rows", "10", "--chunks", "256"];
     let expected = &solve_result(&JOB, LONG);
@@ -284,7 +284,7 @@ fn fill(dir: &std::path::Path) -> (std::path::PathBuf, u64) {
 
 #[test]
 fn a_full_disk_refuses_changes_cleanly_and_the_job_recovers_when_space_returns() {
-    let Some(mut net) = Net::new() else { return };
+    let mut net = Net::new();
     let expected = expected();
     let t0 = Instant::now();
     let dir = scratch();
@@ -408,7 +408,7 @@ fn a_full_disk_refuses_changes_cleanly_and_the_job_recovers_when_space_returns()
 #[test]
 #[ignore = "several minutes: cargo test --release --test e2e -- --ignored --nocapture sled"]
 fn sled_store_survives_repeated_sigkill_during_heavy_completion_traffic() {
-    let Some(net) = Net::new() else { return };
+    let net = Net::new();
     let kills_wanted: u32 = std::env::var("SWEEP_SLED_KILLS")
         .ok()
         .and_then(|s| s.parse().ok())

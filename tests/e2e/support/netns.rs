@@ -11,9 +11,8 @@
 //! namespace and unmounts every tmpfs it created, on success and on panic; a run that was SIGKILLed leaves
 //! names whose pid is dead, and the next [`Net::new`] removes those.
 //!
-//! Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the `ip` tool. Where they are missing, [`Net::new`] prints
-//! why the test is skipped and returns `None`; set `SWEEP_REQUIRE_NETNS=1` (CI on a privileged runner) to
-//! make that a failure instead.
+//! Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the `ip` tool (iproute2); where they are missing,
+//! [`Net::new`] fails the test and says why. `.ci/run` installs iproute2; CI runs as root.
 
 #![allow(dead_code)] // each scenario uses a different part of the harness
 
@@ -126,21 +125,18 @@ pub struct Net {
     _serial: MutexGuard<'static, ()>,
 }
 
-/// Why the harness cannot run here; printed as the reason a test is skipped.
-fn skip(why: &str) -> Option<Net> {
-    if std::env::var("SWEEP_REQUIRE_NETNS").is_ok_and(|v| v == "1") {
-        panic!("network namespaces are required (SWEEP_REQUIRE_NETNS=1) but unavailable: {why}");
-    }
-    eprintln!(
-        "SKIPPED: network-namespace fault test needs root and `ip netns` ({why}); \
-         run as root, or set SWEEP_REQUIRE_NETNS=1 to make this an error"
-    );
-    None
+/// Why the harness cannot run here, as a failed test: a fault scenario that did not run has not passed.
+fn unavailable(why: &str) -> ! {
+    panic!(
+        "network namespaces cannot be made here: {why}. The netns tests need root (CAP_SYS_ADMIN and \
+         CAP_NET_ADMIN) and `ip` from iproute2: run them as root after .ci/run (it installs iproute2), or \
+         apt-get install iproute2"
+    )
 }
 
 impl Net {
-    /// A fresh hub namespace with a bridge, or `None` (after printing why) where namespaces cannot be made.
-    pub fn new() -> Option<Net> {
+    /// A fresh hub namespace with a bridge; fails the test where namespaces cannot be made.
+    pub fn new() -> Net {
         let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         remove_stale();
         let prefix = format!(
@@ -150,7 +146,7 @@ impl Net {
         );
         let hub = format!("{prefix}-hub");
         if let Err(e) = ip(&["netns", "add", &hub]) {
-            return skip(&e);
+            unavailable(&e);
         }
         // From here on `Drop` removes the hub, whatever fails next.
         let net = Net {
@@ -170,10 +166,10 @@ impl Net {
         ];
         for args in &setup {
             if let Err(e) = ip(args) {
-                return skip(&e);
+                unavailable(&e);
             }
         }
-        Some(net)
+        net
     }
 
     pub fn hub(&self) -> &str {
