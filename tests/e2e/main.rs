@@ -3,7 +3,8 @@
 //!
 //! Where to look:
 //! - `support/`: the harness. `mod.rs` runs `sweep` commands and whole clusters ([`support::Cluster`]: start,
-//!   submit, wait, SIGKILL, restart); `netns.rs` puts each process in its own network namespace.
+//!   submit, wait, SIGKILL, restart, on loopback); `netns.rs` runs the same cluster with each process in its
+//!   own network namespace.
 //! - `engine_faults.rs`: the engine's fault properties, once, on the `primes` test space (killed workers,
 //!   killed coordinator, SIGTERM, interrupted `sweep run`; exact answers, every chunk counted once).
 //! - `spaces.rs`: every registered space distributed == in process (one table), then each puzzle's own answers.
