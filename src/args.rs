@@ -75,7 +75,7 @@ pub struct JobArgs {
     pub job: Arc<dyn Job>,
     pub engine: EngineOpts,
     /// Files the job ships (`exec --ship`), packed: sent to the coordinator before the job is submitted.
-    pub ship: Option<crate::exec::Shipped>,
+    pub ship: Option<sweep_exec::ship::Shipped>,
 }
 
 /// Parses `SPACE [options]`. `--help` anywhere prints the space's help.
@@ -94,7 +94,7 @@ pub fn parse(registry: &Registry, args: &[String]) -> anyhow::Result<Result<JobA
         .map_err(|e| usage(e.to_string()))?;
     let (engine_args, space_args) = split(rest)?;
     let space_args = expand_files(space, space_args)?;
-    let (space_args, ship) = crate::exec::take_ship(space_name, space_args)?;
+    let (space_args, ship) = crate::exec_args::take_ship(space_name, space_args)?;
     let engine = EngineOpts::try_parse_from(&engine_args)
         .map_err(|e| usage(e.render().to_string().trim().to_string()))?;
     let job = match space.parse_args(&space_args) {

@@ -16,7 +16,7 @@ pub use sweep_space::{self as space, Registry};
 
 mod args;
 mod cmd;
-pub mod exec;
+mod exec_args;
 pub mod exit;
 mod output;
 mod progress;
@@ -98,9 +98,18 @@ enum Command {
     Buzzled(cmd::buzzled::BuzzledArgs),
 }
 
-/// The spaces `sweep` itself knows: the five puzzles, `primes` (the engine's test space) and `exec`.
+/// The spaces `sweep` itself knows, in the order `sweep spaces` lists them: the five puzzles, `primes` (the
+/// engine's test space) and `exec`. Each is a crate of its own under `spaces/`, registered here exactly as a
+/// user's crate registers its own; adding a built-in space is one line here and one in `Cargo.toml`.
 pub fn builtin() -> Registry {
-    sweep_puzzles::registry().with::<exec::Exec>()
+    Registry::new()
+        .with::<sweep_star::Star>()
+        .with::<sweep_billiard::Billiard>()
+        .with::<sweep_brainball::Brainball>()
+        .with::<sweep_buzzled::Buzzled>()
+        .with::<sweep_peg::Peg>()
+        .with::<sweep_primes::Primes>()
+        .with::<sweep_exec::Exec>()
 }
 
 /// Runs the `sweep` command with `registry`'s spaces: what `sweep`'s own `main` does with [`builtin`], and what

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use sweep_puzzles::{Job, MAX_SHOWN_SOLUTIONS};
+use sweep_space::{Job, MAX_SHOWN_SOLUTIONS};
 
 /// JSON numbers are exact only up to 2^53 in many readers: larger counts are written as decimal strings.
 pub fn big(n: u128) -> Value {
@@ -286,7 +286,7 @@ mod tests {
     use super::*;
 
     fn star() -> std::sync::Arc<dyn Job> {
-        sweep_puzzles::registry()
+        crate::builtin()
             .job_from_params("star", &json!({"points": 6, "method": "backtrack"}))
             .unwrap()
     }
@@ -349,7 +349,7 @@ mod tests {
         assert!(built
             .render(job.as_ref(), false)
             .unwrap()
-            .contains("unique solutions in the seed's field numbering"));
+            .contains("unique solutions in the original program's field numbering"));
         // Cut JSON with its text: the text prints (the JSON is never read), `--json` and pictures refuse it;
         // without a text there is nothing to print, so it is refused at once.
         let cut = report(ReportResult::sent("{\"points\": 6,".into(), "the text".into()).unwrap());

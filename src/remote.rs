@@ -44,7 +44,7 @@ pub async fn write_solutions(
 /// Sends the files a job ships (`exec --ship`) to the coordinator.
 pub async fn ship(
     c: &mut Client,
-    crate::exec::Shipped { digest, packed }: crate::exec::Shipped,
+    sweep_exec::ship::Shipped { digest, packed }: sweep_exec::ship::Shipped,
 ) -> anyhow::Result<()> {
     match c.ship(&digest, &packed).await {
         Ok(()) => Ok(()),

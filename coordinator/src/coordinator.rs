@@ -1,34 +1,33 @@
 //! The shell around the [core](crate::core): it owns the core behind one mutex (held only for short,
-//! synchronous sections), the store and group commit, and the background tasks (committer, lease expiry,
-//! artifact merger). Its async methods are what the gRPC handlers and the dashboard call; each takes the lock,
-//! lets the core decide, and waits until the decision is durable before returning.
+//! synchronous sections), the store and group commit, and the background tasks (`tasks`: committer, lease
+//! expiry, artifact merger, chunk estimator). Its async methods are what the gRPC handlers and the dashboard
+//! call; each takes the lock, lets the core decide, and waits until the decision is durable before returning.
+//! It decides nothing itself: a submit is checked and planned by the core (`core::submit`), an answer is
+//! assembled from the store by [`crate::answers`]; what is left here is locking, waiting, and moving store
+//! reads and CPU work off the async threads.
+
+mod tasks;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sweep_space::{AnswerMerge, ChunkOutput, Job};
+use sweep_space::ChunkOutput;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
-use tracing::{info, warn};
+use tracing::info;
 
-use crate::commit::GroupCommit;
+use crate::answers::{self, SolutionPieces};
 use crate::core::{
-    invalid, Ack, Beat, Checked, Core, CoreError, JobOptions, JobView, KeptAnswer, LeaseAnswer,
-    LeaseProgress, Observation, OpenError, PoisonedChunk, Registration, ResultsView, SubmitNode,
+    parse_submit, plan_submit, Ack, Beat, Checked, Core, CoreError, JobView, LeaseAnswer,
+    LeaseProgress, Observation, OpenError, Registration, ResultsInput, ResultsView, SubmitSpec,
     WorkerView,
 };
-use crate::limits::WatchSlots;
+use crate::group_commit::GroupCommit;
+use crate::limits::{Limits, WatchSlots};
 use crate::scheduler::{ChunkRecord, JobId, LeaseId, SchedulerConfig};
-use crate::store::{Listing, Store, StoreError};
+use crate::store::{digest_hex, is_digest, Store, StoreError};
 
-/// Upper bound on the chunks of one job the coordinator keeps.
-pub const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;
-/// How late the expirer's tick may come before the coordinator counts the time as a pause of its own (see
-/// `Coordinator::expirer`): well above scheduling noise, well below a lease time.
-const PAUSE_TOLERANCE_MS: u64 = 2_000;
 /// How long a lease request that found nothing to do waits for work to appear before answering empty.
 const LEASE_HOLD: Duration = Duration::from_millis(200);
-/// More replicas than this buys no extra trust and multiplies the work.
-pub const MAX_REPLICATE: u32 = 16;
 /// The largest file `Ship` takes: programs and their data, not datasets (those belong in a job's input).
 pub const MAX_SHIPPED_BYTES: u64 = 1 << 30;
 
@@ -38,7 +37,7 @@ pub struct CoordinatorConfig {
     /// How often the coordinator looks for expired leases.
     pub expiry_interval: Duration,
     /// What one client may make the coordinator hold or store (see [`crate::limits`]).
-    pub limits: crate::limits::Limits,
+    pub limits: Limits,
     /// The spaces this coordinator can plan, verify and merge: jobs are rebuilt from (space, parameters) with
     /// it. The command line passes the built-in spaces plus any of its user's; tests put spaces of their own.
     pub registry: sweep_space::Registry,
@@ -49,7 +48,7 @@ impl Default for CoordinatorConfig {
         CoordinatorConfig {
             scheduler: SchedulerConfig::default(),
             expiry_interval: Duration::from_millis(250),
-            limits: crate::limits::Limits::default(),
+            limits: Limits::default(),
             registry: sweep_space::Registry::new(),
         }
     }
@@ -80,21 +79,6 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// What a submit asks for, decoded.
-#[derive(Clone, Debug, Default)]
-pub struct SubmitSpec {
-    pub space: String,
-    pub params_json: String,
-    /// 0: the space's default plan.
-    pub chunks: u64,
-    pub priority: i32,
-    pub reuse_existing: bool,
-    /// Agreeing results each chunk needs (0 and 1: no replication).
-    pub replicate: u32,
-    /// Keep counts only, no list of solutions.
-    pub count_only: bool,
-}
-
 /// A chunk report as it arrived: the output decoded at the edge, or why it could not be.
 pub struct Report {
     pub lease: LeaseId,
@@ -103,6 +87,8 @@ pub struct Report {
     pub output: Result<ChunkOutput, String>,
 }
 
+/// The shell: the core behind one lock, group commit, and what wakes the background tasks and the waiting lease
+/// requests. One per process, shared as an `Arc` by the adapters and the tasks.
 pub struct Coordinator {
     core: Mutex<Core>,
     commit: GroupCommit,
@@ -204,167 +190,6 @@ impl Coordinator {
         };
         self.commit.durable(seq).await?;
         Ok(value)
-    }
-
-    /// One group commit: everything the core staged since the last one.
-    async fn commit_once(&self) {
-        let (ops, seq, failed) = {
-            let mut core = self.lock();
-            let (ops, seq) = core.take_batch();
-            (ops, seq, core.store_failure().map(str::to_string))
-        };
-        let error = self.commit.write(ops, failed).await;
-        if let Some(e) = &error {
-            self.lock().note_store_failure(e.clone());
-        }
-        self.commit.publish(seq, error);
-        if self.lock().has_work_to_merge() {
-            self.merge_kick.notify_one();
-        }
-    }
-
-    pub(crate) async fn committer(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        loop {
-            tokio::select! {
-                _ = self.commit.kicked() => self.commit_once().await,
-                _ = stop.changed() => break,
-            }
-        }
-        // Whatever was decided before the stop is still written.
-        self.commit_once().await;
-    }
-
-    pub(crate) async fn expirer(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut tick = tokio::time::interval(self.cfg.expiry_interval);
-        let every = self.cfg.expiry_interval.as_millis() as u64;
-        let mut last = now_ms();
-        let mut quiet_until = 0;
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop.changed() => break,
-            }
-            let now = now_ms();
-            // A tick this late means the coordinator did not run (SIGSTOP, a suspended machine or VM) or the
-            // clock jumped: workers could not renew their leases meanwhile, so the time is added to every
-            // lease instead of expiring them all and starting their chunks again.
-            let late = now.saturating_sub(last).saturating_sub(every);
-            last = now;
-            let expired = {
-                let mut core = self.lock();
-                if late > PAUSE_TOLERANCE_MS {
-                    core.extend_leases(late, now);
-                    // Every worker looks silent for the whole gap: each gets a lease time to be heard again,
-                    // as its leases do, before it is counted lost.
-                    quiet_until = now + core.lease_ttl_ms();
-                }
-                if now >= quiet_until {
-                    self.metrics
-                        .note_liveness(now, core.lease_ttl_ms(), core.last_seen());
-                }
-                core.expire(now)
-            };
-            if !expired.is_empty() {
-                self.metrics.expired(&expired);
-                self.commit.kick();
-            }
-        }
-    }
-
-    /// Merges the chunk artifacts of finished jobs into one stored artifact (replacing the chunk artifacts in
-    /// the same batch), records its digest, and lets the jobs waiting for it run.
-    pub(crate) async fn merger(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        loop {
-            let todo = self.lock().take_to_merge();
-            for id in todo {
-                if let Err(e) = self.merge_one(id).await {
-                    warn!(job = id, error = %e, "cannot merge the job's artifacts");
-                }
-            }
-            tokio::select! {
-                _ = self.merge_kick.notified() => {}
-                _ = stop.changed() => return,
-            }
-        }
-    }
-
-    /// Computes the chunk estimates of jobs of unknown size (queued by the core when a job is created or loaded)
-    /// on the blocking pool and hands them to the core, so that their views carry an expected size. Estimates
-    /// are a pure function of the job: nothing is stored, and a restart computes them again.
-    pub(crate) async fn estimator(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        loop {
-            let todo = self.lock().take_to_estimate();
-            for (id, job, n_chunks) in todo {
-                let estimate = tokio::task::spawn_blocking(move || {
-                    crate::core::estimate_chunks(job.as_ref(), n_chunks)
-                });
-                // A shutdown does not wait for a big job's estimates: they are only ever a progress figure.
-                let per_chunk = tokio::select! {
-                    r = estimate => r,
-                    _ = stop.changed() => return,
-                };
-                match per_chunk {
-                    Ok(Some(per_chunk)) => self.lock().set_estimates(id, per_chunk),
-                    Ok(None) => {}
-                    Err(e) => warn!(job = id, error = %e, "estimating the job's chunks failed"),
-                }
-            }
-            tokio::select! {
-                _ = self.estimate_kick.notified() => {}
-                _ = stop.changed() => return,
-            }
-        }
-    }
-
-    async fn merge_one(&self, id: JobId) -> Result<(), CoreError> {
-        let Some((job, _)) = self.lock().job_and_chunks(id) else {
-            return Ok(());
-        };
-        // Queued twice (a reader submitted while it was being merged): the chunk artifacts are gone by now, and
-        // merging "nothing" again must not replace the stored artifact with an empty one.
-        if self.lock().has_artifact(id) {
-            return Ok(());
-        }
-        self.settle().await?;
-        let store = self.store();
-        let merged = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>, CoreError> {
-            // Most jobs have no artifacts: do not read a million outputs to find that out.
-            if !store.has_chunk_artifacts(id)? {
-                return Ok(None);
-            }
-            let outputs = store.outputs(id)?;
-            if outputs.iter().all(|(_, o)| o.artifact.is_empty()) {
-                return Ok(None);
-            }
-            merge_outputs(job.as_ref(), &outputs)
-                .map(Some)
-                .map_err(|e| CoreError::Internal(format!("merging artifacts: {e}")))
-        })
-        .await
-        .map_err(|e| CoreError::Internal(format!("merge task: {e}")))??;
-        // A job whose chunks produce no artifact needs none, unless another job reads it: that one waits for a
-        // stored artifact, so it gets an empty one (the reader binds it like any other).
-        let bytes = {
-            let core = self.lock();
-            match merged {
-                Some(bytes) => bytes,
-                None if core.is_read_by_others(id) && !core.has_artifact(id) => Vec::new(),
-                None => return Ok(()),
-            }
-        };
-        let digest = blake3::hash(&bytes).to_hex().to_string();
-        let size = bytes.len();
-        let bytes = Arc::new(bytes);
-        let (merged, seq) = self.decide(|core| core.artifact_merged(id, digest.clone(), bytes));
-        if !merged {
-            return Ok(());
-        }
-        self.commit.durable(seq).await?;
-        // Only now, with the artifact durable, may dependent jobs hand out chunks.
-        self.lock().input_ready(id);
-        self.work_ready.notify_waiters();
-        info!(job = id, bytes = size, digest = %digest, "artifact merged and stored");
-        Ok(())
     }
 
     /// Registers a worker (again, after a restart): it is described, and leased only its spaces.
@@ -483,25 +308,10 @@ impl Coordinator {
             .await
     }
 
-    /// Plans a submitted job and every input it needs, and creates (or finds) them in one batch.
+    /// Checks and plans a submitted job and every input it needs (the core's [`parse_submit`] and
+    /// [`plan_submit`], outside the lock), and creates (or finds) them in one batch.
     pub async fn submit(&self, spec: SubmitSpec) -> Result<(JobView, bool), CoreError> {
-        self.cfg
-            .limits
-            .check_params(&spec.params_json)
-            .map_err(CoreError::OverLimit)?;
-        let params: serde_json::Value = serde_json::from_str(&spec.params_json)
-            .map_err(|e| invalid(format!("params_json is not JSON: {e}")))?;
-        let job = self
-            .cfg
-            .registry
-            .job_from_params(&spec.space, &params)
-            .map_err(invalid)?;
-        if spec.replicate > MAX_REPLICATE {
-            return Err(CoreError::Invalid(format!(
-                "replicate must be in 1..={MAX_REPLICATE}, got {}",
-                spec.replicate
-            )));
-        }
+        let job = parse_submit(&spec, &self.cfg.registry, &self.cfg.limits)?;
         for digest in job.shipped() {
             let store = self.store();
             let d = digest.clone();
@@ -514,45 +324,7 @@ impl Coordinator {
                 )));
             }
         }
-        let requested = (spec.chunks > 0).then_some(spec.chunks);
-        let plan = job.plan(requested).map_err(invalid)?;
-        check_chunks(plan.n_chunks, "")?;
-        // Every job whose artifact this one needs (a table, the layers of a layered search), recursively: each
-        // found or submitted before the jobs that read it, with its default plan, all in this one batch.
-        let dag = crate::inputs::resolve(job, &|space: &str, params: &serde_json::Value| {
-            self.cfg.registry.job_from_params(space, params)
-        })
-        .map_err(invalid)?;
-        let last = dag.len().saturating_sub(1);
-        let mut nodes = Vec::with_capacity(dag.len());
-        let mut plan = Some(plan);
-        for (i, node) in dag.into_iter().enumerate() {
-            let plan = match plan.take().filter(|_| i == last) {
-                Some(p) => p,
-                None => {
-                    let label = crate::inputs::label(node.job.as_ref());
-                    let p = node
-                        .job
-                        .plan(None)
-                        .map_err(|e| invalid(format!("input job {label}: {e}")))?;
-                    check_chunks(p.n_chunks, &format!("input job {label}: "))?;
-                    p
-                }
-            };
-            nodes.push(SubmitNode {
-                job: node.job,
-                plan,
-                inputs: node.inputs,
-            });
-        }
-        let opts = JobOptions {
-            replicate: spec.replicate.max(1),
-            listing: if spec.count_only {
-                Listing::CountOnly
-            } else {
-                Listing::All
-            },
-        };
+        let (nodes, opts) = plan_submit(job, &spec, &self.cfg.registry)?;
         let answer = self
             .decide_durably(|core| {
                 core.submit(nodes, spec.priority, spec.reuse_existing, opts, now_ms())
@@ -640,77 +412,30 @@ impl Coordinator {
         self.lock().observe(now_ms())
     }
 
-    /// A job's answer over its accepted chunks, and which chunks are poisoned.
+    /// A job's answer over its accepted chunks, and which chunks are poisoned (see [`answers::answer`]).
     pub async fn results(&self, id: JobId) -> Result<ResultsView, CoreError> {
         self.settle().await?;
-        let crate::core::ResultsInput {
+        let (input, merged) = {
+            let mut core = self.lock();
+            let input = core.results_input(id)?;
+            let merged = if input.cached.is_none() {
+                core.take_merged(id)
+            } else {
+                None
+            };
+            (input, merged)
+        };
+        let ResultsInput {
             job,
             n_chunks,
             view,
             cached,
             finished,
-            ..
-        } = self.lock().results_input(id)?;
-        let merged = if cached.is_none() {
-            self.lock().take_merged(id)
-        } else {
-            None
-        };
+        } = input;
         let store = self.store();
-        let (result, poisoned) = tokio::task::spawn_blocking(
-            move || -> Result<(KeptAnswer, Vec<PoisonedChunk>), CoreError> {
-                let poisoned = store
-                    .chunks(id)?
-                    .into_iter()
-                    .filter_map(|(chunk, rec)| match rec {
-                        ChunkRecord::Poisoned {
-                            attempts,
-                            last_error,
-                        } => Some(PoisonedChunk {
-                            chunk,
-                            attempts,
-                            last_error,
-                        }),
-                        _ => None,
-                    })
-                    .collect();
-                if let Some(r) = cached {
-                    return Ok((r, poisoned));
-                }
-                let merge = match merged {
-                    // Merged as the results were accepted: no pass over the stored lists at the end of a job.
-                    Some(m) => m,
-                    None => {
-                        // One output at a time: the answer keeps the tally and the smallest solutions, so its
-                        // memory does not grow with the number of solutions stored.
-                        let mut merge = AnswerMerge::default();
-                        store.for_each_output(id, n_chunks, &mut |_, out| {
-                            merge.add(&out);
-                            Ok::<(), CoreError>(())
-                        })?;
-                        merge
-                    }
-                };
-                let mut answer = merge.finish();
-                answer.artifact = match store.artifact(id)? {
-                    Some(merged) => merged,
-                    None if store.has_chunk_artifacts(id)? => {
-                        merge_outputs(job.as_ref(), &store.outputs(id)?)
-                            .map_err(|e| CoreError::Internal(format!("merging artifacts: {e}")))?
-                    }
-                    None => Vec::new(),
-                };
-                // The texts are what every caller sends or keeps; a space may write them without a tree.
-                let (json, text) = job.result_texts(&answer);
-                drop(answer);
-                release_freed_memory();
-                let result = KeptAnswer {
-                    json: Arc::from(json),
-                    text: Arc::from(text),
-                };
-                Ok((result, poisoned))
-            },
-        )
+        let (result, poisoned) = tokio::task::spawn_blocking(move || {
+            answers::answer(&store, id, job.as_ref(), n_chunks, cached, merged)
+        })
         .await
         .map_err(|e| CoreError::Internal(format!("results task: {e}")))??;
         if finished {
@@ -723,56 +448,16 @@ impl Coordinator {
         })
     }
 
-    /// Every solution job `id` stored, in chunk order, as pieces of at most [`SOLUTIONS_PIECE`] solutions (or
-    /// about a MB) sent through a small channel as the store is read: the reader's pace bounds the memory,
-    /// never the job's size. A job that keeps counts only has no list to stream and says why.
-    pub async fn solutions(
-        &self,
-        id: JobId,
-    ) -> Result<tokio::sync::mpsc::Receiver<Result<(u64, Vec<String>), CoreError>>, CoreError> {
+    /// Every solution job `id` stored, in chunk order, streamed as the store is read (see
+    /// [`answers::send_solutions`]). A job that keeps counts only has no list to stream and says why.
+    pub async fn solutions(&self, id: JobId) -> Result<SolutionPieces, CoreError> {
         self.settle().await?;
-        let crate::core::ResultsInput {
-            n_chunks, listing, ..
-        } = self.lock().results_input(id)?;
-        match listing {
-            Listing::All => {}
-            Listing::CountOnly => {
-                return Err(CoreError::Precondition(format!(
-                    "job {id} was submitted --count-only: it has counts, no list of solutions"
-                )))
-            }
-            Listing::Stopped => {
-                return Err(CoreError::Precondition(format!(
-                    "job {id}'s list of solutions outgrew the coordinator's --max-job-solutions or \
-                     --max-job-output-mb and was stopped (its counts are exact): raise the limit and run \
-                     the job again, or submit it --count-only"
-                )))
-            }
-        }
+        let n_chunks = self.lock().listed_chunks(id)?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let store = self.store();
         let stopping = self.stopping();
         tokio::task::spawn_blocking(move || {
-            let walked = store.for_each_output(id, n_chunks, &mut |chunk, out| {
-                let mut piece = Vec::new();
-                let mut bytes = 0;
-                for s in out.solutions {
-                    bytes += s.len();
-                    piece.push(s);
-                    if piece.len() >= SOLUTIONS_PIECE || bytes >= 1 << 20 {
-                        bytes = 0;
-                        send_piece(&tx, &stopping, chunk, std::mem::take(&mut piece))?;
-                    }
-                }
-                if !piece.is_empty() {
-                    send_piece(&tx, &stopping, chunk, piece)?;
-                }
-                Ok(())
-            });
-            // The reader went away or the coordinator is stopping: nobody to tell.
-            if let Err(StreamStop(Some(e))) = walked {
-                let _ = tx.blocking_send(Err(e));
-            }
+            answers::send_solutions(&store, id, n_chunks, &tx, &stopping)
         });
         Ok(rx)
     }
@@ -797,7 +482,7 @@ impl Coordinator {
 
     /// A shipped file by its digest.
     pub async fn shipped(&self, digest: &str) -> Result<(Arc<Vec<u8>>, String), CoreError> {
-        if !crate::store::is_digest(digest) {
+        if !is_digest(digest) {
             return Err(CoreError::Invalid(format!(
                 "`{}` is not a blake3 digest in hex",
                 digest.chars().take(80).collect::<String>()
@@ -820,7 +505,7 @@ impl Coordinator {
                 bytes.len()
             )));
         }
-        if !crate::store::is_digest(digest) || crate::store::digest_hex(&bytes) != digest {
+        if !is_digest(digest) || digest_hex(&bytes) != digest {
             return Err(CoreError::Invalid(
                 "the file does not match its digest (blake3, lower-case hex)".into(),
             ));
@@ -849,65 +534,5 @@ fn retry_after_ms(answer: &LeaseAnswer) -> u32 {
         LeaseAnswer::Chunks(c) if c.is_empty() => 200,
         LeaseAnswer::Drain => 1000,
         _ => 0,
-    }
-}
-
-fn check_chunks(n_chunks: u64, what: &str) -> Result<(), CoreError> {
-    if n_chunks > MAX_CHUNKS_PER_JOB {
-        return Err(invalid(format!(
-            "{what}{n_chunks} chunks is more than a coordinator keeps for one job ({MAX_CHUNKS_PER_JOB})"
-        )));
-    }
-    Ok(())
-}
-
-/// The most solutions one piece of the solutions stream carries.
-pub const SOLUTIONS_PIECE: usize = 16_384;
-
-/// Why a solutions stream ended early: the store failed (`Some`), or nobody reads it any more (`None`).
-struct StreamStop(Option<CoreError>);
-
-impl From<StoreError> for StreamStop {
-    fn from(e: StoreError) -> Self {
-        StreamStop(Some(e.into()))
-    }
-}
-
-fn send_piece(
-    tx: &tokio::sync::mpsc::Sender<Result<(u64, Vec<String>), CoreError>>,
-    stopping: &watch::Receiver<bool>,
-    chunk: u64,
-    piece: Vec<String>,
-) -> Result<(), StreamStop> {
-    if *stopping.borrow() {
-        return Err(StreamStop(None));
-    }
-    tx.blocking_send(Ok((chunk, piece)))
-        .map_err(|_| StreamStop(None))
-}
-
-/// The job's merged artifact from its chunk outputs, in chunk order.
-fn merge_outputs(
-    job: &dyn Job,
-    outputs: &[(u64, ChunkOutput)],
-) -> Result<Vec<u8>, sweep_space::SpaceError> {
-    if outputs.iter().all(|(_, o)| o.artifact.is_empty()) {
-        return Ok(Vec::new());
-    }
-    let mut it = outputs.iter().map(|(_, o)| o.artifact.as_slice());
-    job.merge_artifacts(&mut it)
-}
-
-/// Hands the pages of memory just freed back to the system. A large answer (its shown solutions, and the result
-/// tree of a space that writes its texts from one: 15 MB for 10,000 stars, before the star space wrote them
-/// directly) is freed in this blocking thread's malloc arena, where glibc keeps it: the next
-/// large allocations (the answer's texts sent, and in `sweep run` received, by other threads of the same
-/// process) take fresh pages from other arenas, and the process's peak grows by the whole tree. Freeing the
-/// tree only after the texts were sent raised a listing `sweep run star --points 12` from 46 to 57 MB.
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free pages to the system; it touches no memory in use.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }

@@ -18,10 +18,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sweep_space::{ChunkOutput, Tally};
 
+use crate::core::JobRecord;
 use crate::scheduler::{ChunkRecord, JobId, JobState};
-use crate::store::{
-    be_u64, chunk_key, decode, job_key, key_text, JobRecord, Store, StoreError, BLOCK,
-};
+use crate::store::{be_u64, chunk_key, decode, job_key, key_text, Store, StoreError, BLOCK};
 
 /// One thing wrong with a store, and what repair does about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -413,7 +412,7 @@ pub fn repair(store: &Store, report: &Report) -> Result<usize, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Op;
+    use crate::core::Op;
 
     fn job(id: JobId, n: u64) -> JobRecord {
         JobRecord {
@@ -690,7 +689,7 @@ mod tests {
                 Some(serde_json::to_vec(&inflated).unwrap()),
             )])
             .unwrap();
-        let err = crate::Coordinator::open(store, Default::default())
+        let err = crate::coordinator::Coordinator::open(store, Default::default())
             .err()
             .expect("a damaged store is refused");
         let text = err.to_string();

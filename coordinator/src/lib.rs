@@ -1,31 +1,36 @@
 //! sweep's coordinator: it partitions jobs into chunks, leases them to workers, and keeps every job's progress in
 //! a sled store so that a killed coordinator resumes exactly where it stopped.
 //!
+//! Modules, from the bottom up; each imports only modules listed before it, so there is no import cycle:
 //! - [`scheduler`]: the lease/chunk state machine, free of I/O and driven with explicit time.
-//! - [`store`]: durable records behind a key-value trait (sled, or memory for tests), artifacts in checked files.
-//! - [`inputs`]: a job's input DAG (the jobs whose artifacts it needs, recursively), shared by submit and
-//!   `sweep solve`.
-//! - [`fsck`]: checks a store and repairs it from its chunk records (`sweep store check|repair`).
-//! - [`auth`]: bearer tokens (worker and admin roles) checked in front of both services, and TLS settings.
 //! - [`limits`]: what one client may make the coordinator hold or store.
 //! - [`core`]: the domain core: jobs, scheduler, tallies, input-DAG holds, votes and workers in one
-//!   synchronous type without I/O; it decides and leaves the writes in an outbox.
-//! - [`coordinator`]: the shell around the core: one lock, group commit ([`commit`]: every acknowledgement
-//!   waits until its writes are flushed), the background tasks, and the async methods the adapters call.
+//!   synchronous type without I/O; it decides, and leaves the writes in an outbox of its own record types.
+//! - [`store`]: durable records behind a key-value trait (sled, or memory for tests), artifacts in checked
+//!   files; it persists the core's records and reads back the snapshot the core starts from.
+//! - [`fsck`]: checks a store and repairs it from its chunk records (`sweep store check|repair`).
+//! - [`metrics`]: the event counters and the RPC latency layer that `/metrics` exports.
+//! - [`group_commit`]: writes the core's outbox as atomic, flushed batches; every acknowledgement waits until
+//!   its writes are flushed.
+//! - [`answers`]: a job's answer, merged artifact and stream of solutions, read from the store off the lock.
+//! - [`auth`]: bearer tokens (worker and admin roles) checked in front of both services, and TLS settings.
+//! - [`coordinator`]: the shell around the core: one lock, the background tasks, and the async methods the
+//!   adapters call.
 //! - [`grpc`]: the gRPC adapters (`Work` for workers, `Jobs` for people), the only code that sees wire types;
-//!   [`server`]: `serve()` and shutdown.
-//! - [`http`]: the read-only web dashboard and `/metrics` (`--http ADDR`); [`metrics`]: the event counters and
-//!   the RPC latency layer they export.
+//!   [`http`]: the read-only web dashboard and `/metrics` (`--http ADDR`); [`server`]: `serve()` and shutdown.
+//! - [`inputs`]: a job's input DAG (the jobs whose artifacts it needs, recursively), shared by submit and
+//!   `sweep solve`.
 //!
 //! Architecture invariants: only the coordinator writes to the store; a chunk's result is committed exactly once
 //! (later reports of a done chunk are compared by digest and never counted); every reported result is
 //! re-verified with the space's verifier before it is stored.
 
+pub mod answers;
 pub mod auth;
-pub mod commit;
 pub mod coordinator;
 pub mod core;
 pub mod fsck;
+pub mod group_commit;
 pub mod grpc;
 pub mod http;
 pub use sweep_space::inputs;

@@ -12,6 +12,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
 use tracing::info;
 
+use crate::auth::ServeSecurity;
 use crate::coordinator::{Coordinator, ServeError};
 
 /// Serves both services on `listener` until `shutdown` resolves, then writes what is still queued and returns.
@@ -19,7 +20,7 @@ use crate::coordinator::{Coordinator, ServeError};
 pub async fn serve(
     listener: TcpListener,
     coord: Arc<Coordinator>,
-    security: crate::ServeSecurity,
+    security: ServeSecurity,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let addr: SocketAddr = listener.local_addr()?;
@@ -167,8 +168,8 @@ mod tests {
 
     use super::*;
     use crate::auth::Auth;
+    use crate::coordinator::CoordinatorConfig;
     use crate::store::Store;
-    use crate::CoordinatorConfig;
 
     const ADMIN: &str = "admin-token-for-the-health-test";
 
@@ -183,7 +184,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let security = crate::ServeSecurity {
+        let security = ServeSecurity {
             auth: Some(auth),
             tls: None,
         };

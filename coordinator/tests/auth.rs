@@ -45,7 +45,7 @@ impl Server {
         let store = Store::open(&dir.path().join("store")).unwrap();
         let cfg = CoordinatorConfig {
             limits,
-            registry: sweep_puzzles::registry(),
+            registry: common::spaces(),
             ..CoordinatorConfig::default()
         };
         let server = common::Server::start_with(store, cfg, security, false).await;
@@ -83,7 +83,7 @@ fn star7(chunks: u64) -> v1::SubmitRequest {
 
 /// A worker registered as `name` for every built-in space, through `work`.
 async fn register(work: &Work, name: &str) -> Result<FakeWorker, Status> {
-    FakeWorker::register(work.clone(), name, &sweep_puzzles::registry()).await
+    FakeWorker::register(work.clone(), name, &common::spaces()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

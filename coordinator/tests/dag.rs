@@ -15,8 +15,8 @@ use common::{FakeWorker, Jobs, Server};
 use sweep_coordinator::store::Store;
 use sweep_coordinator::CoordinatorConfig;
 use sweep_proto::v1;
-use sweep_puzzles::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SpaceError};
 use sweep_space::{inputs, Registry, Space};
+use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SpaceError};
 
 /// name -> (inputs, chunks). Names missing here fail to build, like bad parameters.
 fn graph(name: &str) -> Option<(Vec<String>, u64)> {
@@ -61,7 +61,7 @@ fn build(space: &str, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceE
         }));
     }
     if space != "dag" {
-        return sweep_puzzles::registry().job_from_params(space, params);
+        return common::spaces().job_from_params(space, params);
     }
     let name =
         params
@@ -236,7 +236,7 @@ impl Space for DagSpace {
 }
 
 fn registry() -> Registry {
-    sweep_puzzles::registry()
+    common::spaces()
         .with_space(Arc::new(DagSpace("dag")))
         .with_space(Arc::new(DagSpace("broken")))
 }

@@ -45,7 +45,7 @@ async fn start(store: Store) -> Server {
 /// The honest worker of these tests, on its own connection to `ch`.
 async fn honest_worker(ch: Channel, name: &str) -> FakeWorker {
     let work = WorkClient::with_interceptor(ch, common::Bearer::new(None));
-    FakeWorker::register(work, name, &sweep_puzzles::registry())
+    FakeWorker::register(work, name, &common::spaces())
         .await
         .unwrap()
 }
@@ -151,14 +151,14 @@ struct Real {
     params: serde_json::Value,
     n_chunks: u64,
     /// Chunks completed before the fuzzing, with their honest outputs.
-    done: Vec<(u64, sweep_puzzles::ChunkOutput)>,
+    done: Vec<(u64, sweep_space::ChunkOutput)>,
 }
 
 const REAL_SPACE: &str = "star";
 const REAL_CHUNKS: u64 = 4;
 
-fn real_job() -> Arc<dyn sweep_puzzles::Job> {
-    sweep_puzzles::registry()
+fn real_job() -> Arc<dyn sweep_space::Job> {
+    common::spaces()
         .job_from_params(
             REAL_SPACE,
             &serde_json::json!({"points": 7, "method": "backtrack"}),
@@ -171,11 +171,11 @@ fn reference_result() -> serde_json::Value {
     let job = real_job();
     let outs: Vec<_> = (0..REAL_CHUNKS)
         .map(|c| {
-            job.run_chunk(REAL_CHUNKS, c, &sweep_puzzles::Control::new())
+            job.run_chunk(REAL_CHUNKS, c, &sweep_space::Control::new())
                 .unwrap()
         })
         .collect();
-    job.result(&sweep_puzzles::Answer::from_outputs(outs.iter()))
+    job.result(&sweep_space::Answer::from_outputs(outs.iter()))
 }
 
 /// Submits the real job and completes half of its chunks honestly, then pauses it so that fuzzed workers never
@@ -205,7 +205,7 @@ async fn prepare(ch: Channel) -> Real {
     let mut reports = Vec::new();
     for l in &leases {
         let out = kernel
-            .run_chunk(l.n_chunks, l.chunk, &sweep_puzzles::Control::new())
+            .run_chunk(l.n_chunks, l.chunk, &sweep_space::Control::new())
             .unwrap();
         reports.push(common::report(l, v1::ChunkOutput::from(&out)));
         done.push((l.chunk, out));
@@ -275,7 +275,7 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
         .await
         .unwrap();
     let mut worker = honest_worker(ch, "").await;
-    let kernel = sweep_puzzles::registry()
+    let kernel = common::spaces()
         .job_from_params(REAL_SPACE, &real.params)
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -302,7 +302,7 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
             .map(|l| {
                 assert_eq!(l.job_id, real.id, "only the real job is left: {l:?}");
                 let out = kernel
-                    .run_chunk(real.n_chunks, l.chunk, &sweep_puzzles::Control::new())
+                    .run_chunk(real.n_chunks, l.chunk, &sweep_space::Control::new())
                     .unwrap();
                 common::report(l, v1::ChunkOutput::from(&out))
             })

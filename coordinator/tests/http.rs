@@ -129,7 +129,7 @@ async fn dashboard_state_and_metrics_match_the_job() {
     let registration = |name: &str, threads| v1::RegisterRequest {
         name: name.into(),
         threads,
-        spaces: common::space_names(&sweep_puzzles::registry()),
+        spaces: common::space_names(&common::spaces()),
         ..Default::default()
     };
     let mut worker = FakeWorker::register_as(work.clone(), registration("w0", 2))
@@ -146,14 +146,14 @@ async fn dashboard_state_and_metrics_match_the_job() {
         .await
         .unwrap();
 
-    let star = sweep_puzzles::registry()
+    let star = common::spaces()
         .job_from_params(
             "star",
             &serde_json::from_str(&leases[0].params_json).unwrap(),
         )
         .unwrap();
     let run = |chunk| {
-        star.run_chunk(job.chunks_total, chunk, &sweep_puzzles::Control::new())
+        star.run_chunk(job.chunks_total, chunk, &sweep_space::Control::new())
             .unwrap()
     };
     let honest = run(leases[0].chunk);

@@ -58,7 +58,7 @@ async fn hostile_requests_are_refused_and_progress_survives() {
         .into_inner()
         .job
         .unwrap();
-    let mut worker = FakeWorker::register(work, "probe", &sweep_puzzles::registry())
+    let mut worker = FakeWorker::register(work, "probe", &common::spaces())
         .await
         .unwrap();
     for bad in [0, 1_000_000] {
@@ -69,7 +69,7 @@ async fn hostile_requests_are_refused_and_progress_survives() {
     assert_eq!(leases.len(), 4);
 
     // One honest result, computed by the real kernel.
-    let star = sweep_puzzles::registry()
+    let star = common::spaces()
         .job_from_params(
             "star",
             &serde_json::from_str(&leases[0].params_json).unwrap(),
@@ -79,7 +79,7 @@ async fn hostile_requests_are_refused_and_progress_survives() {
         .run_chunk(
             job.chunks_total,
             leases[0].chunk,
-            &sweep_puzzles::Control::new(),
+            &sweep_space::Control::new(),
         )
         .unwrap();
     // Garbled and lying reports for the other chunks. (A lie the verifier cannot see, such as an inflated count
@@ -190,7 +190,7 @@ async fn results_wait_for_the_last_result_to_be_durable() {
         .into_inner()
         .job
         .unwrap();
-    let mut worker = FakeWorker::register(work, "", &sweep_puzzles::registry())
+    let mut worker = FakeWorker::register(work, "", &common::spaces())
         .await
         .unwrap();
     let lease = worker.lease(1).await.unwrap().remove(0);

@@ -232,7 +232,7 @@ async fn run_on_one_worker_over(
 async fn six_hundred_threads_run_six_hundred_chunks_at_once() {
     const N: u64 = 600;
     let (state, res, stats) = run_on_one_worker(
-        sweep_puzzles::registry().with::<Together>(),
+        common::spaces().with::<Together>(),
         (60_000, 1),
         ("together", &format!(r#"{{"n":{N}}}"#), 0),
         N as usize,
@@ -253,7 +253,7 @@ async fn six_hundred_threads_run_six_hundred_chunks_at_once() {
 async fn a_panicking_kernel_fails_its_chunk_and_the_search_thread_runs_the_others() {
     // The job ends within seconds: two attempts of the cursed chunk, seven tiny ones, on one thread.
     let (state, res, stats) = run_on_one_worker(
-        sweep_puzzles::registry().with::<Fragile>(),
+        common::spaces().with::<Fragile>(),
         (5_000, 2),
         ("fragile", r#"{"panic_at":3}"#, 8),
         1,
@@ -279,7 +279,7 @@ async fn a_panicking_kernel_fails_its_chunk_and_the_search_thread_runs_the_other
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_in_process_gets_the_answer_a_networked_one_gets() {
     let job = ("star", r#"{"points":10,"method":"backtrack"}"#, 16);
-    let run = |link| run_on_one_worker_over(link, sweep_puzzles::registry(), (60_000, 3), job, 2);
+    let run = |link| run_on_one_worker_over(link, common::spaces(), (60_000, 3), job, 2);
     let (net_state, net, net_stats) = run(Link::Network).await;
     let (local_state, local, local_stats) = run(Link::InProcess).await;
     assert_eq!(net_state, v1::JobState::Done);
@@ -288,7 +288,7 @@ async fn a_worker_in_process_gets_the_answer_a_networked_one_gets() {
     assert_eq!(result["unique"], 10_882, "{result}");
     assert_eq!(local.result_json, net.result_json);
     // The text for people comes with it: the space's rendering of that same answer.
-    let star = sweep_puzzles::registry()
+    let star = common::spaces()
         .job_from_params("star", &serde_json::from_str(job.1).unwrap())
         .unwrap();
     assert_eq!(local.result_text, star.render_text(&result));
@@ -324,7 +324,7 @@ async fn a_client_in_process_submits_and_reads_answers_without_a_socket() {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let cfg = WorkerConfig {
         in_process: Some(server.in_process.0.clone()),
-        ..WorkerConfig::new("http://127.0.0.1:1", 2, sweep_puzzles::registry())
+        ..WorkerConfig::new("http://127.0.0.1:1", 2, common::spaces())
     };
     let worker = tokio::spawn(sweep_worker::run(cfg, async {
         let _ = stopped.await;

@@ -1,5 +1,5 @@
 //! sweep's gRPC protocol (`proto/sweep.proto`), compiled at build time with protox, and the conversions between
-//! its generated types and the domain types of `sweep-puzzles`.
+//! its generated types and the domain types of `sweep-space`.
 //!
 //! Architecture invariant: this is the only crate with generated code. Everything past the RPC edge works on
 //! domain types; conversions that can fail (counters sent as decimal strings) return [`WireError`].

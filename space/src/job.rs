@@ -59,8 +59,10 @@ pub fn json_u128(v: u128) -> serde_json::Value {
         .unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
 }
 
-/// Progress and cancellation shared between a running kernel and whoever runs it (a worker thread, a heartbeat
-/// task, a rayon pool). Kernels add nodes in batches and poll [`Control::is_cancelled`] between batches, so the
+/// The kernel's half of a chunk's control: progress, cancellation, the stop request and resume state as the
+/// kernel sees them. The engine holds the other half, [`ChunkControl`]; a kernel is only ever lent `&Control`,
+/// so it cannot cancel itself, change its threads or take its own saved state. [`Control::new`] makes a
+/// control nobody cancels, for running a kernel outside the engine (tests, benches). Kernels add nodes in batches and poll [`Control::is_cancelled`] between batches, so the
 /// cost is a relaxed atomic add every few thousand nodes.
 #[derive(Debug, Default)]
 pub struct Control {
@@ -95,32 +97,18 @@ impl Control {
         Self::default()
     }
 
-    /// A control for a chunk that an earlier attempt (on any worker) left at `resume`.
-    pub fn resuming(resume: Option<String>) -> Self {
+    /// A control for a chunk that an earlier attempt (on any worker) left at `resume`: the engine makes one
+    /// with [`ChunkControl::new`].
+    fn resuming(resume: Option<String>) -> Self {
         Control {
             resume: resume.filter(|r| !r.is_empty()),
             ..Self::default()
         }
     }
 
-    /// Tells the kernel it may use `threads` threads (set by the worker before the chunk starts).
-    pub fn set_threads(&self, threads: u32) {
-        self.threads.store(threads, Ordering::Relaxed);
-    }
-
-    /// Tells the kernel the coordinator's number of its job (for programs that name their files by it).
-    pub fn set_job(&self, job: u64) {
-        self.job.store(job, Ordering::Relaxed);
-    }
-
     /// The coordinator's number of this chunk's job (0 when run outside a coordinator).
     pub fn job(&self) -> u64 {
         self.job.load(Ordering::Relaxed)
-    }
-
-    /// Tells the kernel that the job keeps counts only (`--count-only`, or a list that outgrew its cap).
-    pub fn set_count_only(&self, count_only: bool) {
-        self.count_only.store(count_only, Ordering::Relaxed);
     }
 
     /// Whether the chunk's solutions are wanted as a list. When not, a kernel should count them without
@@ -133,13 +121,6 @@ impl Control {
     /// Threads this chunk may use (at least one).
     pub fn threads(&self) -> u32 {
         self.threads.load(Ordering::Relaxed).max(1)
-    }
-
-    /// Asks the chunk to stop soon because its worker is shutting down. Unlike [`Control::cancel`] it is a
-    /// request: a kernel that cannot resume finishes its chunk (the worker waits a grace period); one that can
-    /// (a program that saves resume states) stops, and its chunk is handed back with its newest state.
-    pub fn request_stop(&self) {
-        self.stop_requested.store(true, Ordering::Relaxed);
     }
 
     pub fn is_stop_requested(&self) -> bool {
@@ -173,16 +154,6 @@ impl Control {
         Ok(())
     }
 
-    /// The engine's side of [`Control::save_resume_state`]: the newest state if it was not taken before.
-    pub fn take_resume_state(&self) -> Option<String> {
-        let mut saved = self.saved.lock().unwrap_or_else(|p| p.into_inner());
-        if saved.taken {
-            return None;
-        }
-        saved.taken = true;
-        saved.text.clone()
-    }
-
     pub fn add_nodes(&self, n: u64) {
         self.nodes.fetch_add(n, Ordering::Relaxed);
     }
@@ -190,10 +161,6 @@ impl Control {
     /// Nodes reported so far by the kernel (a progress figure; the exact count is in the chunk's output).
     pub fn nodes(&self) -> u64 {
         self.nodes.load(Ordering::Relaxed)
-    }
-
-    pub fn cancel(&self) {
-        self.cancelled.store(true, Ordering::Relaxed);
     }
 
     pub fn is_cancelled(&self) -> bool {
@@ -208,6 +175,71 @@ impl Control {
         } else {
             Ok(())
         }
+    }
+}
+
+/// The engine's half of a chunk's [`Control`]: it owns the control the kernel sees and holds the methods only
+/// the engine may call (cancel, ask to stop, say the threads, the job and whether solutions are listed, take the
+/// newest resume state). A kernel is handed `&Control` and so cannot cancel itself or steal its own state; the
+/// engine keeps the `ChunkControl` (shared behind an `Arc` with its heartbeat and drain tasks).
+#[derive(Debug, Default)]
+pub struct ChunkControl {
+    control: Control,
+}
+
+impl ChunkControl {
+    /// A chunk's control, continuing from `resume` when an earlier attempt (on any worker) saved one.
+    pub fn new(resume: Option<String>) -> Self {
+        ChunkControl {
+            control: Control::resuming(resume),
+        }
+    }
+
+    /// What the kernel is given.
+    pub fn control(&self) -> &Control {
+        &self.control
+    }
+
+    /// Tells the kernel it may use `threads` threads (set before the chunk starts).
+    pub fn set_threads(&self, threads: u32) {
+        self.control.threads.store(threads, Ordering::Relaxed);
+    }
+
+    /// Tells the kernel the coordinator's number of its job (for programs that name their files by it).
+    pub fn set_job(&self, job: u64) {
+        self.control.job.store(job, Ordering::Relaxed);
+    }
+
+    /// Tells the kernel that the job keeps counts only (`--count-only`, or a list that outgrew its cap).
+    pub fn set_count_only(&self, count_only: bool) {
+        self.control.count_only.store(count_only, Ordering::Relaxed);
+    }
+
+    /// Asks the chunk to stop soon because its worker is shutting down. Unlike [`ChunkControl::cancel`] it is a
+    /// request: a kernel that cannot resume finishes its chunk (the worker waits a grace period); one that can
+    /// (a program that saves resume states) stops, and its chunk is handed back with its newest state.
+    pub fn request_stop(&self) {
+        self.control.stop_requested.store(true, Ordering::Relaxed);
+    }
+
+    /// Makes the kernel's next [`Control::checkpoint`] fail with [`SpaceError::Cancelled`].
+    pub fn cancel(&self) {
+        self.control.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    /// The newest state the kernel saved with [`Control::save_resume_state`], if it was not taken before.
+    pub fn take_resume_state(&self) -> Option<String> {
+        let mut saved = self.control.saved.lock().unwrap_or_else(|p| p.into_inner());
+        if saved.taken {
+            return None;
+        }
+        saved.taken = true;
+        saved.text.clone()
+    }
+
+    /// Nodes reported so far by the kernel (a progress figure; the exact count is in the chunk's output).
+    pub fn nodes(&self) -> u64 {
+        self.control.nodes()
     }
 }
 
@@ -874,10 +906,11 @@ mod tests {
 
     #[test]
     fn control_checkpoint_reports_cancellation() {
-        let ctl = Control::new();
+        let handle = ChunkControl::new(None);
+        let ctl = handle.control();
         assert!(ctl.checkpoint(10).is_ok());
-        ctl.cancel();
+        handle.cancel();
         assert_eq!(ctl.checkpoint(5), Err(SpaceError::Cancelled));
-        assert_eq!(ctl.nodes(), 15);
+        assert_eq!(handle.nodes(), 15);
     }
 }

@@ -7,17 +7,25 @@
 //! - [`Registry`]: the spaces a process knows, as a value the command line hands to the coordinator and the
 //!   workers. The five puzzles, `exec` and a user's own spaces all register the same way.
 //! - [`inputs`]: a job's input DAG (the jobs whose artifacts it needs, recursively).
+//! - [`testkit`]: the checks every space's tests run (every chunking the same answer, lies refused, a resumed
+//!   chunk equal to an uninterrupted one).
+//! - Helpers every space may use and none should write twice: [`perm`] (factorials, permutation rank and unrank,
+//!   and the exact split of a rank range into chunks) and [`rng`] (the frozen splitmix64 generator whose bits are
+//!   part of stored answers).
 //!
 //! Architecture invariant: this crate does no I/O and knows nothing of networks, storage or async runtimes;
 //! `proto`, `coordinator` and `worker` depend on it, never on a particular space.
 
 pub mod inputs;
 mod job;
+pub mod perm;
 mod registry;
+pub mod rng;
+pub mod testkit;
 
 pub use job::{
-    json_u128, Answer, AnswerMerge, ChunkOutput, Control, FileOption, FileRead, Job, JobInput,
-    Plan, SearchSpace, SpaceError, Tally, MAX_REPORT_SOLUTIONS, MAX_RESUME_STATE_BYTES,
+    json_u128, Answer, AnswerMerge, ChunkControl, ChunkOutput, Control, FileOption, FileRead, Job,
+    JobInput, Plan, SearchSpace, SpaceError, Tally, MAX_REPORT_SOLUTIONS, MAX_RESUME_STATE_BYTES,
     MAX_SHOWN_SOLUTIONS,
 };
 pub use registry::{Registry, Space};

@@ -313,6 +313,36 @@ impl Job for Framed {
 mod tests {
     use super::*;
 
+    /// The names of the `fn`s declared at the top level of the block that starts at `header` in `source`.
+    fn fns_in_block(source: &str, header: &str) -> Vec<String> {
+        let start = source
+            .find(header)
+            .unwrap_or_else(|| panic!("`{header}` not found"));
+        let body = &source[start..];
+        // The block ends at the first line that is a lone closing brace at column 0.
+        let end = body.find("\n}\n").unwrap_or(body.len());
+        let mut names: Vec<String> = body[..end]
+            .lines()
+            .filter_map(|l| l.strip_prefix("    fn "))
+            .filter_map(|l| l.split(['(', '<']).next())
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// `Framed` must forward every method of `Job`: a method it forgot would silently fall back to the trait's
+    /// default for every registered job, whatever the space implements. Read from the sources themselves, so a
+    /// method added to the trait fails this test until it is forwarded.
+    #[test]
+    fn framed_forwards_every_method_of_job() {
+        let declared = fns_in_block(include_str!("job.rs"), "pub trait Job: ");
+        let forwarded = fns_in_block(include_str!("registry.rs"), "impl Job for Framed {");
+        assert!(declared.len() >= 17, "the trait was not read: {declared:?}");
+        let missing: Vec<&String> = declared.iter().filter(|m| !forwarded.contains(m)).collect();
+        assert!(missing.is_empty(), "Framed does not forward {missing:?}");
+    }
+
     /// A space as a user would write it: no name, no parameters, no range checks of its own.
     #[derive(Debug)]
     struct Count(u64);
@@ -420,14 +450,16 @@ mod tests {
 
     #[test]
     fn resume_state_is_bounded_and_taken_once() {
-        let ctl = Control::resuming(Some("at 5".into()));
+        let handle = crate::ChunkControl::new(Some("at 5".into()));
+        let ctl = handle.control();
         assert_eq!(ctl.resume_state(), Some("at 5"));
-        assert_eq!(ctl.take_resume_state(), None);
+        assert_eq!(handle.take_resume_state(), None);
         ctl.save_resume_state("at 7").unwrap();
-        assert_eq!(ctl.take_resume_state().as_deref(), Some("at 7"));
-        assert_eq!(ctl.take_resume_state(), None, "nothing new");
+        assert_eq!(handle.take_resume_state().as_deref(), Some("at 7"));
+        assert_eq!(handle.take_resume_state(), None, "nothing new");
         let big = "x".repeat(crate::MAX_RESUME_STATE_BYTES + 1);
         assert!(ctl.save_resume_state(big).is_err());
-        assert_eq!(Control::resuming(Some(String::new())).resume_state(), None);
+        let empty = crate::ChunkControl::new(Some(String::new()));
+        assert_eq!(empty.control().resume_state(), None);
     }
 }

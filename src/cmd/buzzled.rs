@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use sweep_puzzles::buzzled::{generate::generate, puzzle::format_puzzle_file};
+use sweep_buzzled::{generate::generate, puzzle::format_puzzle_file};
 
 use crate::exit::usage;
 
@@ -49,7 +49,7 @@ fn generate_cmd(g: GenerateArgs) -> anyhow::Result<ExitCode> {
     let (puzzle, board) = generate(g.side, seed).map_err(|e| usage(e.to_string()))?;
     let text = format_puzzle_file(&puzzle);
     if g.json {
-        let geo = sweep_puzzles::buzzled::geometry::Geometry::new(puzzle.side)
+        let geo = sweep_buzzled::geometry::Geometry::new(puzzle.side)
             .map_err(|e| usage(e.to_string()))?;
         let out = serde_json::json!({
             "side": puzzle.side,

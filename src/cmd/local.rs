@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
 use sweep_proto::v1;
-use sweep_puzzles::{Answer, AnswerMerge, ChunkOutput, Control, SpaceError};
 use sweep_space::inputs::{self, DagNode};
+use sweep_space::{Answer, AnswerMerge, ChunkOutput, SpaceError};
 use tokio::sync::oneshot;
 
 use crate::args::{self, JobArgs};
@@ -31,7 +31,7 @@ fn parse_or_help(registry: &Registry, args: &[String]) -> anyhow::Result<Option<
     // Here the command runs on this machine, for the person who typed it: in the directory they typed it in.
     let args = match args.split_first() {
         Some((space, rest)) => {
-            let rest = crate::exec::in_current_dir(space, rest.to_vec())?;
+            let rest = crate::exec_args::in_current_dir(space, rest.to_vec())?;
             std::iter::once(space.clone()).chain(rest).collect()
         }
         None => Vec::new(),
@@ -233,7 +233,7 @@ fn report_run(
     results: v1::ResultsResponse,
     form: v1::AnswerForm,
     info: v1::JobInfo,
-    (job, engine): (&dyn sweep_puzzles::Job, &args::EngineOpts),
+    (job, engine): (&dyn sweep_space::Job, &args::EngineOpts),
     started: Instant,
 ) -> anyhow::Result<ExitCode> {
     let final_info = results.job.clone().unwrap_or(info);
@@ -260,7 +260,7 @@ fn report_run(
 
 /// The merged artifacts of finished jobs in the store at `--data`, looked up by (space, canonical parameters). A
 /// missing store, one in use by a running coordinator, or no such job all mean "build it here".
-struct StoredArtifacts(Option<(Store, Vec<sweep_coordinator::store::JobRecord>)>);
+struct StoredArtifacts(Option<(Store, Vec<sweep_coordinator::core::JobRecord>)>);
 
 impl StoredArtifacts {
     fn open(data: &std::path::Path) -> StoredArtifacts {
@@ -275,7 +275,7 @@ impl StoredArtifacts {
     }
 
     /// The artifact, if stored and its digest checks.
-    fn get(&self, job: &dyn sweep_puzzles::Job) -> Option<Vec<u8>> {
+    fn get(&self, job: &dyn sweep_space::Job) -> Option<Vec<u8>> {
         let (store, jobs) = self.0.as_ref()?;
         let params = job.params();
         let rec = jobs.iter().find(|j| {
@@ -294,7 +294,7 @@ fn bind_dag(
     dag: Vec<DagNode>,
     engine: &args::EngineOpts,
     show: bool,
-) -> anyhow::Result<Arc<dyn sweep_puzzles::Job>> {
+) -> anyhow::Result<Arc<dyn sweep_space::Job>> {
     let n = dag.len();
     let mut artifacts: Vec<Option<Vec<u8>>> = vec![None; n];
     // From the root down: a job is needed if a needed job reads it and that reader is not stored itself.
@@ -457,13 +457,14 @@ fn listing_label(count_only: bool) -> &'static str {
 /// thread waits on another's list.
 fn run_chunks(
     pool: &rayon::ThreadPool,
-    job: &dyn sweep_puzzles::Job,
+    job: &dyn sweep_space::Job,
     n: u64,
     show: bool,
     count_only: bool,
 ) -> anyhow::Result<Answer> {
-    let ctl = Control::new();
-    ctl.set_count_only(count_only);
+    let handle = sweep_space::ChunkControl::default();
+    handle.set_count_only(count_only);
+    let ctl = handle.control();
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let finished = std::sync::atomic::AtomicBool::new(false);

@@ -37,10 +37,6 @@ pub struct WorkerArgs {
     cache: Option<PathBuf>,
     #[command(flatten)]
     security: crate::security::ClientArgs,
-    /// Tests only: falsify results (drop-solution, inflate-count, bogus-solution) to prove the coordinator
-    /// catches liars.
-    #[arg(long, hide = true)]
-    lie: Option<sweep_worker::Lie>,
     /// Run `exec` chunks: any program an admin submits, as this worker's user. Off by default.
     #[arg(long)]
     allow_exec: bool,
@@ -68,14 +64,13 @@ pub fn worker(registry: &Registry, a: WorkerArgs) -> anyhow::Result<ExitCode> {
     } else {
         registry
             .clone()
-            .without(<crate::exec::Exec as sweep_space::SearchSpace>::NAME)
+            .without(<sweep_exec::Exec as sweep_space::SearchSpace>::NAME)
     };
     let mut cfg = sweep_worker::WorkerConfig::new(a.connect, threads, registry);
     cfg.name = a.name.unwrap_or_else(default_worker_name);
     cfg.grace = Duration::from_secs(a.grace_secs);
     cfg.cache_dir = a.cache;
     cfg.security = a.security.security();
-    cfg.lie = a.lie;
     if let Some(p) = a.prefetch {
         cfg.prefetch = p as usize;
     }
@@ -88,6 +83,7 @@ pub fn worker(registry: &Registry, a: WorkerArgs) -> anyhow::Result<ExitCode> {
                 sweep_worker::WorkerError::Connect(_) => exit::USAGE,
                 // Usually a --threads beyond what this machine lets one process start.
                 sweep_worker::WorkerError::Threads(..) => exit::USAGE,
+                sweep_worker::WorkerError::Config(_) => exit::USAGE,
             },
             message: e.to_string(),
         })?;

@@ -5,7 +5,7 @@
 //! Each case runs `sweep submit SPACE ... --coordinator http://127.0.0.1:1`: everything is parsed and planned, and
 //! a command line that parses then fails to connect (exit 3), so no job runs. A process per case is slow, so the
 //! default is [`DEFAULT_CASES`]; the full run is `SWEEP_FUZZ_CASES=2000 cargo test --release --test e2e fuzz_cli`
-//! (the pure parsers behind these are fuzzed 10^5 times in `puzzles/tests/fuzz_parsers.rs`).
+//! (the pure parsers behind these are fuzzed 10^5 times in `tests/fuzz_spaces.rs`).
 //!
 //! Asserted: no panic (exit 101), no hang (each run is killed after [`RUN_LIMIT`]), exit 0 (help), 2 (bad input,
 //! with one clear `sweep: ...` line naming the bad flag or file) or 3 (parsed, coordinator unreachable).

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{scratch, solve_result, stdout_json, sweep, Cluster};
 use serde_json::{json, Value};
-use sweep_puzzles::brainball::{solve::replay, Ball, Move, Ring};
+use sweep_brainball::{solve::replay, Ball, Move, Ring};
 
 const LONG: Duration = Duration::from_secs(600);
 

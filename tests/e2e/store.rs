@@ -123,19 +123,19 @@ fn stored_chunks_sum_to_the_answer_and_a_slice_equals_another_plan_s_chunk() {
 
     let slice = lines(&["--from", "8", "--to", "12"]);
     assert_eq!(slice.len(), 5);
-    let job = sweep_puzzles::registry()
+    let job = sweep::builtin()
         .lookup("star")
         .and_then(|s| s.parse_args(&["--points".to_string(), "8".to_string()]))
         .expect("star job");
     // Chunk 2 of 16 covers chunks 8..12 of 64: the plans split the same prefix list at multiples of 1/64.
     let other = job
-        .run_chunk(16, 2, &sweep_puzzles::Control::new())
+        .run_chunk(16, 2, &sweep_space::Control::new())
         .expect("chunk");
     assert_eq!(slice[4]["nodes"], other.nodes);
     for name in ["solutions", "unique"] {
         assert_eq!(
             slice[4]["counters"][name],
-            sweep_puzzles::json_u128(other.counters[name]),
+            sweep_space::json_u128(other.counters[name]),
             "{name}"
         );
     }

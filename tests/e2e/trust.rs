@@ -56,7 +56,7 @@ fn bogus_solutions_fail_verification_and_the_liar_is_refused() {
     let args = ["star", "--points", "7", "--chunks", "24"];
     let expected = solve_result(&args, LONG);
     let mut c = Cluster::start(0, 1);
-    c.add_worker_with(&["--lie", "bogus-solution"]);
+    c.add_worker_env(&[], &[("SWEEP_TEST_LIE", "bogus-solution")]);
     let job = c.submit(&args);
     // Alone, the liar gets chunk after chunk refused until it is refused work altogether; it cannot use up
     // any chunk's attempts, because a refused chunk never goes back to it.
@@ -75,7 +75,7 @@ fn replication_outvotes_an_inflated_count() {
     let args = ["star", "--points", "7", "--chunks", "16"];
     let expected = solve_result(&args, LONG);
     let mut c = Cluster::start(0, 1);
-    c.add_worker_with(&["--lie", "inflate-count"]);
+    c.add_worker_env(&[], &[("SWEEP_TEST_LIE", "inflate-count")]);
     c.add_worker();
     let mut submit = args.to_vec();
     submit.extend(["--replicate", "2"]);

@@ -1,5 +1,6 @@
 //! The core's errors: what went wrong in domain terms. The gRPC adapter maps each to a `tonic::Status` and the
-//! dashboard to an HTTP status, each in one place; nothing inside the core knows either.
+//! dashboard to an HTTP status, each in one place; nothing inside the core knows either. A store failure
+//! arrives as [`CoreError::Store`]: the conversion is the store's (`store::error`), since the core sits below it.
 
 use crate::scheduler::{JobId, SchedError};
 
@@ -44,12 +45,6 @@ impl From<SchedError> for CoreError {
             SchedError::UnknownJob(id) => CoreError::UnknownJob(id),
             SchedError::BadTransition { .. } => CoreError::Precondition(e.to_string()),
         }
-    }
-}
-
-impl From<crate::store::StoreError> for CoreError {
-    fn from(e: crate::store::StoreError) -> CoreError {
-        CoreError::Store(e.to_string())
     }
 }
 

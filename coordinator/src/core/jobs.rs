@@ -1,208 +1,112 @@
-//! Creating jobs: a submit brings the job and every input it needs (its input DAG, already resolved and
-//! planned by the shell), each found among the existing jobs or created, in one batch; a job whose inputs have
-//! no stored artifact yet is held back in the scheduler until they do.
+//! What happens to a job after it is submitted, besides its chunks: cancel, pause and resume, the chunk
+//! estimates the shell computes for it off the lock, and the merge of its chunk artifacts into the one artifact
+//! its readers wait for (queued here, merged by the shell, recorded here, then released to the readers).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sweep_space::{AnswerMerge, Job, Plan, Tally};
-use tracing::info;
+use sweep_space::Job;
 
-use super::{Core, CoreError, JobEntry, JobView};
-use crate::scheduler::{JobId, JobState, Millis, Scheduler};
-use crate::store::{JobRecord, Listing, Op};
-
-/// When [`Core::find_or_create`] may answer with an existing job instead of creating one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reuse {
-    /// A submit without `reuse_existing`: always a new job.
-    Never,
-    /// A submit with `reuse_existing`: an equal job in any state but cancelled (one that ended with poisoned
-    /// chunks answers with what it has, and says what is missing).
-    Any,
-    /// An input of another job: only one that has, or will have, a complete artifact.
-    AsInput,
-}
-
-/// One job of a submitted DAG, inputs first: the job, its plan, and the indices (into the DAG) of the jobs
-/// whose artifacts it reads.
-pub struct SubmitNode {
-    pub job: Arc<dyn Job>,
-    pub plan: Plan,
-    pub inputs: Vec<usize>,
-}
-
-/// How the job asked for is run (its inputs always run once, with full lists).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct JobOptions {
-    /// Agreeing results from distinct workers each chunk needs (1: no replication).
-    pub replicate: u32,
-    pub listing: Listing,
-}
-
-impl Default for JobOptions {
-    fn default() -> Self {
-        JobOptions {
-            replicate: 1,
-            listing: Listing::All,
-        }
-    }
-}
-
-/// Holds job `id` back in the scheduler until each of its `inputs` has its merged artifact stored. Returns the
-/// inputs that are done but have no stored artifact: jobs whose chunks produce none, which only get an (empty)
-/// artifact once some job reads them, so the merger must look at them again.
-pub(super) fn hold_for_inputs(
-    sched: &mut Scheduler,
-    jobs: &BTreeMap<JobId, JobEntry>,
-    id: JobId,
-    inputs: &[JobId],
-) -> Vec<JobId> {
-    let mut merge = Vec::new();
-    for &input in inputs {
-        let entry = jobs.get(&input);
-        if entry.is_some_and(|i| i.record.artifact_digest.is_some()) {
-            continue;
-        }
-        sched.wait_for_input(id, input);
-        if entry.is_some_and(|i| i.record.state == JobState::Done) {
-            merge.push(input);
-        }
-    }
-    merge
-}
+use super::error::CoreError;
+use super::estimate::ChunkEstimates;
+use super::records::Op;
+use super::state::Core;
+use super::views::JobView;
+use crate::scheduler::{JobId, Millis};
 
 impl Core {
-    /// Submits a DAG (inputs first, the job asked for last): every input is reused if an equal one will have
-    /// a complete artifact, the last job is reused only if `reuse_existing`. Returns the last job's view and
-    /// whether it existed already.
-    pub fn submit(
-        &mut self,
-        dag: Vec<SubmitNode>,
-        priority: i32,
-        reuse_existing: bool,
-        opts: JobOptions,
-        now: Millis,
-    ) -> Result<(JobView, bool), CoreError> {
+    pub fn cancel(&mut self, job: JobId, now: Millis) -> Result<JobView, CoreError> {
         self.check_writable()?;
-        let last = dag.len().saturating_sub(1);
-        let mut ids: Vec<JobId> = Vec::with_capacity(dag.len());
-        let mut existing = false;
-        for (i, node) in dag.into_iter().enumerate() {
-            let inputs = node
-                .inputs
-                .iter()
-                .filter_map(|&k| ids.get(k).copied())
-                .collect();
-            let (id, found) = if i == last {
-                let reuse = if reuse_existing {
-                    Reuse::Any
-                } else {
-                    Reuse::Never
-                };
-                self.find_or_create(node.job, &node.plan, priority, reuse, inputs, opts, now)
-            } else {
-                self.find_or_create(
-                    node.job,
-                    &node.plan,
-                    priority,
-                    Reuse::AsInput,
-                    inputs,
-                    JobOptions::default(),
-                    now,
-                )
-            };
-            ids.push(id);
-            existing = found;
-        }
-        let id = ids
-            .last()
-            .copied()
-            .ok_or_else(|| CoreError::Invalid("nothing to submit".into()))?;
-        let view = self.job_view(id).ok_or(CoreError::UnknownJob(id))?;
-        Ok((view, existing))
+        self.sched.cancel(job)?;
+        self.stage_dirty(now);
+        self.job_view(job).ok_or(CoreError::UnknownJob(job))
     }
 
-    /// The unfinished (or done) job with the same space, parameters and chunking if `reuse` allows and there is
-    /// one, else a new job reading `inputs`, staged for the next commit. Returns its id and whether it existed.
-    ///
-    /// An unfinished job is reused only if it reads the same input jobs: one waiting for an input that was
-    /// cancelled since would never run. A job that ended with poisoned chunks is never reused as an `input`
-    /// (it has no complete artifact, so its readers would wait for ever); it runs again as a new job.
-    #[allow(clippy::too_many_arguments)]
-    fn find_or_create(
-        &mut self,
-        job: Arc<dyn Job>,
-        plan: &Plan,
-        priority: i32,
-        reuse: Reuse,
-        inputs: Vec<JobId>,
-        opts: JobOptions,
-        now: Millis,
-    ) -> (JobId, bool) {
-        let JobOptions { replicate, listing } = opts;
-        // Canonical parameters: equal jobs compare equal however the user spelled them.
-        let params = job.params();
-        let space = job.space();
-        if reuse != Reuse::Never {
-            let found = self.jobs.values().find(|e| {
-                e.record.space == space
-                    && e.record.params == params
-                    && e.record.n_chunks == plan.n_chunks
-                    && e.record.replicate == replicate
-                    // A job with a complete list serves a request for counts only, not the other way round.
-                    && (listing.counts_only() || e.record.listing == Listing::All)
-                    && e.record.state != JobState::Cancelled
-                    && !(reuse == Reuse::AsInput
-                        && e.record.state == JobState::DoneWithPoisonedChunks)
-                    && (e.record.state.is_finished() || e.record.input_jobs == inputs)
-            });
-            if let Some(e) = found {
-                return (e.record.id, true);
-            }
-        }
-        let id = self.next_job;
-        self.next_job += 1;
-        let record = JobRecord {
-            id,
-            space: space.to_string(),
-            params,
-            n_chunks: plan.n_chunks,
-            total_nodes: plan.total_nodes,
-            priority,
-            state: JobState::Running,
-            created_ms: now,
-            finished_ms: 0,
-            duplicates: 0,
-            digest_mismatches: 0,
-            input_jobs: inputs.clone(),
-            artifact_digest: None,
-            replicate,
-            listing,
+    pub fn pause(&mut self, job: JobId, now: Millis) -> Result<JobView, CoreError> {
+        self.check_writable()?;
+        self.sched.pause(job)?;
+        self.stage_dirty(now);
+        self.job_view(job).ok_or(CoreError::UnknownJob(job))
+    }
+
+    pub fn resume(&mut self, job: JobId, now: Millis) -> Result<JobView, CoreError> {
+        self.check_writable()?;
+        self.sched.resume(job)?;
+        self.stage_dirty(now);
+        self.job_view(job).ok_or(CoreError::UnknownJob(job))
+    }
+
+    /// Jobs queued since the last call whose chunk estimates the shell should compute off the lock
+    /// ([`estimate_chunks`](super::estimate::estimate_chunks)): each with its job and chunk count.
+    pub fn take_to_estimate(&mut self) -> Vec<(JobId, Arc<dyn Job>, u64)> {
+        std::mem::take(&mut self.to_estimate)
+            .into_iter()
+            .filter_map(|id| {
+                let e = self.jobs.get(&id)?;
+                e.wants_estimates()
+                    .then(|| (id, e.job.clone(), e.record.n_chunks))
+            })
+            .collect()
+    }
+
+    /// The shell computed a job's chunk estimates: from now on its view carries an expected size. Ignored for
+    /// a job that finished (or vanished) meanwhile, or for estimates of another plan.
+    pub fn set_estimates(&mut self, id: JobId, per_chunk: Vec<f64>) {
+        let Some(e) = self.jobs.get_mut(&id) else {
+            return;
         };
-        self.sched
-            .add_job(id, priority, plan.n_chunks, JobState::Running);
-        self.sched.set_replication(id, replicate);
-        let merge = hold_for_inputs(&mut self.sched, &self.jobs, id, &inputs);
-        for input in merge {
-            if !self.to_merge.contains(&input) {
-                self.to_merge.push(input);
-            }
+        if !e.wants_estimates() || per_chunk.len() as u64 != e.record.n_chunks {
+            return;
         }
-        self.pending.push(Op::Job(record.clone()));
-        self.pending.push(Op::Meta("next_job", id + 1));
-        let entry = JobEntry::new(record, job, Tally::default(), Some(AnswerMerge::default()));
-        if entry.wants_estimates() {
-            self.to_estimate.push(id);
-        }
-        self.jobs.insert(id, entry);
-        info!(
-            job = id,
-            space,
-            chunks = plan.n_chunks,
-            ?inputs,
-            "job submitted"
-        );
-        (id, false)
+        // Chunks may have finished while the estimates were computed (or before a restart): their estimates
+        // count as done, matching the tally's real nodes.
+        e.estimates = Some(ChunkEstimates::new(per_chunk, self.sched.done_chunks(id)));
+        self.job_changes.send_modify(|n| *n += 1);
+    }
+
+    /// Jobs finished since the last call whose artifacts the shell must merge.
+    pub fn take_to_merge(&mut self) -> Vec<JobId> {
+        std::mem::take(&mut self.to_merge)
+    }
+
+    pub fn has_work_to_merge(&self) -> bool {
+        !self.to_merge.is_empty()
+    }
+
+    /// The job and its chunk count, for verifying a report outside the lock.
+    pub fn job_and_chunks(&self, job: JobId) -> Option<(Arc<dyn Job>, u64)> {
+        self.jobs
+            .get(&job)
+            .map(|e| (e.job.clone(), e.record.n_chunks))
+    }
+
+    pub fn has_artifact(&self, job: JobId) -> bool {
+        self.jobs
+            .get(&job)
+            .is_some_and(|e| e.record.artifact_digest.is_some())
+    }
+
+    /// Whether some job names `job` among its inputs.
+    pub fn is_read_by_others(&self, job: JobId) -> bool {
+        self.jobs
+            .values()
+            .any(|e| e.record.input_jobs.contains(&job))
+    }
+
+    /// A finished job's merged artifact is stored (in this batch): keep it, and stage its record.
+    pub fn artifact_merged(&mut self, id: JobId, digest: String, bytes: Arc<Vec<u8>>) -> bool {
+        let Some(e) = self.jobs.get_mut(&id) else {
+            return false;
+        };
+        e.record.artifact_digest = Some(digest);
+        e.artifact = Some(bytes.clone());
+        let rec = e.record.clone();
+        self.pending.push(Op::Artifact(id, bytes));
+        self.pending.push(Op::Job(rec));
+        true
+    }
+
+    /// The merged artifact of `id` is durable: the jobs reading it may hand out chunks.
+    pub fn input_ready(&mut self, id: JobId) {
+        self.sched.input_ready(id);
     }
 }

@@ -6,10 +6,12 @@ use std::sync::Arc;
 use sweep_space::{ChunkOutput, Job};
 use tracing::{info, warn};
 
-use super::{Ack, AckKind, Core, CoreError};
+use super::error::CoreError;
+use super::records::{Listing, Op};
+use super::state::Core;
+use super::views::{Ack, AckKind};
 use crate::limits::{output_bytes, Limits, Usage};
 use crate::scheduler::{ChunkRecord, Completion, JobId, LeaseId, Millis};
-use crate::store::{Listing, Op};
 
 /// A report after decoding and verification, ready to be applied under the lock.
 pub enum Checked {
@@ -101,6 +103,15 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 impl Core {
+    /// What a report for `job` is checked against (outside the lock).
+    pub fn report_target(&self, job: JobId) -> Option<ReportTarget> {
+        self.jobs.get(&job).map(|e| ReportTarget {
+            job: e.job.clone(),
+            n_chunks: e.record.n_chunks,
+            counts_only: e.record.listing.counts_only(),
+        })
+    }
+
     /// Applies one checked report from `worker`. `stored_digest` reads a done chunk's digest from the store,
     /// for a duplicate whose first result is no longer in the outbox.
     pub fn apply_report(

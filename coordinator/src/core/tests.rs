@@ -3,11 +3,13 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SpaceError};
+use sweep_space::{Answer, AnswerMerge, ChunkOutput, Control, Job, Plan, SpaceError};
 
+use super::results::{MAX_KEPT_MERGES, MAX_KEPT_RESULTS};
 use super::*;
-use crate::scheduler::SchedulerConfig;
-use crate::store::{split_commit, Listing, Store};
+use crate::limits::Limits;
+use crate::scheduler::{JobId, JobState, SchedulerConfig};
+use crate::store::{split_commit, Store};
 
 /// A job of `n` chunks whose chunk `i` finds the counter `i` (verify checks exactly that).
 #[derive(Debug)]

@@ -2,9 +2,11 @@
 
 use sweep_proto::v1;
 
-use crate::core::{Ack, AckKind, FailedAttempt, JobView, LeaseView, PoisonedChunk, WorkerView};
+use crate::auth::Caller;
+use crate::core::{
+    Ack, AckKind, FailedAttempt, JobView, LeaseView, Listing, PoisonedChunk, WorkerView,
+};
 use crate::scheduler::JobState;
-use crate::store::Listing;
 
 pub fn job_state(s: JobState) -> v1::JobState {
     match s {
@@ -139,6 +141,11 @@ pub fn report_ack(a: Ack) -> v1::ReportAck {
         status: ack_status(a.kind) as i32,
         message: a.message,
     }
+}
+
+/// The caller's identity as the auth layer proved it (its token), if tokens are on.
+pub fn identity<T>(req: &tonic::Request<T>) -> Option<String> {
+    req.extensions().get::<Caller>().map(|c| c.identity.clone())
 }
 
 #[cfg(test)]

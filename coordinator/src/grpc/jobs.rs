@@ -8,9 +8,10 @@ use sweep_proto::v1::{self, jobs_server};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::{convert, status};
-use crate::coordinator::{SubmitSpec, MAX_SHIPPED_BYTES};
-use crate::Coordinator;
+use super::convert;
+use super::status::status;
+use crate::coordinator::{Coordinator, MAX_SHIPPED_BYTES};
+use crate::core::SubmitSpec;
 
 #[derive(Clone)]
 pub struct JobsApi(pub(super) Arc<Coordinator>);

@@ -1,85 +1,22 @@
 //! The gRPC adapters: the only code in the coordinator that sees generated `v1` types or `tonic::Status`.
 //! Each handler decodes its request into domain values, calls one [`Coordinator`] method, and encodes the
-//! answer; errors become a `Status` in one place ([`status`]).
+//! answer; errors become a `Status` in one place ([`status`]). Files import downward: `status` and `convert` at
+//! the bottom, the two services above them, and this facade on top.
 
 mod convert;
 mod jobs;
+mod status;
 mod work;
 
 use std::sync::Arc;
 
-use tonic::Status;
-
-use crate::core::CoreError;
-use crate::Coordinator;
+use crate::coordinator::Coordinator;
 
 pub use jobs::JobsApi;
+pub use status::status;
 pub use work::WorkApi;
-
-/// The one mapping from the core's errors to gRPC status codes.
-pub fn status(e: CoreError) -> Status {
-    let msg = e.to_string();
-    match e {
-        CoreError::UnknownJob(_) | CoreError::UnknownWorker(_) | CoreError::NotFound(_) => {
-            Status::not_found(msg)
-        }
-        CoreError::Invalid(_) => Status::invalid_argument(msg),
-        CoreError::Precondition(_) => Status::failed_precondition(msg),
-        CoreError::StoreFailed(_) | CoreError::Store(_) | CoreError::ShuttingDown => {
-            Status::unavailable(msg)
-        }
-        CoreError::WorkerRefused { .. } => Status::permission_denied(msg),
-        CoreError::OverLimit(_) => Status::resource_exhausted(msg),
-        CoreError::DataLoss(_) => Status::data_loss(msg),
-        CoreError::Internal(_) => Status::internal(msg),
-    }
-}
 
 /// Both services over one coordinator.
 pub fn services(coord: &Arc<Coordinator>) -> (WorkApi, JobsApi) {
     (WorkApi(coord.clone()), JobsApi(coord.clone()))
-}
-
-/// The caller's identity as the auth layer proved it (its token), if tokens are on.
-fn identity<T>(req: &tonic::Request<T>) -> Option<String> {
-    req.extensions()
-        .get::<crate::auth::Caller>()
-        .map(|c| c.identity.clone())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_core_error_has_its_status_code() {
-        use tonic::Code;
-        let cases = [
-            (CoreError::UnknownJob(3), Code::NotFound),
-            (CoreError::UnknownWorker("w".into()), Code::NotFound),
-            (CoreError::Invalid("x".into()), Code::InvalidArgument),
-            (
-                CoreError::Precondition("x".into()),
-                Code::FailedPrecondition,
-            ),
-            (CoreError::StoreFailed("disk".into()), Code::Unavailable),
-            (CoreError::ShuttingDown, Code::Unavailable),
-            (
-                CoreError::WorkerRefused {
-                    worker: "w".into(),
-                    bad_results: 3,
-                },
-                Code::PermissionDenied,
-            ),
-            (CoreError::OverLimit("x".into()), Code::ResourceExhausted),
-            (CoreError::DataLoss("x".into()), Code::DataLoss),
-            (CoreError::Internal("x".into()), Code::Internal),
-        ];
-        for (e, code) in cases {
-            let text = e.to_string();
-            let s = status(e);
-            assert_eq!(s.code(), code, "{text}");
-            assert_eq!(s.message(), text);
-        }
-    }
 }

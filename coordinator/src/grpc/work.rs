@@ -8,10 +8,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::info;
 
-use super::{convert, identity, status};
-use crate::coordinator::Report;
+use super::convert::{self, identity};
+use super::status::status;
+use crate::coordinator::{Coordinator, Report};
 use crate::core::{LeaseAnswer, LeaseProgress, Registration};
-use crate::Coordinator;
 
 /// Artifacts travel in pieces well under the message limit.
 const ARTIFACT_PIECE_BYTES: usize = 1 << 20;

@@ -33,9 +33,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::coordinator::Coordinator;
 use crate::core::CoreError;
 use crate::scheduler::JobId;
-use crate::Coordinator;
 use metrics_text::render_metrics;
 use state::{state_view, History};
 

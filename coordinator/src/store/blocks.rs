@@ -12,9 +12,10 @@
 
 use std::collections::BTreeMap;
 
+use super::error::StoreError;
+use super::framing::{take, take_u32};
 use super::keys::{be_u64, chunk_key, key_text};
 use super::kv::{Kv, Writes};
-use super::StoreError;
 use crate::scheduler::JobId;
 
 /// Chunks per block record (`b/<job><block>`). Small enough that rewriting a block with every change to one of
@@ -51,21 +52,6 @@ pub(super) struct RawEntry<'a> {
     pub(super) offset: u32,
     pub(super) record: Option<&'a [u8]>,
     pub(super) output: Option<&'a [u8]>,
-}
-
-/// The next `n` bytes of `rest`, or `None` if it ends first (the store's framed values: blocks, list files).
-pub(super) fn take<'a>(rest: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-    if rest.len() < n {
-        return None;
-    }
-    let (head, tail) = rest.split_at(n);
-    *rest = tail;
-    Some(head)
-}
-
-pub(super) fn take_u32(rest: &mut &[u8]) -> Option<u32> {
-    let b: [u8; 4] = take(rest, 4)?.try_into().ok()?;
-    Some(u32::from_le_bytes(b))
 }
 
 /// A length-prefixed field; length 0 is "none".
@@ -242,10 +228,11 @@ mod tests {
     use sweep_space::{ChunkOutput, Tally};
 
     use super::*;
+    use crate::core::{JobRecord, Op};
     use crate::scheduler::ChunkRecord;
     use crate::store::records::encode;
     use crate::store::test_support::{done_record, record};
-    use crate::store::{JobRecord, Lists, Op, Store, StoreError};
+    use crate::store::{Lists, Store};
 
     /// Too large to inline, by its counters (its list of solutions is a file of its own, never in the output).
     fn big_output(chunk: u64) -> ChunkOutput {

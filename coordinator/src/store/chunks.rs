@@ -8,10 +8,11 @@ use sweep_space::ChunkOutput;
 
 use super::artifacts::chunk_blob;
 use super::blocks::{block_entries, block_of, block_start, decode_entry, BlockEdits, BLOCK};
+use super::error::StoreError;
+use super::handle::Store;
 use super::keys::{be_u64, chunk_key, job_key};
 use super::kv::Writes;
 use super::records::decode;
-use super::{Store, StoreError};
 use crate::scheduler::{ChunkRecord, JobId};
 
 /// Whether a walk over stored outputs reads each chunk's list of solutions (a file of its own) too.

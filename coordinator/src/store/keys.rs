@@ -2,7 +2,7 @@
 //! records in order; and how a key is named in an error, so that a damage report points at the record
 //! (`sweep store check` and fsck quote these names).
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::scheduler::JobId;
 
 pub(crate) fn job_key(tag: u8, job: JobId) -> Vec<u8> {

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::{format, StoreError};
+use super::error::StoreError;
+use super::format;
 
 /// Key-value pairs as a prefix scan returns them, in key order.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;

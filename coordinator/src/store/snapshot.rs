@@ -1,37 +1,15 @@
 //! What start-up reads to rebuild the coordinator's memory. It reads every record once, so it is where the
 //! cost of a store with a million chunks shows: records are decoded (a damaged one is named now, not when a
-//! result needs it) but done ones are only counted, and block outputs are skipped unread.
-
-use std::collections::BTreeMap;
-
-use sweep_space::Tally;
+//! result needs it) but done ones are only counted, and block outputs are skipped unread. The shape of what it
+//! returns ([`Snapshot`]) is the core's: the core says what it starts from, the store finds it.
 
 use super::blocks::{block_entries, block_start, decode_entry};
+use super::error::StoreError;
+use super::handle::Store;
 use super::keys::{be_u64, key_text};
-use super::records::{decode, JobRecord};
-use super::{Store, StoreError};
-use crate::limits::Usage;
-use crate::scheduler::{ChunkRecord, JobId, Vote};
-
-/// Everything needed to rebuild the coordinator's memory at start-up.
-#[derive(Debug, Default)]
-pub struct Snapshot {
-    pub jobs: Vec<JobRecord>,
-    pub tallies: BTreeMap<JobId, Tally>,
-    /// Every chunk record that is not `Done`, in (job, chunk) order.
-    pub chunks: Vec<(JobId, u64, ChunkRecord)>,
-    /// The done chunks, in (job, chunk) order: only their number matters at start-up (a duplicate result's
-    /// digest is read from the store when one arrives), and a million digests would cost ~150 MB.
-    pub done: Vec<(JobId, u64)>,
-    pub next_job: u64,
-    pub next_lease: u64,
-    /// Resume states of chunks that were interrupted (or are running), by (job, chunk).
-    pub checkpoints: Vec<(JobId, u64, String)>,
-    /// Votes of replicated chunks not accepted yet, by (job, chunk).
-    pub votes: Vec<(JobId, u64, Vec<Vote>)>,
-    /// What each job's outputs have stored so far (for its caps).
-    pub usage: BTreeMap<JobId, Usage>,
-}
+use super::records::decode;
+use crate::core::Snapshot;
+use crate::scheduler::{ChunkRecord, JobId};
 
 impl Store {
     pub fn load(&self) -> Result<Snapshot, StoreError> {

@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{JobRecord, Store};
+use super::handle::Store;
+use crate::core::JobRecord;
 use crate::scheduler::{ChunkRecord, JobId, JobState};
 
 pub(super) fn done_record(chunk: u64) -> ChunkRecord {

@@ -59,9 +59,20 @@ pub fn config(lease_ttl_ms: u64, max_attempts: u32) -> CoordinatorConfig {
             ..SchedulerConfig::default()
         },
         expiry_interval: Duration::from_millis(50),
-        registry: sweep_puzzles::registry(),
+        registry: spaces(),
         ..CoordinatorConfig::default()
     }
+}
+
+/// The built-in puzzles and `primes`, as `sweep` registers them: the spaces these tests submit to a coordinator.
+pub fn spaces() -> Registry {
+    Registry::new()
+        .with::<sweep_star::Star>()
+        .with::<sweep_billiard::Billiard>()
+        .with::<sweep_brainball::Brainball>()
+        .with::<sweep_buzzled::Buzzled>()
+        .with::<sweep_peg::Peg>()
+        .with::<sweep_primes::Primes>()
 }
 
 /// The names of every space of `registry`, as a worker announces them.
@@ -185,7 +196,7 @@ impl Server {
     /// A worker registered as `name` for every built-in space, on its own connection.
     pub async fn worker(&self, name: &str) -> FakeWorker {
         let (work, _) = self.clients().await;
-        FakeWorker::register(work, name, &sweep_puzzles::registry())
+        FakeWorker::register(work, name, &spaces())
             .await
             .expect("register")
     }
@@ -363,14 +374,14 @@ impl FakeWorker {
 
 /// The true output of a leased chunk of a built-in space, computed here with the real kernel.
 pub fn run_lease(lease: &v1::ChunkLease) -> v1::ChunkOutput {
-    let job = sweep_puzzles::registry()
+    let job = spaces()
         .job_from_params(
             &lease.space,
             &serde_json::from_str(&lease.params_json).expect("params are JSON"),
         )
         .expect("a leased job builds");
     let out = job
-        .run_chunk(lease.n_chunks, lease.chunk, &sweep_puzzles::Control::new())
+        .run_chunk(lease.n_chunks, lease.chunk, &sweep_space::Control::new())
         .expect("the chunk runs");
     v1::ChunkOutput::from(&out)
 }

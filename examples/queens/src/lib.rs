@@ -244,17 +244,11 @@ mod tests {
         Queens::build(QueensParams { n }).unwrap()
     }
 
+    /// Every chunk run, verified and merged by the contract kit, as the engine would.
     fn total(job: &QueensJob, n_chunks: u64) -> u128 {
-        (0..n_chunks)
-            .map(|c| {
-                job.run_chunk(n_chunks, c, &Control::new())
-                    .unwrap()
-                    .counters
-                    .get("solutions")
-                    .copied()
-                    .unwrap_or(0)
-            })
-            .sum()
+        sweep_space::testkit::run_all(job, Some(n_chunks))
+            .tally
+            .counter("solutions")
     }
 
     /// Every placement, no symmetry: the reference the kernel is checked against.
@@ -303,11 +297,31 @@ mod tests {
         let j = job(10);
         let whole = j.run_chunk(2, 1, &Control::new()).unwrap();
         let first = j.count(j.prefixes[1]);
-        let ctl = Control::resuming(Some(format!("1 {} {}", first.0, first.1)));
-        assert_eq!(j.run_chunk(2, 1, &ctl).unwrap(), whole);
+        let ctl = sweep_space::ChunkControl::new(Some(format!("1 {} {}", first.0, first.1)));
+        assert_eq!(j.run_chunk(2, 1, ctl.control()).unwrap(), whole);
         // Garbage is not trusted: the chunk starts over and still counts right.
-        let ctl = Control::resuming(Some("9999 1 2".into()));
-        assert_eq!(j.run_chunk(2, 1, &ctl).unwrap(), whole);
+        let ctl = sweep_space::ChunkControl::new(Some("9999 1 2".into()));
+        assert_eq!(j.run_chunk(2, 1, ctl.control()).unwrap(), whole);
+    }
+
+    /// What the engine relies on, checked by the contract crate's kit on the job as `sweep` registers it.
+    #[test]
+    fn the_contract_kit_passes() {
+        let j = sweep_space::Registry::new()
+            .with::<Queens>()
+            .job_from_params("queens", &serde_json::json!({ "n": 10 }))
+            .unwrap();
+        let answer = sweep_space::testkit::same_answer_under(j.as_ref(), &[Some(1), Some(4), None]);
+        assert_eq!(answer.tally.counter("solutions"), 724);
+        // A count cannot be re-derived from one output; a made-up solution can be refused.
+        assert_eq!(sweep_space::testkit::lies_refused(j.as_ref(), 4, 1, &[]), 1);
+        let wait = std::time::Duration::from_secs(30);
+        assert!(sweep_space::testkit::resumed_equals_uninterrupted(
+            j.as_ref(),
+            2,
+            1,
+            wait
+        ));
     }
 
     #[test]

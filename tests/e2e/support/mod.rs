@@ -334,20 +334,25 @@ impl<N: Network> Cluster<N> {
 
     /// As [`Cluster::add_worker`], with `extra` flags after the usual ones.
     pub fn add_worker_with(&mut self, extra: &[&str]) -> usize {
-        let name = format!("w{}", self.workers.len());
-        let host = self.net.worker_host(&name);
-        self.spawn_worker(host, extra)
+        self.add_worker_env(extra, &[])
     }
 
-    /// SIGKILLs worker `i` and starts a replacement (usual flags, a new name) on the same host; returns the
-    /// replacement's index.
+    /// As [`Cluster::add_worker_with`], with `env` set for the worker alone.
+    pub fn add_worker_env(&mut self, extra: &[&str], env: &[(&str, &str)]) -> usize {
+        let name = format!("w{}", self.workers.len());
+        let host = self.net.worker_host(&name);
+        self.spawn_worker(host, extra, env)
+    }
+
+    /// SIGKILLs worker `i` and starts a replacement (usual flags and environment, a new name) on the same
+    /// host; returns the replacement's index.
     pub fn replace_worker(&mut self, i: usize) -> usize {
         self.workers[i].kill9();
         let host = self.worker_hosts[i].clone();
-        self.spawn_worker(host, &[])
+        self.spawn_worker(host, &[], &[])
     }
 
-    fn spawn_worker(&mut self, host: N::Host, extra: &[&str]) -> usize {
+    fn spawn_worker(&mut self, host: N::Host, extra: &[&str], env: &[(&str, &str)]) -> usize {
         let name = format!("w{}", self.workers.len());
         let mut cmd = self.net.command(&host, &self.opts.bin);
         cmd.args(["worker", "--connect", &self.url, "--threads"])
@@ -359,6 +364,7 @@ impl<N: Network> Cluster<N> {
         let child = cmd
             .args(extra)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(append(&self.log_path(&name)))

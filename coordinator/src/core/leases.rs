@@ -1,0 +1,255 @@
+//! A worker's side of a chunk: lease requests, heartbeats (progress, resume states, revoked leases), failed or
+//! released attempts, and the expiry of leases nobody renewed. Each decision is the scheduler's; the core adds
+//! what the scheduler does not keep (spaces a worker runs, progress, resume states, failure messages) and stages
+//! the writes.
+
+use tracing::{info, warn};
+
+use super::error::CoreError;
+use super::records::Op;
+use super::state::Core;
+use super::views::{FailedAttempt, LeaseAnswer, LeaseView};
+use crate::scheduler::{Expired, FailOutcome, JobId, LeaseId, Millis};
+
+/// Upper bound on the chunks one lease request may ask for.
+pub const MAX_LEASE_REQUEST: u32 = 4096;
+/// Failed attempts a job keeps for `sweep status`: enough to see a pattern, bounded for a job whose every chunk
+/// fails.
+const MAX_FAILURES_SHOWN: usize = 20;
+/// What one failed attempt's message may hold (a program's stderr tail is cut before this).
+pub const MAX_FAILURE_BYTES: usize = 4096;
+
+/// Progress of one running lease, from a heartbeat.
+#[derive(Clone, Debug, Default)]
+pub struct LeaseProgress {
+    pub lease: LeaseId,
+    pub nodes: u64,
+    pub checkpoint: Option<String>,
+}
+
+/// A heartbeat's answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Beat {
+    /// Leases the worker no longer holds: stop them.
+    pub revoked: Vec<LeaseId>,
+    /// This coordinator does not know the worker (it restarted): register again.
+    pub register_again: bool,
+}
+
+impl Core {
+    /// One lease attempt: the chunks `worker` may have now (none when there is nothing to do).
+    pub fn lease(
+        &mut self,
+        worker: &str,
+        max_chunks: u32,
+        now: Millis,
+    ) -> Result<LeaseAnswer, CoreError> {
+        if worker.is_empty() {
+            return Err(CoreError::Invalid(
+                "worker_id is empty: register first".into(),
+            ));
+        }
+        if max_chunks == 0 || max_chunks > MAX_LEASE_REQUEST {
+            return Err(CoreError::Invalid(format!(
+                "max_chunks must be in 1..={MAX_LEASE_REQUEST}, got {max_chunks}"
+            )));
+        }
+        self.check_writable()?;
+        self.touch_worker(worker, now);
+        if self.sched.is_banned(worker) {
+            return Err(CoreError::WorkerRefused {
+                worker: worker.to_string(),
+                bad_results: self.sched.bad_results(worker),
+            });
+        }
+        if self.sched.is_draining(worker) {
+            return Ok(LeaseAnswer::Drain);
+        }
+        let Some(spaces) = self.workers.get(worker).and_then(|w| w.spaces.clone()) else {
+            return Ok(LeaseAnswer::RegisterAgain);
+        };
+        let jobs = &self.jobs;
+        let runnable = |id: JobId| {
+            jobs.get(&id)
+                .is_some_and(|e| spaces.contains(&e.record.space))
+        };
+        let grants = self
+            .sched
+            .lease_where(now, worker, max_chunks as usize, &runnable);
+        let leases = grants
+            .iter()
+            .filter_map(|g| {
+                let e = self.jobs.get(&g.job)?;
+                // Leased only once every input's artifact is stored, so each has its digest.
+                let inputs = e
+                    .record
+                    .input_jobs
+                    .iter()
+                    .map(|&i| {
+                        let digest = self
+                            .jobs
+                            .get(&i)
+                            .and_then(|i| i.record.artifact_digest.clone())
+                            .unwrap_or_default();
+                        (i, digest)
+                    })
+                    .collect();
+                Some(LeaseView {
+                    lease: g.lease,
+                    job: g.job,
+                    space: e.record.space.clone(),
+                    params_json: e.params_json.clone(),
+                    n_chunks: e.record.n_chunks,
+                    chunk: g.chunk,
+                    deadline_ms: g.deadline,
+                    inputs,
+                    checkpoint: self.checkpoints.get(&(g.job, g.chunk)).cloned(),
+                    shipped: e.job.shipped(),
+                    count_only: e.record.listing.counts_only(),
+                })
+            })
+            .collect();
+        self.stage_dirty(now);
+        Ok(LeaseAnswer::Chunks(leases))
+    }
+
+    /// A worker's heartbeat: extends the leases it still holds, keeps their progress and resume states.
+    pub fn heartbeat(
+        &mut self,
+        worker: &str,
+        progress: Vec<LeaseProgress>,
+        now: Millis,
+    ) -> Result<Beat, CoreError> {
+        self.check_writable()?;
+        self.touch_worker(worker, now);
+        let ids: Vec<LeaseId> = progress.iter().map(|p| p.lease).collect();
+        let revoked = self.sched.heartbeat(now, worker, &ids);
+        for p in progress {
+            if !revoked.contains(&p.lease) {
+                self.progress.insert(p.lease, p.nodes);
+                if let Some(state) = p.checkpoint {
+                    self.save_checkpoint(p.lease, state);
+                }
+            }
+        }
+        self.stage_dirty(now);
+        let register_again = self.workers.get(worker).is_some_and(|w| w.spaces.is_none());
+        Ok(Beat {
+            revoked,
+            register_again,
+        })
+    }
+
+    /// A worker gave up a lease: `release` hands it back unstarted, otherwise it failed with `error`. Returns
+    /// whether the chunk is now poisoned.
+    pub fn fail(
+        &mut self,
+        worker: &str,
+        lease: LeaseId,
+        release: bool,
+        error: &str,
+        checkpoint: Option<String>,
+        now: Millis,
+    ) -> Result<bool, CoreError> {
+        self.check_writable()?;
+        self.touch_worker(worker, now);
+        let at = self.sched.lease_job_chunk(lease);
+        if let Some(state) = checkpoint {
+            self.save_checkpoint(lease, state);
+        }
+        if let (Some(key), false) = (at, release) {
+            let msg: String = error.chars().take(MAX_FAILURE_BYTES).collect();
+            warn!(worker, job = key.0, chunk = key.1, error = %msg, "chunk failed");
+            self.record_failure(key.0, key.1, worker, &msg, now);
+            self.last_errors.insert(key, msg);
+        }
+        self.progress.remove(&lease);
+        let outcome = self.sched.fail(lease, release);
+        self.stage_dirty(now);
+        Ok(outcome == FailOutcome::Poisoned)
+    }
+
+    /// Extends every lease by `gap`, a time the coordinator was not running (see
+    /// [`Scheduler::extend_leases`](crate::scheduler::Scheduler::extend_leases)); the expirer calls it when its own tick comes that late.
+    pub fn extend_leases(&mut self, gap: Millis, now: Millis) {
+        let n = self.sched.extend_leases(gap);
+        if n > 0 {
+            warn!(
+                gap_ms = gap,
+                leases = n,
+                "the coordinator was not running for a while (stopped, suspended, or its clock jumped): \
+                 its leases are extended by that time instead of expiring"
+            );
+            self.stage_dirty(now);
+        }
+    }
+
+    /// Returns expired leases to pending (or poisons their chunks); the shell calls this on a timer.
+    pub fn expire(&mut self, now: Millis) -> Vec<Expired> {
+        let expired = self.sched.expire(now);
+        if expired.is_empty() {
+            return expired;
+        }
+        for e in &expired {
+            self.progress.remove(&e.lease);
+            if e.poisoned {
+                warn!(
+                    job = e.job,
+                    chunk = e.chunk,
+                    "chunk poisoned after its last lease expired"
+                );
+            }
+        }
+        info!(
+            count = expired.len(),
+            "leases expired; chunks go back to pending"
+        );
+        self.stage_dirty(now);
+        expired
+    }
+
+    /// Keeps a running chunk's newest resume state (and stages it for the store), if its lease is current.
+    fn save_checkpoint(&mut self, lease: LeaseId, state: String) {
+        let Some((job, chunk)) = self.sched.lease_job_chunk(lease) else {
+            return;
+        };
+        if state.len() > sweep_space::MAX_RESUME_STATE_BYTES {
+            warn!(
+                job,
+                chunk,
+                bytes = state.len(),
+                "resume state too large; ignored"
+            );
+            return;
+        }
+        if self.checkpoints.get(&(job, chunk)) == Some(&state) {
+            return;
+        }
+        self.checkpoints.insert((job, chunk), state.clone());
+        self.pending.push(Op::Checkpoint(job, chunk, Some(state)));
+    }
+
+    /// Remembers a failed attempt for `sweep status` and the dashboard.
+    fn record_failure(&mut self, job: JobId, chunk: u64, worker: &str, error: &str, now: Millis) {
+        let Some(e) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let mut error = error.to_string();
+        if error.len() > MAX_FAILURE_BYTES {
+            let mut cut = MAX_FAILURE_BYTES;
+            while !error.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            error.truncate(cut);
+        }
+        if e.failures.len() >= MAX_FAILURES_SHOWN {
+            e.failures.pop_front();
+        }
+        e.failures.push_back(FailedAttempt {
+            chunk,
+            worker: worker.to_string(),
+            error,
+            unix_ms: now,
+        });
+    }
+}

@@ -1,0 +1,156 @@
+//! Start-up: the core rebuilt from the store's [`Snapshot`], refusing a snapshot whose tallies disagree with its
+//! done chunks (the answer would be wrong), and finishing what a crash interrupted (merges, cancels of readers
+//! whose inputs ended).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use sweep_space::Job;
+use tokio::sync::watch;
+use tracing::info;
+
+use super::records::Snapshot;
+use super::state::{Core, JobEntry};
+use super::submit::hold_for_inputs;
+use crate::limits::{Limits, Usage};
+use crate::scheduler::{ChunkRecord, JobId, JobState, Millis, Scheduler, SchedulerConfig};
+
+/// Rebuilds a job from its space and canonical parameters (the registry), or says why it cannot.
+pub type JobOf<'a> = &'a dyn Fn(&str, &serde_json::Value) -> Result<Arc<dyn Job>, String>;
+
+/// Why the store cannot be opened as a coordinator's memory.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{0}")]
+    Damaged(String),
+    #[error(
+        "job {job} in the store names space `{space}` which this binary cannot rebuild: {why}"
+    )]
+    UnknownStoredJob {
+        job: JobId,
+        space: String,
+        why: String,
+    },
+}
+
+impl Core {
+    /// Rebuilds the coordinator's memory from what the store holds; `job_of` rebuilds a job from its space and
+    /// parameters (the registry).
+    pub fn open(
+        snap: Snapshot,
+        cfg: SchedulerConfig,
+        limits: Limits,
+        job_of: JobOf<'_>,
+        now: Millis,
+    ) -> Result<Core, OpenError> {
+        // A tally is written in the same batch as the outputs it sums, so it must count exactly the done chunks;
+        // if it does not, the store was damaged and the answer would be wrong: refuse, never guess.
+        let mut done: HashMap<JobId, u64> = HashMap::new();
+        for (job, _) in &snap.done {
+            *done.entry(*job).or_default() += 1;
+        }
+        for rec in &snap.jobs {
+            let tallied = snap.tallies.get(&rec.id).map_or(0, |t| t.chunks);
+            let counted = done.get(&rec.id).copied().unwrap_or(0);
+            if tallied != counted {
+                return Err(OpenError::Damaged(format!(
+                    "job {} has {counted} done chunks but its tally counts {tallied}",
+                    rec.id
+                )));
+            }
+        }
+        // What each job stored counts against its caps across restarts, not per coordinator run.
+        let usage: HashMap<JobId, Usage> = snap.usage.into_iter().collect();
+        let mut sched = Scheduler::new(cfg, snap.next_lease);
+        let mut jobs = BTreeMap::new();
+        for rec in snap.jobs {
+            let job =
+                job_of(&rec.space, &rec.params).map_err(|why| OpenError::UnknownStoredJob {
+                    job: rec.id,
+                    space: rec.space.clone(),
+                    why,
+                })?;
+            sched.add_job(rec.id, rec.priority, rec.n_chunks, rec.state);
+            sched.set_replication(rec.id, rec.replicate);
+            let tally = snap.tallies.get(&rec.id).cloned().unwrap_or_default();
+            // Results accepted before the restart are only in the store: its answer is read from there.
+            jobs.insert(rec.id, JobEntry::new(rec, job, tally, None));
+        }
+        let mut to_merge = Vec::new();
+        let mut to_estimate = Vec::new();
+        for e in jobs.values() {
+            if e.wants_estimates() {
+                to_estimate.push(e.record.id);
+            }
+            // An input done before the crash whose artifact is not stored yet is merged below (every done job
+            // without a digest is), so what `hold_for_inputs` returns is already covered.
+            hold_for_inputs(&mut sched, &jobs, e.record.id, &e.record.input_jobs);
+            // Killed between a job's end and the merge of its artifact: merge it now (a no-op for jobs
+            // without artifacts).
+            if e.record.state == JobState::Done && e.record.artifact_digest.is_none() {
+                to_merge.push(e.record.id);
+            }
+        }
+        let mut restored = 0u64;
+        for (job, chunk, rec) in &snap.chunks {
+            sched.restore_chunk(*job, *chunk, rec);
+            restored += 1;
+        }
+        // The scheduler keeps no digest: a duplicate result's is read from the store when one arrives.
+        let done = ChunkRecord::Done {
+            digest: String::new(),
+            worker: String::new(),
+        };
+        for (job, chunk) in &snap.done {
+            sched.restore_chunk(*job, *chunk, &done);
+            restored += 1;
+        }
+        for (job, chunk, votes) in snap.votes {
+            sched.restore_votes(job, chunk, votes);
+        }
+        sched.finish_restore();
+        info!(jobs = jobs.len(), chunk_records = restored, "store loaded");
+        let next_lease = sched.next_lease_id();
+        let mut core = Core {
+            sched,
+            jobs,
+            workers: HashMap::new(),
+            progress: HashMap::new(),
+            last_errors: HashMap::new(),
+            checkpoints: snap
+                .checkpoints
+                .into_iter()
+                .map(|(job, chunk, state)| ((job, chunk), state))
+                .collect(),
+            next_job: snap.next_job.max(1),
+            persisted_next_lease: next_lease,
+            pending: Vec::new(),
+            seq: 1,
+            failed: None,
+            worker_seq: 0,
+            to_merge,
+            to_estimate,
+            job_changes: watch::channel(0).0,
+            usage,
+            usage_dirty: BTreeSet::new(),
+            limits,
+        };
+        // Stores from before readers were cancelled with their inputs may hold a job waiting for an input that
+        // ended without an artifact: settled now, written with the first commit.
+        let ended: Vec<JobId> = core
+            .jobs
+            .values()
+            .filter(|e| {
+                matches!(
+                    e.record.state,
+                    JobState::Cancelled | JobState::DoneWithPoisonedChunks
+                )
+            })
+            .map(|e| e.record.id)
+            .collect();
+        if core.cancel_readers_of(&ended) {
+            core.stage_dirty(now);
+        }
+        Ok(core)
+    }
+}

@@ -1,0 +1,138 @@
+//! What the core decides must be written, in the core's own types: the job record, the ops of a group commit,
+//! and the snapshot the core starts from. The store adapts to them (it encodes records as JSON, turns a commit's
+//! ops into crash-consistent batches and reads a snapshot back), as raft-rs's storage persists what a `Ready`
+//! hands it; nothing here knows keys, blocks or files.
+//!
+//! The serde attributes stay on the types because their JSON *is* the store's format: records outlive the
+//! release that wrote them, so a field added later reads with its default and a field renamed keeps an alias
+//! (see `input_jobs`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sweep_space::{ChunkOutput, Tally};
+
+use crate::limits::Usage;
+use crate::scheduler::{ChunkRecord, JobId, JobState, Vote};
+
+/// What the coordinator keeps about a job besides its chunks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub space: String,
+    pub params: serde_json::Value,
+    pub n_chunks: u64,
+    #[serde(default)]
+    pub total_nodes: Option<u128>,
+    pub priority: i32,
+    pub state: JobState,
+    pub created_ms: u64,
+    #[serde(default)]
+    pub finished_ms: u64,
+    /// Results that arrived for chunks already done (compared by digest, never counted).
+    #[serde(default)]
+    pub duplicates: u64,
+    #[serde(default)]
+    pub digest_mismatches: u64,
+    /// The jobs whose merged artifacts this one's chunks need, in the order of the job's `Job::inputs`.
+    /// Records written before jobs could have several inputs hold one `input_job` number instead: it reads as a
+    /// one-element list, and the record is written back in the new form the next time it changes.
+    #[serde(
+        default,
+        alias = "input_job",
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub input_jobs: Vec<JobId>,
+    /// blake3 (hex) of the merged artifact, once it is stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_digest: Option<String>,
+    /// Agreeing results from distinct workers each chunk needs (1: no replication).
+    #[serde(default = "one")]
+    pub replicate: u32,
+    /// What the job keeps of its solutions besides their counts.
+    #[serde(default, skip_serializing_if = "Listing::is_all")]
+    pub listing: Listing,
+}
+
+/// What a job keeps of its solutions besides their counts (which are always exact).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Listing {
+    /// Every listed solution is stored with its chunk.
+    #[default]
+    All,
+    /// Submitted `--count-only`: chunks report counts, no lists.
+    CountOnly,
+    /// The list outgrew the per-job caps and was stopped there: counts only from then on, the stored list
+    /// is incomplete.
+    Stopped,
+}
+
+impl Listing {
+    pub fn is_all(&self) -> bool {
+        *self == Listing::All
+    }
+
+    /// Whether chunks of such a job report counts only.
+    pub fn counts_only(self) -> bool {
+        self != Listing::All
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `input_jobs` as a list, or as the single number (or null) that the older `input_job` field held.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<JobId>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(Option<JobId>),
+        Many(Vec<JobId>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(one) => one.into_iter().collect(),
+        OneOrMany::Many(many) => many,
+    })
+}
+
+/// One write of a group commit.
+#[derive(Clone, Debug)]
+pub enum Op {
+    Job(JobRecord),
+    Tally(JobId, Tally),
+    Chunk(JobId, u64, ChunkRecord),
+    Output(JobId, u64, ChunkOutput),
+    /// The merged artifact of a finished job; replaces its chunk artifacts. Shared, not copied: the
+    /// coordinator keeps the same bytes in memory to serve workers, and staging happens under its lock.
+    Artifact(JobId, std::sync::Arc<Vec<u8>>),
+    Meta(&'static str, u64),
+    /// A running chunk's newest resume state (`None`: the chunk is done, its state is dropped).
+    Checkpoint(JobId, u64, Option<String>),
+    /// A replicated chunk's votes so far (empty: accepted, the votes are dropped).
+    Votes(JobId, u64, Vec<Vote>),
+    /// What a job's accepted outputs have stored, counted against its caps across restarts.
+    Usage(JobId, Usage),
+}
+
+/// Everything needed to rebuild the coordinator's memory at start-up.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub jobs: Vec<JobRecord>,
+    pub tallies: BTreeMap<JobId, Tally>,
+    /// Every chunk record that is not `Done`, in (job, chunk) order.
+    pub chunks: Vec<(JobId, u64, ChunkRecord)>,
+    /// The done chunks, in (job, chunk) order: only their number matters at start-up (a duplicate result's
+    /// digest is read from the store when one arrives), and a million digests would cost ~150 MB.
+    pub done: Vec<(JobId, u64)>,
+    pub next_job: u64,
+    pub next_lease: u64,
+    /// Resume states of chunks that were interrupted (or are running), by (job, chunk).
+    pub checkpoints: Vec<(JobId, u64, String)>,
+    /// Votes of replicated chunks not accepted yet, by (job, chunk).
+    pub votes: Vec<(JobId, u64, Vec<Vote>)>,
+    /// What each job's outputs have stored so far (for its caps).
+    pub usage: BTreeMap<JobId, Usage>,
+}

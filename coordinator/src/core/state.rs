@@ -1,0 +1,118 @@
+//! What the core holds: the job table, the scheduler, the workers, the outbox. The state is defined here, at the
+//! bottom of the core, and each file above adds the methods of one concern (`open`, `outbox`, `submit`,
+//! `reports`, `leases`, `workers`, `jobs`, `results`, `observe`), so that they import it downward and never each
+//! other; its fields are visible to the whole core and to nothing outside it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+use sweep_space::{AnswerMerge, Job, Tally};
+use tokio::sync::watch;
+
+use super::estimate::{ChunkEstimates, MAX_ESTIMATED_CHUNKS};
+use super::records::{JobRecord, Op};
+use super::views::{FailedAttempt, KeptAnswer};
+use crate::limits::{Limits, Usage};
+use crate::scheduler::{JobId, LeaseId, Scheduler};
+
+/// One job as the core keeps it: its stored record, the space's job rebuilt from it, and what memory holds
+/// only for speed.
+pub(super) struct JobEntry {
+    pub(super) record: JobRecord,
+    pub(super) job: Arc<dyn Job>,
+    pub(super) params_json: String,
+    pub(super) tally: Tally,
+    /// The final result as JSON and as text for people, computed once the job is finished. Text, not a
+    /// `Value`: a star answer's 10,000 shown stars are 2 MB of JSON (and 0.9 MB for people) and 15 MB as a
+    /// `Value` tree.
+    pub(super) result: Option<KeptAnswer>,
+    /// The merged artifact, kept in memory once loaded: workers of dependent jobs fetch it, maybe many times.
+    pub(super) artifact: Option<Arc<Vec<u8>>>,
+    /// The most recent failed attempts, newest last (memory only: a poisoned chunk's last error is stored with
+    /// the chunk).
+    pub(super) failures: VecDeque<FailedAttempt>,
+    /// Up-front estimates of the chunks' sizes while the job runs, for a job of unknown size whose space gives
+    /// them (memory only: they are a pure function of the job, recomputed after a restart).
+    pub(super) estimates: Option<ChunkEstimates>,
+    /// The answer over every result accepted by this process, merged as each is accepted (bounded: the tally
+    /// and the smallest solutions), so a finished job's answer needs no pass over its stored outputs. `None`
+    /// when it would not cover exactly what is stored: loaded after a restart, once the list is stopped, or
+    /// taken by the first answer.
+    pub(super) merged: Option<AnswerMerge>,
+}
+
+/// What the core knows of one worker: memory only, so a restarted coordinator knows a worker again once it is
+/// heard from.
+pub(super) struct WorkerInfo {
+    pub(super) last_seen_ms: u64,
+    pub(super) threads: u32,
+    pub(super) chunks_done: u64,
+    pub(super) memory_bytes: u64,
+    pub(super) version: String,
+    /// The spaces it declared when it registered; `None` until it registers with this coordinator process
+    /// (a worker that outlived a coordinator restart is asked to register again).
+    pub(super) spaces: Option<Vec<String>>,
+}
+
+/// The coordinator's domain core (see [`crate::core`]): one synchronous value, kept by the shell behind its
+/// lock.
+pub struct Core {
+    pub(super) sched: Scheduler,
+    pub(super) jobs: BTreeMap<JobId, JobEntry>,
+    pub(super) workers: HashMap<String, WorkerInfo>,
+    /// Nodes reported by heartbeats for leases still running (progress only).
+    pub(super) progress: HashMap<LeaseId, u64>,
+    /// Why chunks failed, kept for the poisoned report.
+    pub(super) last_errors: HashMap<(JobId, u64), String>,
+    /// Resume states of chunks not done yet, as stored (see `Op::Checkpoint`).
+    pub(super) checkpoints: HashMap<(JobId, u64), String>,
+    pub(super) next_job: JobId,
+    pub(super) persisted_next_lease: LeaseId,
+    /// The outbox: writes waiting for the next group commit, and that commit's sequence number.
+    pub(super) pending: Vec<Op>,
+    pub(super) seq: u64,
+    /// Set when the store failed: memory may be ahead of disk, so nothing more is accepted until a restart.
+    pub(super) failed: Option<String>,
+    pub(super) worker_seq: u64,
+    /// Finished jobs whose chunk artifacts still have to be merged into one stored artifact.
+    pub(super) to_merge: Vec<JobId>,
+    /// Running jobs of unknown size whose chunk estimates the shell should compute (see [`Core::set_estimates`]).
+    pub(super) to_estimate: Vec<JobId>,
+    /// Bumped whenever a job changes state, so watch streams report it at once instead of at their next tick.
+    pub(super) job_changes: watch::Sender<u64>,
+    /// Per job: what its accepted outputs stored so far (solutions, bytes), checked against `limits`.
+    pub(super) usage: HashMap<JobId, Usage>,
+    /// Jobs whose usage changed since the last batch.
+    pub(super) usage_dirty: BTreeSet<JobId>,
+    pub(super) limits: Limits,
+}
+
+impl JobEntry {
+    pub(super) fn new(
+        record: JobRecord,
+        job: Arc<dyn Job>,
+        tally: Tally,
+        merged: Option<AnswerMerge>,
+    ) -> JobEntry {
+        let params_json = record.params.to_string();
+        JobEntry {
+            record,
+            job,
+            params_json,
+            tally,
+            result: None,
+            artifact: None,
+            failures: VecDeque::new(),
+            estimates: None,
+            merged,
+        }
+    }
+
+    /// Whether the job could use chunk estimates: running or paused, of unknown size, not given them yet.
+    pub(super) fn wants_estimates(&self) -> bool {
+        self.record.total_nodes.is_none()
+            && !self.record.state.is_finished()
+            && self.estimates.is_none()
+            && self.record.n_chunks <= MAX_ESTIMATED_CHUNKS
+    }
+}

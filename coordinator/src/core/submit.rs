@@ -1,0 +1,315 @@
+//! Submitting a job: everything a submit decides. First, outside the lock, the request is checked and planned
+//! ([`parse_submit`], then [`plan_submit`]: the job's plan and its whole input DAG, each input with its default plan); the
+//! shell checks in between that the store holds every file the job ships, the one step that needs I/O. Then,
+//! under the lock, [`Core::submit`] finds or creates every job of the DAG, inputs first, in one batch; a job
+//! whose inputs have no stored artifact yet is held back in the scheduler until they do.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use sweep_space::{AnswerMerge, Job, Plan, Registry, Tally};
+use tracing::info;
+
+use super::error::{invalid, CoreError};
+use super::records::{JobRecord, Listing, Op};
+use super::state::{Core, JobEntry};
+use super::views::JobView;
+use crate::inputs;
+use crate::limits::Limits;
+use crate::scheduler::{JobId, JobState, Millis, Scheduler};
+
+/// Upper bound on the chunks of one job the coordinator keeps.
+pub const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;
+/// More replicas than this buys no extra trust and multiplies the work.
+pub const MAX_REPLICATE: u32 = 16;
+
+/// What a submit asks for, decoded.
+#[derive(Clone, Debug, Default)]
+pub struct SubmitSpec {
+    pub space: String,
+    pub params_json: String,
+    /// 0: the space's default plan.
+    pub chunks: u64,
+    pub priority: i32,
+    pub reuse_existing: bool,
+    /// Agreeing results each chunk needs (0 and 1: no replication).
+    pub replicate: u32,
+    /// Keep counts only, no list of solutions.
+    pub count_only: bool,
+}
+
+/// The job a submit names, rebuilt from its space and parameters and checked against what the coordinator
+/// takes (parameter size, replication). The shell checks its shipped files next, then calls [`plan_submit`].
+pub fn parse_submit(
+    spec: &SubmitSpec,
+    registry: &Registry,
+    limits: &Limits,
+) -> Result<Arc<dyn Job>, CoreError> {
+    limits
+        .check_params(&spec.params_json)
+        .map_err(CoreError::OverLimit)?;
+    let params: serde_json::Value = serde_json::from_str(&spec.params_json)
+        .map_err(|e| invalid(format!("params_json is not JSON: {e}")))?;
+    let job = registry
+        .job_from_params(&spec.space, &params)
+        .map_err(invalid)?;
+    if spec.replicate > MAX_REPLICATE {
+        return Err(CoreError::Invalid(format!(
+            "replicate must be in 1..={MAX_REPLICATE}, got {}",
+            spec.replicate
+        )));
+    }
+    Ok(job)
+}
+
+/// Plans the job asked for and every job whose artifact it needs (a table, the layers of a layered search),
+/// recursively: the DAG for [`Core::submit`], inputs first, each input with its default plan; and how the job
+/// asked for runs.
+pub fn plan_submit(
+    job: Arc<dyn Job>,
+    spec: &SubmitSpec,
+    registry: &Registry,
+) -> Result<(Vec<SubmitNode>, JobOptions), CoreError> {
+    let requested = (spec.chunks > 0).then_some(spec.chunks);
+    let plan = job.plan(requested).map_err(invalid)?;
+    check_chunks(plan.n_chunks, "")?;
+    let dag = inputs::resolve(job, &|space: &str, params: &serde_json::Value| {
+        registry.job_from_params(space, params)
+    })
+    .map_err(invalid)?;
+    let last = dag.len().saturating_sub(1);
+    let mut nodes = Vec::with_capacity(dag.len());
+    let mut plan = Some(plan);
+    for (i, node) in dag.into_iter().enumerate() {
+        let plan = match plan.take().filter(|_| i == last) {
+            Some(p) => p,
+            None => {
+                let label = inputs::label(node.job.as_ref());
+                let p = node
+                    .job
+                    .plan(None)
+                    .map_err(|e| invalid(format!("input job {label}: {e}")))?;
+                check_chunks(p.n_chunks, &format!("input job {label}: "))?;
+                p
+            }
+        };
+        nodes.push(SubmitNode {
+            job: node.job,
+            plan,
+            inputs: node.inputs,
+        });
+    }
+    let opts = JobOptions {
+        replicate: spec.replicate.max(1),
+        listing: if spec.count_only {
+            Listing::CountOnly
+        } else {
+            Listing::All
+        },
+    };
+    Ok((nodes, opts))
+}
+
+fn check_chunks(n_chunks: u64, what: &str) -> Result<(), CoreError> {
+    if n_chunks > MAX_CHUNKS_PER_JOB {
+        return Err(invalid(format!(
+            "{what}{n_chunks} chunks is more than a coordinator keeps for one job ({MAX_CHUNKS_PER_JOB})"
+        )));
+    }
+    Ok(())
+}
+
+/// When [`Core::find_or_create`] may answer with an existing job instead of creating one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reuse {
+    /// A submit without `reuse_existing`: always a new job.
+    Never,
+    /// A submit with `reuse_existing`: an equal job in any state but cancelled (one that ended with poisoned
+    /// chunks answers with what it has, and says what is missing).
+    Any,
+    /// An input of another job: only one that has, or will have, a complete artifact.
+    AsInput,
+}
+
+/// One job of a submitted DAG, inputs first: the job, its plan, and the indices (into the DAG) of the jobs
+/// whose artifacts it reads.
+pub struct SubmitNode {
+    pub job: Arc<dyn Job>,
+    pub plan: Plan,
+    pub inputs: Vec<usize>,
+}
+
+/// How the job asked for is run (its inputs always run once, with full lists).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobOptions {
+    /// Agreeing results from distinct workers each chunk needs (1: no replication).
+    pub replicate: u32,
+    pub listing: Listing,
+}
+
+impl Default for JobOptions {
+    fn default() -> Self {
+        JobOptions {
+            replicate: 1,
+            listing: Listing::All,
+        }
+    }
+}
+
+/// Holds job `id` back in the scheduler until each of its `inputs` has its merged artifact stored. Returns the
+/// inputs that are done but have no stored artifact: jobs whose chunks produce none, which only get an (empty)
+/// artifact once some job reads them, so the merger must look at them again.
+pub(super) fn hold_for_inputs(
+    sched: &mut Scheduler,
+    jobs: &BTreeMap<JobId, JobEntry>,
+    id: JobId,
+    inputs: &[JobId],
+) -> Vec<JobId> {
+    let mut merge = Vec::new();
+    for &input in inputs {
+        let entry = jobs.get(&input);
+        if entry.is_some_and(|i| i.record.artifact_digest.is_some()) {
+            continue;
+        }
+        sched.wait_for_input(id, input);
+        if entry.is_some_and(|i| i.record.state == JobState::Done) {
+            merge.push(input);
+        }
+    }
+    merge
+}
+
+impl Core {
+    /// Submits a DAG (inputs first, the job asked for last): every input is reused if an equal one will have
+    /// a complete artifact, the last job is reused only if `reuse_existing`. Returns the last job's view and
+    /// whether it existed already.
+    pub fn submit(
+        &mut self,
+        dag: Vec<SubmitNode>,
+        priority: i32,
+        reuse_existing: bool,
+        opts: JobOptions,
+        now: Millis,
+    ) -> Result<(JobView, bool), CoreError> {
+        self.check_writable()?;
+        let last = dag.len().saturating_sub(1);
+        let mut ids: Vec<JobId> = Vec::with_capacity(dag.len());
+        let mut existing = false;
+        for (i, node) in dag.into_iter().enumerate() {
+            let inputs = node
+                .inputs
+                .iter()
+                .filter_map(|&k| ids.get(k).copied())
+                .collect();
+            let (id, found) = if i == last {
+                let reuse = if reuse_existing {
+                    Reuse::Any
+                } else {
+                    Reuse::Never
+                };
+                self.find_or_create(node.job, &node.plan, priority, reuse, inputs, opts, now)
+            } else {
+                self.find_or_create(
+                    node.job,
+                    &node.plan,
+                    priority,
+                    Reuse::AsInput,
+                    inputs,
+                    JobOptions::default(),
+                    now,
+                )
+            };
+            ids.push(id);
+            existing = found;
+        }
+        let id = ids
+            .last()
+            .copied()
+            .ok_or_else(|| CoreError::Invalid("nothing to submit".into()))?;
+        let view = self.job_view(id).ok_or(CoreError::UnknownJob(id))?;
+        Ok((view, existing))
+    }
+
+    /// The unfinished (or done) job with the same space, parameters and chunking if `reuse` allows and there is
+    /// one, else a new job reading `inputs`, staged for the next commit. Returns its id and whether it existed.
+    ///
+    /// An unfinished job is reused only if it reads the same input jobs: one waiting for an input that was
+    /// cancelled since would never run. A job that ended with poisoned chunks is never reused as an `input`
+    /// (it has no complete artifact, so its readers would wait for ever); it runs again as a new job.
+    #[allow(clippy::too_many_arguments)]
+    fn find_or_create(
+        &mut self,
+        job: Arc<dyn Job>,
+        plan: &Plan,
+        priority: i32,
+        reuse: Reuse,
+        inputs: Vec<JobId>,
+        opts: JobOptions,
+        now: Millis,
+    ) -> (JobId, bool) {
+        let JobOptions { replicate, listing } = opts;
+        // Canonical parameters: equal jobs compare equal however the user spelled them.
+        let params = job.params();
+        let space = job.space();
+        if reuse != Reuse::Never {
+            let found = self.jobs.values().find(|e| {
+                e.record.space == space
+                    && e.record.params == params
+                    && e.record.n_chunks == plan.n_chunks
+                    && e.record.replicate == replicate
+                    // A job with a complete list serves a request for counts only, not the other way round.
+                    && (listing.counts_only() || e.record.listing == Listing::All)
+                    && e.record.state != JobState::Cancelled
+                    && !(reuse == Reuse::AsInput
+                        && e.record.state == JobState::DoneWithPoisonedChunks)
+                    && (e.record.state.is_finished() || e.record.input_jobs == inputs)
+            });
+            if let Some(e) = found {
+                return (e.record.id, true);
+            }
+        }
+        let id = self.next_job;
+        self.next_job += 1;
+        let record = JobRecord {
+            id,
+            space: space.to_string(),
+            params,
+            n_chunks: plan.n_chunks,
+            total_nodes: plan.total_nodes,
+            priority,
+            state: JobState::Running,
+            created_ms: now,
+            finished_ms: 0,
+            duplicates: 0,
+            digest_mismatches: 0,
+            input_jobs: inputs.clone(),
+            artifact_digest: None,
+            replicate,
+            listing,
+        };
+        self.sched
+            .add_job(id, priority, plan.n_chunks, JobState::Running);
+        self.sched.set_replication(id, replicate);
+        let merge = hold_for_inputs(&mut self.sched, &self.jobs, id, &inputs);
+        for input in merge {
+            if !self.to_merge.contains(&input) {
+                self.to_merge.push(input);
+            }
+        }
+        self.pending.push(Op::Job(record.clone()));
+        self.pending.push(Op::Meta("next_job", id + 1));
+        let entry = JobEntry::new(record, job, Tally::default(), Some(AnswerMerge::default()));
+        if entry.wants_estimates() {
+            self.to_estimate.push(id);
+        }
+        self.jobs.insert(id, entry);
+        info!(
+            job = id,
+            space,
+            chunks = plan.n_chunks,
+            ?inputs,
+            "job submitted"
+        );
+        (id, false)
+    }
+}

@@ -1,0 +1,177 @@
+//! The checks every space must pass, as a kit its tests call: what the engine relies on, tested the way the
+//! engine uses a job.
+//!
+//! The engine runs a job's chunks on any workers in any order, re-verifies every reported output, merges them
+//! into one answer and may restart a chunk from a saved resume state. A space is correct for the engine when:
+//! - every chunking gives the same answer ([`run_all`], [`same_answer_under`]): chunk borders neither skip nor
+//!   repeat part of the space, and the merge does not depend on how the space was cut;
+//! - every output passes the space's own verifier, and the lies a faulty worker tells are refused
+//!   ([`lies_refused`]);
+//! - a chunk stopped after saving a resume state and resumed from it reports what an uninterrupted run reports
+//!   ([`resumed_equals_uninterrupted`]).
+//!
+//! The kit runs jobs through whatever [`Job`] it is given; pass one built by a [`crate::Registry`] to also test
+//! what the framework adds (names, canonical parameters, chunk-range checks). Failures panic with a message that
+//! names the chunking and chunk, as test assertions do.
+
+use std::time::{Duration, Instant};
+
+use crate::{Answer, ChunkControl, ChunkOutput, Control, Job};
+
+/// Runs every chunk of `job` under its plan for `requested` chunks, checks each output with the job's
+/// verifier, and merges them in chunk order.
+///
+/// # Panics
+/// If the plan, a chunk or a verification fails.
+pub fn run_all(job: &dyn Job, requested: Option<u64>) -> Answer {
+    let plan = job
+        .plan(requested)
+        .unwrap_or_else(|e| panic!("{}: plan for {requested:?} chunks: {e}", job.space()));
+    let outputs: Vec<ChunkOutput> = (0..plan.n_chunks)
+        .map(|chunk| run_verified(job, plan.n_chunks, chunk))
+        .collect();
+    Answer::from_outputs(&outputs)
+}
+
+/// Runs one chunk and checks its output with the job's verifier (and the counts-only verifier).
+///
+/// # Panics
+/// If the chunk fails or its own output does not verify.
+pub fn run_verified(job: &dyn Job, n_chunks: u64, chunk: u64) -> ChunkOutput {
+    let name = job.space();
+    let out = job
+        .run_chunk(n_chunks, chunk, &Control::new())
+        .unwrap_or_else(|e| panic!("{name}: chunk {chunk} of {n_chunks} fails: {e}"));
+    if let Err(e) = job.verify(n_chunks, chunk, &out) {
+        panic!("{name}: chunk {chunk} of {n_chunks}: its own output does not verify: {e}");
+    }
+    let mut counts_only = out.clone();
+    counts_only.solutions.clear();
+    if let Err(e) = job.verify_counts(n_chunks, chunk, &counts_only) {
+        panic!("{name}: chunk {chunk} of {n_chunks}: its counts do not verify: {e}");
+    }
+    out
+}
+
+/// Runs the whole job under each chunking in `chunkings` (`None`: the space's default) and checks that they all
+/// give the same tally, the same solutions and the same result; returns that answer.
+///
+/// # Panics
+/// If any chunking's answer differs from the first one's, or a chunk fails or does not verify.
+pub fn same_answer_under(job: &dyn Job, chunkings: &[Option<u64>]) -> Answer {
+    let name = job.space();
+    let mut first: Option<(Option<u64>, Answer, serde_json::Value)> = None;
+    for &requested in chunkings {
+        let mut answer = run_all(job, requested);
+        answer.solutions.sort();
+        let result = job.result(&answer);
+        match &first {
+            None => first = Some((requested, answer, result)),
+            Some((base, want, want_result)) => {
+                // Counters, not nodes: nodes measure work, which may depend on where the borders fall.
+                assert_eq!(
+                    answer.tally.counters, want.tally.counters,
+                    "{name}: {requested:?} chunks count differently from {base:?} chunks"
+                );
+                assert_eq!(
+                    answer.solutions, want.solutions,
+                    "{name}: {requested:?} chunks list other solutions than {base:?} chunks"
+                );
+                assert_eq!(
+                    &result, want_result,
+                    "{name}: {requested:?} chunks give another result than {base:?} chunks"
+                );
+            }
+        }
+    }
+    match first {
+        Some((_, answer, _)) => answer,
+        None => panic!("{name}: same_answer_under needs at least one chunking"),
+    }
+}
+
+/// Checks that the job's verifier refuses the lies a faulty or dishonest worker tells about chunk `chunk`
+/// of `n_chunks`: each of the `checked` counters one higher, a dropped solution and a made-up one. `checked`
+/// names the counters the space's verifier vouches for from one chunk's output alone (a count of the listed
+/// solutions, a brute-force range's size); a counter that only adds up across chunks, such as all solutions
+/// of a symmetric space whose canonical one another chunk lists, cannot be, and nodes that measure work are
+/// not either. Lies that do not apply (no solution to drop, a job that does not verify) are skipped; returns
+/// how many were tried, so a test can insist that the chunk it chose exercises them.
+///
+/// # Panics
+/// If the job claims to verify (`Job::verifiable`) and accepts a lie.
+pub fn lies_refused(job: &dyn Job, n_chunks: u64, chunk: u64, checked: &[&str]) -> usize {
+    let name = job.space();
+    let honest = run_verified(job, n_chunks, chunk);
+    if !job.verifiable() {
+        return 0;
+    }
+    // What each lie is, for the message: a counter's name stands for that counter one higher.
+    let mut lies: Vec<(&str, ChunkOutput)> = Vec::new();
+    for counter in checked {
+        let mut inflated = honest.clone();
+        *inflated.counters.entry((*counter).to_string()).or_insert(0) += 1;
+        lies.push((counter, inflated));
+    }
+    if !honest.solutions.is_empty() {
+        let mut dropped = honest.clone();
+        dropped.solutions.pop();
+        lies.push(("one solution dropped", dropped));
+    }
+    let mut bogus = honest.clone();
+    bogus.solutions.push("not a solution".into());
+    lies.push(("a made-up solution", bogus));
+    for (what, lie) in &lies {
+        assert!(
+            job.verify(n_chunks, chunk, lie).is_err(),
+            "{name}: chunk {chunk} of {n_chunks}: the verifier accepts {what}"
+        );
+    }
+    lies.len()
+}
+
+/// Runs chunk `chunk` of `n_chunks` once uninterrupted, then again stopped as soon as it saved a resume state,
+/// and once more resumed from that state; checks that the resumed run reports exactly what the uninterrupted
+/// one did. Returns `false` when the chunk finished without saving a state within `wait` (nothing to resume;
+/// a test that means to exercise resumption asserts `true`).
+///
+/// # Panics
+/// If a run fails, or the resumed output differs from the uninterrupted one.
+pub fn resumed_equals_uninterrupted(
+    job: &dyn Job,
+    n_chunks: u64,
+    chunk: u64,
+    wait: Duration,
+) -> bool {
+    let name = job.space();
+    let whole = run_verified(job, n_chunks, chunk);
+    let handle = ChunkControl::new(None);
+    let saved = std::thread::scope(|s| {
+        let run = s.spawn(|| job.run_chunk(n_chunks, chunk, handle.control()));
+        let deadline = Instant::now() + wait;
+        let mut saved = None;
+        while !run.is_finished() && Instant::now() < deadline {
+            if let Some(state) = handle.take_resume_state() {
+                saved = Some(state);
+                handle.cancel();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // A kernel that finished before it was cancelled may still have saved a state on the way.
+        let first = run.join();
+        saved.or_else(|| first.is_ok().then(|| handle.take_resume_state()).flatten())
+    });
+    let Some(state) = saved else {
+        return false;
+    };
+    let resumed = ChunkControl::new(Some(state.clone()));
+    let again = job
+        .run_chunk(n_chunks, chunk, resumed.control())
+        .unwrap_or_else(|e| panic!("{name}: chunk {chunk} resumed from {state:?} fails: {e}"));
+    assert_eq!(
+        again, whole,
+        "{name}: chunk {chunk} of {n_chunks} resumed from {state:?} reports other than an uninterrupted run"
+    );
+    true
+}

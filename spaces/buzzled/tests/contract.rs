@@ -1,0 +1,50 @@
+//! The engine's contract, checked with the contract crate's kit on jobs built as the engine builds them.
+
+use std::sync::Arc;
+
+use sweep_space::{testkit, Job, Registry};
+
+fn job(args: &[&str]) -> Arc<dyn Job> {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    Registry::new()
+        .with::<sweep_buzzled::Buzzled>()
+        .lookup("buzzled")
+        .and_then(|s| s.parse_args(&args))
+        .expect("valid buzzled options")
+}
+
+/// A side-3 puzzle with exactly one solution, from the generator's fixed seed.
+fn clues() -> String {
+    let (p, _) = sweep_buzzled::generate::generate(3, 7).expect("a side-3 puzzle");
+    p.clues
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[test]
+fn every_chunking_gives_the_same_answer() {
+    let clues = clues();
+    for method in ["propagate", "brute"] {
+        let j = job(&["--clues", &clues, "--side", "3", "--method", method]);
+        let answer = testkit::same_answer_under(j.as_ref(), &[Some(1), Some(3), None]);
+        assert_eq!(
+            answer.tally.counter("solutions"),
+            1,
+            "{method}: the puzzle has one solution"
+        );
+    }
+}
+
+#[test]
+fn lies_about_the_chunk_with_the_solution_are_refused() {
+    let clues = clues();
+    let j = job(&["--clues", &clues, "--side", "3"]);
+    let n = j.plan(Some(4)).expect("plan").n_chunks;
+    let tried: usize = (0..n)
+        .map(|c| testkit::lies_refused(j.as_ref(), n, c, &["solutions"]))
+        .max()
+        .unwrap_or(0);
+    assert_eq!(tried, 3, "some chunk has the solution to drop");
+}

@@ -1,0 +1,388 @@
+//! A chunk's program as a process: started in a process group of its own, with a parent-death signal; its stdout
+//! read as protocol lines and the tail of its stderr kept; stopped with SIGTERM to the whole group and SIGKILL
+//! after a grace period when the chunk is cancelled, its worker stops, it times out or its output is malformed;
+//! and its exit status described for the report of a failed attempt.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use sweep_space::Control;
+
+use crate::protocol::{Line, Lines, ProtocolError};
+
+/// How much of stderr is kept for the error report.
+pub const STDERR_TAIL_BYTES: usize = 2048;
+
+/// Why the program was told to stop before it ended by itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The chunk was cancelled (its job cancelled, or the lease lost): the attempt counts for nothing.
+    Cancelled,
+    /// The worker is shutting down or draining: the chunk goes back, to resume from its newest checkpoint.
+    WorkerStopping,
+    /// The chunk ran longer than `--chunk-timeout`: a failed attempt.
+    TimedOut,
+    /// The program wrote output that breaks the protocol: a failed attempt, so there is no use letting it run.
+    MalformedOutput,
+}
+
+/// When to stop the program, and how long it gets between SIGTERM and SIGKILL.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub timeout: Option<Duration>,
+    pub grace: Duration,
+}
+
+/// How the program ended.
+#[derive(Debug)]
+pub struct Ended {
+    pub status: ExitStatus,
+    /// Set when the program was told to stop; it may have ended with any status after that.
+    pub stopped: Option<StopReason>,
+    /// The first thing that went wrong while it ran: a malformed line, a line `on_line` refused, a failed wait.
+    pub problem: Option<String>,
+    /// The last bytes of its stderr (at most about twice [`STDERR_TAIL_BYTES`]; see [`stderr_tail`]).
+    pub stderr: Vec<u8>,
+}
+
+/// Runs `cmd` until it ends: each line of its stdout goes to `on_line` (an `Err` from it is recorded as the
+/// problem, and the program runs on); a malformed line, a cancelled or stopping `ctl` or the timeout stops the
+/// whole process group. Whatever is left of the group when the program ends is killed.
+///
+/// `cmd` needs only its program, arguments, directory and environment: stdio, the process group and the
+/// parent-death signal are set here. Fails only if the program cannot be started.
+pub fn run(
+    mut cmd: Command,
+    ctl: &Control,
+    limits: Limits,
+    mut on_line: impl FnMut(Line) -> Result<(), String>,
+) -> std::io::Result<Ended> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    use std::os::unix::process::CommandExt;
+    // Its own group, so that stopping it reaches whatever it starts.
+    cmd.process_group(0);
+    // SAFETY: the closure runs in the child between fork and exec and calls only prctl(2), which is
+    // async-signal-safe; it allocates nothing and touches no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            // If the worker dies (SIGKILL included), the program goes with it instead of running on as an orphan.
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel::<Result<Line, ProtocolError>>();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let out_reader = std::thread::spawn(move || {
+        if let Some(s) = stdout {
+            for line in Lines::new(s) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let err_reader = std::thread::spawn(move || stderr.map(read_stderr_tail).unwrap_or_default());
+
+    let started = Instant::now();
+    let mut problem: Option<String> = None;
+    let mut stopping: Option<(Instant, StopReason)> = None;
+    let mut stdout_open = true;
+    let mut exit_poll = Duration::from_micros(200);
+    let status = loop {
+        if stdout_open {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(Ok(line)) => {
+                    if let Err(why) = on_line(line) {
+                        problem.get_or_insert(why);
+                    }
+                }
+                Ok(Err(bad)) => {
+                    problem.get_or_insert(bad.to_string());
+                    if stopping.is_none() {
+                        signal_group(pid, Signal::SIGTERM);
+                        stopping = Some((Instant::now(), StopReason::MalformedOutput));
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => stdout_open = false,
+            }
+        } else {
+            // stdout closes just before the program exits: look again soon, then back off, so that a program of
+            // a few milliseconds is not charged a fixed wait.
+            std::thread::sleep(exit_poll);
+            exit_poll = (exit_poll * 2).min(Duration::from_millis(20));
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                if !stdout_open || stopping.is_some() {
+                    break status;
+                }
+                // Exited: drain what stdout still holds before deciding.
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                problem.get_or_insert(format!("cannot wait for the program: {e}"));
+            }
+        }
+        let reason = if ctl.is_cancelled() {
+            Some(StopReason::Cancelled)
+        } else if ctl.is_stop_requested() {
+            Some(StopReason::WorkerStopping)
+        } else if limits.timeout.is_some_and(|t| started.elapsed() > t) {
+            Some(StopReason::TimedOut)
+        } else {
+            None
+        };
+        match (stopping, reason) {
+            (None, Some(r)) => {
+                signal_group(pid, Signal::SIGTERM);
+                stopping = Some((Instant::now(), r));
+            }
+            (Some((since, _)), _) if since.elapsed() >= limits.grace => {
+                signal_group(pid, Signal::SIGKILL);
+            }
+            _ => {}
+        }
+    };
+    // Whatever the program left running in its group goes with it.
+    signal_group(pid, Signal::SIGKILL);
+    let _ = out_reader.join();
+    let stderr = err_reader.join().unwrap_or_default();
+    Ok(Ended {
+        status,
+        stopped: stopping.map(|(_, reason)| reason),
+        problem,
+        stderr,
+    })
+}
+
+/// Keeps the last [`STDERR_TAIL_BYTES`] of stderr (and up to as many more, so the buffer is cut only now and
+/// then).
+fn read_stderr_tail(mut stderr: impl Read) -> Vec<u8> {
+    let mut tail: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match stderr.read(&mut buf) {
+            Ok(0) | Err(_) => return tail,
+            Ok(n) => {
+                tail.extend_from_slice(&buf[..n]);
+                if tail.len() > STDERR_TAIL_BYTES * 2 {
+                    tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+                }
+            }
+        }
+    }
+}
+
+/// The last [`STDERR_TAIL_BYTES`] of `stderr` as text, trimmed, cut at a character boundary.
+pub fn stderr_tail(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let text = text.trim();
+    if text.len() <= STDERR_TAIL_BYTES {
+        return text.to_string();
+    }
+    let mut cut = text.len() - STDERR_TAIL_BYTES;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    text[cut..].to_string()
+}
+
+/// `exit status 3`, `killed by signal 9`.
+pub fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => "ended without a status".into(),
+    }
+}
+
+/// Signals every process of the group led by `pid` (ignores a group that is already gone).
+fn signal_group(pid: u32, signal: Signal) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
+    }
+}
+
+/// A private working directory per chunk, removed (with whatever the program left) when dropped.
+pub struct WorkDir(PathBuf);
+
+impl WorkDir {
+    pub fn new(chunk: u64) -> std::io::Result<WorkDir> {
+        let base = std::env::temp_dir();
+        for attempt in 0..100u32 {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let dir = base.join(format!(
+                "sweep-chunk-{}-{chunk}-{nanos:x}{attempt}",
+                std::process::id()
+            ));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => return Ok(WorkDir(dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::other(
+            "no free name for a working directory",
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use sweep_space::ChunkControl;
+
+    const LIMITS: Limits = Limits {
+        timeout: None,
+        grace: Duration::from_secs(1),
+    };
+
+    fn sh(script: &str) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]);
+        cmd
+    }
+
+    /// Runs a shell script, collecting its lines.
+    fn run_sh(script: &str, ctl: &Control, limits: Limits) -> (Ended, Vec<Line>) {
+        let mut lines = Vec::new();
+        let ended = run(sh(script), ctl, limits, |l| {
+            lines.push(l);
+            Ok(())
+        })
+        .unwrap();
+        (ended, lines)
+    }
+
+    #[test]
+    fn lines_reach_the_caller_and_the_status_and_stderr_come_back() {
+        let (ended, lines) = run_sh(
+            r#"echo '{"progress": 2}'; echo boom >&2; echo '{"nodes": 1}'; exit 3"#,
+            &Control::new(),
+            LIMITS,
+        );
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0], Line::Progress(2));
+        assert_eq!(describe(ended.status), "exit status 3");
+        assert_eq!(stderr_tail(&ended.stderr), "boom");
+        assert_eq!(ended.stopped, None);
+        assert_eq!(ended.problem, None);
+    }
+
+    #[test]
+    fn a_refused_line_is_the_problem_and_the_program_runs_on() {
+        let mut seen = 0;
+        let ended = run(
+            sh(r#"echo '{"progress": 1}'; echo '{"progress": 2}'"#),
+            &Control::new(),
+            LIMITS,
+            |_| {
+                seen += 1;
+                Err(format!("refused {seen}"))
+            },
+        )
+        .unwrap();
+        assert_eq!(seen, 2);
+        assert_eq!(ended.problem.as_deref(), Some("refused 1"));
+        assert!(ended.status.success());
+    }
+
+    #[test]
+    fn malformed_output_stops_the_program() {
+        let started = Instant::now();
+        let (ended, _) = run_sh("echo nope; sleep 30", &Control::new(), LIMITS);
+        assert_eq!(ended.stopped, Some(StopReason::MalformedOutput));
+        assert!(ended.problem.is_some_and(|p| p.contains("not JSON")));
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn cancel_and_stop_requests_stop_the_whole_group() {
+        for (stop, reason) in [
+            (
+                ChunkControl::cancel as fn(&ChunkControl),
+                StopReason::Cancelled,
+            ),
+            (ChunkControl::request_stop, StopReason::WorkerStopping),
+        ] {
+            let ctl = Arc::new(ChunkControl::default());
+            let c2 = ctl.clone();
+            let t = std::thread::spawn(move || {
+                run_sh("sleep 30 & sleep 30; wait", c2.control(), LIMITS)
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            let started = Instant::now();
+            stop(&ctl);
+            let (ended, _) = t.join().unwrap();
+            assert_eq!(ended.stopped, Some(reason));
+            assert!(started.elapsed() < Duration::from_secs(5));
+        }
+    }
+
+    #[test]
+    fn a_program_that_ignores_sigterm_is_killed_after_the_grace() {
+        let limits = Limits {
+            timeout: Some(Duration::from_millis(200)),
+            grace: Duration::from_millis(300),
+        };
+        let started = Instant::now();
+        let (ended, _) = run_sh("trap '' TERM; sleep 30", &Control::new(), limits);
+        assert_eq!(ended.stopped, Some(StopReason::TimedOut));
+        assert_eq!(describe(ended.status), "killed by signal 9");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_program_that_cannot_start_is_an_error() {
+        let err = run(
+            Command::new("/no/such/program"),
+            &Control::new(),
+            LIMITS,
+            |_| Ok(()),
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn the_stderr_tail_is_the_end_of_stderr_at_a_character_boundary() {
+        assert_eq!(stderr_tail(b"  \n"), "");
+        let long = format!("start{}", "é".repeat(STDERR_TAIL_BYTES));
+        let tail = stderr_tail(long.as_bytes());
+        assert!(tail.len() <= STDERR_TAIL_BYTES && tail.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn a_work_dir_is_removed_with_its_contents() {
+        let dir = WorkDir::new(7).unwrap();
+        let path = dir.path().to_path_buf();
+        std::fs::write(path.join("left"), "x").unwrap();
+        drop(dir);
+        assert!(!path.exists());
+    }
+}

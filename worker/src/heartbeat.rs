@@ -1,0 +1,94 @@
+//! The task that keeps running leases alive, sends their resume states and cancels revoked ones.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sweep_proto::v1;
+use tokio::sync::watch;
+use tracing::{debug, info};
+
+use crate::config::register_request;
+use crate::shared::Shared;
+
+/// How often a running chunk's resume state is sent at most: the coordinator writes each one durably, so a
+/// program that saves its state every millisecond still costs one write per chunk every few seconds.
+pub const RESUME_STATE_INTERVAL: Duration = Duration::from_secs(3);
+
+pub(crate) async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut client = sh.client.clone();
+    let mut tick = tokio::time::interval(sh.heartbeat);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => {}
+        }
+        let (progress, done) = {
+            let mut st = sh.lock();
+            let st = &mut *st;
+            let now = Instant::now();
+            let mut p: Vec<v1::LeaseProgress> = Vec::with_capacity(st.running.len());
+            for (id, c) in &st.running {
+                let due = st
+                    .state_sent
+                    .get(id)
+                    .is_none_or(|t| now.duration_since(*t) >= RESUME_STATE_INTERVAL);
+                let checkpoint = if due { c.take_resume_state() } else { None };
+                if checkpoint.is_some() {
+                    st.state_sent.insert(*id, now);
+                }
+                p.push(v1::LeaseProgress {
+                    lease_id: *id,
+                    nodes: c.nodes(),
+                    checkpoint,
+                });
+            }
+            p.extend(st.queue.iter().map(|l| v1::LeaseProgress {
+                lease_id: l.lease_id,
+                nodes: 0,
+                checkpoint: None,
+            }));
+            (
+                p,
+                st.stopping && st.running.is_empty() && st.outbox.is_empty(),
+            )
+        };
+        if done {
+            return;
+        }
+        if progress.is_empty() {
+            continue;
+        }
+        let req = v1::HeartbeatRequest {
+            worker_id: sh.worker_id.clone(),
+            progress,
+        };
+        match client.heartbeat(req).await {
+            Ok(resp) => {
+                let resp = resp.into_inner();
+                if resp.register_again {
+                    // The coordinator restarted while every thread was busy (so no lease asked): describe this
+                    // worker again, or `sweep workers` shows it with no threads until its next lease.
+                    let req = register_request(&sh.cfg, &sh.worker_id);
+                    match client.register(req).await {
+                        Ok(_) => info!("registered again with a restarted coordinator"),
+                        Err(e) => debug!(error = %e, "register again failed"),
+                    }
+                }
+                let revoked = resp.revoked;
+                if !revoked.is_empty() {
+                    let mut st = sh.lock();
+                    st.queue.retain(|l| !revoked.contains(&l.lease_id));
+                    for id in &revoked {
+                        if let Some(c) = st.running.get(id) {
+                            info!(lease = id, "lease revoked by the coordinator; cancelling");
+                            c.cancel();
+                        }
+                    }
+                    drop(st);
+                    sh.room.notify_one();
+                }
+            }
+            Err(e) => debug!(error = %e, "heartbeat failed"),
+        }
+    }
+}
