@@ -3,7 +3,8 @@
 //!
 //! Where to look:
 //! - `support/`: the harness. `mod.rs` runs `sweep` commands and whole clusters ([`support::Cluster`]: start,
-//!   submit, wait, SIGKILL, restart); `netns.rs` puts each process in its own network namespace.
+//!   submit, wait, SIGKILL, restart, on loopback); `netns.rs` runs the same cluster with each process in its
+//!   own network namespace.
 //! - `engine_faults.rs`: the engine's fault properties, once, on the `primes` test space (killed workers,
 //!   killed coordinator, SIGTERM, interrupted `sweep run`; exact answers, every chunk counted once).
 //! - `spaces.rs`: every registered space distributed == in process (one table), then each puzzle's own answers.
@@ -14,7 +15,7 @@
 //!   streamed from the store.
 //! - `cli.rs`, `fuzz_cli.rs`: the command line's errors and a property test of its argument handling.
 //! - `deploy.rs`: the recipes in `deploy/` (flags exist, manifests parse, the Slurm script runs).
-//! - `netns.rs`: faults between (simulated) hosts: partitions, a full disk; needs root, else skips.
+//! - `netns.rs`: faults between (simulated) hosts: partitions, a full disk; needs root (fails without it).
 //!
 //! One module: `cargo test --release --test e2e engine_faults::`. The slow ignored ones:
 //! `cargo test --release --test e2e -- --ignored --nocapture`.

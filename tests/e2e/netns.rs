@@ -3,8 +3,8 @@
 //! one, every chunk's result was counted exactly once (`completions == chunks_total`, whatever `duplicates`
 //! says), and no chunk is poisoned or missing.
 //!
-//! Needs root; without it every test prints `SKIPPED: ...` and passes (`SWEEP_REQUIRE_NETNS=1` makes that a
-//! failure). Fault schedules come from a seeded generator: `SWEEP_FAULT_SEED=<n>` replays one.
+//! Needs root and iproute2 (`.ci/run` installs it); without them every test fails and says what is missing.
+//! Fault schedules come from a seeded generator: `SWEEP_FAULT_SEED=<n>` replays one.
 //!
 //! The default scenarios take about a minute together in release on 2 cores. The long study of sled under
 //! repeated SIGKILL is ignored by default:
@@ -13,8 +13,8 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::support::netns::{chunks_done, field, is_running, Net, NetCluster, Opts, Rng};
-use crate::support::{scratch, solve_result};
+use crate::support::netns::{fault_opts, Net, NetCluster, Rng};
+use crate::support::{chunks_done, field, is_running, scratch, solve_result, Cluster, Opts};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(300);
@@ -81,16 +81,16 @@ fn duplicates_logged(c: &NetCluster, worker: &str) -> usize {
 
 #[test]
 fn sigkilled_workers_at_random_moments_are_replaced_and_the_answer_is_exact() {
-    let Some(net) = Net::new() else { return };
+    let net = Net::new();
     let expected = expected();
     let t0 = Instant::now();
     let mut rng = Rng::from_env("worker kills", 0x5EED_000A);
     let opts = Opts {
         workers: 3,
         lease_ttl_ms: 1_000,
-        ..Opts::default()
+        ..fault_opts()
     };
-    let mut c = NetCluster::start(net, opts, None, scratch());
+    let mut c = Cluster::start_on(net, opts, scratch());
     let job = c.submit(&JOB);
     let mut live: Vec<usize> = (0..c.workers.len()).collect();
     const MAX_KILLS: usize = 8;
@@ -125,7 +125,7 @@ fn sigkilled_workers_at_random_moments_are_replaced_and_the_answer_is_exact() {
 
 #[test]
 fn coordinator_sigkilled_and_restarted_twenty_times_in_one_job_loses_nothing() {
-    let Some(net) = Net::new() else { return };
+    let net = Net::new();
     // Twice the chunks of the shared job, of the same size. Workers go on computing while the coordinator is
     // down and report what they finished in one batch when it is back, so a cycle acknowledges about ten
     // chunks, not STEP: 256 chunks once ran out after 19 cycles. 512 leave room for about 50.
@@ -133,7 +133,7 @@ fn coordinator_sigkilled_and_restarted_twenty_times_in_one_job_loses_nothing() {
     let expected = &solve_result(&JOB, LONG);
     let t0 = Instant::now();
     let mut rng = Rng::from_env("coordinator restarts", 0x5EED_000B);
-    let mut c = NetCluster::start(net, Opts::default(), None, scratch());
+    let mut c = Cluster::start_on(net, fault_opts(), scratch());
     let job = c.submit(&JOB);
     // A restart every few acknowledged chunks, at most MAX_RESTARTS of them.
     const STEP: u64 = 3;
@@ -181,7 +181,7 @@ fn coordinator_sigkilled_and_restarted_twenty_times_in_one_job_loses_nothing() {
 
 #[test]
 fn partitioned_workers_late_results_are_duplicates_and_never_counted_twice() {
-    let Some(net) = Net::new() else { return };
+    let net = Net::new();
     // Each partition lasts a lease time and more: this needs a longer job than the others (about 26 s of CPU).
     const JOB: [&str; 5] = ["billiard", "--rows", "10", "--chunks", "256"];
     let expected = &solve_result(&JOB, LONG);
@@ -190,9 +190,9 @@ fn partitioned_workers_late_results_are_duplicates_and_never_counted_twice() {
     let opts = Opts {
         workers: 2,
         lease_ttl_ms: ttl,
-        ..Opts::default()
+        ..fault_opts()
     };
-    let c = NetCluster::start(net, opts, None, scratch());
+    let c = Cluster::start_on(net, opts, scratch());
     let job = c.submit(&JOB);
     c.wait_until(job, LONG, |s| chunks_done(s) >= 8);
     const MAX_PARTITIONS: usize = 3;
@@ -205,7 +205,7 @@ fn partitioned_workers_late_results_are_duplicates_and_never_counted_twice() {
         }
         // The two workers take turns: each time one is cut off, the other carries the job.
         let victim = p % 2;
-        let node = c.workers[victim].node.clone();
+        let node = c.worker_host(victim).clone();
         let name = c.workers[victim].name.clone();
         let late_before = duplicates_logged(&c, &name);
         c.net.cut(&node);
@@ -284,7 +284,7 @@ fn fill(dir: &std::path::Path) -> (std::path::PathBuf, u64) {
 
 #[test]
 fn a_full_disk_refuses_changes_cleanly_and_the_job_recovers_when_space_returns() {
-    let Some(mut net) = Net::new() else { return };
+    let mut net = Net::new();
     let expected = expected();
     let t0 = Instant::now();
     let dir = scratch();
@@ -292,7 +292,11 @@ fn a_full_disk_refuses_changes_cleanly_and_the_job_recovers_when_space_returns()
     // Room for the whole job (its outputs, about 10 MB in sled) plus sled's own slack: only the filler fills it.
     net.mount_tmpfs(&mount, 64 << 20);
     let data = mount.join("store");
-    let mut c = NetCluster::start(net, Opts::default(), Some(data), dir);
+    let opts = Opts {
+        store: Some(data),
+        ..fault_opts()
+    };
+    let mut c = Cluster::start_on(net, opts, dir);
     let job = c.submit(&JOB);
     let before = c.wait_until(job, LONG, |s| chunks_done(s) >= 20);
     let (filler, filled) = fill(&mount);
@@ -320,7 +324,7 @@ fn a_full_disk_refuses_changes_cleanly_and_the_job_recovers_when_space_returns()
         stderr.contains("No space left on device") && stderr.lines().count() == 1,
         "the refusal names the cause in one line: {stderr:?}"
     );
-    let coordinator = c.coordinator.as_mut().expect("a coordinator");
+    let coordinator = &mut c.coordinator;
     assert!(
         coordinator
             .child
@@ -335,7 +339,7 @@ fn a_full_disk_refuses_changes_cleanly_and_the_job_recovers_when_space_returns()
     // Space returns. The coordinator notices (it probes the store's file system once a second), and replaces
     // itself with a fresh start on the same store, pid and address: memory may have been ahead of disk, so
     // the store is the only state to resume from. No operator, no service manager.
-    let pid = c.coordinator.as_ref().expect("a coordinator").child.id();
+    let pid = c.coordinator.child.id();
     let claimed = c.try_status(job).map(|s| chunks_done(&s));
     std::fs::remove_file(&filler).expect("remove the filler");
     let freed = Instant::now();
@@ -358,7 +362,7 @@ fn a_full_disk_refuses_changes_cleanly_and_the_job_recovers_when_space_returns()
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    let coordinator = c.coordinator.as_mut().expect("a coordinator");
+    let coordinator = &mut c.coordinator;
     assert_eq!(coordinator.child.id(), pid, "the same process serves again");
     assert!(
         coordinator
@@ -408,7 +412,7 @@ fn a_full_disk_refuses_changes_cleanly_and_the_job_recovers_when_space_returns()
 #[test]
 #[ignore = "several minutes: cargo test --release --test e2e -- --ignored --nocapture sled"]
 fn sled_store_survives_repeated_sigkill_during_heavy_completion_traffic() {
-    let Some(net) = Net::new() else { return };
+    let net = Net::new();
     let kills_wanted: u32 = std::env::var("SWEEP_SLED_KILLS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -424,9 +428,9 @@ fn sled_store_survives_repeated_sigkill_during_heavy_completion_traffic() {
         workers: 2,
         prefetch: Some(64),
         lease_ttl_ms: 2_000,
-        ..Opts::default()
+        ..fault_opts()
     };
-    let mut c = NetCluster::start(net, opts, None, scratch());
+    let mut c = Cluster::start_on(net, opts, scratch());
     let mut jobs = vec![c.submit(&job_args)];
     let mut kills = 0;
     let mut finished = 0;
@@ -449,23 +453,17 @@ fn sled_store_survives_repeated_sigkill_during_heavy_completion_traffic() {
         c.kill_coordinator();
         kills += 1;
         let open = Instant::now();
-        match c.try_start_coordinator() {
-            Ok(p) => {
-                c.coordinator = Some(p);
-                c.starts += 1;
-            }
-            Err(e) => {
-                // Keep the damaged store for a post-mortem; the scratch directory is removed on return.
-                let keep = std::env::temp_dir()
-                    .join(format!("sweep-damaged-store-{}", std::process::id()));
-                let _ = std::process::Command::new("cp")
-                    .args(["-a", &c.data.to_string_lossy(), &keep.to_string_lossy()])
-                    .status();
-                panic!(
-                    "after SIGKILL {kills} the store did not open (copy kept in {}): {e}",
-                    keep.display()
-                );
-            }
+        if let Err(e) = c.try_start_coordinator() {
+            // Keep the damaged store for a post-mortem; the scratch directory is removed on return.
+            let keep =
+                std::env::temp_dir().join(format!("sweep-damaged-store-{}", std::process::id()));
+            let _ = std::process::Command::new("cp")
+                .args(["-a", &c.store().to_string_lossy(), &keep.to_string_lossy()])
+                .status();
+            panic!(
+                "after SIGKILL {kills} the store did not open (copy kept in {}): {e}",
+                keep.display()
+            );
         }
         max_open = max_open.max(open.elapsed());
         let after = c.wait_until(current, Duration::from_secs(60), |_| true);

@@ -1,5 +1,7 @@
-//! A harness for end-to-end tests: real `sweep coordinator` and `sweep worker` processes on loopback port 0,
-//! driven with the `sweep` client commands, killed for real (SIGKILL) where a test wants a crash.
+//! A harness for end-to-end tests: real `sweep coordinator` and `sweep worker` processes on loopback port 0
+//! (or, through `netns.rs`, each in a network namespace of its own), driven with the `sweep` client commands,
+//! killed for real (SIGKILL) where a test wants a crash. One [`Cluster`] serves both, so command lines, waits
+//! and restarts cannot drift apart between them.
 //!
 //! Every wait is bounded: a test that would hang fails with what it was waiting for instead.
 
@@ -9,7 +11,8 @@ pub mod netns;
 #[path = "../../../coordinator/tests/common/pki.rs"]
 pub mod pki;
 
-use std::io::{BufRead, BufReader};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -166,16 +169,90 @@ pub fn solve_result(space_args: &[&str], timeout: Duration) -> serde_json::Value
     stdout_json(&sweep(&args, &[], timeout))["result"].clone()
 }
 
-/// A coordinator process and its workers.
-pub struct Cluster {
-    pub dir: tempfile::TempDir,
-    pub coordinator: Proc,
-    pub url: String,
-    pub workers: Vec<Proc>,
+/// Where the processes of a [`Cluster`] run and how they reach each other. [`Loopback`]: all on this machine;
+/// [`netns::Net`]: each in its own network namespace, so links between them can be cut.
+pub trait Network {
+    /// A place a process runs.
+    type Host: Clone;
+    /// A new host for the coordinator, and the address it is to listen on there.
+    fn coordinator_host(&mut self) -> (Self::Host, String);
+    /// A new host for the worker named `name`.
+    fn worker_host(&mut self, name: &str) -> Self::Host;
+    /// A command that runs `program` on `host`; its pid is the program's own, so signals reach it.
+    fn command(&self, host: &Self::Host, program: &Path) -> Command;
+    /// A command that runs `program` where client commands (`sweep submit`, `status`) run.
+    fn client_command(&self, program: &Path) -> Command;
+}
+
+/// Every process on this machine's own network stack, the coordinator on a free loopback port.
+pub struct Loopback;
+
+impl Network for Loopback {
+    type Host = ();
+
+    fn coordinator_host(&mut self) -> ((), String) {
+        ((), "127.0.0.1:0".into())
+    }
+
+    fn worker_host(&mut self, _name: &str) {}
+
+    fn command(&self, _host: &(), program: &Path) -> Command {
+        Command::new(program)
+    }
+
+    fn client_command(&self, program: &Path) -> Command {
+        Command::new(program)
+    }
+}
+
+/// How a [`Cluster`] is started.
+#[derive(Clone, Debug)]
+pub struct Opts {
     /// The `sweep` command every process of the cluster runs.
-    bin: PathBuf,
-    lease_ttl_ms: u64,
-    threads: usize,
+    pub bin: PathBuf,
+    pub workers: usize,
+    pub threads: usize,
+    pub lease_ttl_ms: u64,
+    /// The coordinator's `--max-attempts`; `None` keeps its default.
+    pub max_attempts: Option<u32>,
+    /// The workers' `--prefetch`; `None` keeps their default.
+    pub prefetch: Option<u32>,
+    /// The coordinator's `--data`; `None`: `store` in the cluster's scratch directory.
+    pub store: Option<PathBuf>,
+    /// How often waits ask `sweep status`: each ask is a process, which a 2-core machine feels.
+    pub poll: Duration,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            bin: PathBuf::from(SWEEP),
+            workers: 2,
+            threads: 1,
+            lease_ttl_ms: 2_000,
+            max_attempts: None,
+            prefetch: None,
+            store: None,
+            poll: Duration::from_millis(100),
+        }
+    }
+}
+
+/// A coordinator process and its workers, each process logging (info level) to `<name>.log` in the scratch
+/// directory. Field order is drop order: the processes die first, then the network (and what it mounted),
+/// then the scratch directory.
+pub struct Cluster<N: Network = Loopback> {
+    pub coordinator: Proc,
+    pub workers: Vec<Proc>,
+    pub net: N,
+    pub url: String,
+    pub opts: Opts,
+    /// Coordinator starts so far (1 + restarts).
+    pub starts: u32,
+    store: PathBuf,
+    coordinator_host: N::Host,
+    worker_hosts: Vec<N::Host>,
+    pub dir: tempfile::TempDir,
 }
 
 impl Cluster {
@@ -191,84 +268,164 @@ impl Cluster {
 
     /// As [`Cluster::start_with_ttl`], every process running `bin` instead of this repository's `sweep`.
     pub fn start_bin(bin: &Path, workers: usize, threads: usize, lease_ttl_ms: u64) -> Cluster {
-        let dir = scratch();
-        let (coordinator, url) =
-            start_coordinator(bin, &dir.path().join("store"), "127.0.0.1:0", lease_ttl_ms);
-        let mut c = Cluster {
-            dir,
-            coordinator,
-            url,
-            workers: Vec::new(),
+        let opts = Opts {
             bin: bin.to_path_buf(),
-            lease_ttl_ms,
+            workers,
             threads,
+            lease_ttl_ms,
+            ..Opts::default()
         };
-        for _ in 0..workers {
+        Cluster::start_on(Loopback, opts, scratch())
+    }
+}
+
+impl<N: Network> Cluster<N> {
+    /// A coordinator and `opts.workers` workers on `net`, logging into `dir`.
+    pub fn start_on(mut net: N, opts: Opts, dir: tempfile::TempDir) -> Cluster<N> {
+        let (coordinator_host, listen) = net.coordinator_host();
+        let store = opts
+            .store
+            .clone()
+            .unwrap_or_else(|| dir.path().join("store"));
+        let log = dir.path().join("coordinator.log");
+        let (coordinator, url) =
+            spawn_coordinator(&net, &coordinator_host, &opts, &listen, &store, &log, 1)
+                .unwrap_or_else(|e| panic!("coordinator start 1 failed: {e}"));
+        let mut c = Cluster {
+            coordinator,
+            workers: Vec::new(),
+            net,
+            url,
+            opts,
+            starts: 1,
+            store,
+            coordinator_host,
+            worker_hosts: Vec::new(),
+            dir,
+        };
+        for _ in 0..c.opts.workers {
             c.add_worker();
         }
         c
     }
 
     pub fn store(&self) -> PathBuf {
-        self.dir.path().join("store")
+        self.store.clone()
     }
 
-    pub fn add_worker(&mut self) {
-        self.add_worker_with(&[]);
+    pub fn log_path(&self, what: &str) -> PathBuf {
+        self.dir.path().join(format!("{what}.log"))
     }
 
-    /// Starts one more worker, named `w<index>`, with `extra` flags after the usual ones.
-    pub fn add_worker_with(&mut self, extra: &[&str]) {
-        self.add_worker_env(extra, &[]);
+    /// Everything the coordinators of this cluster logged, across restarts.
+    pub fn coordinator_log(&self) -> String {
+        std::fs::read_to_string(self.log_path("coordinator")).unwrap_or_default()
     }
 
-    /// [`Cluster::add_worker_with`], with `env` set for the worker alone.
-    pub fn add_worker_env(&mut self, extra: &[&str], env: &[(&str, &str)]) {
+    /// Where worker `i` runs.
+    pub fn worker_host(&self, i: usize) -> &N::Host {
+        &self.worker_hosts[i]
+    }
+
+    /// Starts one more worker, named `w<index>`, on a host of its own; returns its index in `workers`.
+    pub fn add_worker(&mut self) -> usize {
+        self.add_worker_with(&[])
+    }
+
+    /// As [`Cluster::add_worker`], with `extra` flags after the usual ones.
+    pub fn add_worker_with(&mut self, extra: &[&str]) -> usize {
+        self.add_worker_env(extra, &[])
+    }
+
+    /// As [`Cluster::add_worker_with`], with `env` set for the worker alone.
+    pub fn add_worker_env(&mut self, extra: &[&str], env: &[(&str, &str)]) -> usize {
         let name = format!("w{}", self.workers.len());
-        let child = Command::new(&self.bin)
-            .args(["worker", "--connect", &self.url, "--threads"])
-            .arg(self.threads.to_string())
-            .args(["--name", &name, "--grace-secs", "5"])
+        let host = self.net.worker_host(&name);
+        self.spawn_worker(host, extra, env)
+    }
+
+    /// SIGKILLs worker `i` and starts a replacement (usual flags and environment, a new name) on the same
+    /// host; returns the replacement's index.
+    pub fn replace_worker(&mut self, i: usize) -> usize {
+        self.workers[i].kill9();
+        let host = self.worker_hosts[i].clone();
+        self.spawn_worker(host, &[], &[])
+    }
+
+    fn spawn_worker(&mut self, host: N::Host, extra: &[&str], env: &[(&str, &str)]) -> usize {
+        let name = format!("w{}", self.workers.len());
+        let mut cmd = self.net.command(&host, &self.opts.bin);
+        cmd.args(["worker", "--connect", &self.url, "--threads"])
+            .arg(self.opts.threads.to_string())
+            .args(["--name", &name, "--grace-secs", "5"]);
+        if let Some(p) = self.opts.prefetch {
+            cmd.args(["--prefetch", &p.to_string()]);
+        }
+        let child = cmd
             .args(extra)
+            .env("RUST_LOG", "info")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(append(&self.log_path(&name)))
             .spawn()
             .expect("spawn worker");
         self.workers.push(Proc { child, name });
+        self.worker_hosts.push(host);
+        self.workers.len() - 1
     }
 
-    /// SIGKILLs the coordinator and starts a new one on the same store and the same address, so workers that
-    /// survived reconnect to it.
-    pub fn restart_coordinator(&mut self) {
+    /// SIGKILLs the coordinator: no shutdown handler runs.
+    pub fn kill_coordinator(&mut self) {
         self.coordinator.kill9();
-        let addr = self.url.trim_start_matches("http://").to_string();
-        let store = self.store();
-        // The port was just freed; another process could take it in theory, so retry briefly.
-        let deadline = Instant::now() + Duration::from_secs(10);
+    }
+
+    /// SIGKILLs the coordinator and starts a new one on the same store and address, so workers that survived
+    /// reconnect to it.
+    pub fn restart_coordinator(&mut self) {
+        self.kill_coordinator();
+        self.start_coordinator();
+    }
+
+    /// Starts a coordinator on the cluster's store and address (after [`Cluster::kill_coordinator`]); panics if
+    /// it cannot within 20 s.
+    pub fn start_coordinator(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            match try_start_coordinator(&self.bin, &store, &addr, self.lease_ttl_ms) {
-                Ok((p, _)) => {
-                    self.coordinator = p;
-                    return;
+            match self.try_start_coordinator() {
+                Ok(()) => return,
+                // The address of the coordinator just killed can be briefly unavailable (and on loopback,
+                // in theory, taken by another process's connection for a moment).
+                Err(e) if Instant::now() < deadline && e.contains("cannot listen") => {
+                    std::thread::sleep(Duration::from_millis(50));
                 }
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(e) => panic!("coordinator did not restart on {addr}: {e}"),
+                Err(e) => panic!("coordinator start {} failed: {e}", self.starts + 1),
             }
         }
     }
 
+    /// One attempt at [`Cluster::start_coordinator`]; the error says what the coordinator logged if it exited.
+    pub fn try_start_coordinator(&mut self) -> Result<(), String> {
+        let listen = self.url.trim_start_matches("http://").to_string();
+        let log = self.log_path("coordinator");
+        let (p, _) = spawn_coordinator(
+            &self.net,
+            &self.coordinator_host,
+            &self.opts,
+            &listen,
+            &self.store,
+            &log,
+            self.starts + 1,
+        )?;
+        self.coordinator = p;
+        self.starts += 1;
+        Ok(())
+    }
+
     pub fn sweep(&self, args: &[&str]) -> Output {
-        sweep_bin(
-            &self.bin,
-            args,
-            &[("SWEEP_COORDINATOR", &self.url)],
-            Duration::from_secs(60),
-        )
+        let mut cmd = self.net.client_command(&self.opts.bin);
+        cmd.args(args).env("SWEEP_COORDINATOR", &self.url);
+        run_bounded(cmd, Duration::from_secs(60))
     }
 
     /// `sweep submit SPACE_ARGS --json`; returns the job id.
@@ -290,12 +447,31 @@ impl Cluster {
         v["jobs"][0].clone()
     }
 
+    /// `sweep status JOB --json`, or `None` while the coordinator does not answer (restarting).
+    pub fn try_status(&self, job: u64) -> Option<serde_json::Value> {
+        let out = self.sweep(&["status", &job.to_string(), "--json"]);
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .map(|v| v["jobs"][0].clone())
+    }
+
+    /// `sweep results JOB --json`.
+    pub fn results(&self, job: u64) -> serde_json::Value {
+        stdout_json(&self.sweep(&["results", &job.to_string(), "--json"]))
+    }
+
+    /// Polls until the job has finished (any end state); returns that status.
+    pub fn wait_done(&self, job: u64, timeout: Duration) -> serde_json::Value {
+        self.wait_until(job, timeout, |s| !is_running(s))
+    }
+
     /// Polls until the job has finished (any end state), then returns `sweep results JOB --json`.
     pub fn wait_results(&self, job: u64, timeout: Duration) -> serde_json::Value {
-        self.wait_until(job, timeout, |s| {
-            !matches!(s["state"].as_str(), Some("running") | Some("paused"))
-        });
-        stdout_json(&self.sweep(&["results", &job.to_string(), "--json"]))
+        self.wait_done(job, timeout);
+        self.results(job)
     }
 
     /// Polls `sweep status` until `pred` holds for the job (bounded by `timeout`); returns that status.
@@ -309,22 +485,17 @@ impl Cluster {
         let deadline = Instant::now() + timeout;
         let mut last = serde_json::Value::Null;
         while Instant::now() < deadline {
-            let out = self.sweep(&["status", &job.to_string(), "--json"]);
-            if out.status.success() {
-                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
-                    last = v["jobs"][0].clone();
-                    if pred(&last) {
-                        return last;
-                    }
+            if let Some(s) = self.try_status(job) {
+                if pred(&s) {
+                    return s;
                 }
+                last = s;
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(self.opts.poll);
         }
         panic!("job {job}: condition not reached within {timeout:?}; last status {last}");
     }
-}
 
-impl Cluster {
     /// `sweep status --json`: every job's entry, or `None` while the coordinator does not answer (restarting).
     pub fn try_all_jobs(&self) -> Option<Vec<serde_json::Value>> {
         let out = self.sweep(&["status", "--json"]);
@@ -342,12 +513,58 @@ impl Cluster {
         let all = loop {
             match self.try_all_jobs() {
                 Some(all) => break all,
-                None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                None if Instant::now() < deadline => std::thread::sleep(self.opts.poll),
                 None => panic!("the coordinator did not answer `sweep status` within 60 s"),
             }
         };
         dag_of(&all, top)
     }
+}
+
+impl<N: Network> Drop for Cluster<N> {
+    /// A failing test keeps its cluster's logs (the scratch directory goes with the cluster): they are copied
+    /// to a directory named in the test's output.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let name = self.dir.path().file_name().unwrap_or_default();
+        let keep = std::env::temp_dir().join(format!("{}-logs", name.to_string_lossy()));
+        if std::fs::create_dir_all(&keep).is_err() {
+            return;
+        }
+        if let Ok(entries) = std::fs::read_dir(self.dir.path()) {
+            for e in entries.flatten() {
+                let path = e.path();
+                if path.extension().is_some_and(|x| x == "log") {
+                    let _ = std::fs::copy(&path, keep.join(e.file_name()));
+                }
+            }
+        }
+        eprintln!("cluster logs of the failed test kept in {}", keep.display());
+    }
+}
+
+/// Whether a job's status (an entry of `sweep status --json`) says it has not finished.
+pub fn is_running(s: &serde_json::Value) -> bool {
+    matches!(s["state"].as_str(), Some("running") | Some("paused"))
+}
+
+pub fn chunks_done(s: &serde_json::Value) -> u64 {
+    s["chunks_done"].as_u64().unwrap_or(0)
+}
+
+/// A counter of a job's status; 0 when absent.
+pub fn field(s: &serde_json::Value, name: &str) -> u64 {
+    s[name].as_u64().unwrap_or(0)
+}
+
+fn append(path: &Path) -> File {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()))
 }
 
 /// Job `top` and every job it reads, directly or not, among `all` (entries of `sweep status --json`), in id order.
@@ -372,34 +589,44 @@ pub fn dag_of(all: &[serde_json::Value], top: u64) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn start_coordinator(bin: &Path, store: &Path, listen: &str, ttl: u64) -> (Proc, String) {
-    try_start_coordinator(bin, store, listen, ttl).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn try_start_coordinator(
-    bin: &Path,
-    store: &Path,
+/// Starts `sweep coordinator` (the cluster's `start`th) on `host` with `opts`, its log appended to `log`;
+/// returns it and the URL it printed. The error says what it printed instead, and the last lines it logged.
+fn spawn_coordinator<N: Network>(
+    net: &N,
+    host: &N::Host,
+    opts: &Opts,
     listen: &str,
-    ttl: u64,
+    store: &Path,
+    log: &Path,
+    start: u32,
 ) -> Result<(Proc, String), String> {
-    let child = Command::new(bin)
-        .args(["coordinator", "--listen", listen, "--data"])
+    let mut cmd = net.command(host, &opts.bin);
+    cmd.args(["coordinator", "--listen", listen, "--data"])
         .arg(store)
-        .args(["--lease-ttl-ms", &ttl.to_string()])
+        .args(["--lease-ttl-ms", &opts.lease_ttl_ms.to_string()]);
+    if let Some(n) = opts.max_attempts {
+        cmd.args(["--max-attempts", &n.to_string()]);
+    }
+    let mut err = append(log);
+    let _ = writeln!(err, "=== coordinator start {start} ===");
+    let child = cmd
+        .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(err)
         .spawn()
         .map_err(|e| format!("spawn coordinator: {e}"))?;
     let (mut proc, line) = coordinator_first_line(child)?;
-    let line = line.ok_or("the coordinator printed no address within 20 s")?;
-    let Some(addr) = line.trim().strip_prefix("sweep coordinator listening on ") else {
-        proc.kill9();
-        return Err(format!(
-            "unexpected first line from the coordinator: {line:?}"
-        ));
-    };
-    Ok((proc, format!("http://{addr}")))
+    let line = line.unwrap_or_default();
+    if let Some(addr) = line.trim().strip_prefix("sweep coordinator listening on ") {
+        return Ok((proc, format!("http://{addr}")));
+    }
+    proc.kill9();
+    let logged = std::fs::read_to_string(log).unwrap_or_default();
+    let last = logged.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
+    Err(format!(
+        "the coordinator printed {line:?} instead of its address; last log lines: {last}"
+    ))
 }
 
 /// A coordinator just spawned with its stdout piped, and the first line it printed (its address) if it printed

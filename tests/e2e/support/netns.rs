@@ -11,31 +11,29 @@
 //! namespace and unmounts every tmpfs it created, on success and on panic; a run that was SIGKILLed leaves
 //! names whose pid is dead, and the next [`Net::new`] removes those.
 //!
-//! Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the `ip` tool. Where they are missing, [`Net::new`] prints
-//! why the test is skipped and returns `None`; set `SWEEP_REQUIRE_NETNS=1` (CI on a privileged runner) to
-//! make that a failure instead.
+//! [`Net`] is a [`Network`] for the one cluster harness (`support::Cluster`): it adds only what namespaces
+//! need, a host per process (`ip netns exec NS`) and fixed addresses on the bridge.
+//!
+//! Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the `ip` tool (iproute2); where they are missing,
+//! [`Net::new`] fails the test and says why. `.ci/run` installs iproute2; CI runs as root.
 
 #![allow(dead_code)] // each scenario uses a different part of the harness
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::Value;
-
-use super::{Proc, SWEEP};
+use super::{Cluster, Network, Opts};
 
 /// The subnet inside every hub namespace; private to it, so every test may use the same one.
 const SUBNET: &str = "10.77.0";
 /// The hub's own address on the bridge: client commands (`sweep status`, `submit`) run there, so they keep
 /// reaching the coordinator whichever worker is cut off.
 const HUB_ADDR: &str = "10.77.0.254";
-/// The coordinator's port inside its namespace: fixed, so a restarted coordinator listens where workers expect
-/// it, and free, because nothing else lives in that namespace.
+/// The coordinator's port inside its namespace: known before it starts, and free, because nothing else lives
+/// in that namespace.
 pub const COORDINATOR_PORT: u16 = 7878;
 const NAME_PREFIX: &str = "swp";
 
@@ -126,21 +124,18 @@ pub struct Net {
     _serial: MutexGuard<'static, ()>,
 }
 
-/// Why the harness cannot run here; printed as the reason a test is skipped.
-fn skip(why: &str) -> Option<Net> {
-    if std::env::var("SWEEP_REQUIRE_NETNS").is_ok_and(|v| v == "1") {
-        panic!("network namespaces are required (SWEEP_REQUIRE_NETNS=1) but unavailable: {why}");
-    }
-    eprintln!(
-        "SKIPPED: network-namespace fault test needs root and `ip netns` ({why}); \
-         run as root, or set SWEEP_REQUIRE_NETNS=1 to make this an error"
-    );
-    None
+/// Why the harness cannot run here, as a failed test: a fault scenario that did not run has not passed.
+fn unavailable(why: &str) -> ! {
+    panic!(
+        "network namespaces cannot be made here: {why}. The netns tests need root (CAP_SYS_ADMIN and \
+         CAP_NET_ADMIN) and `ip` from iproute2: run them as root after .ci/run (it installs iproute2), or \
+         apt-get install iproute2"
+    )
 }
 
 impl Net {
-    /// A fresh hub namespace with a bridge, or `None` (after printing why) where namespaces cannot be made.
-    pub fn new() -> Option<Net> {
+    /// A fresh hub namespace with a bridge; fails the test where namespaces cannot be made.
+    pub fn new() -> Net {
         let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         remove_stale();
         let prefix = format!(
@@ -150,7 +145,7 @@ impl Net {
         );
         let hub = format!("{prefix}-hub");
         if let Err(e) = ip(&["netns", "add", &hub]) {
-            return skip(&e);
+            unavailable(&e);
         }
         // From here on `Drop` removes the hub, whatever fails next.
         let net = Net {
@@ -170,10 +165,10 @@ impl Net {
         ];
         for args in &setup {
             if let Err(e) = ip(args) {
-                return skip(&e);
+                unavailable(&e);
             }
         }
-        Some(net)
+        net
     }
 
     pub fn hub(&self) -> &str {
@@ -244,40 +239,35 @@ impl Net {
     pub fn mount_point(&self, parent: &Path, what: &str) -> PathBuf {
         parent.join(format!("{}-{what}", self.prefix))
     }
+}
 
-    /// `ip netns exec NS sweep ARGS`: `sweep` itself, in the namespace (ip execs it, so the pid is sweep's).
-    pub fn command(&self, ns: &str, args: &[String]) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns, SWEEP]).args(args);
-        cmd
+/// `ip netns exec NS PROGRAM`: ip execs the program, so the child's pid is the program's own.
+fn exec_in(ns: &str, program: &Path) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns]).arg(program);
+    cmd
+}
+
+impl Network for Net {
+    type Host = Node;
+
+    fn coordinator_host(&mut self) -> (Node, String) {
+        let node = self.add_node("coord");
+        let listen = format!("{}:{COORDINATOR_PORT}", node.addr);
+        (node, listen)
     }
 
-    /// Runs `sweep ARGS` in the hub namespace to completion, bounded by `timeout`.
-    pub fn sweep_in_hub(&self, args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Output {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let mut cmd = self.command(&self.hub, &args);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().expect("spawn ip netns exec sweep");
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        match rx.recv_timeout(timeout) {
-            Ok(out) => out.expect("wait for sweep"),
-            Err(_) => {
-                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-                panic!(
-                    "`sweep {}` did not finish within {timeout:?}",
-                    args.join(" ")
-                );
-            }
-        }
+    fn worker_host(&mut self, name: &str) -> Node {
+        self.add_node(name)
+    }
+
+    fn command(&self, host: &Node, program: &Path) -> Command {
+        exec_in(&host.ns, program)
+    }
+
+    /// The hub: client commands keep reaching the coordinator whichever worker is cut off.
+    fn client_command(&self, program: &Path) -> Command {
+        exec_in(&self.hub, program)
     }
 }
 
@@ -335,308 +325,16 @@ impl Rng {
     }
 }
 
-/// How a [`NetCluster`] is started.
-#[derive(Clone, Debug)]
-pub struct Opts {
-    pub workers: usize,
-    pub threads: usize,
-    pub lease_ttl_ms: u64,
-    /// Fault tests expire many leases on purpose; the default cap of 3 attempts would poison chunks that did
-    /// nothing wrong, which is a different test.
-    pub max_attempts: u32,
-    pub prefetch: Option<u32>,
-}
+/// A cluster whose every process has a network namespace of its own.
+pub type NetCluster = Cluster<Net>;
 
-impl Default for Opts {
-    fn default() -> Self {
-        Opts {
-            workers: 2,
-            threads: 1,
-            lease_ttl_ms: 2_000,
-            max_attempts: 1_000,
-            prefetch: None,
-        }
+/// Fault scenarios' cluster options: the loopback defaults, except that fault tests expire many leases on
+/// purpose (the default cap of 3 attempts would poison chunks that did nothing wrong, which is a different
+/// test), and that they act on what a poll sees (a restart every few chunks), so they poll more often.
+pub fn fault_opts() -> Opts {
+    Opts {
+        max_attempts: Some(1_000),
+        poll: Duration::from_millis(50),
+        ..Opts::default()
     }
-}
-
-/// A worker process and the node it runs on.
-pub struct WorkerSlot {
-    pub node: Node,
-    pub name: String,
-    pub proc: Proc,
-}
-
-/// A coordinator in its own namespace and workers in theirs, driven from the hub. Field order is drop order:
-/// processes die first, then the network goes (unmounting the tmpfs), then the scratch directory.
-pub struct NetCluster {
-    pub coordinator: Option<Proc>,
-    pub workers: Vec<WorkerSlot>,
-    pub net: Net,
-    pub coordinator_node: Node,
-    pub url: String,
-    pub data: PathBuf,
-    pub opts: Opts,
-    /// Coordinator starts so far (1 + restarts).
-    pub starts: u32,
-    workers_started: u32,
-    pub dir: tempfile::TempDir,
-}
-
-impl NetCluster {
-    /// A coordinator on 10.77.0.1 with its store in `data` (default: a fresh directory in the scratch dir),
-    /// and `opts.workers` workers, each in its own namespace.
-    pub fn start(
-        mut net: Net,
-        opts: Opts,
-        data: Option<PathBuf>,
-        dir: tempfile::TempDir,
-    ) -> NetCluster {
-        let coordinator_node = net.add_node("coord");
-        let url = format!("http://{}:{COORDINATOR_PORT}", coordinator_node.addr);
-        let data = data.unwrap_or_else(|| dir.path().join("store"));
-        let mut c = NetCluster {
-            coordinator: None,
-            workers: Vec::new(),
-            net,
-            coordinator_node,
-            url,
-            data,
-            opts,
-            starts: 0,
-            workers_started: 0,
-            dir,
-        };
-        c.start_coordinator();
-        for i in 0..c.opts.workers {
-            let node = c.net.add_node(&format!("w{i}"));
-            c.start_worker(node);
-        }
-        c
-    }
-
-    pub fn log_path(&self, what: &str) -> PathBuf {
-        self.dir.path().join(format!("{what}.log"))
-    }
-
-    fn log_file(&self, what: &str) -> File {
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path(what))
-            .expect("open a log file")
-    }
-
-    /// Everything the coordinators of this cluster logged (info level), across restarts.
-    pub fn coordinator_log(&self) -> String {
-        std::fs::read_to_string(self.log_path("coordinator")).unwrap_or_default()
-    }
-
-    /// Starts a coordinator on the cluster's address and store; panics if it cannot within 20 s.
-    pub fn start_coordinator(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match self.try_start_coordinator() {
-                Ok(p) => {
-                    self.coordinator = Some(p);
-                    self.starts += 1;
-                    return;
-                }
-                // The address of the coordinator just killed can be briefly unavailable.
-                Err(e) if Instant::now() < deadline && e.contains("cannot listen") => {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(e) => panic!("coordinator start {} failed: {e}", self.starts + 1),
-            }
-        }
-    }
-
-    /// One attempt; the error says what the coordinator printed if it exited.
-    pub fn try_start_coordinator(&mut self) -> Result<Proc, String> {
-        let args: Vec<String> = vec![
-            "coordinator".into(),
-            "--listen".into(),
-            format!("{}:{COORDINATOR_PORT}", self.coordinator_node.addr),
-            "--data".into(),
-            self.data.to_string_lossy().into(),
-            "--lease-ttl-ms".into(),
-            self.opts.lease_ttl_ms.to_string(),
-            "--max-attempts".into(),
-            self.opts.max_attempts.to_string(),
-        ];
-        let mut log = self.log_file("coordinator");
-        let _ = writeln!(log, "=== coordinator start {} ===", self.starts + 1);
-        let child = self
-            .net
-            .command(&self.coordinator_node.ns, &args)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("spawn coordinator: {e}"))?;
-        let (mut proc, line) = super::coordinator_first_line(child)?;
-        let line = line.unwrap_or_default();
-        if line.starts_with("sweep coordinator listening on ") {
-            return Ok(proc);
-        }
-        proc.kill9();
-        let log = self.coordinator_log();
-        let last = log.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
-        Err(format!(
-            "the coordinator printed {line:?} instead of its address; last log lines: {last}"
-        ))
-    }
-
-    /// SIGKILLs the coordinator (no shutdown handler runs).
-    pub fn kill_coordinator(&mut self) {
-        if let Some(mut p) = self.coordinator.take() {
-            p.kill9();
-        }
-    }
-
-    pub fn restart_coordinator(&mut self) {
-        self.kill_coordinator();
-        self.start_coordinator();
-    }
-
-    /// Starts a worker on `node` under a new name; returns its index in `workers`.
-    pub fn start_worker(&mut self, node: Node) -> usize {
-        let name = format!("w{}", self.workers_started);
-        self.workers_started += 1;
-        let mut args: Vec<String> = vec![
-            "worker".into(),
-            "--connect".into(),
-            self.url.clone(),
-            "--threads".into(),
-            self.opts.threads.to_string(),
-            "--name".into(),
-            name.clone(),
-            "--grace-secs".into(),
-            "5".into(),
-        ];
-        if let Some(p) = self.opts.prefetch {
-            args.push("--prefetch".into());
-            args.push(p.to_string());
-        }
-        let child = self
-            .net
-            .command(&node.ns, &args)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(self.log_file(&name))
-            .spawn()
-            .expect("spawn worker");
-        self.workers.push(WorkerSlot {
-            node,
-            name: name.clone(),
-            proc: Proc { child, name },
-        });
-        self.workers.len() - 1
-    }
-
-    /// SIGKILLs worker `i` and starts a replacement on the same node; returns the replacement's index.
-    pub fn replace_worker(&mut self, i: usize) -> usize {
-        self.workers[i].proc.kill9();
-        let node = self.workers[i].node.clone();
-        self.start_worker(node)
-    }
-
-    pub fn sweep(&self, args: &[&str]) -> Output {
-        self.net.sweep_in_hub(
-            args,
-            &[("SWEEP_COORDINATOR", &self.url)],
-            Duration::from_secs(60),
-        )
-    }
-
-    /// `sweep submit SPACE_ARGS --json`; returns the job id.
-    pub fn submit(&self, space_args: &[&str]) -> u64 {
-        let mut args = vec!["submit"];
-        args.extend_from_slice(space_args);
-        args.push("--json");
-        let v = super::stdout_json(&self.sweep(&args));
-        v["job"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no job id in {v}"))
-    }
-
-    /// `sweep status JOB --json`, or `None` while the coordinator does not answer.
-    pub fn try_status(&self, job: u64) -> Option<Value> {
-        let out = self.sweep(&["status", &job.to_string(), "--json"]);
-        if !out.status.success() {
-            return None;
-        }
-        serde_json::from_slice::<Value>(&out.stdout)
-            .ok()
-            .map(|v| v["jobs"][0].clone())
-    }
-
-    pub fn status(&self, job: u64) -> Value {
-        self.try_status(job)
-            .unwrap_or_else(|| panic!("the coordinator did not answer `status {job}`"))
-    }
-
-    /// Polls until `pred` holds for the job's status (bounded by `timeout`); returns that status.
-    pub fn wait_until(&self, job: u64, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + timeout;
-        let mut last = Value::Null;
-        while Instant::now() < deadline {
-            if let Some(s) = self.try_status(job) {
-                if pred(&s) {
-                    return s;
-                }
-                last = s;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("job {job}: condition not reached within {timeout:?}; last status {last}");
-    }
-
-    pub fn wait_done(&self, job: u64, timeout: Duration) -> Value {
-        self.wait_until(job, timeout, |s| !is_running(s))
-    }
-
-    /// `sweep results JOB --json`.
-    pub fn results(&self, job: u64) -> Value {
-        super::stdout_json(&self.sweep(&["results", &job.to_string(), "--json"]))
-    }
-}
-
-impl Drop for NetCluster {
-    /// A failing scenario keeps its logs (the scratch directory goes with the cluster): they are copied to a
-    /// directory named in the test's output.
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        let keep = std::env::temp_dir().join(format!("sweep-fault-logs-{}", self.net.prefix));
-        if std::fs::create_dir_all(&keep).is_err() {
-            return;
-        }
-        if let Ok(entries) = std::fs::read_dir(self.dir.path()) {
-            for e in entries.flatten() {
-                let path = e.path();
-                if path.extension().is_some_and(|x| x == "log") {
-                    let _ = std::fs::copy(&path, keep.join(e.file_name()));
-                }
-            }
-        }
-        eprintln!(
-            "netns harness: logs of the failed scenario kept in {}",
-            keep.display()
-        );
-    }
-}
-
-pub fn is_running(s: &Value) -> bool {
-    matches!(s["state"].as_str(), Some("running") | Some("paused"))
-}
-
-pub fn chunks_done(s: &Value) -> u64 {
-    s["chunks_done"].as_u64().unwrap_or(0)
-}
-
-pub fn field(s: &Value, name: &str) -> u64 {
-    s[name].as_u64().unwrap_or(0)
 }
