@@ -99,7 +99,7 @@ impl Core {
         any
     }
 
-    /// One round of [`Core::stage_dirty`]; returns the jobs that just ended without a complete artifact.
+    /// One pass of [`Core::stage_dirty`]; returns the jobs that just ended without a complete artifact.
     fn stage_dirty_once(&mut self, now: Millis) -> Vec<JobId> {
         let mut ended = Vec::new();
         let dirty = self.sched.take_dirty();
