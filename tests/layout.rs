@@ -1,0 +1,239 @@
+//! The layout's invariants, checked on the sources so that a change cannot quietly undo them:
+//! - a search space crate depends on the contract crate and plain libraries, never on anything engine-side;
+//! - in every crate, top-level modules import each other in one direction (no cycle through `crate::` paths).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// What a space must never depend on: the engine's crates and the runtimes, transports and stores they use.
+const ENGINE_SIDE: &[&str] = &[
+    "sweep-coordinator",
+    "sweep-worker",
+    "sweep-client",
+    "sweep-proto",
+    "sweep-engine",
+    "sweep",
+    "tokio",
+    "tonic",
+    "prost",
+    "sled",
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The names in a manifest's `[dependencies]` table (not dev- or build-dependencies).
+fn dependencies(manifest: &str) -> Vec<String> {
+    let mut in_deps = false;
+    let mut names = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_deps = line == "[dependencies]";
+            continue;
+        }
+        if in_deps && !line.is_empty() && !line.starts_with('#') {
+            if let Some((name, _)) = line.split_once('=') {
+                names.push(name.trim().split('.').next().unwrap_or("").to_string());
+            }
+        }
+    }
+    names
+}
+
+fn space_crates() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("spaces"))
+        .expect("spaces/ exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("Cargo.toml").exists())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+#[test]
+fn spaces_depend_on_the_contract_and_nothing_engine_side() {
+    let crates = space_crates();
+    assert!(crates.len() >= 7, "the built-in spaces: {crates:?}");
+    for dir in crates {
+        let deps = dependencies(&read(&dir.join("Cargo.toml")));
+        assert!(
+            deps.iter().any(|d| d == "sweep-space"),
+            "{}: a space depends on the contract crate",
+            dir.display()
+        );
+        for dep in &deps {
+            assert!(
+                !ENGINE_SIDE.contains(&dep.as_str()),
+                "{} depends on `{dep}`: spaces know nothing of the engine",
+                dir.display()
+            );
+            assert!(
+                !dep.starts_with("sweep-") || dep == "sweep-space",
+                "{} depends on `{dep}`: spaces depend on no sweep crate but the contract",
+                dir.display()
+            );
+        }
+    }
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file of `src` belongs to (`lib` for the crate root).
+fn top_module(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).expect("under src");
+    let first = rel
+        .components()
+        .next()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// The top-level modules that production code in `text` names through `crate::`, in `use crate::{a, b::c}`
+/// groups too. Test code (from the first `#[cfg(test)]` on) and comments are not counted.
+fn crate_references(text: &str) -> BTreeSet<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    let mut names = BTreeSet::new();
+    for line in code.lines() {
+        let line = line.split("//").next().unwrap_or("");
+        let mut rest = line;
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                // `use crate::{a, b::c}` on one line: each item's first segment.
+                let end = group.find('}').unwrap_or(group.len());
+                for item in group[..end].split(',') {
+                    let first = item.trim().split("::").next().unwrap_or("").trim();
+                    if !first.is_empty() {
+                        names.insert(first.to_string());
+                    }
+                }
+            } else {
+                let ident: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !ident.is_empty() {
+                    names.insert(ident);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// A cycle among `edges`, if there is one, as the path that closes it.
+fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            let mut cycle = stack[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        stack.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, stack, done) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for node in edges.keys() {
+        if let Some(cycle) = visit(node, edges, &mut Vec::new(), &mut done) {
+            return Some(cycle);
+        }
+    }
+    None
+}
+
+#[test]
+fn top_level_modules_import_in_one_direction_in_every_crate() {
+    let mut crates = vec![
+        root().join("src"),
+        root().join("space/src"),
+        root().join("engine/src"),
+        root().join("proto/src"),
+        root().join("client/src"),
+        root().join("coordinator/src"),
+        root().join("worker/src"),
+    ];
+    crates.extend(space_crates().into_iter().map(|d| d.join("src")));
+    for src in crates {
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        assert!(!files.is_empty(), "{}: no sources", src.display());
+        let modules: BTreeSet<String> = files.iter().map(|f| top_module(&src, f)).collect();
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for file in &files {
+            let from = top_module(&src, file);
+            // The crate root declares and re-exports every module; what matters is how the modules use each
+            // other, so it is left out as a source of edges.
+            // Test modules in files of their own (`tests.rs`, `dag_tests.rs`, `test_support.rs`) may reach
+            // anywhere: nothing imports them.
+            let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            let test_file = stem == "tests" || stem.ends_with("_tests") || stem == "test_support";
+            if from == "lib" || from == "main" || test_file {
+                continue;
+            }
+            for to in crate_references(&read(file)) {
+                if to != from && modules.contains(&to) && to != "lib" {
+                    edges.entry(from.clone()).or_default().insert(to);
+                }
+            }
+        }
+        if let Some(cycle) = find_cycle(&edges) {
+            panic!(
+                "{}: top-level modules import each other in a circle: {}",
+                src.display(),
+                cycle.join(" -> ")
+            );
+        }
+    }
+}
+
+#[test]
+fn the_cycle_finder_finds_a_cycle_and_only_then() {
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    edges.entry("a".into()).or_default().insert("b".into());
+    edges.entry("b".into()).or_default().insert("c".into());
+    assert_eq!(find_cycle(&edges), None);
+    edges.entry("c".into()).or_default().insert("a".into());
+    assert_eq!(
+        find_cycle(&edges),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    assert_eq!(
+        crate_references(
+            "use crate::{store::Store, core};\nlet x = crate::limits::MAX; // crate::no"
+        ),
+        ["core", "limits", "store"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    );
+}
