@@ -428,3 +428,34 @@ fn cancelled_and_drained_programs_leave_no_process_behind() {
         "the chunks went back, not failed: {s}"
     );
 }
+
+/// A program that saves a checkpoint at once and then runs on: the coordinator must hold that state well
+/// before the next regular heartbeat (a quarter of the 30 s lease), so that a crash loses at most a few
+/// seconds of its work, as `docs/your-own-space.md` promises.
+#[test]
+fn a_checkpoint_reaches_the_coordinator_within_seconds_with_the_default_lease() {
+    let mut c = Cluster::start_with_ttl(0, 1, 30_000);
+    c.add_worker_with(&["--allow-exec"]);
+    let job = c.submit(&[
+        "exec",
+        "--chunks",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        r#"echo '{"checkpoint": "early"}'; sleep 20; echo '{"nodes": 1}'"#,
+    ]);
+    let running = c.wait_until(job, LONG, |s| s["chunks_leased"].as_u64().unwrap_or(0) >= 1);
+    let started = Instant::now();
+    // The worker sends a new state at most every RESUME_STATE_INTERVAL (3 s); 7.5 s would be the heartbeat.
+    c.wait_until(job, Duration::from_secs(6), |s| {
+        s["checkpoints"].as_u64().unwrap_or(0) >= 1
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "the checkpoint took {:?} (status when running: {running})",
+        started.elapsed()
+    );
+    let cancelled = c.sweep(&["cancel", &job.to_string()]);
+    assert!(cancelled.status.success(), "{cancelled:?}");
+}

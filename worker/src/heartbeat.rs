@@ -16,13 +16,18 @@ pub const RESUME_STATE_INTERVAL: Duration = Duration::from_secs(3);
 
 pub(crate) async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut client = sh.client.clone();
-    let mut tick = tokio::time::interval(sh.heartbeat);
+    // The heartbeat interval is a quarter of the lease time (7.5 s by default): waking only then would hold a
+    // saved resume state back that long. So the task wakes at least every RESUME_STATE_INTERVAL and beats early
+    // when a running chunk has a new state to send; otherwise it beats at the coordinator's interval.
+    let mut tick = tokio::time::interval(sh.heartbeat.min(RESUME_STATE_INTERVAL));
+    let mut last_beat: Option<Instant> = None;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => {}
-        }
-        let (progress, done) = {
+        // A stop (drain, SIGTERM) is told to the coordinator at once, as every beat is.
+        let stopping = tokio::select! {
+            _ = tick.tick() => false,
+            _ = stop.changed() => true,
+        };
+        let (progress, done, has_state) = {
             let mut st = sh.lock();
             let st = &mut *st;
             let now = Instant::now();
@@ -47,9 +52,11 @@ pub(crate) async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>
                 nodes: 0,
                 checkpoint: None,
             }));
+            let has_state = p.iter().any(|l| l.checkpoint.is_some());
             (
                 p,
                 st.stopping && st.running.is_empty() && st.outbox.is_empty(),
+                has_state,
             )
         };
         if done {
@@ -58,6 +65,11 @@ pub(crate) async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>
         if progress.is_empty() {
             continue;
         }
+        let beat_due = stopping || last_beat.is_none_or(|t| t.elapsed() >= sh.heartbeat);
+        if !beat_due && !has_state {
+            continue;
+        }
+        last_beat = Some(Instant::now());
         let req = v1::HeartbeatRequest {
             worker_id: sh.worker_id.clone(),
             progress,
