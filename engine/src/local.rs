@@ -56,10 +56,12 @@ pub fn run_chunks(
     type ThreadPart = Result<(Vec<(u64, ChunkOutput)>, AnswerMerge), SpaceError>;
     let parts: Vec<ThreadPart> = std::thread::scope(|s| {
         let (handle, done, finished) = (&handle, &done, &finished);
-        s.spawn(move || {
+        // Parked between reports rather than asleep, so the run ends as soon as its last chunk does instead of
+        // waiting out the ticker's interval.
+        let ticker = s.spawn(move || {
             while !finished.load(Ordering::Relaxed) {
                 progress(done.load(Ordering::Relaxed), handle.nodes());
-                std::thread::sleep(PROGRESS_EVERY);
+                std::thread::park_timeout(PROGRESS_EVERY);
             }
         });
         let parts = pool.broadcast(|_| -> ThreadPart {
@@ -87,6 +89,7 @@ pub fn run_chunks(
             Ok((outputs, merge))
         });
         finished.store(true, Ordering::Relaxed);
+        ticker.thread().unpark();
         parts
     });
     let mut merge = AnswerMerge::default();
@@ -112,7 +115,9 @@ pub fn run_chunks(
 
 /// What [`bind_dag`] needs from its caller.
 pub struct DagSources<'a> {
-    /// The merged artifact of a finished job kept somewhere (a coordinator's store), if there is one.
+    /// The merged artifact of a finished job kept somewhere (a coordinator's store), if there is one. Asked
+    /// for every input it may need before the first input is built, so a caller may let go of where it reads
+    /// them from once `building` is first called.
     pub stored: &'a dyn Fn(&dyn Job) -> Option<Vec<u8>>,
     /// Called before input `built` of `to_build` is run here, with its label and its number of chunks.
     pub building: &'a dyn Fn(usize, usize, &str, u64),

@@ -1,12 +1,14 @@
 //! `sweep run` (embedded coordinator + local workers over real gRPC) and `sweep solve` (in-process, rayon): a
 //! job on this machine.
 
+use std::cell::RefCell;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
+use sweep_coordinator::store::{FinishedArtifacts, Store};
+use sweep_coordinator::{Coordinator, CoordinatorConfig};
 use sweep_engine::inputs::{self, DagNode};
 use sweep_engine::local;
 use sweep_proto::v1;
@@ -259,11 +261,11 @@ fn report_run(
 
 /// The merged artifacts of finished jobs in the store at `--data`, through the store's own API. A missing
 /// store, one in use by a running coordinator, or no such job all mean "build it here".
-fn stored_artifacts(data: &std::path::Path) -> Option<Store> {
+fn stored_artifacts(data: &std::path::Path) -> Option<FinishedArtifacts> {
     if !data.join("conf").exists() {
         return None;
     }
-    Store::open(data).ok()
+    Store::open(data).ok()?.finished_artifacts().ok()
 }
 
 /// The last job of `dag` bound to its inputs: each built here (a bar per input) or read from the store in
@@ -274,11 +276,14 @@ fn bind_dag(
     engine: &args::EngineOpts,
     show: bool,
 ) -> anyhow::Result<Arc<dyn sweep_space::Job>> {
-    let store = stored_artifacts(&engine.data);
-    let finished = store.as_ref().and_then(|s| s.finished_artifacts().ok());
-    let stored = |job: &dyn sweep_space::Job| finished.as_ref()?.get(job.space(), &job.params());
+    // Open only while the engine looks inputs up: building them can take long, and a store held open is
+    // locked against a `sweep run` on the same --data meanwhile.
+    let finished = RefCell::new(stored_artifacts(&engine.data));
+    let stored =
+        |job: &dyn sweep_space::Job| finished.borrow().as_ref()?.get(job.space(), &job.params());
     let bar = SolveBar::new(show);
     let building = |built: usize, to_build: usize, label: &str, n_chunks: u64| {
+        drop(finished.borrow_mut().take());
         bar.start(n_chunks);
         if !engine.json {
             eprintln!(

@@ -291,8 +291,8 @@ impl Store {
 
     /// The merged artifacts of this store's finished jobs, found by (space, canonical parameters): what a job
     /// run outside the coordinator (`sweep solve`) reads instead of building an input again. The job records
-    /// are read once, here.
-    pub fn finished_artifacts(&self) -> Result<FinishedArtifacts<'_>, StoreError> {
+    /// are read once, here; the store is closed when the result is dropped.
+    pub fn finished_artifacts(self) -> Result<FinishedArtifacts, StoreError> {
         let jobs = self
             .load()?
             .jobs
@@ -338,12 +338,12 @@ impl Store {
 }
 
 /// See [`Store::finished_artifacts`].
-pub struct FinishedArtifacts<'a> {
-    store: &'a Store,
+pub struct FinishedArtifacts {
+    store: Store,
     jobs: Vec<crate::core::JobRecord>,
 }
 
-impl FinishedArtifacts<'_> {
+impl FinishedArtifacts {
     /// The merged artifact of the finished job of `space` with `params`, if stored and its digest checks; a
     /// store that cannot read it answers `None`, and the caller builds the artifact itself.
     pub fn get(&self, space: &str, params: &serde_json::Value) -> Option<Vec<u8>> {
