@@ -1,0 +1,415 @@
+//! Every process a chunk starts, kept in a box, so that nothing it starts outlives it and no chunk takes more
+//! than its limits.
+//!
+//! A box is a process between the worker and the chunk's program ([`spawn`] has the details):
+//!
+//! - **lifetime**: the box is PID 1 of a new PID namespace where the machine allows one (as root, or inside a
+//!   user namespace); when the program ends, or the box is killed, the kernel ends every process in it, however
+//!   it detached (setsid, double fork, a daemon, ignoring SIGTERM). Where there are no namespaces the box is a
+//!   child subreaper that kills the program's group and every orphan handed to it. The box and the program
+//!   have parent-death signals, so a worker that dies (SIGKILL included) takes its chunks with it;
+//! - **cgroups**: where the worker can make groups (cgroup v2, and the v1 memory and pids controllers on hybrid
+//!   hosts), the box joins a group per chunk ([`cgroup`]), which gives the limits, the CPU time of every process
+//!   of the chunk, and a kill of everything in it;
+//! - **limits** ([`Limits`]): memory, processes, CPU time and the size of the private directory, each by a cgroup
+//!   where there is one and by an rlimit or a check otherwise ([`Facilities::summary`] says which, per machine);
+//!   a chunk over a limit ends with a [`LimitHit`] that names it;
+//! - **sandbox** ([`Sandbox`]): new user, mount, PID, IPC, UTS and (unless asked) network namespaces, the root
+//!   file system read-only, the temporary directory hidden but for the chunk's own paths;
+//! - **the launcher** ([`launcher`]): a small process that forks the boxes, so that a large worker is not copied
+//!   for every chunk.
+//!
+//! This crate does I/O by nature (it starts processes) but knows nothing of jobs, networks or stores: the `exec`
+//! space drives it, and the `sweep` binary starts the launcher.
+
+pub mod cgroup;
+pub mod facilities;
+pub mod launcher;
+mod spawn;
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+pub use cgroup::ChunkGroup;
+pub use facilities::{Facilities, PidNamespace};
+
+/// How often the CPU time and the private directory's size are looked at.
+const CHECK_EVERY: Duration = Duration::from_millis(250);
+
+/// What a chunk may use. `None` is no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Bytes of memory for all the chunk's processes together (a cgroup), or each one's address space (rlimit).
+    pub memory: Option<u64>,
+    /// Processes (and threads) at once.
+    pub pids: Option<u64>,
+    /// Seconds of CPU time, all processes together (with a cgroup) and each one (rlimit).
+    pub cpu_secs: Option<u64>,
+    /// Bytes in the private directory.
+    pub disk: Option<u64>,
+}
+
+/// The sandbox: what the program may see and write.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sandbox {
+    /// Directories the program may write (its private directory).
+    pub writable: Vec<PathBuf>,
+    /// Directories it may read inside hidden ones (shipped files).
+    pub readable: Vec<PathBuf>,
+    /// Directories replaced by an empty one (the temporary directory, where other chunks' directories are).
+    pub hide: Vec<PathBuf>,
+    /// Whether the program keeps the machine's network (else it has only a loopback of its own).
+    pub network: bool,
+}
+
+/// A program to start in a box.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spec {
+    /// As given: a name searched in the `PATH` of `env`, or a path (relative to `cwd`).
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// The whole environment.
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub limits: Limits,
+    /// The directory whose size `limits.disk` bounds.
+    pub private_dir: Option<PathBuf>,
+    pub sandbox: Option<Sandbox>,
+}
+
+/// A limit the chunk went over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitHit {
+    Memory(u64),
+    Pids(u64),
+    Cpu(u64),
+    Disk(u64),
+}
+
+impl std::fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LimitHit::Memory(b) => write!(f, "over its memory limit of {}", bytes(*b)),
+            LimitHit::Pids(n) => write!(f, "at its limit of {n} processes (a fork was refused)"),
+            LimitHit::Cpu(s) => write!(f, "over its CPU time limit of {s} s"),
+            LimitHit::Disk(b) => write!(f, "over its disk limit of {} in its directory", bytes(*b)),
+        }
+    }
+}
+
+/// `2 GiB`, `512 MiB`, `1000 bytes`.
+pub fn bytes(b: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (unit, size) in UNITS {
+        if b >= size {
+            return if b.is_multiple_of(size) {
+                format!("{} {unit}", b / size)
+            } else {
+                format!("{:.1} {unit}", b as f64 / size as f64)
+            };
+        }
+    }
+    format!("{b} bytes")
+}
+
+/// How a boxed program ended.
+#[derive(Clone, Copy, Debug)]
+pub struct Outcome {
+    pub status: ExitStatus,
+    /// The limit it went over, when it failed and one was hit.
+    pub limit: Option<LimitHit>,
+}
+
+/// A started program in its box. Dropping it kills everything in the box.
+#[derive(Debug)]
+pub struct Boxed {
+    box_pid: i32,
+    pidfd: Option<OwnedFd>,
+    /// Started by this process (not a launcher): reap the box here.
+    ours: bool,
+    pid_namespace: bool,
+    status: File,
+    buf: Vec<u8>,
+    program: Option<i32>,
+    wait_status: Option<i32>,
+    group: Option<ChunkGroup>,
+    limits: Limits,
+    private_dir: Option<PathBuf>,
+    over: Option<LimitHit>,
+    last_check: Instant,
+    outcome: Option<Outcome>,
+    stdout: Option<File>,
+    stderr: Option<File>,
+}
+
+/// Starts `spec` in a box: through the launcher if this process has one, else forked here.
+pub fn spawn(spec: &Spec) -> io::Result<Boxed> {
+    let group = ChunkGroup::take(&spec.limits)?;
+    let procs = group.as_ref().map(ChunkGroup::procs).unwrap_or_default();
+    let launched = launcher::global().and_then(|l| l.start(spec, &procs));
+    let ours = launched.is_none();
+    let started = match launched.unwrap_or_else(|| spawn::start(spec, &procs)) {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(g) = group {
+                g.release();
+            }
+            return Err(e);
+        }
+    };
+    // SAFETY: pidfd_open on the box's pid, which cannot have been reused: the box is not reaped before its status
+    // pipe closes, and a launcher's box is reaped only once it exits, which it does only after the program ends.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, started.pid, 0) };
+    // SAFETY: a fresh fd from pidfd_open.
+    let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
+    let status = File::from(started.status);
+    set_nonblocking(&status)?;
+    Ok(Boxed {
+        box_pid: started.pid,
+        pidfd,
+        ours,
+        pid_namespace: started.pid_namespace,
+        status,
+        buf: Vec::new(),
+        program: None,
+        wait_status: None,
+        group,
+        limits: spec.limits,
+        private_dir: spec.private_dir.clone(),
+        over: None,
+        last_check: Instant::now(),
+        outcome: None,
+        stdout: Some(File::from(started.stdout)),
+        stderr: Some(File::from(started.stderr)),
+    })
+}
+
+impl Boxed {
+    pub fn take_stdout(&mut self) -> Option<File> {
+        self.stdout.take()
+    }
+
+    pub fn take_stderr(&mut self) -> Option<File> {
+        self.stderr.take()
+    }
+
+    /// Sends `sig` to the box, which passes it on to every process in it.
+    pub fn signal(&self, sig: i32) {
+        if self.outcome.is_some() {
+            return;
+        }
+        match &self.pidfd {
+            // SAFETY: pidfd_send_signal on our own pidfd.
+            Some(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    sig,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            },
+            // SAFETY: kill(2) on the box's pid (see `spawn` for why it is still ours).
+            None => unsafe {
+                libc::kill(self.box_pid, sig);
+            },
+        }
+    }
+
+    /// Kills every process in the box now.
+    pub fn kill(&mut self) {
+        if self.outcome.is_some() {
+            return;
+        }
+        self.signal(libc::SIGKILL);
+        if !self.pid_namespace {
+            if let Some(p) = self.program {
+                // SAFETY: the program's group; outside a namespace the box's SIGKILL does not reach it.
+                unsafe { libc::kill(-p, libc::SIGKILL) };
+            }
+        }
+        if let Some(g) = &self.group {
+            g.kill_all();
+        }
+    }
+
+    /// Checks the limits the kernel does not enforce by itself (CPU time of the whole chunk, the directory's
+    /// size); a chunk over one is killed, and its outcome names the limit. Cheap to call often.
+    pub fn enforce(&mut self) {
+        if self.over.is_some() || self.outcome.is_some() || self.last_check.elapsed() < CHECK_EVERY
+        {
+            return;
+        }
+        self.last_check = Instant::now();
+        if let (Some(limit), Some(used)) = (
+            self.limits.cpu_secs,
+            self.group.as_ref().and_then(ChunkGroup::cpu_used),
+        ) {
+            if used > Duration::from_secs(limit) {
+                self.over = Some(LimitHit::Cpu(limit));
+            }
+        }
+        if let (Some(limit), Some(dir), None) = (self.limits.disk, &self.private_dir, self.over) {
+            if dir_size(dir, limit) > limit {
+                self.over = Some(LimitHit::Disk(limit));
+            }
+        }
+        if self.over.is_some() {
+            self.kill();
+        }
+    }
+
+    /// The outcome once the box has ended (its status pipe closed), else `None`.
+    pub fn try_wait(&mut self) -> io::Result<Option<Outcome>> {
+        if let Some(o) = self.outcome {
+            return Ok(Some(o));
+        }
+        let mut chunk = [0u8; 64];
+        loop {
+            match self.status.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.parse();
+                    return Ok(None);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.parse();
+        Ok(Some(self.finish()))
+    }
+
+    /// Waits for the end, checking limits meanwhile.
+    pub fn wait(&mut self) -> io::Result<Outcome> {
+        loop {
+            if let Some(o) = self.try_wait()? {
+                return Ok(o);
+            }
+            self.enforce();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn parse(&mut self) {
+        while self.buf.len() >= 5 {
+            let v = i32::from_ne_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]);
+            match self.buf[0] {
+                spawn::TAG_PROGRAM => self.program = Some(v),
+                spawn::TAG_STATUS => self.wait_status = Some(v),
+                _ => {}
+            }
+            self.buf.drain(..5);
+        }
+    }
+
+    fn finish(&mut self) -> Outcome {
+        if self.ours {
+            spawn::reap_if_ours(self.box_pid);
+        }
+        // A box that wrote no status was killed (by the worker's kill, or from outside).
+        let status = ExitStatus::from_raw(self.wait_status.unwrap_or(libc::SIGKILL));
+        let mut limit = self.over;
+        if let (None, Some(g), false) = (limit, &self.group, status.success()) {
+            let hits = g.hits();
+            if hits.oom_kills > 0 {
+                limit = self.limits.memory.map(LimitHit::Memory);
+            } else if hits.forks_refused > 0 {
+                limit = self.limits.pids.map(LimitHit::Pids);
+            }
+        }
+        if limit.is_none() && !status.success() {
+            limit = match status.signal() {
+                Some(libc::SIGXCPU) => self.limits.cpu_secs.map(LimitHit::Cpu),
+                Some(libc::SIGXFSZ) => self.limits.disk.map(LimitHit::Disk),
+                _ => None,
+            };
+        }
+        if let Some(g) = self.group.take() {
+            g.release();
+        }
+        let o = Outcome { status, limit };
+        self.outcome = Some(o);
+        o
+    }
+}
+
+impl Drop for Boxed {
+    fn drop(&mut self) {
+        if self.outcome.is_none() {
+            self.kill();
+            // The status pipe closes once the box is gone; wait for it so the group is empty when released.
+            let _ = set_blocking(&self.status);
+            let mut rest = Vec::new();
+            let _ = self.status.read_to_end(&mut rest);
+            self.buf.extend_from_slice(&rest);
+            self.parse();
+            self.finish();
+        }
+    }
+}
+
+fn set_nonblocking(f: &File) -> io::Result<()> {
+    // SAFETY: fcntl on an fd we own.
+    unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn set_blocking(f: &File) -> io::Result<()> {
+    // SAFETY: fcntl on an fd we own.
+    unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Bytes used under `dir`, counted by allocated blocks (a sparse file counts what it uses); the walk stops early
+/// once past `stop_above`.
+fn dir_size(dir: &Path, stop_above: u64) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.is_file() {
+                total += m.blocks() * 512;
+                if total > stop_above {
+                    return total;
+                }
+            }
+        }
+    }
+    total
+}
+
+/// Removes the cgroups this process keeps for reuse: call when a worker stops.
+pub fn shutdown() {
+    cgroup::remove_pooled();
+}

@@ -1,0 +1,404 @@
+//! Real programs that misbehave, in real boxes, checked against the process table: daemons, double forks and
+//! programs that ignore SIGTERM leave nothing behind, and each limit ends the chunk with a reason that names it.
+//! Every scenario runs twice: boxes forked by this process, then boxes forked by a launcher (this same binary,
+//! started with the launcher's argument).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sweep_contain::{launcher, Boxed, LimitHit, Limits, Spec};
+
+/// A named check run in a scratch directory.
+type Scenario = (&'static str, fn(&Path));
+
+fn main() {
+    if std::env::args().nth(1).as_deref() == Some(launcher::ARG) {
+        launcher::serve();
+    }
+    // `cargo test` passes filters and flags meant for the libtest harness; this runner takes a filter only.
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    println!(
+        "containment here: {}",
+        sweep_contain::Facilities::get().summary()
+    );
+    let scenarios: &[Scenario] = &[
+        ("a_daemon_dies_with_its_chunk", a_daemon_dies_with_its_chunk),
+        (
+            "a_double_fork_dies_with_its_chunk",
+            a_double_fork_dies_with_its_chunk,
+        ),
+        (
+            "a_killed_chunk_takes_its_sigterm_ignoring_children",
+            a_killed_chunk_takes_its_sigterm_ignoring_children,
+        ),
+        (
+            "sigterm_reaches_every_process_in_the_box",
+            sigterm_reaches_every_process_in_the_box,
+        ),
+        (
+            "memory_over_the_limit_is_named",
+            memory_over_the_limit_is_named,
+        ),
+        (
+            "a_fork_bomb_is_held_by_the_pids_limit",
+            a_fork_bomb_is_held_by_the_pids_limit,
+        ),
+        ("a_disk_filler_is_stopped", a_disk_filler_is_stopped),
+        (
+            "many_small_files_over_the_disk_limit_are_stopped",
+            many_small_files_over_the_disk_limit_are_stopped,
+        ),
+        (
+            "cpu_time_over_the_limit_is_named",
+            cpu_time_over_the_limit_is_named,
+        ),
+        (
+            "a_missing_program_is_an_error_before_anything_runs",
+            a_missing_program_is_an_error_before_anything_runs,
+        ),
+        (
+            "the_sandbox_reads_but_does_not_write_and_hides_other_chunks",
+            the_sandbox_reads_but_does_not_write_and_hides_other_chunks,
+        ),
+    ];
+    let mut failed = 0;
+    for via in ["forked here", "through a launcher"] {
+        if via == "through a launcher" {
+            let exe = std::env::current_exe().expect("the test binary's path");
+            launcher::start_global(&exe).expect("start the launcher");
+        }
+        for (name, f) in scenarios {
+            if filter.as_deref().is_some_and(|flt| !name.contains(flt)) {
+                continue;
+            }
+            let dir = tempfile::tempdir().expect("scratch dir");
+            let r = std::panic::catch_unwind(|| f(dir.path()));
+            match r {
+                Ok(()) => println!("test {name} ({via}) ... ok"),
+                Err(_) => {
+                    println!("test {name} ({via}) ... FAILED");
+                    failed += 1;
+                }
+            }
+        }
+    }
+    sweep_contain::shutdown();
+    if failed > 0 {
+        eprintln!("{failed} scenarios failed");
+        std::process::exit(101);
+    }
+}
+
+fn spec(dir: &Path, script: &str) -> Spec {
+    Spec {
+        program: "sh".into(),
+        args: vec!["-c".into(), script.into()],
+        env: vec![
+            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+            ("HOME".into(), dir.display().to_string()),
+        ],
+        cwd: dir.to_path_buf(),
+        limits: Limits::default(),
+        private_dir: Some(dir.to_path_buf()),
+        sandbox: None,
+    }
+}
+
+fn run(spec: &Spec) -> (sweep_contain::Outcome, String, String) {
+    let mut b = sweep_contain::spawn(spec).expect("start the program");
+    let (out, err) = drain(&mut b);
+    let o = b.wait().expect("wait for the box");
+    (
+        o,
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    )
+}
+
+type Reader = std::thread::JoinHandle<String>;
+
+fn drain(b: &mut Boxed) -> (Reader, Reader) {
+    let read = |f: Option<std::fs::File>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut f) = f {
+                let _ = f.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    (read(b.take_stdout()), read(b.take_stderr()))
+}
+
+/// Processes whose command line has `marker` as an argument.
+fn survivors(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            if cmd.split(|b| *b == 0).any(|a| a == marker.as_bytes()) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// The process table has no `marker` within a second (the kernel's kill of a namespace is quick but not
+/// instantaneous to observe from outside).
+fn assert_gone(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = survivors(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running with {marker}: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn marker(tag: u32) -> String {
+    format!("{}", 7_000_000 + tag * 1000 + std::process::id() % 1000)
+}
+
+fn a_daemon_dies_with_its_chunk(dir: &Path) {
+    let m = marker(1);
+    let (o, _, _) = run(&spec(
+        dir,
+        &format!("setsid sh -c 'sleep {m}' > /dev/null 2>&1 & sleep 0.2; echo done"),
+    ));
+    assert!(o.status.success(), "{o:?}");
+    assert_gone(&m);
+}
+
+fn a_double_fork_dies_with_its_chunk(dir: &Path) {
+    let m = marker(2);
+    let (o, out, _) = run(&spec(
+        dir,
+        &format!(
+            "(sh -c 'trap \"\" TERM HUP; exec sleep {m}' > /dev/null 2>&1 &) ; sleep 0.2; echo $$"
+        ),
+    ));
+    assert!(o.status.success(), "{o:?}");
+    assert!(!out.is_empty());
+    assert_gone(&m);
+}
+
+fn a_killed_chunk_takes_its_sigterm_ignoring_children(dir: &Path) {
+    let m = marker(3);
+    let mut b = sweep_contain::spawn(&spec(
+        dir,
+        &format!("trap '' TERM; setsid sh -c \"trap '' TERM; sleep {m}\" & sleep {m}"),
+    ))
+    .expect("start");
+    let (_o, _e) = drain(&mut b);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while survivors(&m).len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the program never started its children"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    b.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(survivors(&m).len(), 2, "SIGTERM is ignored by all of them");
+    b.kill();
+    let o = b.wait().expect("wait");
+    assert!(!o.status.success());
+    assert_gone(&m);
+}
+
+fn sigterm_reaches_every_process_in_the_box(dir: &Path) {
+    if sweep_contain::Facilities::get().pid_namespace == sweep_contain::PidNamespace::Unavailable {
+        // Without a namespace, SIGTERM reaches the program's group; a setsid child is reached only by the kill.
+        return;
+    }
+    let m = marker(4);
+    let mut b = sweep_contain::spawn(&spec(
+        dir,
+        // The program waits for its detached child, which writes when SIGTERM reaches it.
+        &format!(
+            "trap true TERM; setsid sh -c 'trap \"echo got >> {}/term; exit 0\" TERM; sleep {m} & wait' & \
+             c=$!; sleep {m} & wait $c; wait $c; exit 7",
+            dir.display()
+        ),
+    ))
+    .expect("start");
+    let (_o, _e) = drain(&mut b);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while survivors(&m).len() < 2 {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    b.signal(libc::SIGTERM);
+    let o = b.wait().expect("wait");
+    assert_eq!(o.status.signal_or_code(), Some(7), "{o:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("term")).unwrap_or_default(),
+        "got\n"
+    );
+    assert_gone(&m);
+}
+
+trait SignalOrCode {
+    fn signal_or_code(&self) -> Option<i32>;
+}
+
+impl SignalOrCode for std::process::ExitStatus {
+    fn signal_or_code(&self) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        self.signal().or(self.code())
+    }
+}
+
+fn python() -> Option<PathBuf> {
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .or_else(|| which("python3"))
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|c| c.exists())
+    })
+}
+
+fn memory_over_the_limit_is_named(dir: &Path) {
+    let py = python().expect("python3 (the tests' allocating program)");
+    let mut s = spec(dir, "");
+    s.program = py;
+    // Touch every page of 400 MiB, in 16 MiB steps, against a limit of 64 MiB.
+    s.args = vec![
+        "-c".into(),
+        "b=[]\nfor i in range(25): b.append(bytearray(16<<20))\nprint('survived')".into(),
+    ];
+    s.limits.memory = Some(64 << 20);
+    let (o, out, err) = run(&s);
+    assert!(!o.status.success(), "{o:?} {out} {err}");
+    assert!(!out.contains("survived"));
+    if sweep_contain::Facilities::get().memory_by_cgroup() {
+        assert_eq!(o.limit, Some(LimitHit::Memory(64 << 20)), "{o:?} {err}");
+        assert_eq!(
+            o.limit.map(|l| l.to_string()).as_deref(),
+            Some("over its memory limit of 64 MiB")
+        );
+    } else {
+        assert!(err.contains("MemoryError"), "{err}");
+    }
+}
+
+fn a_fork_bomb_is_held_by_the_pids_limit(dir: &Path) {
+    let m = marker(5);
+    let mut s = spec(
+        dir,
+        &format!("i=0; while [ $i -lt 200 ]; do sleep {m} & i=$((i+1)); done; wait"),
+    );
+    s.limits.pids = Some(16);
+    let (o, _, err) = run(&s);
+    let f = sweep_contain::Facilities::get();
+    if f.pids_by_cgroup() {
+        assert!(!o.status.success(), "{o:?} {err}");
+        assert_eq!(o.limit, Some(LimitHit::Pids(16)), "{o:?} {err}");
+    }
+    assert_gone(&m);
+}
+
+fn a_disk_filler_is_stopped(dir: &Path) {
+    let mut s = spec(dir, "exec head -c 100000000 /dev/zero > big");
+    s.limits.disk = Some(10 << 20);
+    let (o, _, _) = run(&s);
+    assert_eq!(o.limit, Some(LimitHit::Disk(10 << 20)), "{o:?}");
+    assert!(std::fs::metadata(dir.join("big")).map_or(0, |m| m.len()) <= 10 << 20);
+}
+
+fn many_small_files_over_the_disk_limit_are_stopped(dir: &Path) {
+    let mut s = spec(dir, "i=0; while [ $i -lt 200 ]; do head -c 1000000 /dev/zero > f$i; i=$((i+1)); sleep 0.01; done; echo wrote");
+    s.limits.disk = Some(20 << 20);
+    let (o, out, _) = run(&s);
+    assert!(!out.contains("wrote"), "{o:?}");
+    assert_eq!(o.limit, Some(LimitHit::Disk(20 << 20)), "{o:?}");
+}
+
+fn cpu_time_over_the_limit_is_named(dir: &Path) {
+    let mut s = spec(dir, "while :; do :; done");
+    s.limits.cpu_secs = Some(1);
+    let started = Instant::now();
+    let (o, _, _) = run(&s);
+    assert_eq!(o.limit, Some(LimitHit::Cpu(1)), "{o:?}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+fn a_missing_program_is_an_error_before_anything_runs(dir: &Path) {
+    let mut s = spec(dir, "");
+    s.program = "no-such-program-sweep".into();
+    let err = sweep_contain::spawn(&s).expect_err("nothing to run");
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    assert!(err.to_string().contains("no-such-program-sweep"), "{err}");
+    s.program = "./not-there".into();
+    assert!(sweep_contain::spawn(&s).is_err());
+}
+
+fn the_sandbox_reads_but_does_not_write_and_hides_other_chunks(dir: &Path) {
+    let f = sweep_contain::Facilities::get();
+    if f.pid_namespace == sweep_contain::PidNamespace::Unavailable {
+        return;
+    }
+    let tmp = std::env::temp_dir();
+    let mine = tempfile::Builder::new()
+        .prefix("sweep-sandbox-mine")
+        .tempdir_in(&tmp)
+        .expect("dir");
+    let other = tempfile::Builder::new()
+        .prefix("sweep-sandbox-other")
+        .tempdir_in(&tmp)
+        .expect("dir");
+    std::fs::write(other.path().join("secret"), "x").expect("write");
+    let mut s = spec(
+        mine.path(),
+        &format!(
+            "echo ok > {mine}/w && echo wrote-mine; \
+         touch /etc/sweep-sandbox-test 2>/dev/null && echo wrote-etc; \
+         ls {other} 2>/dev/null && echo saw-other; \
+         cat /etc/hostname > /dev/null && echo read-etc; \
+         ls /proc | grep -c '^[0-9]' ",
+            mine = mine.path().display(),
+            other = other.path().display()
+        ),
+    );
+    s.sandbox = Some(sweep_contain::Sandbox {
+        writable: vec![mine.path().to_path_buf()],
+        readable: vec![],
+        hide: vec![tmp.clone()],
+        network: false,
+    });
+    let _ = dir;
+    let (o, out, err) = run(&s);
+    assert!(o.status.success(), "{o:?} {out} {err}");
+    assert!(out.contains("wrote-mine"), "{out} {err}");
+    assert!(!out.contains("wrote-etc"), "{out}");
+    assert!(!out.contains("saw-other"), "{out}");
+    assert!(
+        out.contains("read-etc") || !Path::new("/etc/hostname").exists(),
+        "{out}"
+    );
+    // Its own /proc: the box, the shell and the few commands of the pipeline.
+    let procs: u32 = out
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(999);
+    assert!(procs < 10, "{out}");
+    assert!(!Path::new("/etc/sweep-sandbox-test").exists());
+}
