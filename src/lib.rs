@@ -123,12 +123,25 @@ pub fn builtin() -> Registry {
 /// Runs the `sweep` command with `registry`'s spaces: what `sweep`'s own `main` does with [`builtin`], and what
 /// a user's crate does with its own spaces added.
 pub fn main_with(registry: Registry) -> ExitCode {
+    // The launcher that forks `exec` chunks' boxes is this same binary, started with one argument.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == sweep_contain::launcher::ARG)
+    {
+        sweep_contain::launcher::serve();
+    }
     let cli = Cli::parse();
     init_tracing(cli.log_json);
     let reg = &registry;
     let result = match cli.command {
-        Command::Run(SpaceArgs { args }) => cmd::local::run(reg, args),
-        Command::Solve(SpaceArgs { args }) => cmd::local::solve(reg, args),
+        Command::Run(SpaceArgs { args }) => {
+            start_launcher_for(&args);
+            cmd::local::run(reg, args)
+        }
+        Command::Solve(SpaceArgs { args }) => {
+            start_launcher_for(&args);
+            cmd::local::solve(reg, args)
+        }
         Command::Submit(SpaceArgs { args }) => cmd::submit::submit(reg, args),
         Command::Coordinator(a) => cmd::coordinator::coordinator(reg, a),
         Command::Worker(a) => cmd::worker::worker(reg, a),
@@ -164,6 +177,25 @@ pub fn main_with(registry: Registry) -> ExitCode {
             eprintln!("sweep: {}", exit::one_line(&e));
             ExitCode::from(code)
         }
+    }
+}
+
+/// Starts the launcher of `exec` boxes when the local run is an exec job. It must start from the main thread,
+/// before the runtime's threads: its parent-death signal follows the thread that started it.
+fn start_launcher_for(args: &[String]) {
+    if args.first().map(String::as_str)
+        == Some(<sweep_exec::Exec as sweep_space::SearchSpace>::NAME)
+    {
+        start_launcher();
+    }
+}
+
+/// Starts the process's launcher; without one, boxes are forked from this process (slower, as contained).
+pub(crate) fn start_launcher() {
+    let started =
+        std::env::current_exe().and_then(|exe| sweep_contain::launcher::start_global(&exe));
+    if let Err(e) = started {
+        tracing::warn!("no launcher ({e}): chunks' programs are forked from this process");
     }
 }
 

@@ -1,5 +1,6 @@
 //! The layout's invariants, checked on the sources so that a change cannot quietly undo them:
 //! - a search space crate depends on the contract crate and plain libraries, never on anything engine-side;
+//! - the containment crate depends on no sweep crate at all;
 //! - in every crate, top-level modules import each other in one direction (no cycle through `crate::` paths).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -73,11 +74,26 @@ fn spaces_depend_on_the_contract_and_nothing_engine_side() {
                 dir.display()
             );
             assert!(
-                !dep.starts_with("sweep-") || dep == "sweep-space",
-                "{} depends on `{dep}`: spaces depend on no sweep crate but the contract",
+                !dep.starts_with("sweep-") || ALLOWED_TO_SPACES.contains(&dep.as_str()),
+                "{} depends on `{dep}`: spaces depend on no sweep crate but the contract (and containment)",
                 dir.display()
             );
         }
+    }
+}
+
+/// The sweep crates a space may use: the contract, and the box that contains a program's processes (which the
+/// `exec` space needs, and which is a plain library itself).
+const ALLOWED_TO_SPACES: &[&str] = &["sweep-space", "sweep-contain"];
+
+#[test]
+fn containment_is_a_plain_library() {
+    let deps = dependencies(&read(&root().join("contain/Cargo.toml")));
+    for dep in &deps {
+        assert!(
+            !ENGINE_SIDE.contains(&dep.as_str()) && !dep.starts_with("sweep"),
+            "contain depends on `{dep}`: it knows nothing of jobs, networks or stores"
+        );
     }
 }
 

@@ -5,6 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+/// The environment variable that limits containment to less than the machine allows: `namespace` (no cgroups)
+/// or `subreaper` (neither cgroups nor namespaces). Unset or `auto`: everything that works.
+pub const CONTAINMENT_VAR: &str = "SWEEP_CONTAINMENT";
+
 /// How a chunk's processes get a PID namespace of their own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PidNamespace {
@@ -42,6 +46,24 @@ impl Facilities {
     fn probe() -> Facilities {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
+        // An operator (or a test) may ask for less than the machine allows: `namespace` leaves cgroups alone,
+        // `subreaper` uses neither cgroups nor namespaces.
+        let asked = std::env::var(CONTAINMENT_VAR).unwrap_or_default();
+        if asked == "subreaper" || asked == "namespace" {
+            return Facilities {
+                pid_namespace: if asked == "subreaper" {
+                    PidNamespace::Unavailable
+                } else {
+                    probe_pid_namespace(root)
+                },
+                v2: None,
+                v2_memory: false,
+                v2_pids: false,
+                v1_memory: None,
+                v1_pids: None,
+                root,
+            };
+        }
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let v2 = v2_dir(&mounts, &own).filter(|d| can_make_groups(d));

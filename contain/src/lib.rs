@@ -124,11 +124,59 @@ pub fn bytes(b: u64) -> String {
     format!("{b} bytes")
 }
 
+/// What a worker asks of every box it starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Run every chunk in the sandbox ([`Sandbox`]).
+    pub sandbox: bool,
+}
+
+static POLICY: std::sync::OnceLock<Policy> = std::sync::OnceLock::new();
+
+/// Sets the process's policy, once, before the first box (a worker's `--sandbox`).
+pub fn set_policy(p: Policy) {
+    let _ = POLICY.set(p);
+}
+
+/// The process's policy: the default (no sandbox) unless [`set_policy`] was called.
+pub fn policy() -> Policy {
+    POLICY.get().copied().unwrap_or_default()
+}
+
+/// Parses a size: bytes, or a number with K, M, G or T (binary units; `KiB`, `MB` and `g` read the same).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "`{text}` is not a size: give bytes, or a number with K, M, G or T"
+            ))
+        }
+    };
+    let value: f64 = number.parse().map_err(|_| {
+        format!("`{text}` is not a size: give bytes, or a number with K, M, G or T")
+    })?;
+    let bytes = value * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(format!("`{text}` is not a size between 1 byte and 16 EiB"));
+    }
+    Ok(bytes as u64)
+}
+
 /// How a boxed program ended.
 #[derive(Clone, Copy, Debug)]
 pub struct Outcome {
     pub status: ExitStatus,
-    /// The limit it went over, when it failed and one was hit.
+    /// The limit it went over: memory (an OOM kill in the box) whatever the status, the others when it failed.
     pub limit: Option<LimitHit>,
 }
 
@@ -293,14 +341,29 @@ impl Boxed {
         Ok(Some(self.finish()))
     }
 
+    /// Waits up to `timeout` for the end (woken by the status pipe, not by polling), checking limits.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> io::Result<Option<Outcome>> {
+        if let Some(o) = self.try_wait()? {
+            return Ok(Some(o));
+        }
+        self.enforce();
+        let mut pfd = libc::pollfd {
+            fd: self.status.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.min(CHECK_EVERY).as_millis() as libc::c_int;
+        // SAFETY: poll on one fd we own; an interrupted or failed poll just leads to another look.
+        unsafe { libc::poll(&mut pfd, 1, ms) };
+        self.try_wait()
+    }
+
     /// Waits for the end, checking limits meanwhile.
     pub fn wait(&mut self) -> io::Result<Outcome> {
         loop {
-            if let Some(o) = self.try_wait()? {
+            if let Some(o) = self.wait_timeout(CHECK_EVERY)? {
                 return Ok(o);
             }
-            self.enforce();
-            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -323,11 +386,14 @@ impl Boxed {
         // A box that wrote no status was killed (by the worker's kill, or from outside).
         let status = ExitStatus::from_raw(self.wait_status.unwrap_or(libc::SIGKILL));
         let mut limit = self.over;
-        if let (None, Some(g), false) = (limit, &self.group, status.success()) {
+        if let (None, Some(g)) = (limit, &self.group) {
             let hits = g.hits();
+            // An OOM kill anywhere in the box fails the chunk even if the program carried on: what it reports
+            // may lack the killed process's part. A refused fork is the program's to handle (it saw EAGAIN), so
+            // it names the limit only when the chunk failed.
             if hits.oom_kills > 0 {
                 limit = self.limits.memory.map(LimitHit::Memory);
-            } else if hits.forks_refused > 0 {
+            } else if hits.forks_refused > 0 && !status.success() {
                 limit = self.limits.pids.map(LimitHit::Pids);
             }
         }
@@ -413,3 +479,24 @@ fn dir_size(dir: &Path, stop_above: u64) -> u64 {
 pub fn shutdown() {
     cgroup::remove_pooled();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_in_binary_units_and_nonsense_is_named() {
+        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5k"), Ok(1536));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        for bad in ["", "G", "2X", "-1G", "0", "1e9"] {
+            let e = parse_bytes(bad).unwrap_err();
+            assert!(e.contains(&format!("`{bad}`")), "{e}");
+        }
+        assert_eq!(bytes(2 << 30), "2 GiB");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(10), "10 bytes");
+    }
+}
+

@@ -40,6 +40,46 @@ pub struct WorkerArgs {
     /// Run `exec` chunks: any program an admin submits, as this worker's user. Off by default.
     #[arg(long)]
     allow_exec: bool,
+    /// Run each `exec` chunk in a sandbox: new user, mount, PID, IPC and (unless its job asks for the network)
+    /// network namespaces; the file system read-only but its private directory; other chunks' files hidden.
+    #[arg(long, requires = "allow_exec")]
+    sandbox: bool,
+}
+
+/// Starts `true` in the sandbox once, so that a worker that cannot make one says so at start, not per chunk.
+fn check_sandbox() -> std::io::Result<()> {
+    let dir = tempfile_dir()?;
+    let spec = sweep_contain::Spec {
+        program: "true".into(),
+        args: Vec::new(),
+        env: vec![("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())],
+        cwd: dir.clone(),
+        limits: Default::default(),
+        private_dir: None,
+        sandbox: Some(sweep_contain::Sandbox {
+            writable: vec![dir.clone()],
+            readable: Vec::new(),
+            hide: vec![std::env::temp_dir()],
+            network: false,
+        }),
+    };
+    let outcome = sweep_contain::spawn(&spec).and_then(|mut b| b.wait());
+    let _ = std::fs::remove_dir(&dir);
+    match outcome {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(std::io::Error::other(format!(
+            "`true` in the sandbox ended with {}",
+            o.status
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+fn tempfile_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(format!("sweep-sandbox-check-{}", std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    Ok(dir)
 }
 
 fn default_worker_name() -> String {
@@ -66,6 +106,21 @@ pub fn worker(registry: &Registry, a: WorkerArgs) -> anyhow::Result<ExitCode> {
             .clone()
             .without(<sweep_exec::Exec as sweep_space::SearchSpace>::NAME)
     };
+    if a.allow_exec {
+        crate::start_launcher();
+        sweep_contain::set_policy(sweep_contain::Policy { sandbox: a.sandbox });
+        if a.sandbox {
+            check_sandbox().map_err(|e| Exit {
+                code: exit::USAGE,
+                message: format!("--sandbox: this machine cannot make the sandbox: {e}"),
+            })?;
+        }
+        tracing::info!(
+            containment = %sweep_contain::Facilities::get().summary(),
+            sandbox = a.sandbox,
+            "exec chunks run in boxes"
+        );
+    }
     let mut cfg = sweep_worker::WorkerConfig::new(a.connect, threads, registry);
     cfg.name = a.name.unwrap_or_else(default_worker_name);
     cfg.grace = Duration::from_secs(a.grace_secs);
@@ -87,6 +142,7 @@ pub fn worker(registry: &Registry, a: WorkerArgs) -> anyhow::Result<ExitCode> {
             },
             message: e.to_string(),
         })?;
+    sweep_contain::shutdown();
     eprintln!(
         "worker done: {} chunks, {} failed, {} nodes",
         stats.chunks_done, stats.chunks_failed, stats.nodes

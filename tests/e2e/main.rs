@@ -9,7 +9,8 @@
 //!   killed coordinator, SIGTERM, interrupted `sweep run`; exact answers, every chunk counted once).
 //! - `spaces.rs`: every registered space distributed == in process (one table), then each puzzle's own answers.
 //! - `dag.rs`: jobs whose inputs form a DAG, under kills. `store.rs`: a damaged store. `trust.rs`: lying
-//!   workers, replication, drain. `security.rs`: tokens and TLS. `exec.rs`: programs as chunks.
+//!   workers, replication, drain. `security.rs`: tokens and TLS. `exec.rs`: programs as chunks; `boxes.rs`: what
+//!   contains them (daemons, limits, the sandbox).
 //!   `dashboard.rs`: the web page in a real browser. `queens.rs`: a user's crate built on sweep.
 //! - `answers.rs`: answers of any size: bounded memory (measured), `--count-only` for every space, lists
 //!   streamed from the store.
@@ -23,6 +24,7 @@
 mod support;
 
 mod answers;
+mod boxes;
 mod cli;
 mod dag;
 mod dashboard;

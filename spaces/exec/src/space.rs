@@ -3,18 +3,18 @@
 //! giving it the shipped files ([`ship`](crate::ship)).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use sweep_contain::{Limits, Sandbox, Spec};
 use sweep_space::{
     Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, MAX_SHOWN_SOLUTIONS,
 };
 
 use crate::protocol::Line;
 use crate::ship;
-use crate::supervise::{self, Limits, StopReason, WorkDir};
+use crate::supervise::{self, StopReason, Stopping, WorkDir};
 
 /// More chunks than this in one exec job is a typo, not a plan.
 const MAX_CHUNKS: u64 = 50_000_000;
@@ -35,6 +35,27 @@ pub struct ExecParams {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
     #[serde(default = "ten")]
     pub grace_secs: u64,
+    /// Memory for one chunk's processes together (2G, 512M): over it, the chunk fails and says so. Chunks go
+    /// only to workers that have this much.
+    #[arg(long, value_parser = size)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_memory: Option<u64>,
+    /// Processes (and threads) one chunk may have at once: a fork bomb stops here.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4_194_304))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_pids: Option<u64>,
+    /// Bytes one chunk may write in its private directory (and in any one file).
+    #[arg(long, value_parser = size)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_disk: Option<u64>,
+    /// Seconds of CPU time one chunk may use, all its processes together.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_cpu: Option<u64>,
+    /// The programs need the network: on a sandboxing worker (`sweep worker --sandbox`) they keep it.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network: bool,
     /// A file or directory to ship to the workers (stored once by the coordinator, cached by each worker).
     /// Replaced by its digest before the job is submitted.
     #[arg(long)]
@@ -52,6 +73,22 @@ pub struct ExecParams {
     /// The command run for every chunk, after `--`: `{chunk}`, `{chunks}` and `{job}` are replaced.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+fn size(text: &str) -> Result<u64, String> {
+    sweep_contain::parse_bytes(text)
+}
+
+impl ExecParams {
+    /// What the box of each chunk enforces.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            memory: self.chunk_memory,
+            pids: self.chunk_pids,
+            cpu_secs: self.chunk_cpu,
+            disk: self.chunk_disk,
+        }
+    }
 }
 
 fn one() -> u32 {
@@ -144,41 +181,49 @@ impl ExecJob {
             .collect()
     }
 
-    /// The program with its arguments, directory and the documented environment ([`crate::ENVIRONMENT`]).
-    fn command(
-        &self,
-        program: &str,
-        args: &[String],
-        dir: &Path,
-        n_chunks: u64,
-        chunk: u64,
-        ctl: &Control,
-    ) -> Command {
+    /// The program with its arguments, directory, the documented environment ([`crate::ENVIRONMENT`]), the
+    /// job's limits and, on a sandboxing worker, what the program may see.
+    fn spec(&self, argv: &[String], dir: &Path, n_chunks: u64, chunk: u64, ctl: &Control) -> Spec {
         let mut path =
-            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .current_dir(self.params.workdir.as_deref().unwrap_or(dir))
-            .env_clear()
-            .env("SWEEP_CHUNK", chunk.to_string())
-            .env("SWEEP_CHUNKS", n_chunks.to_string())
-            .env("SWEEP_JOB", ctl.job().to_string())
-            .env("SWEEP_THREADS", ctl.threads().to_string())
-            .env("HOME", dir)
-            .env("TMPDIR", dir)
-            .env("LANG", "C.UTF-8");
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+        let home = dir.display().to_string();
+        let mut env: Vec<(String, String)> = vec![
+            ("SWEEP_CHUNK".into(), chunk.to_string()),
+            ("SWEEP_CHUNKS".into(), n_chunks.to_string()),
+            ("SWEEP_JOB".into(), ctl.job().to_string()),
+            ("SWEEP_THREADS".into(), ctl.threads().to_string()),
+            ("HOME".into(), home.clone()),
+            ("TMPDIR".into(), home),
+            ("LANG".into(), "C.UTF-8".into()),
+        ];
         if let Some(ship) = &self.ship_dir {
-            let mut p = std::ffi::OsString::from(ship.as_os_str());
-            p.push(":");
-            p.push(&path);
-            path = p;
-            cmd.env("SWEEP_SHIP", ship.as_os_str());
+            path = format!("{}:{path}", ship.display());
+            env.push(("SWEEP_SHIP".into(), ship.display().to_string()));
         }
-        cmd.env("PATH", path);
+        env.push(("PATH".into(), path));
         if let Some(resume) = ctl.resume_state() {
-            cmd.env("SWEEP_RESUME", resume);
+            env.push(("SWEEP_RESUME".into(), resume.to_string()));
         }
-        cmd
+        let cwd = self
+            .params
+            .workdir
+            .clone()
+            .unwrap_or_else(|| dir.to_path_buf());
+        let sandbox = sweep_contain::policy().sandbox.then(|| Sandbox {
+            writable: vec![dir.to_path_buf()],
+            readable: self.ship_dir.iter().map(|d| d.to_path_buf()).collect(),
+            hide: vec![std::env::temp_dir()],
+            network: self.params.network,
+        });
+        Spec {
+            program: argv[0].clone().into(),
+            args: argv[1..].to_vec(),
+            env,
+            cwd,
+            limits: self.params.limits(),
+            private_dir: Some(dir.to_path_buf()),
+            sandbox,
+        }
     }
 }
 
@@ -208,7 +253,7 @@ impl Job for ExecJob {
             ));
         }
         let argv = self.argv(n_chunks, chunk, ctl.job());
-        let Some((program, args)) = argv.split_first() else {
+        let Some(program) = argv.first() else {
             return Err(SpaceError::ChunkFailed("the job names no program".into()));
         };
         let dir = WorkDir::new(chunk).map_err(|e| {
@@ -219,14 +264,14 @@ impl Job for ExecJob {
                 SpaceError::ChunkFailed(format!("cannot link the shipped files: {e}"))
             })?;
         }
-        let cmd = self.command(program, args, dir.path(), n_chunks, chunk, ctl);
-        let limits = Limits {
+        let spec = self.spec(&argv, dir.path(), n_chunks, chunk, ctl);
+        let limits = Stopping {
             timeout: self.params.chunk_timeout.map(Duration::from_secs),
             grace: Duration::from_secs(self.params.grace_secs),
         };
         let mut last_progress = 0u64;
         let mut result: Option<ChunkOutput> = None;
-        let ended = supervise::run(cmd, ctl, limits, |line| match line {
+        let ended = supervise::run(&spec, ctl, limits, |line| match line {
             Line::Progress(n) => {
                 ctl.add_nodes(n.saturating_sub(last_progress));
                 last_progress = last_progress.max(n);
@@ -240,6 +285,12 @@ impl Job for ExecJob {
         })
         .map_err(|e| SpaceError::ChunkFailed(format!("cannot start `{program}`: {e}")))?;
         let status = supervise::describe(ended.status);
+        if let Some(limit) = ended.limit {
+            return Err(failed(
+                format!("the chunk went {limit} ({status})"),
+                &ended.stderr,
+            ));
+        }
         match ended.stopped {
             Some(StopReason::Cancelled | StopReason::WorkerStopping) => {
                 return Err(SpaceError::Cancelled)
@@ -381,6 +432,11 @@ mod tests {
             threads_per_chunk: 1,
             chunk_timeout: None,
             grace_secs: 1,
+            chunk_memory: None,
+            chunk_pids: None,
+            chunk_disk: None,
+            chunk_cpu: None,
+            network: false,
             ship: None,
             workdir: None,
             ship_digest: None,

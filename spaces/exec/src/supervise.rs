@@ -1,15 +1,17 @@
-//! A chunk's program as a process: started in a process group of its own, with a parent-death signal; its stdout
-//! read as protocol lines and the tail of its stderr kept; stopped with SIGTERM to the whole group and SIGKILL
-//! after a grace period when the chunk is cancelled, its worker stops, it times out or its output is malformed;
-//! and its exit status described for the report of a failed attempt.
+//! A chunk's program as a process: started in a box of its own (`sweep-contain`: a PID namespace or subreaper,
+//! cgroups, limits, the sandbox if the worker has one); its stdout read as protocol lines and the tail of its
+//! stderr kept; stopped with SIGTERM to everything in the box and SIGKILL after a grace period when the chunk is
+//! cancelled, its worker stops, it times out or its output is malformed; and its exit status described for the
+//! report of a failed attempt.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use sweep_contain::{LimitHit, Spec};
 use sweep_space::Control;
 
 use crate::protocol::{Line, Lines, ProtocolError};
@@ -32,7 +34,7 @@ pub enum StopReason {
 
 /// When to stop the program, and how long it gets between SIGTERM and SIGKILL.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+pub struct Stopping {
     pub timeout: Option<Duration>,
     pub grace: Duration,
 }
@@ -43,43 +45,28 @@ pub struct Ended {
     pub status: ExitStatus,
     /// Set when the program was told to stop; it may have ended with any status after that.
     pub stopped: Option<StopReason>,
+    /// The limit of its box it went over, if it failed on one.
+    pub limit: Option<LimitHit>,
     /// The first thing that went wrong while it ran: a malformed line, a line `on_line` refused, a failed wait.
     pub problem: Option<String>,
     /// The last bytes of its stderr (at most about twice [`STDERR_TAIL_BYTES`]; see [`stderr_tail`]).
     pub stderr: Vec<u8>,
 }
 
-/// Runs `cmd` until it ends: each line of its stdout goes to `on_line` (an `Err` from it is recorded as the
-/// problem, and the program runs on); a malformed line, a cancelled or stopping `ctl` or the timeout stops the
-/// whole process group. Whatever is left of the group when the program ends is killed.
-///
-/// `cmd` needs only its program, arguments, directory and environment: stdio, the process group and the
-/// parent-death signal are set here. Fails only if the program cannot be started.
+/// Runs `spec` in a box of its own until it ends: each line of its stdout goes to `on_line` (an `Err` from it is
+/// recorded as the problem, and the program runs on); a malformed line, a cancelled or stopping `ctl` or the
+/// timeout sends SIGTERM to every process in the box, and SIGKILL after the grace. When the program ends, so does
+/// everything it started. Fails only if the program cannot be started.
 pub fn run(
-    mut cmd: Command,
+    spec: &Spec,
     ctl: &Control,
-    limits: Limits,
+    stopping_rules: Stopping,
     mut on_line: impl FnMut(Line) -> Result<(), String>,
 ) -> std::io::Result<Ended> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    use std::os::unix::process::CommandExt;
-    // Its own group, so that stopping it reaches whatever it starts.
-    cmd.process_group(0);
-    // SAFETY: the closure runs in the child between fork and exec and calls only prctl(2), which is
-    // async-signal-safe; it allocates nothing and touches no lock.
-    unsafe {
-        cmd.pre_exec(|| {
-            // If the worker dies (SIGKILL included), the program goes with it instead of running on as an orphan.
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
-    }
-    let mut child = cmd.spawn()?;
-    let pid = child.id();
+    let mut boxed = sweep_contain::spawn(spec)?;
     let (tx, rx) = mpsc::channel::<Result<Line, ProtocolError>>();
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
+    let stdout = boxed.take_stdout();
+    let stderr = boxed.take_stderr();
     let out_reader = std::thread::spawn(move || {
         if let Some(s) = stdout {
             for line in Lines::new(s) {
@@ -94,9 +81,9 @@ pub fn run(
     let started = Instant::now();
     let mut problem: Option<String> = None;
     let mut stopping: Option<(Instant, StopReason)> = None;
+    let mut killed = false;
     let mut stdout_open = true;
-    let mut exit_poll = Duration::from_micros(200);
-    let status = loop {
+    let outcome = loop {
         if stdout_open {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(Ok(line)) => {
@@ -107,25 +94,27 @@ pub fn run(
                 Ok(Err(bad)) => {
                     problem.get_or_insert(bad.to_string());
                     if stopping.is_none() {
-                        signal_group(pid, Signal::SIGTERM);
+                        boxed.signal(libc_sigterm());
                         stopping = Some((Instant::now(), StopReason::MalformedOutput));
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => stdout_open = false,
             }
-        } else {
-            // stdout closes just before the program exits: look again soon, then back off, so that a program of
-            // a few milliseconds is not charged a fixed wait.
-            std::thread::sleep(exit_poll);
-            exit_poll = (exit_poll * 2).min(Duration::from_millis(20));
         }
-        match child.try_wait() {
-            Ok(Some(status)) => {
+        // Once stdout has closed, the box's status pipe is what wakes this loop.
+        let waited = if stdout_open {
+            boxed.enforce();
+            boxed.try_wait()
+        } else {
+            boxed.wait_timeout(Duration::from_millis(50))
+        };
+        match waited {
+            Ok(Some(outcome)) => {
                 if !stdout_open || stopping.is_some() {
-                    break status;
+                    break outcome;
                 }
-                // Exited: drain what stdout still holds before deciding.
+                // Ended: drain what stdout still holds before deciding.
                 continue;
             }
             Ok(None) => {}
@@ -137,32 +126,39 @@ pub fn run(
             Some(StopReason::Cancelled)
         } else if ctl.is_stop_requested() {
             Some(StopReason::WorkerStopping)
-        } else if limits.timeout.is_some_and(|t| started.elapsed() > t) {
+        } else if stopping_rules
+            .timeout
+            .is_some_and(|t| started.elapsed() > t)
+        {
             Some(StopReason::TimedOut)
         } else {
             None
         };
         match (stopping, reason) {
             (None, Some(r)) => {
-                signal_group(pid, Signal::SIGTERM);
+                boxed.signal(libc_sigterm());
                 stopping = Some((Instant::now(), r));
             }
-            (Some((since, _)), _) if since.elapsed() >= limits.grace => {
-                signal_group(pid, Signal::SIGKILL);
+            (Some((since, _)), _) if !killed && since.elapsed() >= stopping_rules.grace => {
+                boxed.kill();
+                killed = true;
             }
             _ => {}
         }
     };
-    // Whatever the program left running in its group goes with it.
-    signal_group(pid, Signal::SIGKILL);
     let _ = out_reader.join();
     let stderr = err_reader.join().unwrap_or_default();
     Ok(Ended {
-        status,
+        status: outcome.status,
         stopped: stopping.map(|(_, reason)| reason),
+        limit: outcome.limit,
         problem,
         stderr,
     })
+}
+
+fn libc_sigterm() -> i32 {
+    Signal::SIGTERM as i32
 }
 
 /// Keeps the last [`STDERR_TAIL_BYTES`] of stderr (and up to as many more, so the buffer is cut only now and
@@ -207,13 +203,6 @@ pub fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// Signals every process of the group led by `pid` (ignores a group that is already gone).
-fn signal_group(pid: u32, signal: Signal) {
-    if let Ok(pid) = i32::try_from(pid) {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
-    }
-}
-
 /// A private working directory per chunk, removed (with whatever the program left) when dropped.
 pub struct WorkDir(PathBuf);
 
@@ -229,7 +218,12 @@ impl WorkDir {
                 "sweep-chunk-{}-{chunk}-{nanos:x}{attempt}",
                 std::process::id()
             ));
-            match std::fs::create_dir(&dir) {
+            // Private to the worker's user: other chunks, and other users' programs, have no business in it.
+            let made = {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new().mode(0o700).create(&dir)
+            };
+            match made {
                 Ok(()) => return Ok(WorkDir(dir)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e),
@@ -257,21 +251,27 @@ mod tests {
     use std::sync::Arc;
     use sweep_space::ChunkControl;
 
-    const LIMITS: Limits = Limits {
+    const LIMITS: Stopping = Stopping {
         timeout: None,
         grace: Duration::from_secs(1),
     };
 
-    fn sh(script: &str) -> Command {
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", script]);
-        cmd
+    fn sh(script: &str) -> Spec {
+        Spec {
+            program: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: "/".into(),
+            limits: Default::default(),
+            private_dir: None,
+            sandbox: None,
+        }
     }
 
     /// Runs a shell script, collecting its lines.
-    fn run_sh(script: &str, ctl: &Control, limits: Limits) -> (Ended, Vec<Line>) {
+    fn run_sh(script: &str, ctl: &Control, limits: Stopping) -> (Ended, Vec<Line>) {
         let mut lines = Vec::new();
-        let ended = run(sh(script), ctl, limits, |l| {
+        let ended = run(&sh(script), ctl, limits, |l| {
             lines.push(l);
             Ok(())
         })
@@ -298,7 +298,7 @@ mod tests {
     fn a_refused_line_is_the_problem_and_the_program_runs_on() {
         let mut seen = 0;
         let ended = run(
-            sh(r#"echo '{"progress": 1}'; echo '{"progress": 2}'"#),
+            &sh(r#"echo '{"progress": 1}'; echo '{"progress": 2}'"#),
             &Control::new(),
             LIMITS,
             |_| {
@@ -346,7 +346,7 @@ mod tests {
 
     #[test]
     fn a_program_that_ignores_sigterm_is_killed_after_the_grace() {
-        let limits = Limits {
+        let limits = Stopping {
             timeout: Some(Duration::from_millis(200)),
             grace: Duration::from_millis(300),
         };
@@ -359,13 +359,9 @@ mod tests {
 
     #[test]
     fn a_program_that_cannot_start_is_an_error() {
-        let err = run(
-            Command::new("/no/such/program"),
-            &Control::new(),
-            LIMITS,
-            |_| Ok(()),
-        )
-        .unwrap_err();
+        let mut spec = sh("");
+        spec.program = "/no/such/program".into();
+        let err = run(&spec, &Control::new(), LIMITS, |_| Ok(())).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
     }
 

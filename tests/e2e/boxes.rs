@@ -1,0 +1,214 @@
+//! Programs in a box, end to end: real `sweep` processes run programs that misbehave, and the process table and
+//! the failure reasons are checked. Nothing a chunk starts outlives it (daemons, double forks, SIGTERM ignored,
+//! a worker SIGKILLed); limits end chunks with reasons that name them; the sandbox keeps a program's hands off
+//! the machine.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::{scratch, Cluster, SWEEP};
+use serde_json::Value;
+
+const LONG: Duration = Duration::from_secs(120);
+
+fn run_exec(dir: &Path, opts: &[&str], script: &str) -> (Option<i32>, Value, String) {
+    let data = dir.join(format!("data-{}", Instant::now().elapsed().as_nanos()));
+    let data = data.display().to_string();
+    let mut args = vec!["run", "exec", "--data", &data, "--json", "--no-progress"];
+    args.extend_from_slice(opts);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
+    let mut cmd = Command::new(SWEEP);
+    cmd.args(&args).current_dir(dir);
+    let out = crate::support::run_bounded(cmd, LONG);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (
+        out.status.code(),
+        v,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Processes with `token` as one of their arguments.
+fn processes_with(token: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            if cmd.split(|b| *b == 0).any(|a| a == token.as_bytes()) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+fn wait_for(what: &str, timeout: Duration, mut pred: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !pred() {
+        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn token(tag: u32) -> String {
+    format!(
+        "{}",
+        880_000_000 + tag * 100_000 + std::process::id() % 100_000
+    )
+}
+
+#[test]
+fn daemons_and_double_forks_end_with_their_chunk() {
+    let dir = scratch();
+    let (t1, t2) = (token(1), token(2));
+    // One chunk daemonises a sleeper (setsid, output detached); the other double-forks one that ignores SIGTERM.
+    let script = format!(
+        r#"if [ "$SWEEP_CHUNK" = 0 ]; then setsid sh -c 'exec sleep {t1}' > /dev/null 2>&1 < /dev/null &
+else (trap '' TERM HUP; sleep {t2} > /dev/null 2>&1 &) ; fi
+sleep 0.3; echo '{{"nodes": 1}}'"#
+    );
+    let (code, v, err) = run_exec(dir.path(), &["--chunks", "2"], &script);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["state"], "done", "{v}");
+    wait_for(
+        "the daemons to end with their chunks",
+        Duration::from_secs(5),
+        || processes_with(&t1).is_empty() && processes_with(&t2).is_empty(),
+    );
+}
+
+#[test]
+fn a_killed_worker_takes_its_chunks_daemons_along() {
+    let mut c = Cluster::start(0, 1);
+    c.add_worker_with(&["--allow-exec"]);
+    let t = token(3);
+    let script = format!(
+        "setsid sh -c 'trap \"\" TERM; exec sleep {t}' > /dev/null 2>&1 < /dev/null & sleep {t}"
+    );
+    let job = c.submit(&["exec", "--chunks", "1", "--", "sh", "-c", &script]);
+    wait_for("the program and its daemon", LONG, || {
+        processes_with(&t).len() >= 2
+    });
+    c.workers[0].kill9();
+    wait_for(
+        "everything the chunk started to die with its worker",
+        Duration::from_secs(10),
+        || processes_with(&t).is_empty(),
+    );
+    let cancelled = c.sweep(&["cancel", &job.to_string()]);
+    assert!(cancelled.status.success(), "{cancelled:?}");
+}
+
+/// The error of a chunk poisoned by its only attempt.
+fn poisoned_error(v: &Value) -> String {
+    v["poisoned_chunks"][0]["last_error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_chunk_over_a_limit_fails_with_a_reason_that_names_it() {
+    let dir = scratch();
+    // Memory: 400 MiB touched against 64 MiB.
+    let (code, v, err) = run_exec(
+        dir.path(),
+        &["--chunks", "1", "--chunk-memory", "64M"],
+        r#"python3 -c "b=[bytearray(16<<20) for i in range(25)]"; echo '{"nodes": 1}'"#,
+    );
+    assert_eq!(code, Some(4), "{v} {err}");
+    let e = poisoned_error(&v);
+    if sweep_contain::Facilities::get().memory_by_cgroup() {
+        assert!(e.contains("over its memory limit of 64 MiB"), "{e}");
+    }
+    // Processes: a fork bomb held at 20.
+    let t = token(4);
+    let (code, v, err) = run_exec(
+        dir.path(),
+        &["--chunks", "1", "--chunk-pids", "20"],
+        &format!("i=0; while [ $i -lt 500 ]; do sleep {t} & i=$((i+1)); done; wait"),
+    );
+    assert_eq!(code, Some(4), "{v} {err}");
+    if sweep_contain::Facilities::get().pids_by_cgroup() {
+        assert!(
+            poisoned_error(&v).contains("at its limit of 20 processes"),
+            "{v}"
+        );
+    }
+    wait_for(
+        "the fork bomb's sleepers to go",
+        Duration::from_secs(5),
+        || processes_with(&t).is_empty(),
+    );
+    // Disk: one file past 8 MiB (anywhere), then many small ones past it in the private directory ($TMPDIR;
+    // `sweep run` starts programs in the current directory, which the limit does not measure).
+    for filler in [
+        "exec head -c 100000000 /dev/zero > big",
+        "cd \"$TMPDIR\"; i=0; while [ $i -lt 100 ]; do head -c 1000000 /dev/zero > f$i; i=$((i+1)); sleep 0.02; done; echo '{\"nodes\": 1}'",
+    ] {
+        let (code, v, err) = run_exec(dir.path(), &["--chunks", "1", "--chunk-disk", "8M"], filler);
+        assert_eq!(code, Some(4), "{v} {err}");
+        assert!(poisoned_error(&v).contains("over its disk limit of 8 MiB"), "{filler}: {v}");
+    }
+    // CPU time: a busy loop against one second.
+    let (code, v, err) = run_exec(
+        dir.path(),
+        &["--chunks", "1", "--chunk-cpu", "1"],
+        "while :; do :; done",
+    );
+    assert_eq!(code, Some(4), "{v} {err}");
+    assert!(
+        poisoned_error(&v).contains("over its CPU time limit of 1 s"),
+        "{v}"
+    );
+    // Nonsense sizes are refused before anything runs.
+    let (code, _, err) = run_exec(
+        dir.path(),
+        &["--chunks", "1", "--chunk-memory", "lots"],
+        "true",
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("`lots` is not a size"), "{err}");
+}
+
+#[test]
+fn a_sandboxed_chunk_reads_the_machine_but_writes_only_its_own_directory() {
+    if sweep_contain::Facilities::get().pid_namespace == sweep_contain::PidNamespace::Unavailable {
+        panic!("this machine allows no namespaces: the sandbox cannot be tested here");
+    }
+    let outside = scratch();
+    let target = outside.path().join("written-from-a-chunk");
+    // Counters say what the program could do: write its own directory, write outside it, see other processes.
+    let script = format!(
+        r#"w=0; o=0; touch "$HOME/mine" && w=1; touch {target} 2>/dev/null && o=1
+p=$(ls /proc | grep -c '^[0-9]')
+echo "{{\"nodes\": 1, \"counters\": {{\"own\": $w, \"outside\": $o, \"many_processes\": $([ $p -gt 20 ] && echo 1 || echo 0)}}}}""#,
+        target = target.display()
+    );
+    for (flags, outside_expected) in [
+        (&["--allow-exec", "--sandbox"][..], "0"),
+        (&["--allow-exec"][..], "1"),
+    ] {
+        let _ = std::fs::remove_file(&target);
+        let mut c = Cluster::start(0, 1);
+        c.add_worker_with(flags);
+        let job = c.submit(&["exec", "--chunks", "1", "--", "sh", "-c", &script]);
+        let res = c.wait_results(job, LONG);
+        assert_eq!(res["state"], "done", "{flags:?}: {res}");
+        let counters = &res["result"]["counters"];
+        let get = |k: &str| {
+            counters[k]
+                .as_str()
+                .map_or_else(|| counters[k].to_string(), str::to_string)
+        };
+        assert_eq!(get("own"), "1", "{flags:?}: {res}");
+        assert_eq!(get("outside"), outside_expected, "{flags:?}: {res}");
+        if flags.contains(&"--sandbox") {
+            assert!(!target.exists());
+            assert_eq!(get("many_processes"), "0", "its own /proc: {res}");
+        }
+    }
+}
