@@ -106,6 +106,10 @@ pub fn start_global(exe: &Path) -> io::Result<()> {
     let theirs_raw = theirs.as_raw_fd();
     let mut cmd = std::process::Command::new(exe);
     cmd.arg(ARG).stdin(std::process::Stdio::null()).env_clear();
+    // The launcher must find the same containment the worker found, or the two disagree on what enforces a limit.
+    if let Some(v) = std::env::var_os(crate::facilities::CONTAINMENT_VAR) {
+        cmd.env(crate::facilities::CONTAINMENT_VAR, v);
+    }
     use std::os::unix::process::CommandExt;
     // SAFETY: between fork and exec only dup2 and prctl, both async-signal-safe.
     unsafe {

@@ -281,10 +281,14 @@ impl Boxed {
         if self.outcome.is_some() {
             return;
         }
-        self.signal(libc::SIGKILL);
-        if !self.pid_namespace {
+        if self.pid_namespace {
+            // The box is PID 1 of its namespace: when it dies, the kernel kills everything in it.
+            self.signal(libc::SIGKILL);
+        } else {
+            // Outside a namespace the box kills the program's group and every orphan it holds, then ends.
+            self.signal(spawn::KILL_ALL);
             if let Some(p) = self.program {
-                // SAFETY: the program's group; outside a namespace the box's SIGKILL does not reach it.
+                // SAFETY: the program's group, in case the box has not run yet.
                 unsafe { libc::kill(-p, libc::SIGKILL) };
             }
         }
@@ -499,4 +503,3 @@ mod tests {
         assert_eq!(bytes(10), "10 bytes");
     }
 }
-

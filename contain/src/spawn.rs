@@ -188,6 +188,8 @@ struct Prepared {
     maps: Option<(String, String)>,
     /// Whether the box takes user 0 of its namespace (the sandbox: mapped to nobody, or to the worker's user).
     become_root: bool,
+    /// Whether it also drops supplementary groups (possible only where the parent was root).
+    drop_groups: bool,
     mounts: Option<Mounts>,
     lo_up: bool,
 }
@@ -288,6 +290,7 @@ impl Prepared {
             clone_flags,
             maps,
             become_root,
+            drop_groups: f.root,
             mounts,
             lo_up,
         })
@@ -491,6 +494,22 @@ static PROGRAM: AtomicI32 = AtomicI32::new(0);
 /// Whether the box is PID 1 of a namespace, where kill(-1) reaches exactly the box's processes.
 static IN_NAMESPACE: AtomicBool = AtomicBool::new(false);
 
+/// Set by [`KILL_ALL`]: the worker wants everything in the box dead now.
+static KILL_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// The signal that asks a box outside a PID namespace to kill everything in it (SIGKILL to the box itself would
+/// leave the orphans it was holding as subreaper). Inside a namespace SIGKILL to the box does this by itself.
+pub(crate) const KILL_ALL: libc::c_int = libc::SIGALRM;
+
+extern "C" fn kill_all(_sig: libc::c_int) {
+    KILL_REQUESTED.store(true, Ordering::Relaxed);
+    let p = PROGRAM.load(Ordering::Relaxed);
+    if p > 0 {
+        // SAFETY: kill(2) is async-signal-safe.
+        unsafe { libc::kill(-p, libc::SIGKILL) };
+    }
+}
+
 extern "C" fn pass_on(sig: libc::c_int) {
     // SAFETY: kill(2) is async-signal-safe; the statics are atomics.
     unsafe {
@@ -534,9 +553,13 @@ unsafe fn box_main(a: &BoxArgs) -> ! {
         fail(f.exec_w, STEP_RELEASE);
     }
     libc::close(f.sync_r);
+    let in_ns = p.clone_flags & libc::CLONE_NEWPID != 0;
+    // When its parent dies the box goes too: in a namespace SIGKILL suffices (the kernel ends the rest); as a
+    // subreaper it must first kill the orphans it holds, which KILL_ALL's handler sets going.
+    let on_parent_death = if in_ns { libc::SIGKILL } else { KILL_ALL };
     libc::prctl(
         libc::PR_SET_PDEATHSIG,
-        libc::SIGKILL as libc::c_ulong,
+        on_parent_death as libc::c_ulong,
         0,
         0,
         0,
@@ -544,13 +567,13 @@ unsafe fn box_main(a: &BoxArgs) -> ! {
     libc::setsid();
     // A launcher ignores SIGCHLD to have its boxes reaped for it; the box must wait for its own children.
     libc::signal(libc::SIGCHLD, libc::SIG_DFL);
-    let in_ns = p.clone_flags & libc::CLONE_NEWPID != 0;
     IN_NAMESPACE.store(in_ns, Ordering::Relaxed);
     if !in_ns {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
+    // A root worker's box drops its supplementary groups (an unprivileged one had them denied with setgroups).
     if p.become_root
-        && (libc::setgroups(0, std::ptr::null()) != 0 && libc::geteuid() == 0
+        && ((p.drop_groups && libc::setgroups(0, std::ptr::null()) != 0)
             || libc::setresgid(0, 0, 0) != 0
             || libc::setresuid(0, 0, 0) != 0)
     {
@@ -580,6 +603,8 @@ unsafe fn box_main(a: &BoxArgs) -> ! {
     ] {
         libc::sigaction(sig, &sa, std::ptr::null_mut());
     }
+    sa.sa_sigaction = kill_all as extern "C" fn(libc::c_int) as usize;
+    libc::sigaction(KILL_ALL, &sa, std::ptr::null_mut());
     let mut none: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut none);
     libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
@@ -605,6 +630,9 @@ unsafe fn box_main(a: &BoxArgs) -> ! {
         }
         if r < 0 && *libc::__errno_location() != libc::EINTR {
             break;
+        }
+        if KILL_REQUESTED.load(Ordering::Relaxed) && !in_ns {
+            kill_children();
         }
     }
     // Whatever the program left behind goes now: in a namespace kill(-1) reaches every other process in it;
@@ -649,6 +677,7 @@ unsafe fn program_main(a: &BoxArgs) -> ! {
         libc::SIGQUIT,
         libc::SIGUSR1,
         libc::SIGUSR2,
+        KILL_ALL,
     ] {
         libc::signal(sig, libc::SIG_DFL);
     }
