@@ -192,6 +192,10 @@ fn start_launcher_for(args: &[String]) {
 
 /// Starts the process's launcher; without one, boxes are forked from this process (slower, as contained).
 pub(crate) fn start_launcher() {
+    // For measuring what the launcher buys: SWEEP_NO_LAUNCHER=1 forks every box from this process.
+    if std::env::var_os("SWEEP_NO_LAUNCHER").is_some_and(|v| v == "1") {
+        return;
+    }
     let started =
         std::env::current_exe().and_then(|exe| sweep_contain::launcher::start_global(&exe));
     if let Err(e) = started {

@@ -173,14 +173,16 @@ impl Launcher {
         let reply: Reply = serde_json::from_slice(&buf[..n]).map_err(io::Error::other)?;
         match reply {
             Reply::Started { pid, pid_namespace } => {
-                let [stdout, stderr, status]: [OwnedFd; 3] = fds.try_into().map_err(|_| {
-                    io::Error::other("the launcher's reply did not carry three pipes")
-                })?;
+                let [stdout, stderr, status, exec]: [OwnedFd; 4] =
+                    fds.try_into().map_err(|_| {
+                        io::Error::other("the launcher's reply did not carry four pipes")
+                    })?;
                 Ok(Started {
                     pid,
                     stdout,
                     stderr,
                     status,
+                    exec,
                     pid_namespace,
                 })
             }
@@ -231,6 +233,7 @@ pub fn serve() -> ! {
                         s.stdout.as_raw_fd(),
                         s.stderr.as_raw_fd(),
                         s.status.as_raw_fd(),
+                        s.exec.as_raw_fd(),
                     ],
                 )
             }

@@ -208,7 +208,20 @@ pub fn spawn(spec: &Spec) -> io::Result<Boxed> {
     let procs = group.as_ref().map(ChunkGroup::procs).unwrap_or_default();
     let launched = launcher::global().and_then(|l| l.start(spec, &procs));
     let ours = launched.is_none();
-    let started = match launched.unwrap_or_else(|| spawn::start(spec, &procs)) {
+    let started = launched
+        .unwrap_or_else(|| spawn::start(spec, &procs))
+        .and_then(
+            |mut s| match spawn::await_exec(&mut s, &spec.program, &spec.cwd) {
+                Ok(()) => Ok(s),
+                Err(e) => {
+                    if ours {
+                        spawn::reap_if_ours(s.pid);
+                    }
+                    Err(e)
+                }
+            },
+        );
+    let started = match started {
         Ok(s) => s,
         Err(e) => {
             if let Some(g) = group {

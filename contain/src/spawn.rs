@@ -47,12 +47,14 @@ pub(crate) struct Started {
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
     pub status: OwnedFd,
+    /// Closes when the program has been exec'd; carries (step, errno) if it could not be.
+    pub exec: OwnedFd,
     /// Whether the box is PID 1 of its own namespace (killing it kills everything in it).
     pub pid_namespace: bool,
 }
 
-/// Starts `spec` in a box whose processes join `procs` (cgroup.procs files). Returns once the program has been
-/// exec'd, or with the error that kept it from starting.
+/// Starts `spec` in a box whose processes join `procs` (cgroup.procs files). Returns once the box runs; the
+/// program's exec is awaited with [`await_exec`].
 pub(crate) fn start(spec: &Spec, procs: &[PathBuf]) -> io::Result<Started> {
     let f = Facilities::get();
     let p = Prepared::new(spec, f)?;
@@ -110,21 +112,28 @@ pub(crate) fn start(spec: &Spec, procs: &[PathBuf]) -> io::Result<Started> {
     // The box goes on once it reads this byte.
     write_all(sync_w.as_raw_fd(), b"g")?;
     drop(sync_w);
-    let mut failure = Vec::new();
-    std::fs::File::from(exec_r).read_to_end(&mut failure)?;
-    if failure.len() >= 8 {
-        let step = i32::from_ne_bytes([failure[0], failure[1], failure[2], failure[3]]);
-        let errno = i32::from_ne_bytes([failure[4], failure[5], failure[6], failure[7]]);
-        reap_if_ours(pid);
-        return Err(start_error(step, errno, spec));
-    }
     Ok(Started {
         pid,
         stdout: out_r,
         stderr: err_r,
         status: status_r,
+        exec: exec_r,
         pid_namespace: p.clone_flags & libc::CLONE_NEWPID != 0,
     })
+}
+
+/// Waits until the program has been exec'd (the exec pipe closes) or reads why it was not. The caller waits,
+/// not the launcher, so that one chunk's exec does not hold up the next chunk's start.
+pub(crate) fn await_exec(s: &mut Started, program: &Path, cwd: &Path) -> io::Result<()> {
+    let mut failure = Vec::new();
+    let exec = std::mem::replace(&mut s.exec, s.status.try_clone()?);
+    std::fs::File::from(exec).read_to_end(&mut failure)?;
+    if failure.len() >= 8 {
+        let step = i32::from_ne_bytes([failure[0], failure[1], failure[2], failure[3]]);
+        let errno = i32::from_ne_bytes([failure[4], failure[5], failure[6], failure[7]]);
+        return Err(start_error(step, errno, program, cwd));
+    }
+    Ok(())
 }
 
 /// Puts the box in its cgroups and writes its user namespace's maps: things a parent does for its child.
@@ -156,10 +165,10 @@ pub(crate) fn reap_if_ours(pid: i32) {
     unsafe { libc::waitpid(pid, &mut st, 0) };
 }
 
-fn start_error(step: i32, errno: i32, spec: &Spec) -> io::Error {
+fn start_error(step: i32, errno: i32, program: &Path, cwd: &Path) -> io::Error {
     let os = io::Error::from_raw_os_error(errno);
     let what = match step {
-        STEP_EXEC => format!("cannot run `{}`: {os}", spec.program.display()),
+        STEP_EXEC => format!("cannot run `{}`: {os}", program.display()),
         STEP_RELEASE => format!("the box was not released by its parent: {os}"),
         STEP_IDENTITY => format!("cannot take the sandbox's user: {os}"),
         STEP_MOUNTS => format!("cannot make the sandbox's file system: {os}"),
@@ -167,10 +176,7 @@ fn start_error(step: i32, errno: i32, spec: &Spec) -> io::Error {
         STEP_RLIMIT => format!("cannot set the chunk's rlimits: {os}"),
         STEP_FORK => format!("cannot fork the program: {os}"),
         STEP_STDIO => format!("cannot connect the program's stdio: {os}"),
-        STEP_CHDIR => format!(
-            "cannot enter the working directory {}: {os}",
-            spec.cwd.display()
-        ),
+        STEP_CHDIR => format!("cannot enter the working directory {}: {os}", cwd.display()),
         _ => format!("cannot start the program: {os}"),
     };
     io::Error::new(os.kind(), what)
