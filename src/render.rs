@@ -30,6 +30,20 @@ pub fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "listing": j.listing().label(),
         "solutions_stored": j.solutions_stored,
         "counters": j.counters.iter().map(|(k, v)| (k.clone(), crate::output::big(v.parse().unwrap_or(0)))).collect::<serde_json::Map<_, _>>(),
+        "max_attempts": j.max_attempts,
+    })
+}
+
+/// What to tell the person who asked for `asked` attempts per chunk when the submitted job `j` got fewer: the
+/// coordinator lowers a request above its own --max-attempts instead of refusing the job.
+pub fn attempts_note(asked: Option<u32>, j: &v1::JobInfo) -> Option<String> {
+    let asked = asked?;
+    // 0: a coordinator that does not report the job's attempts; nothing to compare.
+    (j.max_attempts != 0 && j.max_attempts < asked).then(|| {
+        format!(
+            "note: job {} gets {} attempts per chunk, not {asked}: that is the coordinator's --max-attempts",
+            j.id, j.max_attempts
+        )
     })
 }
 
@@ -125,6 +139,7 @@ pub fn results_report(
         failures: failures_json(&info.failures),
         listing: info.listing().label().into(),
         solutions_listed: info.solutions_stored,
+        max_attempts: (info.max_attempts != 0).then_some(info.max_attempts),
     })
 }
 
@@ -152,6 +167,27 @@ mod tests {
             form,
         )
         .map(|r| r.result)
+    }
+
+    #[test]
+    fn a_job_given_fewer_attempts_than_asked_for_says_so() {
+        let job = |max_attempts| v1::JobInfo {
+            id: 4,
+            max_attempts,
+            ..Default::default()
+        };
+        let note = attempts_note(Some(10), &job(3)).expect("lowered");
+        assert!(
+            note.contains("job 4 gets 3 attempts per chunk, not 10"),
+            "{note}"
+        );
+        assert_eq!(attempts_note(Some(3), &job(3)), None);
+        assert_eq!(attempts_note(None, &job(3)), None);
+        assert_eq!(
+            attempts_note(Some(10), &job(0)),
+            None,
+            "a coordinator that does not say"
+        );
     }
 
     #[test]

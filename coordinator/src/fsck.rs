@@ -431,6 +431,7 @@ mod tests {
             artifact_digest: None,
             replicate: 1,
             listing: Default::default(),
+            max_attempts: None,
         }
     }
 

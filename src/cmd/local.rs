@@ -107,7 +107,12 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         let store = Store::open(&engine.data)
             .with_context(|| format!("cannot use --data {}", engine.data.display()))
             .map_err(|e| Exit { code: exit::USAGE, message: one_line(&e) })?;
-        let config = CoordinatorConfig { registry: registry.clone(), ..CoordinatorConfig::default() };
+        let mut config = CoordinatorConfig { registry: registry.clone(), ..CoordinatorConfig::default() };
+        // The embedded coordinator is the person's own: its ceiling rises to what they ask for, and stays at the
+        // usual default for the other jobs of the store.
+        if let Some(n) = engine.max_attempts {
+            config.scheduler.max_attempts = config.scheduler.max_attempts.max(n);
+        }
         let coord = Coordinator::open(store, config)
             .with_context(|| format!("cannot load the jobs stored in {}", engine.data.display()))?;
         // The worker and the bars call the coordinator's services in process: a listing job's solutions (24 MB
@@ -134,6 +139,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
                 reuse_existing: true,
                 replicate: 1,
                 count_only: engine.count_only,
+                max_attempts: engine.max_attempts,
             })
             .await?;
         let mut info = submitted.job.ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
@@ -362,6 +368,11 @@ pub fn solve(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> 
 
 fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
     let (JobArgs { job, engine, ship }, plan, threads) = (local.args, local.plan, local.threads);
+    if engine.max_attempts.is_some() {
+        return Err(usage(
+            "--max-attempts is for `run` and `submit`: `solve` runs each chunk once and stops at the first that fails",
+        ));
+    }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -416,6 +427,7 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
         failures: Vec::new(),
         listing: listing_label(engine.count_only).into(),
         solutions_listed: answer.solutions_listed,
+        max_attempts: None,
     };
     report
         .print(job.as_ref(), engine.json)

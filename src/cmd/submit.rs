@@ -8,7 +8,7 @@ use sweep_space::Registry;
 use crate::args;
 use crate::exit::usage;
 use crate::remote::{connect, ship};
-use crate::render::info_json;
+use crate::render::{attempts_note, info_json};
 use crate::runtime::runtime;
 
 pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
@@ -43,11 +43,15 @@ pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode>
                 reuse_existing: false,
                 replicate: parsed.engine.replicate,
                 count_only: parsed.engine.count_only,
+                max_attempts: parsed.engine.max_attempts,
             })
             .await?;
         let job = resp
             .job
             .ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
+        if let Some(note) = attempts_note(parsed.engine.max_attempts, &job) {
+            eprintln!("{note}");
+        }
         if parsed.engine.json {
             println!("{}", info_json(&job));
         } else {

@@ -459,3 +459,71 @@ fn a_checkpoint_reaches_the_coordinator_within_seconds_with_the_default_lease() 
     let cancelled = c.sweep(&["cancel", &job.to_string()]);
     assert!(cancelled.status.success(), "{cancelled:?}");
 }
+
+/// `--max-attempts 1` on the job: each failing chunk is poisoned at its first failure, not after the
+/// coordinator's three, and the report says how many attempts the job had.
+#[test]
+fn a_job_with_one_attempt_per_chunk_fails_after_one_attempt_each() {
+    let dir = scratch();
+    let data = dir.path().join("data").display().to_string();
+    let out = sweep_in(
+        dir.path(),
+        &[
+            "run",
+            "exec",
+            "--max-attempts",
+            "1",
+            "--chunks",
+            "2",
+            "--data",
+            &data,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ],
+        LONG,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["state"], "done-with-poisoned-chunks", "{v}");
+    assert_eq!(v["max_attempts"], 1, "{v}");
+    let poisoned = v["poisoned_chunks"].as_array().expect("a list");
+    assert_eq!(poisoned.len(), 2, "{v}");
+    assert!(poisoned.iter().all(|p| p["attempts"] == 1), "{v}");
+    let failures = v["failures"].as_array().expect("a list");
+    let mut chunks: Vec<u64> = failures
+        .iter()
+        .filter_map(|f| f["chunk"].as_u64())
+        .collect();
+    chunks.sort_unstable();
+    assert_eq!(chunks, vec![0, 1], "one failed attempt per chunk: {v}");
+
+    // Zero attempts is refused before anything runs.
+    let out = sweep_in(
+        dir.path(),
+        &[
+            "run",
+            "exec",
+            "--max-attempts",
+            "0",
+            "--chunks",
+            "1",
+            "--",
+            "true",
+        ],
+        LONG,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("at least 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -60,6 +60,7 @@ impl Core {
             listing: e.record.listing,
             solutions_stored: self.usage.get(&id).map_or(0, |u| u.solutions),
             counters: e.tally.counters.clone(),
+            max_attempts: self.sched.max_attempts(id).unwrap_or_default(),
         })
     }
 

@@ -53,6 +53,10 @@ pub struct JobRecord {
     /// What the job keeps of its solutions besides their counts.
     #[serde(default, skip_serializing_if = "Listing::is_all")]
     pub listing: Listing,
+    /// Failed or expired attempts after which one of its chunks is poisoned, when it was submitted with a
+    /// limit of its own (at most the coordinator's `--max-attempts` then); absent: the coordinator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
 }
 
 /// What a job keeps of its solutions besides their counts (which are always exact).

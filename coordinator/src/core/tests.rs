@@ -460,6 +460,7 @@ fn a_count_only_job_drops_lists_before_the_digest() {
     let opts = JobOptions {
         replicate: 2,
         listing: Listing::CountOnly,
+        ..JobOptions::default()
     };
     let id = submit_sums(&mut core, 1, None, opts, 0);
     assert_eq!(core.job_view(id).unwrap().listing, Listing::CountOnly);
@@ -702,4 +703,91 @@ fn only_the_last_finished_jobs_keep_their_answers_text() {
         cached.map(|r| r.text.to_string()),
         Some(format!("job {}", ids[dropped]))
     );
+}
+
+/// Submits a one-chunk `Sums` job asking for `max_attempts` attempts per chunk.
+fn submit_with_attempts(core: &mut Core, max_attempts: Option<u32>, now: u64) -> JobId {
+    let opts = JobOptions {
+        max_attempts,
+        ..JobOptions::default()
+    };
+    submit_sums(core, 1, None, opts, now)
+}
+
+#[test]
+fn a_job_with_one_attempt_is_poisoned_at_its_first_failure_while_another_gets_the_coordinator_s_three(
+) {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let once = submit_with_attempts(&mut core, Some(1), 0);
+    let usual = submit_with_attempts(&mut core, None, 0);
+    let w = register(&mut core, "w", None);
+    assert_eq!(core.job_view(once).unwrap().max_attempts, 1);
+    assert_eq!(core.job_view(usual).unwrap().max_attempts, 3);
+    let mut failures = 0;
+    let mut now = 1;
+    loop {
+        let LeaseAnswer::Chunks(leases) = core.lease(&w, 8, now).unwrap() else {
+            panic!("the worker is known");
+        };
+        if leases.is_empty() {
+            break;
+        }
+        for l in leases {
+            core.fail(&w, l.lease, false, "exit status 3", None, now)
+                .unwrap();
+            failures += 1;
+        }
+        now += 1;
+    }
+    assert_eq!(
+        failures, 4,
+        "one attempt for the first job, three for the second"
+    );
+    commit(&mut core, &store);
+    let chunks = store.load().unwrap().chunks;
+    for (id, attempts) in [(once, 1), (usual, 3)] {
+        let view = core.job_view(id).unwrap();
+        assert_eq!(view.state, JobState::DoneWithPoisonedChunks, "job {id}");
+        assert_eq!(
+            chunks.iter().find(|(job, _, _)| *job == id).map(|c| &c.2),
+            Some(&crate::scheduler::ChunkRecord::Poisoned {
+                attempts,
+                last_error: "exit status 3".into()
+            }),
+            "job {id}"
+        );
+    }
+}
+
+#[test]
+fn a_job_asking_for_more_attempts_than_the_coordinator_gives_gets_its_ceiling_and_keeps_it_across_a_restart(
+) {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let greedy = submit_with_attempts(&mut core, Some(10), 0);
+    let modest = submit_with_attempts(&mut core, Some(2), 0);
+    assert_eq!(core.job_view(greedy).unwrap().max_attempts, 3);
+    assert_eq!(core.job_view(modest).unwrap().max_attempts, 2);
+    commit(&mut core, &store);
+    let snap = store.load().unwrap();
+    let stored: Vec<Option<u32>> = snap.jobs.iter().map(|r| r.max_attempts).collect();
+    assert_eq!(
+        stored,
+        vec![Some(3), Some(2)],
+        "lowered when submitted, then stored"
+    );
+    let core = open(&store, 1);
+    assert_eq!(core.job_view(modest).unwrap().max_attempts, 2);
+    // Zero attempts is refused before anything is planned.
+    let spec = SubmitSpec {
+        space: "star".into(),
+        params_json: r#"{"points": 6}"#.into(),
+        max_attempts: Some(0),
+        ..SubmitSpec::default()
+    };
+    let registry = sweep_space::Registry::new();
+    let err =
+        parse_submit(&spec, &registry, &Limits::default()).expect_err("0 attempts is refused");
+    assert!(err.to_string().contains("at least 1"), "{err}");
 }

@@ -61,6 +61,9 @@ pub struct JobView {
     pub solutions_stored: u64,
     /// The accepted chunks' counters, summed.
     pub counters: std::collections::BTreeMap<String, u128>,
+    /// Failed or expired attempts after which one of its chunks is poisoned: the job's own limit, at most the
+    /// coordinator's.
+    pub max_attempts: u32,
 }
 
 impl JobView {

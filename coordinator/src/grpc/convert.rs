@@ -55,6 +55,7 @@ pub fn job_info(j: JobView) -> v1::JobInfo {
             .into_iter()
             .map(|(k, v)| (k, v.to_string()))
             .collect(),
+        max_attempts: j.max_attempts,
     }
 }
 
