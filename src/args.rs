@@ -89,7 +89,7 @@ pub struct JobArgs {
     pub job: Arc<dyn Job>,
     pub engine: EngineOpts,
     /// Files the job ships (`exec --ship`), packed: sent to the coordinator before the job is submitted.
-    pub ship: Option<sweep_exec::ship::Shipped>,
+    pub ship: Option<crate::exec_args::ShipArg>,
 }
 
 /// Parses `SPACE [options]`. `--help` anywhere prints the space's help.
@@ -333,7 +333,7 @@ mod tests {
         .unwrap()
         .ok()
         .unwrap();
-        let shipped = parsed.ship.expect("the files are packed");
+        let shipped = parsed.ship.expect("the files are packed").files;
         let digest = blake3::hash(&shipped.packed).to_hex().to_string();
         assert_eq!(shipped.digest, digest);
         assert_eq!(parsed.job.params()["ship_digest"], digest.as_str());

@@ -62,6 +62,12 @@ fn local_job(registry: &Registry, raw: &[String]) -> anyhow::Result<Option<Local
         .job
         .plan(args.engine.chunks)
         .map_err(|e| usage(e.to_string()))?;
+    // Before the store is opened or anything runs: a program that cannot start would fail every attempt.
+    crate::exec_program::check(
+        args.job.as_ref(),
+        args.ship.as_ref().map(|s| s.path.as_path()),
+        crate::exec_program::RunsOn::ThisMachine,
+    )?;
     if args.engine.replicate > 1 {
         return Err(usage(
             "--replicate needs several independent workers: use `sweep submit` to a coordinator",
@@ -128,7 +134,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         }));
         let mut jobs = sweep_client::Client::in_process(jobs_link);
         if let Some(shipped) = ship {
-            crate::remote::ship(&mut jobs, shipped).await?;
+            crate::remote::ship(&mut jobs, shipped.files).await?;
         }
         let submitted = jobs
             .submit(v1::SubmitRequest {
@@ -385,7 +391,7 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
     // Shipped files (`exec --ship`) are the job's only inputs that are not jobs: bound here directly.
     let job = match ship {
         Some(shipped) => job
-            .bind_inputs(&[shipped.packed.as_slice()])
+            .bind_inputs(&[shipped.files.packed.as_slice()])
             .map_err(|e| usage(format!("the shipped files: {e}")))?,
         None => job,
     };

@@ -527,3 +527,118 @@ fn a_job_with_one_attempt_per_chunk_fails_after_one_attempt_each() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Runs `sweep ARGS` in `dir`; returns its exit code, its stderr and how long it took.
+fn timed(dir: &Path, args: &[&str]) -> (Option<i32>, String, Duration) {
+    let started = Instant::now();
+    let out = sweep_in(dir, args, LONG);
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (out.status.code(), stderr, took)
+}
+
+/// A program that cannot start is refused at once, with exit code 2 and why, instead of failing every attempt
+/// of every chunk: nothing is stored, submitted or run.
+#[test]
+fn a_program_that_cannot_start_is_refused_before_any_chunk_runs() {
+    let dir = scratch();
+    let data = dir.path().join("data");
+    let data_s = data.display().to_string();
+    let (code, stderr, took) = timed(
+        dir.path(),
+        &[
+            "run",
+            "exec",
+            "--chunks",
+            "1000",
+            "--data",
+            &data_s,
+            "--",
+            "/no/such/program",
+            "{chunk}",
+        ],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot start the program `/no/such/program`")
+            && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(!data.exists(), "no store was made");
+
+    // A file without its executable bit, from the directory `run` was started in; a name not on PATH.
+    std::fs::write(dir.path().join("notes.sh"), "echo hi\n").unwrap();
+    let (code, stderr, _) = timed(
+        dir.path(),
+        &[
+            "run",
+            "exec",
+            "--chunks",
+            "3",
+            "--data",
+            &data_s,
+            "--",
+            "./notes.sh",
+        ],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is not executable"), "{stderr}");
+    let (code, stderr, _) = timed(
+        dir.path(),
+        &[
+            "solve",
+            "exec",
+            "--chunks",
+            "5",
+            "--",
+            "no-such-program-anywhere",
+        ],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`no-such-program-anywhere`") && stderr.contains("not found on PATH"),
+        "{stderr}"
+    );
+
+    // `submit`: the program may exist on the workers only, so this machine only warns (and then cannot reach
+    // the coordinator on the discard port); a shipped file decides it everywhere, so that one is refused.
+    let nowhere = "http://127.0.0.1:9";
+    let (code, stderr, _) = timed(
+        dir.path(),
+        &[
+            "submit",
+            "exec",
+            "--chunks",
+            "1000",
+            "--coordinator",
+            nowhere,
+            "--",
+            "/no/such/program",
+        ],
+    );
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("warning: the program `/no/such/program` cannot start on this machine"),
+        "{stderr}"
+    );
+    let notes = dir.path().join("notes.sh").display().to_string();
+    let (code, stderr, _) = timed(
+        dir.path(),
+        &[
+            "submit",
+            "exec",
+            "--chunks",
+            "2",
+            "--ship",
+            &notes,
+            "--coordinator",
+            nowhere,
+            "--",
+            "./notes.sh",
+        ],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is not executable"), "{stderr}");
+}
