@@ -31,6 +31,8 @@ pub fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "solutions_stored": j.solutions_stored,
         "counters": j.counters.iter().map(|(k, v)| (k.clone(), crate::output::big(v.parse().unwrap_or(0)))).collect::<serde_json::Map<_, _>>(),
         "max_attempts": j.max_attempts,
+        "chunk_memory": (j.chunk_memory != 0).then_some(j.chunk_memory),
+        "waiting": (!j.waiting.is_empty()).then_some(&j.waiting),
     })
 }
 
@@ -54,9 +56,13 @@ pub fn failures_json(failures: &[v1::FailedAttempt]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// The lines that tell a person why a job's answer needs care: it cannot be re-verified, or attempts failed.
+/// The lines that tell a person what a job needs or why its answer needs care: no live worker can take it, it
+/// cannot be re-verified, or attempts failed.
 pub fn caveats(j: &v1::JobInfo) -> Vec<String> {
     let mut lines = Vec::new();
+    if !j.waiting.is_empty() {
+        lines.push(format!("job {}: waiting: {}", j.id, j.waiting));
+    }
     if j.unverified {
         lines.push(format!(
             "job {}: unverified: the coordinator cannot re-check a {} chunk's answer; submit with --replicate 2 \
@@ -80,11 +86,18 @@ pub fn poisoned_list(r: &v1::ResultsResponse) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Bytes as people read memory sizes: `3.8 GiB`.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
 pub fn worker_json(w: &v1::WorkerStatus) -> serde_json::Value {
     serde_json::json!({
         "name": w.name,
         "threads": w.threads,
         "memory_bytes": w.memory_bytes,
+        // null: the worker does not say (an empty string would read as a containment named "").
+        "containment": (!w.containment.is_empty()).then_some(&w.containment),
         "last_seen_unix_ms": w.last_seen_unix_ms,
         "chunks_done": w.chunks_done,
         "leases_held": w.leases_held,

@@ -432,6 +432,7 @@ mod tests {
             replicate: 1,
             listing: Default::default(),
             max_attempts: None,
+            chunk_memory: None,
         }
     }
 

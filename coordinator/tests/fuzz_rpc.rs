@@ -606,16 +606,18 @@ fn call() -> impl Strategy<Value = Call> {
             any::<u32>(),
             text(),
             proptest::collection::vec(text(), 0..3),
-            any::<u64>()
+            any::<u64>(),
+            text()
         )
             .prop_map(
-                |(name, threads, version, spaces, memory_bytes)| Call::Register(
+                |(name, threads, version, spaces, memory_bytes, containment)| Call::Register(
                     v1::RegisterRequest {
                         name,
                         threads,
                         version,
                         spaces,
                         memory_bytes,
+                        containment,
                     }
                 )
             ),

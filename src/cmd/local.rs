@@ -18,7 +18,7 @@ use crate::args::{self, JobArgs};
 use crate::exit::{self, one_line, usage, Exit};
 use crate::output::{Report, ReportResult};
 use crate::progress::{Bars, Mode};
-use crate::render::{answer_form, results_report};
+use crate::render::{answer_form, gib, results_report};
 use crate::runtime::{runtime, shutdown_signal};
 use sweep_space::Registry;
 
@@ -107,6 +107,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         plan,
         threads,
     } = local;
+    fits_the_local_worker(job.chunk_memory(), sweep_worker::memory::detect())?;
     let started = Instant::now();
     let rt = runtime()?;
     rt.block_on(async move {
@@ -238,6 +239,21 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
             .into())
         })
     })
+}
+
+/// Refuses a job whose chunks each need `chunk_memory` bytes when the embedded worker, the only one `run`
+/// has, reports less (`worker_memory`; 0: unknown): the coordinator would lease it none, and the job would wait
+/// for ever.
+fn fits_the_local_worker(chunk_memory: Option<u64>, worker_memory: u64) -> anyhow::Result<()> {
+    match chunk_memory {
+        Some(needs) if worker_memory != 0 && worker_memory < needs => Err(usage(format!(
+            "each chunk of this job needs {}, and this machine's worker has {} (the lower of its memory \
+             and its cgroup's limit): submit it to a coordinator whose workers have more",
+            gib(needs),
+            gib(worker_memory)
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Prints a finished `sweep run`'s answer, `results` as asked for in `form` (and writes its pictures); the exit
@@ -448,5 +464,31 @@ fn listing_label(count_only: bool) -> &'static str {
         v1::Listing::CountOnly.label()
     } else {
         v1::Listing::All.label()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_refuses_a_job_its_worker_has_too_little_memory_for() {
+        const GIB: u64 = 1 << 30;
+        assert!(fits_the_local_worker(None, GIB).is_ok());
+        assert!(fits_the_local_worker(Some(GIB), GIB).is_ok());
+        assert!(
+            fits_the_local_worker(Some(8 * GIB), 0).is_ok(),
+            "unknown memory"
+        );
+        let err = fits_the_local_worker(Some(8 * GIB), 4 * GIB).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("needs 8.0 GiB, and this machine's worker has 4.0 GiB"),
+            "{err}"
+        );
+        assert_eq!(
+            err.downcast_ref::<Exit>().map(|e| e.code),
+            Some(exit::USAGE)
+        );
     }
 }

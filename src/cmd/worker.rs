@@ -40,6 +40,11 @@ pub struct WorkerArgs {
     /// Run `exec` chunks: any program an admin submits, as this worker's user. Off by default.
     #[arg(long)]
     allow_exec: bool,
+    /// Memory this worker's chunks may use, e.g. `16G` or `512M` (K, M, G, T are powers of 1024): a job that
+    /// needs more per chunk goes to other workers. Default: the machine's memory, or its cgroup's limit when
+    /// that is lower.
+    #[arg(long, value_name = "BYTES", value_parser = sweep_worker::memory::parse_bytes)]
+    memory: Option<u64>,
 }
 
 fn default_worker_name() -> String {
@@ -71,6 +76,7 @@ pub fn worker(registry: &Registry, a: WorkerArgs) -> anyhow::Result<ExitCode> {
     cfg.grace = Duration::from_secs(a.grace_secs);
     cfg.cache_dir = a.cache;
     cfg.security = a.security.security();
+    cfg.memory_bytes = a.memory;
     if let Some(p) = a.prefetch {
         cfg.prefetch = p as usize;
     }

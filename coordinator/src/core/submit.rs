@@ -268,7 +268,7 @@ impl Core {
             .last()
             .copied()
             .ok_or_else(|| CoreError::Invalid("nothing to submit".into()))?;
-        let view = self.job_view(id).ok_or(CoreError::UnknownJob(id))?;
+        let view = self.job_view(id, now).ok_or(CoreError::UnknownJob(id))?;
         Ok((view, existing))
     }
 
@@ -339,6 +339,7 @@ impl Core {
             replicate,
             listing,
             max_attempts,
+            chunk_memory: job.chunk_memory(),
         };
         self.sched
             .add_job(id, priority, plan.n_chunks, JobState::Running);

@@ -56,6 +56,8 @@ pub fn job_info(j: JobView) -> v1::JobInfo {
             .map(|(k, v)| (k, v.to_string()))
             .collect(),
         max_attempts: j.max_attempts,
+        chunk_memory: j.chunk_memory.unwrap_or(0),
+        waiting: j.waiting.map(|w| w.to_string()).unwrap_or_default(),
     }
 }
 
@@ -96,6 +98,7 @@ pub fn worker_status(w: WorkerView) -> v1::WorkerStatus {
         banned: w.banned,
         draining: w.draining,
         version: w.version,
+        containment: w.containment,
     }
 }
 

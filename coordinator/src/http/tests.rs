@@ -118,6 +118,8 @@ fn job(id: u64, state: JobState, total: u64, done: u64, leased: u64, poisoned: u
         solutions_stored: 0,
         counters: Default::default(),
         max_attempts: 3,
+        chunk_memory: None,
+        waiting: None,
     }
 }
 

@@ -52,6 +52,7 @@ mod tests {
         let mut many = record(4);
         many.input_jobs = vec![1, 3, 2];
         many.max_attempts = Some(1);
+        many.chunk_memory = Some(8 << 30);
         store
             .kv
             .apply(vec![
@@ -63,7 +64,7 @@ mod tests {
         let jobs = store.load().unwrap().jobs;
         assert_eq!(jobs[0].input_jobs, vec![1]);
         // Fields added since read as absent: the coordinator's limits apply.
-        assert_eq!(jobs[0].max_attempts, None);
+        assert_eq!((jobs[0].max_attempts, jobs[0].chunk_memory), (None, None));
         assert!(jobs[1].input_jobs.is_empty());
         assert_eq!(jobs[2], many);
         store.write(vec![Op::Job(jobs[0].clone())]).unwrap();

@@ -32,6 +32,7 @@ pub(super) fn record(id: JobId) -> JobRecord {
         replicate: 1,
         listing: Default::default(),
         max_attempts: None,
+        chunk_memory: None,
     }
 }
 
