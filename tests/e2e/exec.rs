@@ -323,7 +323,7 @@ fn a_killed_worker_s_chunk_resumes_elsewhere_from_its_checkpoint_and_leaves_no_o
 fn only_workers_with_allow_exec_run_programs_and_shipped_files_reach_them() {
     let mut c = Cluster::start(0, 2);
     // Without --allow-exec the worker never gets an exec chunk, however long it waits.
-    c.add_worker();
+    c.add_worker_with(&["--memory", "3G"]);
     let src = scratch();
     std::fs::write(src.path().join("cubes.py"), CUBES).unwrap();
     let ship = src.path().display().to_string();
@@ -339,6 +339,26 @@ fn only_workers_with_allow_exec_run_programs_and_shipped_files_reach_them() {
         "{s}"
     );
     assert_eq!(s["unverified"], true, "{s}");
+    // Status says why the job waits, and the worker shows the memory it was given and no containment.
+    assert!(
+        s["waiting"]
+            .as_str()
+            .is_some_and(|w| w.contains("no live worker runs `exec` chunks")),
+        "{s}"
+    );
+    let workers = stdout_json(&c.sweep(&["workers", "--json"]));
+    assert_eq!(
+        workers["workers"][0]["memory_bytes"],
+        3u64 << 30,
+        "{workers}"
+    );
+    assert_eq!(
+        workers["workers"][0]["containment"],
+        Value::Null,
+        "{workers}"
+    );
+    let text = String::from_utf8_lossy(&c.sweep(&["workers"]).stdout).to_string();
+    assert!(text.contains("3.0 GiB"), "{text}");
     // The files travel through the coordinator: the original may be gone by the time a worker runs them.
     drop(src);
     let cache = c.dir.path().join("cache");
