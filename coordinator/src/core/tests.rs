@@ -897,3 +897,33 @@ fn a_job_needing_more_memory_than_a_small_worker_has_goes_only_to_a_big_one() {
     assert_eq!(core.job_view(hungry, now).unwrap().waiting, None);
     assert_eq!(lease_all(&mut core, &older, now).len(), 2);
 }
+
+/// `sweep run` repeated with another `--max-attempts` finds its job again: the new limit applies from then on.
+#[test]
+fn a_job_found_again_takes_the_attempts_its_new_submit_asks_for() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let first = submit_with_attempts(&mut core, Some(1), 0);
+    let again = |core: &mut Core, max_attempts| {
+        let node = SubmitNode {
+            job: Arc::new(Sums { n: 1, memory: None }),
+            plan: Plan {
+                n_chunks: 1,
+                total_nodes: None,
+            },
+            inputs: Vec::new(),
+        };
+        let opts = JobOptions {
+            max_attempts,
+            ..JobOptions::default()
+        };
+        core.submit(vec![node], 0, true, opts, 1).unwrap()
+    };
+    let (view, existing) = again(&mut core, Some(2));
+    assert!(existing);
+    assert_eq!((view.id, view.max_attempts), (first, 2));
+    // A submit that names no limit leaves the job's own alone.
+    assert_eq!(again(&mut core, None).0.max_attempts, 2);
+    commit(&mut core, &store);
+    assert_eq!(store.load().unwrap().jobs[0].max_attempts, Some(2));
+}
