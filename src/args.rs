@@ -28,6 +28,7 @@ pub const ENGINE_FLAGS: &[(&str, bool)] = &[
     ("--replicate", true),
     ("--count-only", false),
     ("--solutions", true),
+    ("--max-attempts", true),
 ];
 
 #[derive(Parser, Debug, Default)]
@@ -69,13 +70,26 @@ pub struct EngineOpts {
     /// `run`: write every solution, one per line, into this file (streamed from the store).
     #[arg(long, value_name = "FILE", conflicts_with = "count_only")]
     pub solutions: Option<PathBuf>,
+    /// `run`, `submit`: failed or expired attempts after which one of the job's chunks is poisoned (default and
+    /// most: the coordinator's --max-attempts).
+    #[arg(long, value_name = "N", value_parser = attempts)]
+    pub max_attempts: Option<u32>,
+}
+
+/// `--max-attempts N`: a whole number, at least 1 (the first attempt is one).
+fn attempts(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(0) => Err("must be at least 1 (the first attempt counts as one)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{text}` is not a whole number of attempts")),
+    }
 }
 
 pub struct JobArgs {
     pub job: Arc<dyn Job>,
     pub engine: EngineOpts,
     /// Files the job ships (`exec --ship`), packed: sent to the coordinator before the job is submitted.
-    pub ship: Option<sweep_exec::ship::Shipped>,
+    pub ship: Option<crate::exec_args::ShipArg>,
 }
 
 /// Parses `SPACE [options]`. `--help` anywhere prints the space's help.
@@ -171,7 +185,7 @@ fn expand_files(space: &dyn Space, args: Vec<String>) -> anyhow::Result<Vec<Stri
 }
 
 fn engine_help() -> String {
-    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URL  coordinator for `submit` (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n  --svg DIR          write the answer's pictures (SVG) into DIR\n  --replicate K      `submit`: run every chunk on K distinct workers, accept only agreeing results\n  --count-only       keep counts only, no list of solutions (bounded memory for any answer)\n  --solutions FILE   `run`: write every solution into FILE, one per line, streamed from the store\n  --token-file FILE  token for `submit` (env SWEEP_TOKEN)\n  --tls-ca FILE      CA of the coordinator's certificate, for https:// URLs\n  --tls-cert FILE    client certificate, with --tls-key FILE\n".to_string()
+    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URL  coordinator for `submit` (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n  --svg DIR          write the answer's pictures (SVG) into DIR\n  --replicate K      `submit`: run every chunk on K distinct workers, accept only agreeing results\n  --count-only       keep counts only, no list of solutions (bounded memory for any answer)\n  --solutions FILE   `run`: write every solution into FILE, one per line, streamed from the store\n  --max-attempts N   failed attempts after which a chunk is poisoned (default and most: the coordinator's)\n  --token-file FILE  token for `submit` (env SWEEP_TOKEN)\n  --tls-ca FILE      CA of the coordinator's certificate, for https:// URLs\n  --tls-cert FILE    client certificate, with --tls-key FILE\n".to_string()
 }
 
 fn split(args: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {
@@ -319,7 +333,7 @@ mod tests {
         .unwrap()
         .ok()
         .unwrap();
-        let shipped = parsed.ship.expect("the files are packed");
+        let shipped = parsed.ship.expect("the files are packed").files;
         let digest = blake3::hash(&shipped.packed).to_hex().to_string();
         assert_eq!(shipped.digest, digest);
         assert_eq!(parsed.job.params()["ship_digest"], digest.as_str());
@@ -396,5 +410,20 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.to_string().contains("needs a value"), "{err}");
+        let err = parse(
+            &crate::builtin(),
+            &strings(&["star", "--max-attempts", "0"]),
+        )
+        .err()
+        .unwrap();
+        assert!(
+            err.to_string().contains("--max-attempts") && err.to_string().contains("at least 1"),
+            "{err}"
+        );
+        let parsed = parse(&crate::builtin(), &strings(&["star", "--max-attempts=2"]))
+            .unwrap()
+            .ok()
+            .unwrap();
+        assert_eq!(parsed.engine.max_attempts, Some(2));
     }
 }

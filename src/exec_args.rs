@@ -31,10 +31,17 @@ pub fn in_current_dir(space: &str, mut args: Vec<String>) -> anyhow::Result<Vec<
     Ok(args)
 }
 
+/// The files of `--ship PATH`: where they are on this machine (the program is looked up among them before the
+/// job is submitted) and packed, to be sent to the coordinator.
+pub struct ShipArg {
+    pub path: PathBuf,
+    pub files: Shipped,
+}
+
 /// Replaces `--ship PATH` in an `exec` job's arguments by the digest of the packed files, and returns the
 /// packed files: the job then names only the digest, and the files are sent to the coordinator before the
 /// job is submitted. Arguments of other spaces and the command after `--` are left alone.
-pub fn take_ship(space: &str, args: Vec<String>) -> anyhow::Result<(Vec<String>, Option<Shipped>)> {
+pub fn take_ship(space: &str, args: Vec<String>) -> anyhow::Result<(Vec<String>, Option<ShipArg>)> {
     if space != Exec::NAME {
         return Ok((args, None));
     }
@@ -63,15 +70,12 @@ pub fn take_ship(space: &str, args: Vec<String>) -> anyhow::Result<(Vec<String>,
     let Some(path) = path else {
         return Ok((out, None));
     };
-    let shipped =
+    let files =
         Shipped::pack(&path).with_context(|| format!("cannot pack --ship {}", path.display()))?;
     // Before `--`, so the digest stays an option of the space, not an argument of the command.
     let at = out.iter().position(|a| a == "--").unwrap_or(out.len());
-    out.splice(
-        at..at,
-        ["--ship-digest".to_string(), shipped.digest.clone()],
-    );
-    Ok((out, Some(shipped)))
+    out.splice(at..at, ["--ship-digest".to_string(), files.digest.clone()]);
+    Ok((out, Some(ShipArg { path, files })))
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub use sweep_space::{self as space, Registry};
 mod args;
 mod cmd;
 mod exec_args;
+mod exec_program;
 pub mod exit;
 mod output;
 mod progress;

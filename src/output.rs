@@ -79,6 +79,7 @@ struct JsonReport<'a> {
     failures: &'a [Value],
     job: Option<u64>,
     listing: &'a str,
+    max_attempts: Option<u32>,
     nodes: Value,
     params: &'a Value,
     poisoned_chunks: &'a [Value],
@@ -108,6 +109,8 @@ pub struct Report {
     pub listing: String,
     /// Solutions listed in all (the answer shows at most the smallest [`MAX_SHOWN_SOLUTIONS`]).
     pub solutions_listed: u64,
+    /// Attempts a chunk got before it was poisoned; `None` where nothing retries (`solve`).
+    pub max_attempts: Option<u32>,
 }
 
 impl Report {
@@ -121,6 +124,7 @@ impl Report {
             failures: &self.failures,
             job: self.job,
             listing: &self.listing,
+            max_attempts: self.max_attempts,
             nodes: big(self.nodes),
             params: &self.params,
             poisoned_chunks: &self.poisoned,
@@ -307,6 +311,7 @@ mod tests {
             failures: Vec::new(),
             listing: "all".into(),
             solutions_listed: 80,
+            max_attempts: Some(3),
         }
     }
 
@@ -340,7 +345,7 @@ mod tests {
             "space": "star", "params": {"points": 6, "method": "backtrack"}, "job": 3, "state": "done",
             "chunks_total": 2, "chunks_done": 2, "nodes": "9007199254740993", "elapsed_s": 0.5,
             "result": answer, "poisoned_chunks": [{"chunk": 1}], "unverified": false, "failures": [],
-            "listing": "all", "solutions_listed": 80,
+            "listing": "all", "solutions_listed": 80, "max_attempts": 3,
         });
         assert_eq!(
             sent.render(job.as_ref(), true).unwrap(),

@@ -30,6 +30,22 @@ pub fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "listing": j.listing().label(),
         "solutions_stored": j.solutions_stored,
         "counters": j.counters.iter().map(|(k, v)| (k.clone(), crate::output::big(v.parse().unwrap_or(0)))).collect::<serde_json::Map<_, _>>(),
+        "max_attempts": j.max_attempts,
+        "chunk_memory": (j.chunk_memory != 0).then_some(j.chunk_memory),
+        "waiting": (!j.waiting.is_empty()).then_some(&j.waiting),
+    })
+}
+
+/// What to tell the person who asked for `asked` attempts per chunk when the submitted job `j` got fewer: the
+/// coordinator lowers a request above its own --max-attempts instead of refusing the job.
+pub fn attempts_note(asked: Option<u32>, j: &v1::JobInfo) -> Option<String> {
+    let asked = asked?;
+    // 0: a coordinator that does not report the job's attempts; nothing to compare.
+    (j.max_attempts != 0 && j.max_attempts < asked).then(|| {
+        format!(
+            "note: job {} gets {} attempts per chunk, not {asked}: that is the coordinator's --max-attempts",
+            j.id, j.max_attempts
+        )
     })
 }
 
@@ -40,9 +56,13 @@ pub fn failures_json(failures: &[v1::FailedAttempt]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// The lines that tell a person why a job's answer needs care: it cannot be re-verified, or attempts failed.
+/// The lines that tell a person what a job needs or why its answer needs care: no live worker can take it, it
+/// cannot be re-verified, or attempts failed.
 pub fn caveats(j: &v1::JobInfo) -> Vec<String> {
     let mut lines = Vec::new();
+    if !j.waiting.is_empty() {
+        lines.push(format!("job {}: waiting: {}", j.id, j.waiting));
+    }
     if j.unverified {
         lines.push(format!(
             "job {}: unverified: the coordinator cannot re-check a {} chunk's answer; submit with --replicate 2 \
@@ -66,11 +86,18 @@ pub fn poisoned_list(r: &v1::ResultsResponse) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Bytes as people read memory sizes: `3.8 GiB`.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
 pub fn worker_json(w: &v1::WorkerStatus) -> serde_json::Value {
     serde_json::json!({
         "name": w.name,
         "threads": w.threads,
         "memory_bytes": w.memory_bytes,
+        // null: the worker does not say (an empty string would read as a containment named "").
+        "containment": (!w.containment.is_empty()).then_some(&w.containment),
         "last_seen_unix_ms": w.last_seen_unix_ms,
         "chunks_done": w.chunks_done,
         "leases_held": w.leases_held,
@@ -125,6 +152,7 @@ pub fn results_report(
         failures: failures_json(&info.failures),
         listing: info.listing().label().into(),
         solutions_listed: info.solutions_stored,
+        max_attempts: (info.max_attempts != 0).then_some(info.max_attempts),
     })
 }
 
@@ -152,6 +180,27 @@ mod tests {
             form,
         )
         .map(|r| r.result)
+    }
+
+    #[test]
+    fn a_job_given_fewer_attempts_than_asked_for_says_so() {
+        let job = |max_attempts| v1::JobInfo {
+            id: 4,
+            max_attempts,
+            ..Default::default()
+        };
+        let note = attempts_note(Some(10), &job(3)).expect("lowered");
+        assert!(
+            note.contains("job 4 gets 3 attempts per chunk, not 10"),
+            "{note}"
+        );
+        assert_eq!(attempts_note(Some(3), &job(3)), None);
+        assert_eq!(attempts_note(None, &job(3)), None);
+        assert_eq!(
+            attempts_note(Some(10), &job(0)),
+            None,
+            "a coordinator that does not say"
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@
 pub mod cgroup;
 pub mod facilities;
 pub mod launcher;
+pub mod size;
 mod spawn;
 
 use std::fs::File;
@@ -39,6 +40,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cgroup::ChunkGroup;
 pub use facilities::{Facilities, PidNamespace};
+pub use size::{bytes, parse_bytes, BytesError};
 
 /// How often the CPU time and the private directory's size are looked at.
 const CHECK_EVERY: Duration = Duration::from_millis(250);
@@ -104,26 +106,6 @@ impl std::fmt::Display for LimitHit {
     }
 }
 
-/// `2 GiB`, `512 MiB`, `1000 bytes`.
-pub fn bytes(b: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (unit, size) in UNITS {
-        if b >= size {
-            return if b.is_multiple_of(size) {
-                format!("{} {unit}", b / size)
-            } else {
-                format!("{:.1} {unit}", b as f64 / size as f64)
-            };
-        }
-    }
-    format!("{b} bytes")
-}
-
 /// What a worker asks of every box it starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
@@ -141,35 +123,6 @@ pub fn set_policy(p: Policy) {
 /// The process's policy: the default (no sandbox) unless [`set_policy`] was called.
 pub fn policy() -> Policy {
     POLICY.get().copied().unwrap_or_default()
-}
-
-/// Parses a size: bytes, or a number with K, M, G or T (binary units; `KiB`, `MB` and `g` read the same).
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => {
-            return Err(format!(
-                "`{text}` is not a size: give bytes, or a number with K, M, G or T"
-            ))
-        }
-    };
-    let value: f64 = number.parse().map_err(|_| {
-        format!("`{text}` is not a size: give bytes, or a number with K, M, G or T")
-    })?;
-    let bytes = value * (1u64 << shift) as f64;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
-        return Err(format!("`{text}` is not a size between 1 byte and 16 EiB"));
-    }
-    Ok(bytes as u64)
 }
 
 /// How a boxed program ended.
@@ -495,24 +448,4 @@ fn dir_size(dir: &Path, stop_above: u64) -> u64 {
 /// Removes the cgroups this process keeps for reuse: call when a worker stops.
 pub fn shutdown() {
     cgroup::remove_pooled();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse_in_binary_units_and_nonsense_is_named() {
-        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
-        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_bytes("1.5k"), Ok(1536));
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        for bad in ["", "G", "2X", "-1G", "0", "1e9"] {
-            let e = parse_bytes(bad).unwrap_err();
-            assert!(e.contains(&format!("`{bad}`")), "{e}");
-        }
-        assert_eq!(bytes(2 << 30), "2 GiB");
-        assert_eq!(bytes(1536), "1.5 KiB");
-        assert_eq!(bytes(10), "10 bytes");
-    }
 }

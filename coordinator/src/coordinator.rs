@@ -339,20 +339,22 @@ impl Coordinator {
     pub async fn jobs(&self) -> Result<(Vec<JobView>, u32), CoreError> {
         self.durable_read(|core| {
             let now = now_ms();
-            (core.job_views(), core.live_workers(now))
+            (core.job_views(now), core.live_workers(now))
         })
         .await
     }
 
     pub async fn job(&self, id: JobId) -> Result<JobView, CoreError> {
-        self.durable_read(|core| core.job_view(id))
+        self.durable_read(|core| core.job_view(id, now_ms()))
             .await?
             .ok_or(CoreError::UnknownJob(id))
     }
 
     /// The job now, from memory (may be ahead of the store by one commit).
     pub fn job_now(&self, id: JobId) -> Result<JobView, CoreError> {
-        self.lock().job_view(id).ok_or(CoreError::UnknownJob(id))
+        self.lock()
+            .job_view(id, now_ms())
+            .ok_or(CoreError::UnknownJob(id))
     }
 
     /// For a watch stream: one job (`id` != 0) or all of them, and the live workers, from memory.
@@ -360,9 +362,9 @@ impl Coordinator {
         let core = self.lock();
         let now = now_ms();
         let jobs = if id == 0 {
-            core.job_views()
+            core.job_views(now)
         } else {
-            core.job_view(id).into_iter().collect()
+            core.job_view(id, now).into_iter().collect()
         };
         (jobs, core.live_workers(now))
     }
@@ -417,7 +419,7 @@ impl Coordinator {
         self.settle().await?;
         let (input, merged) = {
             let mut core = self.lock();
-            let input = core.results_input(id)?;
+            let input = core.results_input(id, now_ms())?;
             let merged = if input.cached.is_none() {
                 core.take_merged(id)
             } else {

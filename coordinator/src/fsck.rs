@@ -431,6 +431,8 @@ mod tests {
             artifact_digest: None,
             replicate: 1,
             listing: Default::default(),
+            max_attempts: None,
+            chunk_memory: None,
         }
     }
 

@@ -263,6 +263,7 @@ fn submit(node: &str, reuse: bool) -> v1::SubmitRequest {
         reuse_existing: reuse,
         replicate: 0,
         count_only: false,
+        max_attempts: None,
     }
 }
 

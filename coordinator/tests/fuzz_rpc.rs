@@ -565,16 +565,20 @@ fn submit() -> impl Strategy<Value = v1::SubmitRequest> {
         any::<i32>(),
         any::<bool>(),
         prop_oneof![3 => 0u32..4, 1 => any::<u32>()],
+        proptest::option::of(prop_oneof![3 => 0u32..4, 1 => any::<u32>()]),
     )
         .prop_map(
-            |(space, params_json, chunks, priority, reuse_existing, replicate)| v1::SubmitRequest {
-                space,
-                params_json,
-                chunks,
-                priority,
-                reuse_existing,
-                replicate,
-                count_only: false,
+            |(space, params_json, chunks, priority, reuse_existing, replicate, max_attempts)| {
+                v1::SubmitRequest {
+                    space,
+                    params_json,
+                    chunks,
+                    priority,
+                    reuse_existing,
+                    replicate,
+                    count_only: false,
+                    max_attempts,
+                }
             },
         )
 }
@@ -602,16 +606,18 @@ fn call() -> impl Strategy<Value = Call> {
             any::<u32>(),
             text(),
             proptest::collection::vec(text(), 0..3),
-            any::<u64>()
+            any::<u64>(),
+            text()
         )
             .prop_map(
-                |(name, threads, version, spaces, memory_bytes)| Call::Register(
+                |(name, threads, version, spaces, memory_bytes, containment)| Call::Register(
                     v1::RegisterRequest {
                         name,
                         threads,
                         version,
                         spaces,
                         memory_bytes,
+                        containment,
                     }
                 )
             ),

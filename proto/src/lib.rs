@@ -288,6 +288,60 @@ mod tests {
         assert_eq!(ChunkOutput::try_from(wire).unwrap(), out);
     }
 
+    /// A worker's memory and containment, a job's own attempts and memory, and why it waits survive the wire;
+    /// a submit that names no attempts stays apart from one that names 0 (refused), and the bytes of a worker
+    /// older than these fields read as "did not say".
+    #[test]
+    fn placement_and_attempt_fields_roundtrip() {
+        use prost::Message;
+        let reg = v1::RegisterRequest {
+            name: "w".into(),
+            memory_bytes: 8 << 30,
+            containment: "cgroup v2 + PID namespace".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            v1::RegisterRequest::decode(reg.encode_to_vec().as_slice()).unwrap(),
+            reg
+        );
+        let older = v1::RegisterRequest {
+            name: "w".into(),
+            ..Default::default()
+        };
+        let read = v1::RegisterRequest::decode(older.encode_to_vec().as_slice()).unwrap();
+        assert_eq!((read.memory_bytes, read.containment.as_str()), (0, ""));
+        for max_attempts in [None, Some(0), Some(1)] {
+            let submit = v1::SubmitRequest {
+                space: "exec".into(),
+                max_attempts,
+                ..Default::default()
+            };
+            let read = v1::SubmitRequest::decode(submit.encode_to_vec().as_slice()).unwrap();
+            assert_eq!(read.max_attempts, max_attempts);
+        }
+        let info = v1::JobInfo {
+            id: 3,
+            max_attempts: 1,
+            chunk_memory: 8 << 30,
+            waiting: "needs 8.0 GiB per chunk; the largest live worker has 3.8 GiB".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            v1::JobInfo::decode(info.encode_to_vec().as_slice()).unwrap(),
+            info
+        );
+        let status = v1::WorkerStatus {
+            name: "w".into(),
+            memory_bytes: 4 << 30,
+            containment: "none".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            v1::WorkerStatus::decode(status.encode_to_vec().as_slice()).unwrap(),
+            status
+        );
+    }
+
     #[test]
     fn garbled_counter_is_named() {
         let mut wire = v1::ChunkOutput::default();

@@ -607,6 +607,12 @@ pub trait Job: Send + Sync + Debug {
         1
     }
 
+    /// Bytes of memory one chunk may use, when the job sets a limit; the coordinator leases its chunks only to
+    /// workers that have this much. `None` (the default): no limit, any worker will do.
+    fn chunk_memory(&self) -> Option<u64> {
+        None
+    }
+
     /// Combines the artifacts of all chunks (in chunk order) into the job's artifact. Spaces without artifacts
     /// keep the default.
     fn merge_artifacts(

@@ -260,6 +260,11 @@ impl Job for Framed {
         self.inner.threads_per_chunk().max(1)
     }
 
+    fn chunk_memory(&self) -> Option<u64> {
+        // Zero bytes is no limit at all: every worker meets it, so the job is shown and stored as having none.
+        self.inner.chunk_memory().filter(|&b| b > 0)
+    }
+
     fn merge_artifacts(
         &self,
         artifacts: &mut dyn Iterator<Item = &[u8]>,
@@ -374,6 +379,10 @@ mod tests {
         fn estimate_chunk_nodes(&self, n: u64, c: u64) -> Option<f64> {
             Some((self.0 / n) as f64 - c as f64)
         }
+        /// A MiB per counted number, so `--up-to 0` asks for a limit of nothing.
+        fn chunk_memory(&self) -> Option<u64> {
+            Some(self.0 << 20)
+        }
         fn result(&self, a: &Answer) -> serde_json::Value {
             serde_json::json!({ "n": crate::json_u128(a.tally.nodes) })
         }
@@ -426,6 +435,12 @@ mod tests {
         assert_eq!(job.estimate_chunk_nodes(4, 1), Some(1.0));
         assert_eq!(job.estimate_chunk_nodes(4, 3), None);
         assert_eq!(job.estimate_chunk_nodes(4, 4), None);
+        // A chunk's memory is forwarded; a limit of zero bytes is none.
+        assert_eq!(job.chunk_memory(), Some(10 << 20));
+        let zero = reg
+            .job_from_params("count", &serde_json::json!({"up_to": 0}))
+            .unwrap();
+        assert_eq!(zero.chunk_memory(), None);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::args::{self, JobArgs};
 use crate::exit::{self, one_line, usage, Exit};
 use crate::output::{Report, ReportResult};
 use crate::progress::{Bars, Mode};
-use crate::render::{answer_form, results_report};
+use crate::render::{answer_form, gib, results_report};
 use crate::runtime::{runtime, shutdown_signal};
 use sweep_space::Registry;
 
@@ -62,6 +62,12 @@ fn local_job(registry: &Registry, raw: &[String]) -> anyhow::Result<Option<Local
         .job
         .plan(args.engine.chunks)
         .map_err(|e| usage(e.to_string()))?;
+    // Before the store is opened or anything runs: a program that cannot start would fail every attempt.
+    crate::exec_program::check(
+        args.job.as_ref(),
+        args.ship.as_ref().map(|s| s.path.as_path()),
+        crate::exec_program::RunsOn::ThisMachine,
+    )?;
     if args.engine.replicate > 1 {
         return Err(usage(
             "--replicate needs several independent workers: use `sweep submit` to a coordinator",
@@ -101,13 +107,19 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         plan,
         threads,
     } = local;
+    fits_the_local_worker(job.chunk_memory(), sweep_worker::memory::detect())?;
     let started = Instant::now();
     let rt = runtime()?;
     rt.block_on(async move {
         let store = Store::open(&engine.data)
             .with_context(|| format!("cannot use --data {}", engine.data.display()))
             .map_err(|e| Exit { code: exit::USAGE, message: one_line(&e) })?;
-        let config = CoordinatorConfig { registry: registry.clone(), ..CoordinatorConfig::default() };
+        let mut config = CoordinatorConfig { registry: registry.clone(), ..CoordinatorConfig::default() };
+        // The embedded coordinator is the person's own: its ceiling rises to what they ask for, and stays at the
+        // usual default for the other jobs of the store.
+        if let Some(n) = engine.max_attempts {
+            config.scheduler.max_attempts = config.scheduler.max_attempts.max(n);
+        }
         let coord = Coordinator::open(store, config)
             .with_context(|| format!("cannot load the jobs stored in {}", engine.data.display()))?;
         // The worker and the bars call the coordinator's services in process: a listing job's solutions (24 MB
@@ -123,7 +135,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         }));
         let mut jobs = sweep_client::Client::in_process(jobs_link);
         if let Some(shipped) = ship {
-            crate::remote::ship(&mut jobs, shipped).await?;
+            crate::remote::ship(&mut jobs, shipped.files).await?;
         }
         let submitted = jobs
             .submit(v1::SubmitRequest {
@@ -134,6 +146,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
                 reuse_existing: true,
                 replicate: 1,
                 count_only: engine.count_only,
+                max_attempts: engine.max_attempts,
             })
             .await?;
         let mut info = submitted.job.ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
@@ -226,6 +239,21 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
             .into())
         })
     })
+}
+
+/// Refuses a job whose chunks each need `chunk_memory` bytes when the embedded worker, the only one `run`
+/// has, reports less (`worker_memory`; 0: unknown): the coordinator would lease it none, and the job would wait
+/// for ever.
+fn fits_the_local_worker(chunk_memory: Option<u64>, worker_memory: u64) -> anyhow::Result<()> {
+    match chunk_memory {
+        Some(needs) if worker_memory != 0 && worker_memory < needs => Err(usage(format!(
+            "each chunk of this job needs {}, and this machine's worker has {} (the lower of its memory \
+             and its cgroup's limit): submit it to a coordinator whose workers have more",
+            gib(needs),
+            gib(worker_memory)
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Prints a finished `sweep run`'s answer, `results` as asked for in `form` (and writes its pictures); the exit
@@ -362,6 +390,11 @@ pub fn solve(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> 
 
 fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
     let (JobArgs { job, engine, ship }, plan, threads) = (local.args, local.plan, local.threads);
+    if engine.max_attempts.is_some() {
+        return Err(usage(
+            "--max-attempts is for `run` and `submit`: `solve` runs each chunk once and stops at the first that fails",
+        ));
+    }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -374,7 +407,7 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
     // Shipped files (`exec --ship`) are the job's only inputs that are not jobs: bound here directly.
     let job = match ship {
         Some(shipped) => job
-            .bind_inputs(&[shipped.packed.as_slice()])
+            .bind_inputs(&[shipped.files.packed.as_slice()])
             .map_err(|e| usage(format!("the shipped files: {e}")))?,
         None => job,
     };
@@ -416,6 +449,7 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
         failures: Vec::new(),
         listing: listing_label(engine.count_only).into(),
         solutions_listed: answer.solutions_listed,
+        max_attempts: None,
     };
     report
         .print(job.as_ref(), engine.json)
@@ -430,5 +464,31 @@ fn listing_label(count_only: bool) -> &'static str {
         v1::Listing::CountOnly.label()
     } else {
         v1::Listing::All.label()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_refuses_a_job_its_worker_has_too_little_memory_for() {
+        const GIB: u64 = 1 << 30;
+        assert!(fits_the_local_worker(None, GIB).is_ok());
+        assert!(fits_the_local_worker(Some(GIB), GIB).is_ok());
+        assert!(
+            fits_the_local_worker(Some(8 * GIB), 0).is_ok(),
+            "unknown memory"
+        );
+        let err = fits_the_local_worker(Some(8 * GIB), 4 * GIB).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("needs 8.0 GiB, and this machine's worker has 4.0 GiB"),
+            "{err}"
+        );
+        assert_eq!(
+            err.downcast_ref::<Exit>().map(|e| e.code),
+            Some(exit::USAGE)
+        );
     }
 }

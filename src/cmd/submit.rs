@@ -6,9 +6,10 @@ use sweep_proto::v1;
 use sweep_space::Registry;
 
 use crate::args;
+use crate::exec_program::RunsOn;
 use crate::exit::usage;
 use crate::remote::{connect, ship};
-use crate::render::info_json;
+use crate::render::{attempts_note, info_json};
 use crate::runtime::runtime;
 
 pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
@@ -28,11 +29,16 @@ pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode>
         .job
         .plan(parsed.engine.chunks)
         .map_err(|e| usage(e.to_string()))?;
+    crate::exec_program::check(
+        parsed.job.as_ref(),
+        parsed.ship.as_ref().map(|s| s.path.as_path()),
+        RunsOn::Workers,
+    )?;
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&parsed.engine.coordinator, &parsed.engine.security).await?;
         if let Some(shipped) = parsed.ship {
-            ship(&mut c, shipped).await?;
+            ship(&mut c, shipped.files).await?;
         }
         let resp = c
             .submit(v1::SubmitRequest {
@@ -43,11 +49,15 @@ pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode>
                 reuse_existing: false,
                 replicate: parsed.engine.replicate,
                 count_only: parsed.engine.count_only,
+                max_attempts: parsed.engine.max_attempts,
             })
             .await?;
         let job = resp
             .job
             .ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;
+        if let Some(note) = attempts_note(parsed.engine.max_attempts, &job) {
+            eprintln!("{note}");
+        }
         if parsed.engine.json {
             println!("{}", info_json(&job));
         } else {

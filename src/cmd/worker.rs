@@ -44,6 +44,11 @@ pub struct WorkerArgs {
     /// network namespaces; the file system read-only but its private directory; other chunks' files hidden.
     #[arg(long, requires = "allow_exec")]
     sandbox: bool,
+    /// Memory this worker's chunks may use, e.g. `16G` or `512M` (K, M, G, T are powers of 1024): a job that
+    /// needs more per chunk goes to other workers. Default: the machine's memory, or its cgroup's limit when
+    /// that is lower.
+    #[arg(long, value_name = "BYTES", value_parser = sweep_contain::parse_bytes)]
+    memory: Option<u64>,
 }
 
 /// Starts `true` in the sandbox once, so that a worker that cannot make one says so at start, not per chunk.
@@ -126,6 +131,19 @@ pub fn worker(registry: &Registry, a: WorkerArgs) -> anyhow::Result<ExitCode> {
     cfg.grace = Duration::from_secs(a.grace_secs);
     cfg.cache_dir = a.cache;
     cfg.security = a.security.security();
+    cfg.memory_bytes = a.memory;
+    // What contains this worker's programs, as `sweep workers` shows it; a worker without --allow-exec runs
+    // only built-in kernels, which start no processes.
+    cfg.containment = if a.allow_exec {
+        let summary = sweep_contain::Facilities::get().summary();
+        if a.sandbox {
+            format!("sandbox; {summary}")
+        } else {
+            summary
+        }
+    } else {
+        "no programs (no --allow-exec)".into()
+    };
     if let Some(p) = a.prefetch {
         cfg.prefetch = p as usize;
     }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::remote::{connect, Remote};
-use crate::render::worker_json;
+use crate::render::{gib, worker_json};
 use crate::runtime::runtime;
 
 #[derive(Args)]
@@ -42,8 +42,8 @@ pub fn workers(a: WorkersArgs) -> anyhow::Result<ExitCode> {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         println!(
-            "{:<28} {:>7} {:>9} {:>10} {:>8} {:>6} {:>4}  state",
-            "worker", "threads", "memory", "last seen", "chunks", "leases", "bad"
+            "{:<28} {:>7} {:>10} {:>10} {:>8} {:>6} {:>4}  {:<21}  containment",
+            "worker", "threads", "memory", "last seen", "chunks", "leases", "bad", "state"
         );
         for w in &list {
             let state = if w.banned {
@@ -53,16 +53,26 @@ pub fn workers(a: WorkersArgs) -> anyhow::Result<ExitCode> {
             } else {
                 "ok"
             };
+            // 0 and empty: the worker did not say.
+            let memory = match w.memory_bytes {
+                0 => "-".to_string(),
+                bytes => gib(bytes),
+            };
+            let containment = match w.containment.as_str() {
+                "" => "-",
+                c => c,
+            };
             println!(
-                "{:<28} {:>7} {:>7}G {:>9.1}s {:>8} {:>6} {:>4}  {}",
+                "{:<28} {:>7} {:>10} {:>9.1}s {:>8} {:>6} {:>4}  {:<21}  {}",
                 w.name,
                 w.threads,
-                w.memory_bytes >> 30,
+                memory,
                 now.saturating_sub(w.last_seen_unix_ms) as f64 / 1000.0,
                 w.chunks_done,
                 w.leases_held,
                 w.bad_results,
-                state
+                state,
+                containment
             );
         }
         Ok(ExitCode::SUCCESS)

@@ -31,6 +31,9 @@ fn bad_options_are_named() {
     fails_with(&["solve", "star", "--chunks", "0"], 2, "--chunks");
     fails_with(&["solve", "star", "--method", "magic"], 2, "magic");
     fails_with(&["solve", "star", "--threads", "zero"], 2, "--threads");
+    fails_with(&["worker", "--memory", "lots"], 2, "`lots` is not a size");
+    fails_with(&["worker", "--memory", "0"], 2, "give more than 0");
+    fails_with(&["run", "star", "--max-attempts", "0"], 2, "at least 1");
 }
 
 #[test]

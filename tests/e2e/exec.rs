@@ -323,7 +323,7 @@ fn a_killed_worker_s_chunk_resumes_elsewhere_from_its_checkpoint_and_leaves_no_o
 fn only_workers_with_allow_exec_run_programs_and_shipped_files_reach_them() {
     let mut c = Cluster::start(0, 2);
     // Without --allow-exec the worker never gets an exec chunk, however long it waits.
-    c.add_worker();
+    c.add_worker_with(&["--memory", "3G"]);
     let src = scratch();
     std::fs::write(src.path().join("cubes.py"), CUBES).unwrap();
     let ship = src.path().display().to_string();
@@ -339,6 +339,26 @@ fn only_workers_with_allow_exec_run_programs_and_shipped_files_reach_them() {
         "{s}"
     );
     assert_eq!(s["unverified"], true, "{s}");
+    // Status says why the job waits, and the worker shows the memory it was given and no containment.
+    assert!(
+        s["waiting"]
+            .as_str()
+            .is_some_and(|w| w.contains("no live worker runs `exec` chunks")),
+        "{s}"
+    );
+    let workers = stdout_json(&c.sweep(&["workers", "--json"]));
+    assert_eq!(
+        workers["workers"][0]["memory_bytes"],
+        3u64 << 30,
+        "{workers}"
+    );
+    assert_eq!(
+        workers["workers"][0]["containment"],
+        Value::Null,
+        "{workers}"
+    );
+    let text = String::from_utf8_lossy(&c.sweep(&["workers"]).stdout).to_string();
+    assert!(text.contains("3.0 GiB"), "{text}");
     // The files travel through the coordinator: the original may be gone by the time a worker runs them.
     drop(src);
     let cache = c.dir.path().join("cache");
@@ -458,4 +478,187 @@ fn a_checkpoint_reaches_the_coordinator_within_seconds_with_the_default_lease() 
     );
     let cancelled = c.sweep(&["cancel", &job.to_string()]);
     assert!(cancelled.status.success(), "{cancelled:?}");
+}
+
+/// `--max-attempts 1` on the job: each failing chunk is poisoned at its first failure, not after the
+/// coordinator's three, and the report says how many attempts the job had.
+#[test]
+fn a_job_with_one_attempt_per_chunk_fails_after_one_attempt_each() {
+    let dir = scratch();
+    let data = dir.path().join("data").display().to_string();
+    let out = sweep_in(
+        dir.path(),
+        &[
+            "run",
+            "exec",
+            "--max-attempts",
+            "1",
+            "--chunks",
+            "2",
+            "--data",
+            &data,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ],
+        LONG,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["state"], "done-with-poisoned-chunks", "{v}");
+    assert_eq!(v["max_attempts"], 1, "{v}");
+    let poisoned = v["poisoned_chunks"].as_array().expect("a list");
+    assert_eq!(poisoned.len(), 2, "{v}");
+    assert!(poisoned.iter().all(|p| p["attempts"] == 1), "{v}");
+    let failures = v["failures"].as_array().expect("a list");
+    let mut chunks: Vec<u64> = failures
+        .iter()
+        .filter_map(|f| f["chunk"].as_u64())
+        .collect();
+    chunks.sort_unstable();
+    assert_eq!(chunks, vec![0, 1], "one failed attempt per chunk: {v}");
+
+    // Zero attempts is refused before anything runs.
+    let out = sweep_in(
+        dir.path(),
+        &[
+            "run",
+            "exec",
+            "--max-attempts",
+            "0",
+            "--chunks",
+            "1",
+            "--",
+            "true",
+        ],
+        LONG,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("at least 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `sweep ARGS` in `dir`; returns its exit code, its stderr and how long it took.
+fn timed(dir: &Path, args: &[&str]) -> (Option<i32>, String, Duration) {
+    let started = Instant::now();
+    let out = sweep_in(dir, args, LONG);
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (out.status.code(), stderr, took)
+}
+
+/// A program that cannot start is refused at once, with exit code 2 and why, instead of failing every attempt
+/// of every chunk: nothing is stored, submitted or run.
+#[test]
+fn a_program_that_cannot_start_is_refused_before_any_chunk_runs() {
+    let dir = scratch();
+    let data = dir.path().join("data");
+    let data_s = data.display().to_string();
+    let (code, stderr, took) = timed(
+        dir.path(),
+        &[
+            "run",
+            "exec",
+            "--chunks",
+            "1000",
+            "--data",
+            &data_s,
+            "--",
+            "/no/such/program",
+            "{chunk}",
+        ],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot start the program `/no/such/program`")
+            && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(!data.exists(), "no store was made");
+
+    // A file without its executable bit, from the directory `run` was started in; a name not on PATH.
+    std::fs::write(dir.path().join("notes.sh"), "echo hi\n").unwrap();
+    let (code, stderr, _) = timed(
+        dir.path(),
+        &[
+            "run",
+            "exec",
+            "--chunks",
+            "3",
+            "--data",
+            &data_s,
+            "--",
+            "./notes.sh",
+        ],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is not executable"), "{stderr}");
+    let (code, stderr, _) = timed(
+        dir.path(),
+        &[
+            "solve",
+            "exec",
+            "--chunks",
+            "5",
+            "--",
+            "no-such-program-anywhere",
+        ],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`no-such-program-anywhere`") && stderr.contains("not found on PATH"),
+        "{stderr}"
+    );
+
+    // `submit`: the program may exist on the workers only, so this machine only warns (and then cannot reach
+    // the coordinator on the discard port); a shipped file decides it everywhere, so that one is refused.
+    let nowhere = "http://127.0.0.1:9";
+    let (code, stderr, _) = timed(
+        dir.path(),
+        &[
+            "submit",
+            "exec",
+            "--chunks",
+            "1000",
+            "--coordinator",
+            nowhere,
+            "--",
+            "/no/such/program",
+        ],
+    );
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("warning: the program `/no/such/program` cannot start on this machine"),
+        "{stderr}"
+    );
+    let notes = dir.path().join("notes.sh").display().to_string();
+    let (code, stderr, _) = timed(
+        dir.path(),
+        &[
+            "submit",
+            "exec",
+            "--chunks",
+            "2",
+            "--ship",
+            &notes,
+            "--coordinator",
+            nowhere,
+            "--",
+            "./notes.sh",
+        ],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is not executable"), "{stderr}");
 }

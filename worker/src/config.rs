@@ -36,6 +36,13 @@ pub struct WorkerConfig {
     /// A coordinator in this process to call instead of connecting to `connect` (`sweep run`; see
     /// `sweep_coordinator::in_process`).
     pub in_process: Option<sweep_proto::Transport>,
+    /// Bytes of memory this worker's chunks may use, as it reports them: the coordinator leases a job that
+    /// needs more per chunk ([`sweep_space::Job::chunk_memory`]) to other workers. `None`: found when it
+    /// registers ([`crate::memory::detect`]: the lower of the machine's memory and its cgroup's limit).
+    pub memory_bytes: Option<u64>,
+    /// How this worker contains the programs it runs (free text for `sweep workers`, e.g. "cgroup v2 + PID
+    /// namespace"); empty: it does not say.
+    pub containment: String,
 }
 
 impl WorkerConfig {
@@ -52,20 +59,10 @@ impl WorkerConfig {
             #[cfg(feature = "lie")]
             lie: None,
             in_process: None,
+            memory_bytes: None,
+            containment: String::new(),
         }
     }
-}
-
-/// This machine's memory in bytes, as the coordinator shows it (0 where it cannot be read).
-fn memory_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kb * 1024)
-        })
-        .unwrap_or(0)
 }
 
 /// What this worker tells the coordinator about itself, under `name` (empty: the coordinator picks one).
@@ -80,6 +77,7 @@ pub(crate) fn register_request(cfg: &WorkerConfig, name: &str) -> v1::RegisterRe
             .into_iter()
             .map(str::to_string)
             .collect(),
-        memory_bytes: memory_bytes(),
+        memory_bytes: cfg.memory_bytes.unwrap_or_else(crate::memory::detect),
+        containment: cfg.containment.clone(),
     }
 }

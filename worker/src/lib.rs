@@ -14,6 +14,7 @@
 //! - `lie`: results falsified on purpose, for tests; apart, and behind the `lie` feature, so release builds
 //!   cannot lie (see the feature in Cargo.toml).
 //! - `backoff`: retry pacing, the same for every task that calls a coordinator that may be restarting.
+//! - `memory`: the memory this worker can give chunks (the machine's, its cgroup's limit), and `--memory` sizes.
 //! - `config`: [`WorkerConfig`], what the caller decides, and the registration made of it and this machine.
 //! - `state`: the data under the one lock (queue, running chunks, outbox, counters, the job and artifact caches
 //!   and their eviction); no I/O and no tasks, so its rules are tested alone.
@@ -37,6 +38,7 @@ mod inputs;
 mod leaser;
 #[cfg(feature = "lie")]
 mod lie;
+pub mod memory;
 mod reporter;
 mod shared;
 mod state;

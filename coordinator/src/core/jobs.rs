@@ -18,21 +18,21 @@ impl Core {
         self.check_writable()?;
         self.sched.cancel(job)?;
         self.stage_dirty(now);
-        self.job_view(job).ok_or(CoreError::UnknownJob(job))
+        self.job_view(job, now).ok_or(CoreError::UnknownJob(job))
     }
 
     pub fn pause(&mut self, job: JobId, now: Millis) -> Result<JobView, CoreError> {
         self.check_writable()?;
         self.sched.pause(job)?;
         self.stage_dirty(now);
-        self.job_view(job).ok_or(CoreError::UnknownJob(job))
+        self.job_view(job, now).ok_or(CoreError::UnknownJob(job))
     }
 
     pub fn resume(&mut self, job: JobId, now: Millis) -> Result<JobView, CoreError> {
         self.check_writable()?;
         self.sched.resume(job)?;
         self.stage_dirty(now);
-        self.job_view(job).ok_or(CoreError::UnknownJob(job))
+        self.job_view(job, now).ok_or(CoreError::UnknownJob(job))
     }
 
     /// Jobs queued since the last call whose chunk estimates the shell should compute off the lock

@@ -6,6 +6,7 @@
 use tracing::{info, warn};
 
 use super::error::CoreError;
+use super::placement::fits;
 use super::records::Op;
 use super::state::Core;
 use super::views::{FailedAttempt, LeaseAnswer, LeaseView};
@@ -68,10 +69,13 @@ impl Core {
         let Some(spaces) = self.workers.get(worker).and_then(|w| w.spaces.clone()) else {
             return Ok(LeaseAnswer::RegisterAgain);
         };
+        let memory_bytes = self.workers.get(worker).map_or(0, |w| w.memory_bytes);
         let jobs = &self.jobs;
+        // Per job, not per chunk: the cost of a lease stays with the number of jobs.
         let runnable = |id: JobId| {
-            jobs.get(&id)
-                .is_some_and(|e| spaces.contains(&e.record.space))
+            jobs.get(&id).is_some_and(|e| {
+                spaces.contains(&e.record.space) && fits(e.record.chunk_memory, memory_bytes)
+            })
         };
         let grants = self
             .sched

@@ -11,7 +11,8 @@
 //!
 //! Files import downward only, in this order from the bottom:
 //! - `records`: what the core decides must be written, and the snapshot it starts from;
-//! - `error`, `estimate`, `views`: the core's error, the pure chunk-size estimates, the values it shows;
+//! - `error`, `estimate`, `placement`, `views`: the core's error, the pure chunk-size estimates, which workers may
+//!   take a job's chunks (and why none can), the values it shows;
 //! - `state`: [`Core`] itself and its job table; every file above adds the methods of one concern to it;
 //! - `outbox`: staging writes, sequence numbers, store failure;
 //! - `submit`: checking and planning a submit, then finding or creating its jobs;
@@ -29,6 +30,7 @@ mod leases;
 mod observe;
 mod open;
 mod outbox;
+mod placement;
 mod records;
 mod reports;
 mod results;
@@ -43,6 +45,7 @@ pub use error::{invalid, CoreError};
 pub use estimate::{estimate_chunks, expected_total, MAX_ESTIMATED_CHUNKS};
 pub use leases::{Beat, LeaseProgress, MAX_FAILURE_BYTES, MAX_LEASE_REQUEST};
 pub use open::{JobOf, OpenError};
+pub use placement::Waiting;
 pub use records::{JobRecord, Listing, Op, Snapshot};
 pub use reports::{Checked, ReportTarget};
 pub use results::{ArtifactRef, ResultsInput};

@@ -3,14 +3,46 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::placement::{why_waiting, LiveWorker};
 use super::state::Core;
 use super::views::{JobView, Observation, WorkerObservation, WorkerView};
-use crate::scheduler::{JobId, Millis};
+use crate::scheduler::{JobId, JobState, Millis};
 
 impl Core {
-    pub fn job_view(&self, id: JobId) -> Option<JobView> {
+    /// One job as it is at `now` (which says which workers are live, for [`JobView::waiting`]).
+    pub fn job_view(&self, id: JobId, now: Millis) -> Option<JobView> {
+        self.job_view_among(id, &self.live_takers(now))
+    }
+
+    /// The workers heard from within a lease time that take work (not draining, not refused).
+    fn live_takers(&self, now: Millis) -> Vec<LiveWorker<'_>> {
+        let horizon = now.saturating_sub(self.lease_ttl_ms());
+        self.workers
+            .iter()
+            .filter(|(name, w)| {
+                w.last_seen_ms >= horizon
+                    && !self.sched.is_draining(name)
+                    && !self.sched.is_banned(name)
+            })
+            .map(|(_, w)| LiveWorker {
+                memory_bytes: w.memory_bytes,
+                spaces: w.spaces.as_deref(),
+            })
+            .collect()
+    }
+
+    fn job_view_among(&self, id: JobId, live: &[LiveWorker<'_>]) -> Option<JobView> {
         let e = self.jobs.get(&id)?;
         let counts = self.sched.counts(id)?;
+        let pending = counts
+            .total
+            .saturating_sub(counts.done + counts.leased + counts.poisoned);
+        let inputs_waiting = self.sched.waiting_for(id).len() as u32;
+        // Only a job that could be leased now waits for workers: a paused one waits for a person, one held for
+        // its inputs for them.
+        let waiting = (e.record.state == JobState::Running && pending > 0 && inputs_waiting == 0)
+            .then(|| why_waiting(&e.record.space, e.record.chunk_memory, live))
+            .flatten();
         let running_nodes: u64 = self
             .progress
             .iter()
@@ -48,7 +80,7 @@ impl Core {
             completions: e.tally.chunks,
             duplicates: e.record.duplicates,
             input_jobs: e.record.input_jobs.clone(),
-            inputs_waiting: self.sched.waiting_for(id).len() as u32,
+            inputs_waiting,
             artifact_digest: e.record.artifact_digest.clone(),
             replicate: e.record.replicate,
             disagreements: counts.disagreements,
@@ -60,14 +92,18 @@ impl Core {
             listing: e.record.listing,
             solutions_stored: self.usage.get(&id).map_or(0, |u| u.solutions),
             counters: e.tally.counters.clone(),
+            max_attempts: self.sched.max_attempts(id).unwrap_or_default(),
+            chunk_memory: e.record.chunk_memory,
+            waiting,
         })
     }
 
-    /// Every job, in id order.
-    pub fn job_views(&self) -> Vec<JobView> {
+    /// Every job at `now`, in id order.
+    pub fn job_views(&self, now: Millis) -> Vec<JobView> {
+        let live = self.live_takers(now);
         self.sched
             .jobs()
-            .filter_map(|id| self.job_view(id))
+            .filter_map(|id| self.job_view_among(id, &live))
             .collect()
     }
 
@@ -84,6 +120,7 @@ impl Core {
             banned: self.sched.is_banned(name),
             draining: self.sched.is_draining(name),
             version: w.version.clone(),
+            containment: w.containment.clone(),
         })
     }
 
@@ -122,7 +159,7 @@ impl Core {
             now_ms: now,
             lease_ttl_ms: self.lease_ttl_ms(),
             live_workers: self.live_workers(now),
-            jobs: self.job_views(),
+            jobs: self.job_views(now),
             workers: workers.collect(),
         }
     }

@@ -72,6 +72,7 @@ impl Core {
                 })?;
             sched.add_job(rec.id, rec.priority, rec.n_chunks, rec.state);
             sched.set_replication(rec.id, rec.replicate);
+            sched.set_max_attempts(rec.id, rec.max_attempts);
             let tally = snap.tallies.get(&rec.id).cloned().unwrap_or_default();
             // Results accepted before the restart are only in the store: its answer is read from there.
             jobs.insert(rec.id, JobEntry::new(rec, job, tally, None));

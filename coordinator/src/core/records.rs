@@ -53,6 +53,14 @@ pub struct JobRecord {
     /// What the job keeps of its solutions besides their counts.
     #[serde(default, skip_serializing_if = "Listing::is_all")]
     pub listing: Listing,
+    /// Failed or expired attempts after which one of its chunks is poisoned, when it was submitted with a
+    /// limit of its own (at most the coordinator's `--max-attempts` then); absent: the coordinator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// Bytes one chunk may use (`Job::chunk_memory`), when the job sets a limit: its chunks are leased only to
+    /// workers that report at least this much. Kept with the job so the rule holds without rebuilding it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_memory: Option<u64>,
 }
 
 /// What a job keeps of its solutions besides their counts (which are always exact).

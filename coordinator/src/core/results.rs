@@ -37,10 +37,10 @@ pub struct ArtifactRef {
 }
 
 impl Core {
-    /// What results need: the job, its view, its cached answer and whether it is finished.
-    pub fn results_input(&self, id: JobId) -> Result<ResultsInput, CoreError> {
+    /// What results need at `now`: the job, its view, its cached answer and whether it is finished.
+    pub fn results_input(&self, id: JobId, now: Millis) -> Result<ResultsInput, CoreError> {
         let e = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
-        let view = self.job_view(id).ok_or(CoreError::UnknownJob(id))?;
+        let view = self.job_view(id, now).ok_or(CoreError::UnknownJob(id))?;
         Ok(ResultsInput {
             job: e.job.clone(),
             n_chunks: e.record.n_chunks,

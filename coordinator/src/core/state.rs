@@ -47,8 +47,11 @@ pub(super) struct WorkerInfo {
     pub(super) last_seen_ms: u64,
     pub(super) threads: u32,
     pub(super) chunks_done: u64,
+    /// Bytes its chunks may use, as it registered; 0: unknown (it did not say, or has not registered with this
+    /// process yet).
     pub(super) memory_bytes: u64,
     pub(super) version: String,
+    pub(super) containment: String,
     /// The spaces it declared when it registered; `None` until it registers with this coordinator process
     /// (a worker that outlived a coordinator restart is asked to register again).
     pub(super) spaces: Option<Vec<String>>,

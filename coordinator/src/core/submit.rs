@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use sweep_space::{AnswerMerge, Job, Plan, Registry, Tally};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::error::{invalid, CoreError};
 use super::records::{JobRecord, Listing, Op};
@@ -36,6 +36,8 @@ pub struct SubmitSpec {
     pub replicate: u32,
     /// Keep counts only, no list of solutions.
     pub count_only: bool,
+    /// Failed or expired attempts after which one of the job's chunks is poisoned; `None`: the coordinator's.
+    pub max_attempts: Option<u32>,
 }
 
 /// The job a submit names, rebuilt from its space and parameters and checked against what the coordinator
@@ -45,6 +47,11 @@ pub fn parse_submit(
     registry: &Registry,
     limits: &Limits,
 ) -> Result<Arc<dyn Job>, CoreError> {
+    if spec.max_attempts == Some(0) {
+        return Err(CoreError::Invalid(
+            "max_attempts must be at least 1 (the first attempt counts)".into(),
+        ));
+    }
     limits
         .check_params(&spec.params_json)
         .map_err(CoreError::OverLimit)?;
@@ -106,6 +113,7 @@ pub fn plan_submit(
         } else {
             Listing::All
         },
+        max_attempts: spec.max_attempts,
     };
     Ok((nodes, opts))
 }
@@ -139,12 +147,15 @@ pub struct SubmitNode {
     pub inputs: Vec<usize>,
 }
 
-/// How the job asked for is run (its inputs always run once, with full lists).
+/// How the job asked for is run (its inputs always run once, with full lists and the coordinator's attempts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JobOptions {
     /// Agreeing results from distinct workers each chunk needs (1: no replication).
     pub replicate: u32,
     pub listing: Listing,
+    /// Attempts per chunk before it is poisoned, as asked for; lowered to the coordinator's `--max-attempts`
+    /// when it is more. `None`: the coordinator's.
+    pub max_attempts: Option<u32>,
 }
 
 impl Default for JobOptions {
@@ -152,6 +163,7 @@ impl Default for JobOptions {
         JobOptions {
             replicate: 1,
             listing: Listing::All,
+            max_attempts: None,
         }
     }
 }
@@ -180,6 +192,36 @@ pub(super) fn hold_for_inputs(
 }
 
 impl Core {
+    /// The attempts job `id` gets when it asks for `asked`: lowered to the coordinator's `--max-attempts`
+    /// rather than refused, so the job still runs with what this coordinator allows (its view says how many).
+    fn allowed_attempts(&self, id: JobId, asked: Option<u32>) -> Option<u32> {
+        let ceiling = self.sched.config().max_attempts.max(1);
+        if let Some(asked) = asked.filter(|&n| n > ceiling) {
+            warn!(
+                job = id,
+                asked,
+                ceiling,
+                "the job asked for more attempts per chunk than this coordinator's --max-attempts allows: \
+                 it gets {ceiling}"
+            );
+        }
+        asked.map(|n| n.clamp(1, ceiling))
+    }
+
+    /// Gives an unfinished job found again by a submit the attempts that submit asked for.
+    fn change_max_attempts(&mut self, id: JobId, asked: Option<u32>) {
+        let allowed = self.allowed_attempts(id, asked);
+        let Some(e) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if e.record.state.is_finished() || e.record.max_attempts == allowed {
+            return;
+        }
+        e.record.max_attempts = allowed;
+        self.sched.set_max_attempts(id, allowed);
+        self.pending.push(Op::Job(e.record.clone()));
+    }
+
     /// Submits a DAG (inputs first, the job asked for last): every input is reused if an equal one will have
     /// a complete artifact, the last job is reused only if `reuse_existing`. Returns the last job's view and
     /// whether it existed already.
@@ -226,7 +268,7 @@ impl Core {
             .last()
             .copied()
             .ok_or_else(|| CoreError::Invalid("nothing to submit".into()))?;
-        let view = self.job_view(id).ok_or(CoreError::UnknownJob(id))?;
+        let view = self.job_view(id, now).ok_or(CoreError::UnknownJob(id))?;
         Ok((view, existing))
     }
 
@@ -247,7 +289,11 @@ impl Core {
         opts: JobOptions,
         now: Millis,
     ) -> (JobId, bool) {
-        let JobOptions { replicate, listing } = opts;
+        let JobOptions {
+            replicate,
+            listing,
+            max_attempts,
+        } = opts;
         // Canonical parameters: equal jobs compare equal however the user spelled them.
         let params = job.params();
         let space = job.space();
@@ -264,12 +310,18 @@ impl Core {
                         && e.record.state == JobState::DoneWithPoisonedChunks)
                     && (e.record.state.is_finished() || e.record.input_jobs == inputs)
             });
-            if let Some(e) = found {
-                return (e.record.id, true);
+            if let Some(id) = found.map(|e| e.record.id) {
+                // Asked for again with another limit (`sweep run` repeated with a new --max-attempts): the
+                // limit applies from now on, to the attempts still to come.
+                if reuse == Reuse::Any && max_attempts.is_some() {
+                    self.change_max_attempts(id, max_attempts);
+                }
+                return (id, true);
             }
         }
         let id = self.next_job;
         self.next_job += 1;
+        let max_attempts = self.allowed_attempts(id, max_attempts);
         let record = JobRecord {
             id,
             space: space.to_string(),
@@ -286,10 +338,13 @@ impl Core {
             artifact_digest: None,
             replicate,
             listing,
+            max_attempts,
+            chunk_memory: job.chunk_memory(),
         };
         self.sched
             .add_job(id, priority, plan.n_chunks, JobState::Running);
         self.sched.set_replication(id, replicate);
+        self.sched.set_max_attempts(id, max_attempts);
         let merge = hold_for_inputs(&mut self.sched, &self.jobs, id, &inputs);
         for input in merge {
             if !self.to_merge.contains(&input) {

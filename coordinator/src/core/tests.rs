@@ -11,10 +11,12 @@ use crate::limits::Limits;
 use crate::scheduler::{JobId, JobState, SchedulerConfig};
 use crate::store::{split_commit, Store};
 
-/// A job of `n` chunks whose chunk `i` finds the counter `i` (verify checks exactly that).
+/// A job of `n` chunks whose chunk `i` finds the counter `i` (verify checks exactly that), each chunk needing
+/// `memory` bytes when set.
 #[derive(Debug)]
 struct Sums {
     n: u64,
+    memory: Option<u64>,
 }
 
 impl Job for Sums {
@@ -23,7 +25,14 @@ impl Job for Sums {
     }
 
     fn params(&self) -> serde_json::Value {
-        json!({ "n": self.n })
+        match self.memory {
+            Some(m) => json!({ "n": self.n, "memory": m }),
+            None => json!({ "n": self.n }),
+        }
+    }
+
+    fn chunk_memory(&self) -> Option<u64> {
+        self.memory
     }
 
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
@@ -73,7 +82,10 @@ fn output(chunk: u64, sum: u64) -> ChunkOutput {
 
 fn job_of(space: &str, params: &serde_json::Value) -> Result<Arc<dyn Job>, String> {
     match (space, params["n"].as_u64()) {
-        ("sums", Some(n)) => Ok(Arc::new(Sums { n })),
+        ("sums", Some(n)) => Ok(Arc::new(Sums {
+            n,
+            memory: params["memory"].as_u64(),
+        })),
         _ => Err(format!("no space {space}")),
     }
 }
@@ -137,7 +149,7 @@ fn submit_sums(
     now: u64,
 ) -> JobId {
     let node = SubmitNode {
-        job: Arc::new(Sums { n }),
+        job: Arc::new(Sums { n, memory: None }),
         plan: Plan {
             n_chunks: n,
             total_nodes,
@@ -158,6 +170,7 @@ fn register(core: &mut Core, name: &str, identity: Option<&str>) -> String {
             memory_bytes: 1 << 30,
             version: "test".into(),
             spaces: vec!["sums".into()],
+            containment: String::new(),
         },
         0,
     )
@@ -207,7 +220,7 @@ fn a_job_runs_to_done_and_its_answer_is_in_the_outbox() {
         let ack = report(&mut core, &w, &l, l.chunk, 200 + t);
         assert_eq!(ack.kind, AckKind::Accepted, "{ack:?}");
     }
-    let view = core.job_view(id).unwrap();
+    let view = core.job_view(id, 0).unwrap();
     assert_eq!(view.state, JobState::Done);
     assert_eq!((view.chunks_done, view.completions, view.nodes), (3, 3, 6));
     assert_eq!(
@@ -241,7 +254,7 @@ fn a_second_result_for_a_done_chunk_is_compared_never_counted() {
     let late = report(&mut core, &a, &la, la.chunk, TTL + 4);
     assert_eq!(late.kind, AckKind::Duplicate);
     assert!(late.message.contains("digest matches"), "{late:?}");
-    let view = core.job_view(id).unwrap();
+    let view = core.job_view(id, 0).unwrap();
     assert_eq!(
         (view.completions, view.duplicates, view.reissued),
         (1, 1, 1)
@@ -348,7 +361,7 @@ fn cancelling_an_input_cancels_its_readers() {
     let mut core = open(&store, 0);
     let dag = vec![
         SubmitNode {
-            job: Arc::new(Sums { n: 2 }),
+            job: Arc::new(Sums { n: 2, memory: None }),
             plan: Plan {
                 n_chunks: 2,
                 total_nodes: None,
@@ -356,7 +369,7 @@ fn cancelling_an_input_cancels_its_readers() {
             inputs: Vec::new(),
         },
         SubmitNode {
-            job: Arc::new(Sums { n: 3 }),
+            job: Arc::new(Sums { n: 3, memory: None }),
             plan: Plan {
                 n_chunks: 3,
                 total_nodes: None,
@@ -370,7 +383,10 @@ fn cancelling_an_input_cancels_its_readers() {
     assert_eq!(reader.inputs_waiting, 1);
     let input = reader.input_jobs[0];
     core.cancel(input, 1).unwrap();
-    assert_eq!(core.job_view(reader.id).unwrap().state, JobState::Cancelled);
+    assert_eq!(
+        core.job_view(reader.id, 0).unwrap().state,
+        JobState::Cancelled
+    );
 }
 
 #[test]
@@ -396,7 +412,7 @@ fn replication_votes_survive_a_coordinator_restart() {
     let lb = lease_one(&mut core, &b, 5);
     let ack = report(&mut core, &b, &lb, lb.chunk, 6);
     assert_eq!(ack.kind, AckKind::Accepted, "{ack:?}");
-    assert_eq!(core.job_view(id).unwrap().state, JobState::Done);
+    assert_eq!(core.job_view(id, 0).unwrap().state, JobState::Done);
     commit(&mut core, &store);
     // Accepted: the votes are dropped from the store.
     assert!(store.load().unwrap().votes.is_empty());
@@ -423,7 +439,7 @@ fn a_list_past_the_job_cap_is_stopped_and_the_counts_go_on_across_a_restart() {
     let l = lease_one(&mut core, &w, 4);
     let ack = with_solutions(&mut core, &l, 5);
     assert_eq!(ack.kind, AckKind::Accepted, "{ack:?}");
-    let view = core.job_view(id).unwrap();
+    let view = core.job_view(id, 0).unwrap();
     assert_eq!(view.listing, Listing::Stopped);
     assert_eq!(view.solutions_stored, 2);
     commit(&mut core, &store);
@@ -440,7 +456,7 @@ fn a_list_past_the_job_cap_is_stopped_and_the_counts_go_on_across_a_restart() {
         AckKind::Accepted
     );
     commit(&mut core, &store);
-    let view = core.job_view(id).unwrap();
+    let view = core.job_view(id, 0).unwrap();
     assert_eq!(view.state, JobState::Done);
     assert_eq!((view.listing, view.solutions_stored), (Listing::Stopped, 2));
     assert_eq!(view.completions, 4);
@@ -460,9 +476,10 @@ fn a_count_only_job_drops_lists_before_the_digest() {
     let opts = JobOptions {
         replicate: 2,
         listing: Listing::CountOnly,
+        ..JobOptions::default()
     };
     let id = submit_sums(&mut core, 1, None, opts, 0);
-    assert_eq!(core.job_view(id).unwrap().listing, Listing::CountOnly);
+    assert_eq!(core.job_view(id, 0).unwrap().listing, Listing::CountOnly);
     let (a, b) = (
         register(&mut core, "a", None),
         register(&mut core, "b", None),
@@ -485,7 +502,7 @@ fn a_count_only_job_drops_lists_before_the_digest() {
         .unwrap()
         .iter()
         .all(|(_, o)| o.solutions.is_empty()));
-    assert_eq!(core.job_view(id).unwrap().solutions_stored, 0);
+    assert_eq!(core.job_view(id, 0).unwrap().solutions_stored, 0);
 }
 
 /// The shell's part, done by hand: the queued jobs' estimates, computed as the estimator task does.
@@ -513,20 +530,20 @@ fn a_job_of_unknown_size_is_expected_from_estimates_and_finished_chunks() {
     let mut core = open(&store, 0);
     let id = submit(&mut core, 64, 1, 0);
     let w = register(&mut core, "w", None);
-    assert_eq!(core.job_view(id).unwrap().estimated_nodes, None);
+    assert_eq!(core.job_view(id, 0).unwrap().estimated_nodes, None);
     // Four chunks finish before the shell hands the estimates over: they count as finished.
     run_chunks(&mut core, &w, 4, 10);
     assert_eq!(estimate_queued(&mut core), [id]);
     assert!(core.take_to_estimate().is_empty(), "estimated once");
     // Real 1 + 2 + 3 + 4 against estimates 20; all 64 estimated at 2 * 2080.
     let want = expected_total(10.0, 20.0, 4160.0, 64).round() as u128;
-    assert_eq!(core.job_view(id).unwrap().estimated_nodes, Some(want));
+    assert_eq!(core.job_view(id, 0).unwrap().estimated_nodes, Some(want));
 
     // Half the chunks later (a quarter of the nodes: chunks grow here) the 2x bias is mostly learned: the
     // estimates alone say 4160, the truth is 2080, and the prior still weighs 16 average chunks against the 32
     // small ones finished (see `PRIOR_CHUNKS`).
     run_chunks(&mut core, &w, 28, 100);
-    let half = core.job_view(id).unwrap().estimated_nodes.unwrap();
+    let half = core.job_view(id, 0).unwrap().estimated_nodes.unwrap();
     let learned = expected_total(528.0, 1056.0, 4160.0, 64).round() as u128;
     assert_eq!(half, learned);
     assert!((2080..3000).contains(&half), "{half}");
@@ -534,18 +551,18 @@ fn a_job_of_unknown_size_is_expected_from_estimates_and_finished_chunks() {
     // A restart recomputes the estimates (nothing was stored) and comes to the same figure.
     commit(&mut core, &store);
     let mut again = open(&store, 1_000);
-    assert_eq!(again.job_view(id).unwrap().estimated_nodes, None);
+    assert_eq!(again.job_view(id, 0).unwrap().estimated_nodes, None);
     assert_eq!(estimate_queued(&mut again), [id]);
-    assert_eq!(again.job_view(id).unwrap().estimated_nodes, Some(half));
+    assert_eq!(again.job_view(id, 0).unwrap().estimated_nodes, Some(half));
 
     // Finished: the real size is known, the estimate goes away.
     let w = register(&mut again, "w", None);
     run_chunks(&mut again, &w, 31, 2_000);
-    let last = again.job_view(id).unwrap().estimated_nodes.unwrap();
+    let last = again.job_view(id, 0).unwrap().estimated_nodes.unwrap();
     // One chunk of 64 nodes left, estimated at 128: scaled by about 0.6 it is off by 13 nodes in 2080.
     assert!((2080..2100).contains(&last), "{last}");
     run_chunks(&mut again, &w, 1, 3_000);
-    let done = again.job_view(id).unwrap();
+    let done = again.job_view(id, 0).unwrap();
     assert_eq!((done.state, done.nodes), (JobState::Done, 2080));
     assert_eq!(done.estimated_nodes, None);
 }
@@ -558,8 +575,8 @@ fn jobs_of_known_size_and_estimates_of_another_plan_are_left_alone() {
     assert!(core.take_to_estimate().is_empty(), "its size is known");
     let id = submit(&mut core, 8, 1, 0);
     core.set_estimates(id, vec![1.0; 7]);
-    assert_eq!(core.job_view(id).unwrap().estimated_nodes, None);
-    let sums = Sums { n: 8 };
+    assert_eq!(core.job_view(id, 0).unwrap().estimated_nodes, None);
+    let sums = Sums { n: 8, memory: None };
     assert_eq!(estimate_chunks(&sums, 0), None);
     assert_eq!(estimate_chunks(&sums, MAX_ESTIMATED_CHUNKS + 1), None);
 }
@@ -598,7 +615,7 @@ fn the_answer_merged_as_results_arrive_is_the_stored_one_with_votes_and_duplicat
         assert_eq!(listed(&mut core, &a, &la, t + 4).kind, AckKind::Duplicate);
         t += 10;
     }
-    assert_eq!(core.job_view(id).unwrap().state, JobState::Done);
+    assert_eq!(core.job_view(id, 0).unwrap().state, JobState::Done);
     commit(&mut core, &store);
     let merged = core.take_merged(id).expect("merged while running").finish();
     let stored = answer_from_store(&store, id);
@@ -631,13 +648,13 @@ fn a_running_job_s_merge_is_not_taken_and_a_stopped_list_drops_it() {
     assert!(core.jobs[&id].merged.is_some(), "still merging");
     let l = lease_one(&mut core, &w, 3);
     assert_eq!(with_solutions(&mut core, &l, 4).kind, AckKind::Accepted);
-    assert_eq!(core.job_view(id).unwrap().listing, Listing::Stopped);
+    assert_eq!(core.job_view(id, 0).unwrap().listing, Listing::Stopped);
     let l = lease_one(&mut core, &w, 5);
     assert_eq!(
         report(&mut core, &w, &l, l.chunk, 6).kind,
         AckKind::Accepted
     );
-    assert_eq!(core.job_view(id).unwrap().state, JobState::Done);
+    assert_eq!(core.job_view(id, 0).unwrap().state, JobState::Done);
     assert!(
         core.take_merged(id).is_none(),
         "dropped when the list stopped"
@@ -696,10 +713,217 @@ fn only_the_last_finished_jobs_keep_their_answers_text() {
     for (id, k) in ids[dropped..].iter().zip(&kept[dropped..]) {
         assert_eq!(*k, Some(format!("{{\"job\":{id}}}").as_str()));
     }
-    let cached = core.results_input(ids[dropped]).unwrap().cached;
+    let cached = core.results_input(ids[dropped], 0).unwrap().cached;
     assert_eq!(cached.as_ref().map(|r| &*r.json), kept[dropped]);
     assert_eq!(
         cached.map(|r| r.text.to_string()),
         Some(format!("job {}", ids[dropped]))
     );
+}
+
+/// Submits a one-chunk `Sums` job asking for `max_attempts` attempts per chunk.
+fn submit_with_attempts(core: &mut Core, max_attempts: Option<u32>, now: u64) -> JobId {
+    let opts = JobOptions {
+        max_attempts,
+        ..JobOptions::default()
+    };
+    submit_sums(core, 1, None, opts, now)
+}
+
+#[test]
+fn a_job_with_one_attempt_is_poisoned_at_its_first_failure_while_another_gets_the_coordinator_s_three(
+) {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let once = submit_with_attempts(&mut core, Some(1), 0);
+    let usual = submit_with_attempts(&mut core, None, 0);
+    let w = register(&mut core, "w", None);
+    assert_eq!(core.job_view(once, 0).unwrap().max_attempts, 1);
+    assert_eq!(core.job_view(usual, 0).unwrap().max_attempts, 3);
+    let mut failures = 0;
+    let mut now = 1;
+    loop {
+        let LeaseAnswer::Chunks(leases) = core.lease(&w, 8, now).unwrap() else {
+            panic!("the worker is known");
+        };
+        if leases.is_empty() {
+            break;
+        }
+        for l in leases {
+            core.fail(&w, l.lease, false, "exit status 3", None, now)
+                .unwrap();
+            failures += 1;
+        }
+        now += 1;
+    }
+    assert_eq!(
+        failures, 4,
+        "one attempt for the first job, three for the second"
+    );
+    commit(&mut core, &store);
+    let chunks = store.load().unwrap().chunks;
+    for (id, attempts) in [(once, 1), (usual, 3)] {
+        let view = core.job_view(id, 0).unwrap();
+        assert_eq!(view.state, JobState::DoneWithPoisonedChunks, "job {id}");
+        assert_eq!(
+            chunks.iter().find(|(job, _, _)| *job == id).map(|c| &c.2),
+            Some(&crate::scheduler::ChunkRecord::Poisoned {
+                attempts,
+                last_error: "exit status 3".into()
+            }),
+            "job {id}"
+        );
+    }
+}
+
+#[test]
+fn a_job_asking_for_more_attempts_than_the_coordinator_gives_gets_its_ceiling_and_keeps_it_across_a_restart(
+) {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let greedy = submit_with_attempts(&mut core, Some(10), 0);
+    let modest = submit_with_attempts(&mut core, Some(2), 0);
+    assert_eq!(core.job_view(greedy, 0).unwrap().max_attempts, 3);
+    assert_eq!(core.job_view(modest, 0).unwrap().max_attempts, 2);
+    commit(&mut core, &store);
+    let snap = store.load().unwrap();
+    let stored: Vec<Option<u32>> = snap.jobs.iter().map(|r| r.max_attempts).collect();
+    assert_eq!(
+        stored,
+        vec![Some(3), Some(2)],
+        "lowered when submitted, then stored"
+    );
+    let core = open(&store, 1);
+    assert_eq!(core.job_view(modest, 0).unwrap().max_attempts, 2);
+    // Zero attempts is refused before anything is planned.
+    let spec = SubmitSpec {
+        space: "star".into(),
+        params_json: r#"{"points": 6}"#.into(),
+        max_attempts: Some(0),
+        ..SubmitSpec::default()
+    };
+    let registry = sweep_space::Registry::new();
+    let err =
+        parse_submit(&spec, &registry, &Limits::default()).expect_err("0 attempts is refused");
+    assert!(err.to_string().contains("at least 1"), "{err}");
+}
+
+const GIB: u64 = 1 << 30;
+
+/// Registers `name` at `now` with `memory` bytes for its chunks.
+fn register_with_memory(core: &mut Core, name: &str, memory: u64, now: u64) -> String {
+    core.register(
+        Registration {
+            name: name.into(),
+            threads: 4,
+            memory_bytes: memory,
+            spaces: vec!["sums".into()],
+            ..Registration::default()
+        },
+        now,
+    )
+}
+
+/// Leases up to 8 chunks for `worker`: the (job, chunk) pairs it got.
+fn lease_all(core: &mut Core, worker: &str, now: u64) -> Vec<(JobId, u64)> {
+    match core.lease(worker, 8, now).unwrap() {
+        LeaseAnswer::Chunks(c) => c.iter().map(|l| (l.job, l.chunk)).collect(),
+        other => panic!("expected chunks, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_job_needing_more_memory_than_a_small_worker_has_goes_only_to_a_big_one() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let node = SubmitNode {
+        job: Arc::new(Sums {
+            n: 2,
+            memory: Some(8 * GIB),
+        }),
+        plan: Plan {
+            n_chunks: 2,
+            total_nodes: None,
+        },
+        inputs: Vec::new(),
+    };
+    let (view, _) = core
+        .submit(vec![node], 0, false, JobOptions::default(), 0)
+        .unwrap();
+    let hungry = view.id;
+    assert_eq!(view.chunk_memory, Some(8 * GIB));
+    let modest = submit(&mut core, 1, 1, 0);
+    let small = register_with_memory(&mut core, "small", 3 * GIB + GIB * 8 / 10, 1);
+
+    // Only the small worker is alive: it gets the job without a limit, never the hungry one, and status says why.
+    assert_eq!(lease_all(&mut core, &small, 2), vec![(modest, 0)]);
+    assert!(lease_all(&mut core, &small, 3).is_empty());
+    let waiting = core.job_view(hungry, 3).unwrap().waiting.expect("it waits");
+    assert_eq!(
+        waiting.to_string(),
+        "needs 8.0 GiB per chunk; the largest live worker has 3.8 GiB"
+    );
+    assert_eq!(core.job_view(modest, 3).unwrap().waiting, None);
+
+    // A big worker joins: the explanation goes, and the chunks go to it alone.
+    let big = register_with_memory(&mut core, "big", 16 * GIB, 4);
+    assert_eq!(core.job_views(5)[0].waiting, None);
+    assert_eq!(
+        lease_all(&mut core, &big, 5),
+        vec![(hungry, 0), (hungry, 1)]
+    );
+    assert_eq!(
+        core.job_view(hungry, 5).unwrap().waiting,
+        None,
+        "every chunk is out"
+    );
+
+    // The limit is stored with the job: after a restart the small worker still gets nothing of it, and once the
+    // big worker has gone quiet for a lease time, status says again why the job waits.
+    commit(&mut core, &store);
+    let mut core = open(&store, 6);
+    assert_eq!(core.expire(6 + 2 * TTL).len(), 3, "every lease ran out");
+    let now = 6 + 2 * TTL;
+    register_with_memory(&mut core, "small", 3 * GIB + GIB * 8 / 10, now);
+    assert_eq!(lease_all(&mut core, &small, now), vec![(modest, 0)]);
+    let view = core.job_view(hungry, now).unwrap();
+    assert_eq!(view.chunk_memory, Some(8 * GIB));
+    assert!(
+        matches!(view.waiting, Some(Waiting::NeedsMemory { largest, .. }) if largest == 3 * GIB + GIB * 8 / 10),
+        "{view:?}"
+    );
+    // A worker that does not say how much memory it has is not kept from the job.
+    let older = register_with_memory(&mut core, "older", 0, now);
+    assert_eq!(core.job_view(hungry, now).unwrap().waiting, None);
+    assert_eq!(lease_all(&mut core, &older, now).len(), 2);
+}
+
+/// `sweep run` repeated with another `--max-attempts` finds its job again: the new limit applies from then on.
+#[test]
+fn a_job_found_again_takes_the_attempts_its_new_submit_asks_for() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let first = submit_with_attempts(&mut core, Some(1), 0);
+    let again = |core: &mut Core, max_attempts| {
+        let node = SubmitNode {
+            job: Arc::new(Sums { n: 1, memory: None }),
+            plan: Plan {
+                n_chunks: 1,
+                total_nodes: None,
+            },
+            inputs: Vec::new(),
+        };
+        let opts = JobOptions {
+            max_attempts,
+            ..JobOptions::default()
+        };
+        core.submit(vec![node], 0, true, opts, 1).unwrap()
+    };
+    let (view, existing) = again(&mut core, Some(2));
+    assert!(existing);
+    assert_eq!((view.id, view.max_attempts), (first, 2));
+    // A submit that names no limit leaves the job's own alone.
+    assert_eq!(again(&mut core, None).0.max_attempts, 2);
+    commit(&mut core, &store);
+    assert_eq!(store.load().unwrap().jobs[0].max_attempts, Some(2));
 }

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use super::placement::Waiting;
 use super::records::Listing;
 use crate::scheduler::{JobId, JobState, LeaseId};
 
@@ -61,6 +62,13 @@ pub struct JobView {
     pub solutions_stored: u64,
     /// The accepted chunks' counters, summed.
     pub counters: std::collections::BTreeMap<String, u128>,
+    /// Failed or expired attempts after which one of its chunks is poisoned: the job's own limit, at most the
+    /// coordinator's.
+    pub max_attempts: u32,
+    /// Bytes one chunk may use, when the job sets a limit: only workers with that much get its chunks.
+    pub chunk_memory: Option<u64>,
+    /// Why no live worker can take its chunks now, when it is running with chunks to hand out and none can.
+    pub waiting: Option<Waiting>,
 }
 
 impl JobView {
@@ -124,6 +132,8 @@ pub struct WorkerView {
     pub banned: bool,
     pub draining: bool,
     pub version: String,
+    /// How it contains the programs it runs; empty: it did not say.
+    pub containment: String,
 }
 
 /// What the dashboard and `/metrics` read: one consistent snapshot, taken under one short lock. It reads

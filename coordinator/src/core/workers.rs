@@ -17,9 +17,12 @@ pub struct Registration {
     /// The identity its token proves, when tokens are on: its standing is kept under this, not its name.
     pub identity: Option<String>,
     pub threads: u32,
+    /// Bytes its chunks may use; 0: it did not say.
     pub memory_bytes: u64,
     pub version: String,
     pub spaces: Vec<String>,
+    /// How it contains the programs it runs, in words for people; empty: it did not say.
+    pub containment: String,
 }
 
 impl Core {
@@ -34,6 +37,7 @@ impl Core {
                 memory_bytes: 0,
                 version: String::new(),
                 spaces: None,
+                containment: String::new(),
             });
     }
 
@@ -51,6 +55,7 @@ impl Core {
             w.threads = reg.threads;
             w.memory_bytes = reg.memory_bytes;
             w.version = reg.version.chars().take(64).collect();
+            w.containment = reg.containment.chars().take(256).collect();
             w.spaces = Some(
                 reg.spaces
                     .iter()
@@ -62,7 +67,13 @@ impl Core {
         if let Some(identity) = reg.identity {
             self.sched.bind_identity(&worker_id, &identity);
         }
-        info!(worker = %worker_id, threads = reg.threads, version = %reg.version, "worker registered");
+        info!(
+            worker = %worker_id,
+            threads = reg.threads,
+            memory_bytes = reg.memory_bytes,
+            version = %reg.version,
+            "worker registered"
+        );
         worker_id
     }
 

@@ -55,6 +55,9 @@ pub fn job_info(j: JobView) -> v1::JobInfo {
             .into_iter()
             .map(|(k, v)| (k, v.to_string()))
             .collect(),
+        max_attempts: j.max_attempts,
+        chunk_memory: j.chunk_memory.unwrap_or(0),
+        waiting: j.waiting.map(|w| w.to_string()).unwrap_or_default(),
     }
 }
 
@@ -95,6 +98,7 @@ pub fn worker_status(w: WorkerView) -> v1::WorkerStatus {
         banned: w.banned,
         draining: w.draining,
         version: w.version,
+        containment: w.containment,
     }
 }
 

@@ -79,6 +79,7 @@ impl jobs_server::Jobs for JobsApi {
                 reuse_existing: req.reuse_existing,
                 replicate: req.replicate,
                 count_only: req.count_only,
+                max_attempts: req.max_attempts,
             })
             .await
             .map_err(status)?;

@@ -75,6 +75,7 @@ impl work_server::Work for WorkApi {
             memory_bytes: req.memory_bytes,
             version: req.version,
             spaces: req.spaces,
+            containment: req.containment,
         });
         Ok(Response::new(v1::RegisterResponse {
             worker_id,

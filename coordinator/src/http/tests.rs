@@ -117,6 +117,9 @@ fn job(id: u64, state: JobState, total: u64, done: u64, leased: u64, poisoned: u
         listing: Default::default(),
         solutions_stored: 0,
         counters: Default::default(),
+        max_attempts: 3,
+        chunk_memory: None,
+        waiting: None,
     }
 }
 

@@ -55,9 +55,20 @@ struct JobSched {
     /// Workers whose result for a chunk failed verification: the chunk is never leased to them again, so one
     /// liar cannot use up a chunk's attempts and poison it.
     refused: HashMap<u64, Vec<String>>,
+    /// The job's own limit on attempts per chunk; `None`: the coordinator's. Never more than the coordinator's
+    /// either way (see [`JobSched::max_attempts`]).
+    max_attempts: Option<u32>,
 }
 
 impl JobSched {
+    /// Attempts a chunk of this job gets before it is poisoned: its own limit, capped by the coordinator's
+    /// (`ceiling`), which is also the default. Capped here, not only when submitted, so a coordinator restarted
+    /// with a lower `--max-attempts` lowers it for every stored job too.
+    fn max_attempts(&self, ceiling: u32) -> u32 {
+        self.max_attempts
+            .map_or(ceiling, |n| n.clamp(1, ceiling.max(1)))
+    }
+
     /// Whether `worker` (whose standing is kept under `standing`) must not get `chunk`: it voted on it already,
     /// or a result for it from the same standing was refused.
     fn excludes(&self, chunk: u64, worker: &str, standing: &str) -> bool {
@@ -133,8 +144,24 @@ impl Scheduler {
                 replicate: 1,
                 votes: HashMap::new(),
                 refused: HashMap::new(),
+                max_attempts: None,
             },
         );
+    }
+
+    /// Chunks of `job` are poisoned after `n` failed or expired attempts (at most the coordinator's
+    /// `max_attempts`); `None`: after the coordinator's.
+    pub fn set_max_attempts(&mut self, job: JobId, n: Option<u32>) {
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.max_attempts = n;
+        }
+    }
+
+    /// The attempts a chunk of `job` gets before it is poisoned, as the scheduler applies them.
+    pub fn max_attempts(&self, job: JobId) -> Option<u32> {
+        self.jobs
+            .get(&job)
+            .map(|j| j.max_attempts(self.cfg.max_attempts))
     }
 
     /// Every chunk of `job` needs `k` agreeing results from distinct workers.
@@ -491,6 +518,7 @@ impl Scheduler {
         if j.state == JobState::Cancelled {
             return Completion::Rejected(format!("job {job} was cancelled"));
         }
+        let max_attempts = j.max_attempts(self.cfg.max_attempts);
         let Some(slot) = j.slots.get_mut(chunk as usize) else {
             return Completion::Rejected(format!("job {job} has no chunk {chunk}"));
         };
@@ -513,7 +541,7 @@ impl Scheduler {
                 j.counts.disagreements += 1;
             }
             if agreeing < needed {
-                let too_many = votes.len() as u32 >= needed + self.cfg.max_attempts;
+                let too_many = votes.len() as u32 >= needed + max_attempts;
                 // This worker's lease ends with its vote; another worker gets the chunk.
                 if let Slot::Leased {
                     lease: held,
@@ -659,6 +687,7 @@ impl Scheduler {
         let Some(j) = self.jobs.get_mut(&info.job) else {
             return FailOutcome::Stale;
         };
+        let max_attempts = j.max_attempts(self.cfg.max_attempts);
         let Some(slot) = j.slots.get_mut(info.chunk as usize) else {
             return FailOutcome::Stale;
         };
@@ -668,7 +697,7 @@ impl Scheduler {
         j.counts.leased -= 1;
         let attempts = attempts + u32::from(counts_as_attempt);
         self.dirty.chunks.push((info.job, info.chunk));
-        if attempts >= self.cfg.max_attempts {
+        if attempts >= max_attempts {
             *slot = Slot::Poisoned { attempts };
             j.counts.poisoned += 1;
             Self::maybe_finish(info.job, j, &mut self.dirty);

@@ -120,6 +120,60 @@ fn retry_cap_poisons_and_job_ends_marked() {
 }
 
 #[test]
+fn a_job_s_own_attempts_poison_its_chunks_while_another_job_keeps_the_coordinator_s() {
+    let mut s = sched(100, 3);
+    s.add_job(1, 0, 1, JobState::Running);
+    s.add_job(2, 0, 1, JobState::Running);
+    s.set_max_attempts(1, Some(1));
+    assert_eq!((s.max_attempts(1), s.max_attempts(2)), (Some(1), Some(3)));
+    let leases = s.lease(0, "w", 2);
+    assert_eq!(leases.len(), 2);
+    assert_eq!(s.fail(leases[0].lease, false), FailOutcome::Poisoned);
+    assert_eq!(s.job_state(1), Some(JobState::DoneWithPoisonedChunks));
+    assert_eq!(
+        s.chunk_record(1, 0),
+        Some(ChunkRecord::Poisoned {
+            attempts: 1,
+            last_error: String::new()
+        })
+    );
+    // The other job's chunk fails twice and is retried; the third failure poisons it.
+    let mut lease = leases[1].lease;
+    for _ in 0..2 {
+        assert_eq!(s.fail(lease, false), FailOutcome::Retry);
+        let again = s.lease(1, "w", 2);
+        assert_eq!(again.len(), 1, "only job 2's chunk is left: {again:?}");
+        lease = again[0].lease;
+    }
+    assert_eq!(s.fail(lease, false), FailOutcome::Poisoned);
+    assert_eq!(
+        s.chunk_record(2, 0),
+        Some(ChunkRecord::Poisoned {
+            attempts: 3,
+            last_error: String::new()
+        })
+    );
+}
+
+#[test]
+fn the_coordinator_s_attempts_are_the_most_a_job_gets() {
+    let mut s = sched(100, 2);
+    s.add_job(1, 0, 1, JobState::Running);
+    s.set_max_attempts(1, Some(10));
+    assert_eq!(s.max_attempts(1), Some(2));
+    let l = s.lease(0, "w", 1).remove(0);
+    assert_eq!(s.fail(l.lease, false), FailOutcome::Retry);
+    let l = s.lease(1, "w", 1).remove(0);
+    assert_eq!(s.fail(l.lease, false), FailOutcome::Poisoned);
+    // An expiry is an attempt too, under the same limit.
+    s.add_job(2, 0, 1, JobState::Running);
+    s.set_max_attempts(2, Some(1));
+    s.lease(2, "w", 1);
+    assert!(s.expire(1_000).iter().all(|e| e.poisoned));
+    assert_eq!(s.job_state(2), Some(JobState::DoneWithPoisonedChunks));
+}
+
+#[test]
 fn release_does_not_use_an_attempt() {
     let mut s = sched(100, 1);
     s.add_job(1, 0, 1, JobState::Running);

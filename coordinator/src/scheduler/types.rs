@@ -81,7 +81,8 @@ pub enum ChunkRecord {
 pub struct SchedulerConfig {
     pub lease_ttl_ms: u64,
     /// Failed or expired attempts after which a chunk is poisoned; with replication, also the number of
-    /// votes beyond K after which a chunk whose results keep disagreeing is poisoned.
+    /// votes beyond K after which a chunk whose results keep disagreeing is poisoned. A job may ask for fewer
+    /// ([`super::Scheduler::set_max_attempts`]), never for more: this is the default and the ceiling.
     pub max_attempts: u32,
     /// Results that failed verification or were outvoted after which a worker is refused work.
     pub max_bad_results: u32,

@@ -51,6 +51,8 @@ mod tests {
         let null = br#"{"id":3,"space":"star","params":{"points":6},"n_chunks":3,"priority":0,"state":"done","created_ms":1,"input_job":null}"#;
         let mut many = record(4);
         many.input_jobs = vec![1, 3, 2];
+        many.max_attempts = Some(1);
+        many.chunk_memory = Some(8 << 30);
         store
             .kv
             .apply(vec![
@@ -61,6 +63,8 @@ mod tests {
         store.write(vec![Op::Job(many.clone())]).unwrap();
         let jobs = store.load().unwrap().jobs;
         assert_eq!(jobs[0].input_jobs, vec![1]);
+        // Fields added since read as absent: the coordinator's limits apply.
+        assert_eq!((jobs[0].max_attempts, jobs[0].chunk_memory), (None, None));
         assert!(jobs[1].input_jobs.is_empty());
         assert_eq!(jobs[2], many);
         store.write(vec![Op::Job(jobs[0].clone())]).unwrap();

@@ -31,6 +31,8 @@ pub(super) fn record(id: JobId) -> JobRecord {
         artifact_digest: None,
         replicate: 1,
         listing: Default::default(),
+        max_attempts: None,
+        chunk_memory: None,
     }
 }
 

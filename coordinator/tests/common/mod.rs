@@ -90,6 +90,7 @@ pub fn submit_req(space: &str, params: &str, chunks: u64) -> v1::SubmitRequest {
         reuse_existing: false,
         replicate: 0,
         count_only: false,
+        max_attempts: None,
     }
 }
 

@@ -75,7 +75,7 @@ pub struct ExecParams {
     pub command: Vec<String>,
 }
 
-fn size(text: &str) -> Result<u64, String> {
+fn size(text: &str) -> Result<u64, sweep_contain::BytesError> {
     sweep_contain::parse_bytes(text)
 }
 
@@ -345,6 +345,10 @@ impl Job for ExecJob {
 
     fn threads_per_chunk(&self) -> u32 {
         self.params.threads_per_chunk
+    }
+
+    fn chunk_memory(&self) -> Option<u64> {
+        self.params.chunk_memory
     }
 
     fn shipped(&self) -> Vec<String> {
