@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{scratch, Cluster, SWEEP};
+use crate::support::{scratch, stdout_json, Cluster, SWEEP};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(120);
@@ -211,4 +211,42 @@ echo "{{\"nodes\": 1, \"counters\": {{\"own\": $w, \"outside\": $o, \"many_proce
             assert_eq!(get("many_processes"), "0", "its own /proc: {res}");
         }
     }
+}
+
+#[test]
+fn a_job_s_memory_per_chunk_goes_only_to_workers_that_have_it_and_status_says_why_it_waits() {
+    let mut c = Cluster::start(0, 1);
+    c.add_worker_with(&["--allow-exec", "--memory", "1G"]);
+    let job = c.submit(&[
+        "exec",
+        "--chunks",
+        "2",
+        "--chunk-memory",
+        "2G",
+        "--",
+        "sh",
+        "-c",
+        r#"echo '{"nodes": 1}'"#,
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    let s = c.status(job);
+    assert_eq!(s["chunks_done"], 0, "{s}");
+    let waiting = s["waiting"].as_str().unwrap_or_default();
+    assert!(
+        waiting.contains("needs 2.0 GiB per chunk") && waiting.contains("1.0 GiB"),
+        "{s}"
+    );
+    // `sweep workers` says what contains each worker's programs.
+    let workers = stdout_json(&c.sweep(&["workers", "--json"]));
+    let containment = workers["workers"][0]["containment"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(
+        containment,
+        sweep_contain::Facilities::get().summary(),
+        "{workers}"
+    );
+    c.add_worker_with(&["--allow-exec", "--memory", "4G"]);
+    let res = c.wait_results(job, LONG);
+    assert_eq!(res["state"], "done", "{res}");
 }

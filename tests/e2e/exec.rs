@@ -339,7 +339,7 @@ fn only_workers_with_allow_exec_run_programs_and_shipped_files_reach_them() {
         "{s}"
     );
     assert_eq!(s["unverified"], true, "{s}");
-    // Status says why the job waits, and the worker shows the memory it was given and no containment.
+    // Status says why the job waits, and the worker shows the memory it was given and that it runs no programs.
     assert!(
         s["waiting"]
             .as_str()
@@ -353,8 +353,7 @@ fn only_workers_with_allow_exec_run_programs_and_shipped_files_reach_them() {
         "{workers}"
     );
     assert_eq!(
-        workers["workers"][0]["containment"],
-        Value::Null,
+        workers["workers"][0]["containment"], "no programs (no --allow-exec)",
         "{workers}"
     );
     let text = String::from_utf8_lossy(&c.sweep(&["workers"]).stdout).to_string();

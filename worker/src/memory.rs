@@ -207,7 +207,6 @@ mod tests {
     const V2_MOUNT: &str =
         "30 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
 
-
     #[test]
     fn without_cgroups_the_machine_s_memory_is_the_worker_s() {
         assert_eq!(machine(&[("/proc/meminfo", MEMINFO)]), 16318480 * 1024);
