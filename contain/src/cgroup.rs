@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use crate::facilities::Facilities;
 use crate::Limits;
 
+/// How long a released group may take to empty by itself before what is left is killed.
+const SETTLE: Duration = Duration::from_millis(50);
+
 /// How long emptying a group may take before it is given up on (left behind, not reused).
 const EMPTY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -175,6 +178,15 @@ impl ChunkGroup {
             .and_then(|s| keyed_in(&s, "usage_usec"))
     }
 
+    fn is_empty(&self) -> bool {
+        [&self.v2, &self.memory, &self.pids]
+            .into_iter()
+            .flatten()
+            .all(|d| {
+                std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty())
+            })
+    }
+
     /// Kills everything in the group and waits until it is empty.
     pub fn kill_all(&self) -> bool {
         let deadline = Instant::now() + EMPTY_TIMEOUT;
@@ -214,7 +226,14 @@ impl ChunkGroup {
 
     /// Empties the group and keeps it for the next chunk; a group that will not empty is left and logged.
     pub fn release(self) {
-        if self.kill_all() {
+        // The box has ended when this is called, and with it (in a PID namespace) everything it held; the group
+        // empties by itself as those exits finish. A kill is for what is left after that: a kill written while a
+        // dying process is still listed can reach the next chunk's box if the group is reused at once.
+        let settle = Instant::now() + SETTLE;
+        while !self.is_empty() && Instant::now() < settle {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        if self.is_empty() || self.kill_all() {
             if let Ok(mut pool) = POOL.lock() {
                 pool.push(self);
             }

@@ -18,8 +18,10 @@ use crate::Spec;
 
 /// The argument that makes the `sweep` binary a launcher.
 pub const ARG: &str = "__sweep-launcher";
-/// The launcher's end of the socket, set up by [`start_global`].
-const SOCKET_FD: RawFd = 3;
+/// The launcher's ends of its channels are fds FIRST_FD.. (set up by [`start_global`]).
+const FIRST_FD: RawFd = 3;
+/// At most this many channels, however many cores.
+const MAX_CHANNELS: usize = 16;
 /// The largest request: a command line and environment beyond this are started without the launcher.
 const MAX_REQUEST: usize = 192 * 1024;
 
@@ -77,7 +79,7 @@ enum Reply {
 
 /// The worker's side of a launcher.
 pub struct Launcher {
-    socket: Mutex<OwnedFd>,
+    channels: Vec<Mutex<OwnedFd>>,
 }
 
 static GLOBAL: OnceLock<Launcher> = OnceLock::new();
@@ -88,34 +90,58 @@ pub fn start_global(exe: &Path) -> io::Result<()> {
     if GLOBAL.get().is_some() {
         return Ok(());
     }
-    let mut fds = [0; 2];
-    // SAFETY: socketpair writes two fds into the array.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
+    // One channel (and launcher thread) per core, so that starting one chunk never waits for another's start.
+    let channels = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, MAX_CHANNELS);
+    let mut ours = Vec::with_capacity(channels);
+    let mut theirs = Vec::with_capacity(channels);
+    for _ in 0..channels {
+        let mut fds = [0; 2];
+        // SAFETY: socketpair writes two fds into the array.
+        if unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both were just created and are owned only here.
+        unsafe {
+            ours.push(Mutex::new(OwnedFd::from_raw_fd(fds[0])));
+            theirs.push(OwnedFd::from_raw_fd(fds[1]));
+        }
     }
-    // SAFETY: both were just created and are owned only here.
-    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let theirs_raw = theirs.as_raw_fd();
+    let raw: Vec<RawFd> = theirs.iter().map(AsRawFd::as_raw_fd).collect();
     let mut cmd = std::process::Command::new(exe);
-    cmd.arg(ARG).stdin(std::process::Stdio::null()).env_clear();
+    cmd.arg(ARG)
+        .arg(channels.to_string())
+        .stdin(std::process::Stdio::null())
+        .env_clear();
     // The launcher must find the same containment the worker found, or the two disagree on what enforces a limit.
     if let Some(v) = std::env::var_os(crate::facilities::CONTAINMENT_VAR) {
         cmd.env(crate::facilities::CONTAINMENT_VAR, v);
     }
     use std::os::unix::process::CommandExt;
-    // SAFETY: between fork and exec only dup2 and prctl, both async-signal-safe.
+    // SAFETY: between fork and exec only fcntl, dup2 and prctl, all async-signal-safe, on a prepared list.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(theirs_raw, SOCKET_FD) < 0 {
-                return Err(io::Error::last_os_error());
+            // Out of the way first, so that placing one at 3 + i cannot overwrite another not yet placed.
+            let mut high = [0 as RawFd; MAX_CHANNELS];
+            for (i, fd) in raw.iter().enumerate() {
+                high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 64);
+                if high[i] < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            for (i, fd) in high[..raw.len()].iter().enumerate() {
+                if libc::dup2(*fd, FIRST_FD + i as RawFd) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             libc::prctl(
                 libc::PR_SET_PDEATHSIG,
@@ -129,12 +155,10 @@ pub fn start_global(exe: &Path) -> io::Result<()> {
     }
     let child = cmd.spawn()?;
     drop(theirs);
-    tracing::debug!(pid = child.id(), "launcher started");
+    tracing::debug!(pid = child.id(), channels, "launcher started");
     // The child is never waited for: it lives as long as this process.
     std::mem::forget(child);
-    let _ = GLOBAL.set(Launcher {
-        socket: Mutex::new(ours),
-    });
+    let _ = GLOBAL.set(Launcher { channels: ours });
     Ok(())
 }
 
@@ -153,10 +177,14 @@ impl Launcher {
             Ok(r) if r.len() <= MAX_REQUEST => r,
             _ => return None,
         };
-        let sock = match self.socket.lock() {
-            Ok(s) => s,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        // A free channel if there is one, else wait for the one this thread would use first.
+        let first = thread_slot() % self.channels.len();
+        let sock = (0..self.channels.len())
+            .find_map(|k| self.channels[(first + k) % self.channels.len()].try_lock().ok())
+            .unwrap_or_else(|| match self.channels[first].lock() {
+                Ok(s) => s,
+                Err(poisoned) => poisoned.into_inner(),
+            });
         Some(Self::exchange(sock.as_raw_fd(), &req))
     }
 
@@ -198,13 +226,43 @@ impl Launcher {
     }
 }
 
-/// The launcher process: serves start requests on fd 3 until the worker closes it. Never returns.
+/// A small number per thread, spreading threads over the channels.
+fn thread_slot() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SLOT.with(|s| *s)
+}
+
+/// The launcher process: serves start requests on its channels (one thread each) until the worker closes them.
+/// Never returns.
 pub fn serve() -> ! {
     // SAFETY: boxes report through their status pipes, never through wait: let the kernel reap them.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+    let channels: usize = std::env::args()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+        .clamp(1, MAX_CHANNELS);
+    for i in 1..channels {
+        let fd = FIRST_FD + i as RawFd;
+        if std::thread::Builder::new()
+            .spawn(move || serve_channel(fd))
+            .is_err()
+        {
+            std::process::exit(1);
+        }
+    }
+    serve_channel(FIRST_FD)
+}
+
+/// Serves one channel; the whole launcher ends when any channel closes (the worker is gone).
+fn serve_channel(fd: RawFd) -> ! {
     let mut buf = vec![0u8; MAX_REQUEST + 1];
     loop {
-        let (n, _) = match recv(SOCKET_FD, &mut buf) {
+        let (n, _) = match recv(fd, &mut buf) {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
@@ -227,7 +285,7 @@ pub fn serve() -> ! {
                 })
                 .unwrap_or_default();
                 send(
-                    SOCKET_FD,
+                    fd,
                     &msg,
                     &[
                         s.stdout.as_raw_fd(),
@@ -244,7 +302,7 @@ pub fn serve() -> ! {
                     message: e.to_string(),
                 })
                 .unwrap_or_default();
-                send(SOCKET_FD, &msg, &[])
+                send(fd, &msg, &[])
             }
         };
         if sent.is_err() {
