@@ -180,7 +180,11 @@ impl Launcher {
         // A free channel if there is one, else wait for the one this thread would use first.
         let first = thread_slot() % self.channels.len();
         let sock = (0..self.channels.len())
-            .find_map(|k| self.channels[(first + k) % self.channels.len()].try_lock().ok())
+            .find_map(|k| {
+                self.channels[(first + k) % self.channels.len()]
+                    .try_lock()
+                    .ok()
+            })
             .unwrap_or_else(|| match self.channels[first].lock() {
                 Ok(s) => s,
                 Err(poisoned) => poisoned.into_inner(),

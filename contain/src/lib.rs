@@ -125,6 +125,13 @@ pub fn policy() -> Policy {
     POLICY.get().copied().unwrap_or_default()
 }
 
+/// One of a program's output streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
 /// How a boxed program ended.
 #[derive(Clone, Copy, Debug)]
 pub struct Outcome {
@@ -151,6 +158,8 @@ pub struct Boxed {
     over: Option<LimitHit>,
     last_check: Instant,
     outcome: Option<Outcome>,
+    /// When the box was seen to end (its streams get a moment more to close).
+    ended_at: Option<Instant>,
     stdout: Option<File>,
     stderr: Option<File>,
 }
@@ -205,6 +214,7 @@ pub fn spawn(spec: &Spec) -> io::Result<Boxed> {
         over: None,
         last_check: Instant::now(),
         outcome: None,
+        ended_at: None,
         stdout: Some(File::from(started.stdout)),
         stderr: Some(File::from(started.stderr)),
     })
@@ -309,6 +319,94 @@ impl Boxed {
         }
         self.parse();
         Ok(Some(self.finish()))
+    }
+
+    /// Reads whatever the program has written and the box's status, waiting up to `timeout` for any of them:
+    /// output goes to `on_output` as it comes, in one thread, without a reader thread per stream. Returns the
+    /// outcome once the box has ended and both streams are closed (or have stayed open a second past the end,
+    /// held by nothing this box contains). Checks the limits as it goes.
+    pub fn pump(
+        &mut self,
+        timeout: Duration,
+        mut on_output: impl FnMut(Stream, &[u8]),
+    ) -> io::Result<Option<Outcome>> {
+        self.enforce();
+        let status_open = self.outcome.is_none();
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
+        let mut which: Vec<Option<Stream>> = Vec::with_capacity(3);
+        for (stream, file) in [
+            (Stream::Stdout, &self.stdout),
+            (Stream::Stderr, &self.stderr),
+        ] {
+            if let Some(f) = file {
+                fds.push(libc::pollfd {
+                    fd: f.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+                which.push(Some(stream));
+            }
+        }
+        if status_open {
+            fds.push(libc::pollfd {
+                fd: self.status.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            which.push(None);
+        }
+        let ms = if status_open {
+            timeout.min(CHECK_EVERY)
+        } else {
+            // Ended: the streams close at once unless something outside the box holds them.
+            timeout.min(Duration::from_millis(20))
+        }
+        .as_millis() as libc::c_int;
+        // SAFETY: poll on fds owned by self, in a vector that outlives the call.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if ready < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        let mut buf = [0u8; 65536];
+        for (pfd, stream) in fds.iter().zip(&which) {
+            if pfd.revents == 0 {
+                continue;
+            }
+            let Some(stream) = stream else { continue };
+            let slot = match stream {
+                Stream::Stdout => &mut self.stdout,
+                Stream::Stderr => &mut self.stderr,
+            };
+            let Some(f) = slot else { continue };
+            match f.read(&mut buf) {
+                Ok(0) => *slot = None,
+                Ok(n) => on_output(*stream, &buf[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                    ) => {}
+                Err(_) => *slot = None,
+            }
+        }
+        if self.outcome.is_none() {
+            self.try_wait()?;
+            if self.outcome.is_some() {
+                self.ended_at = Some(Instant::now());
+            }
+        }
+        let streams_open = self.stdout.is_some() || self.stderr.is_some();
+        let lingering = self
+            .ended_at
+            .is_some_and(|t| t.elapsed() > Duration::from_secs(1));
+        if lingering {
+            self.stdout = None;
+            self.stderr = None;
+        }
+        Ok(self.outcome.filter(|_| !streams_open || lingering))
     }
 
     /// Waits up to `timeout` for the end (woken by the status pipe, not by polling), checking limits.

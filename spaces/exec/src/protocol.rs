@@ -9,7 +9,6 @@
 //! up in front of the person who wrote the program.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
 
 use serde::Deserialize;
 use sweep_space::ChunkOutput;
@@ -59,8 +58,6 @@ pub enum ProtocolError {
     TooLong { limit: usize },
     #[error("a stdout line is not UTF-8")]
     NotUtf8,
-    #[error("cannot read stdout: {0}")]
-    Read(std::io::Error),
 }
 
 #[derive(Deserialize)]
@@ -139,54 +136,76 @@ fn clip(text: &str) -> String {
 /// The lines of a program's stdout, parsed. A line that parses badly is an error and the lines after it are still
 /// read; a line too long, not UTF-8 or unreadable is an error that ends the stream, since there is no reliable
 /// place after it to find the next line at.
-pub struct Lines<R> {
-    reader: BufReader<R>,
-    buf: Vec<u8>,
+/// Lines cut from stdout as it arrives in pieces (a line may span pieces, a piece may hold many lines): blank
+/// lines skipped, the last line kept even without its newline. A line that does not parse is an error and the
+/// stream goes on; a line over the limit or not UTF-8 ends it (nothing after it can be trusted to be framed).
+pub struct Splitter {
+    pending: Vec<u8>,
     max_line_bytes: usize,
-    ended: bool,
+    failed: bool,
 }
 
-impl<R: Read> Lines<R> {
-    pub fn new(stdout: R) -> Lines<R> {
-        Lines {
-            reader: BufReader::new(stdout),
-            buf: Vec::new(),
+impl Default for Splitter {
+    fn default() -> Self {
+        Splitter {
+            pending: Vec::new(),
             max_line_bytes: MAX_LINE_BYTES,
-            ended: false,
+            failed: false,
         }
     }
 }
 
-impl<R: Read> Iterator for Lines<R> {
-    type Item = Result<Line, ProtocolError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        while !self.ended {
-            self.buf.clear();
-            // One byte past the limit, so that a line over it is seen without reading all of it.
-            let limit = self.max_line_bytes as u64 + 1;
-            let error = match (&mut self.reader)
-                .take(limit)
-                .read_until(b'\n', &mut self.buf)
-            {
-                Ok(0) => {
-                    self.ended = true;
-                    return None;
-                }
-                Ok(_) if self.buf.len() > self.max_line_bytes => ProtocolError::TooLong {
-                    limit: self.max_line_bytes,
-                },
-                Ok(_) => match std::str::from_utf8(&self.buf) {
-                    Ok(text) if text.trim().is_empty() => continue,
-                    Ok(text) => return Some(parse_line(text.trim())),
-                    Err(_) => ProtocolError::NotUtf8,
-                },
-                Err(e) => ProtocolError::Read(e),
-            };
-            self.ended = true;
-            return Some(Err(error));
+impl Splitter {
+    /// Takes the next piece of output; each complete line goes to `out`.
+    pub fn push(&mut self, piece: &[u8], mut out: impl FnMut(Result<Line, ProtocolError>)) {
+        if self.failed {
+            return;
         }
-        None
+        let mut rest = piece;
+        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+            self.pending.extend_from_slice(&rest[..end]);
+            rest = &rest[end + 1..];
+            let line = std::mem::take(&mut self.pending);
+            if let Some(r) = self.line(&line) {
+                self.failed |= matches!(
+                    r,
+                    Err(ProtocolError::TooLong { .. } | ProtocolError::NotUtf8)
+                );
+                out(r);
+                if self.failed {
+                    return;
+                }
+            }
+        }
+        self.pending.extend_from_slice(rest);
+        if self.pending.len() > self.max_line_bytes {
+            self.failed = true;
+            out(Err(ProtocolError::TooLong {
+                limit: self.max_line_bytes,
+            }));
+        }
+    }
+
+    /// The output has ended: its last line, if it had no newline.
+    pub fn finish(&mut self) -> Option<Result<Line, ProtocolError>> {
+        if self.failed {
+            return None;
+        }
+        let line = std::mem::take(&mut self.pending);
+        self.line(&line)
+    }
+
+    fn line(&self, bytes: &[u8]) -> Option<Result<Line, ProtocolError>> {
+        if bytes.len() > self.max_line_bytes {
+            return Some(Err(ProtocolError::TooLong {
+                limit: self.max_line_bytes,
+            }));
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(text) if text.trim().is_empty() => None,
+            Ok(text) => Some(parse_line(text.trim())),
+            Err(_) => Some(Err(ProtocolError::NotUtf8)),
+        }
     }
 }
 
@@ -316,10 +335,40 @@ mod tests {
         );
     }
 
+    /// The lines of `stdout` given in pieces of `piece` bytes.
+    fn lines_in_pieces(
+        stdout: &[u8],
+        max_line_bytes: usize,
+        piece: usize,
+    ) -> Vec<Result<Line, String>> {
+        let mut splitter = Splitter {
+            max_line_bytes,
+            ..Splitter::default()
+        };
+        let mut got = Vec::new();
+        for part in stdout.chunks(piece.max(1)) {
+            splitter.push(part, |l| got.push(l.map_err(|e| e.to_string())));
+        }
+        got.extend(splitter.finish().map(|l| l.map_err(|e| e.to_string())));
+        got
+    }
+
     fn lines(stdout: &[u8], max_line_bytes: usize) -> Vec<Result<Line, String>> {
-        let mut lines = Lines::new(stdout);
-        lines.max_line_bytes = max_line_bytes;
-        lines.map(|l| l.map_err(|e| e.to_string())).collect()
+        lines_in_pieces(stdout, max_line_bytes, stdout.len())
+    }
+
+    #[test]
+    fn output_cut_anywhere_gives_the_same_lines() {
+        let out = b"{\"progress\": 1}\n\n{\"checkpoint\": \"c\"}\r\nnope\n{\"nodes\": 2}";
+        let whole = lines(out, MAX_LINE_BYTES);
+        assert_eq!(whole.len(), 4, "{whole:?}");
+        for piece in 1..out.len() {
+            assert_eq!(
+                lines_in_pieces(out, MAX_LINE_BYTES, piece),
+                whole,
+                "pieces of {piece}"
+            );
+        }
     }
 
     #[test]
@@ -368,21 +417,5 @@ mod tests {
                 Err("a stdout line is not UTF-8".to_string())
             ]
         );
-    }
-
-    struct Failing;
-
-    impl Read for Failing {
-        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
-            Err(std::io::Error::other("pipe broke"))
-        }
-    }
-
-    #[test]
-    fn a_read_error_ends_the_stream_and_is_named() {
-        let mut stream = Lines::new(Failing);
-        let err = stream.next().and_then(Result::err).map(|e| e.to_string());
-        assert_eq!(err.as_deref(), Some("cannot read stdout: pipe broke"));
-        assert!(stream.next().is_none());
     }
 }

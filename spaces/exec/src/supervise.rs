@@ -4,17 +4,15 @@
 //! cancelled, its worker stops, it times out or its output is malformed; and its exit status described for the
 //! report of a failed attempt.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use sweep_contain::{LimitHit, Spec};
+use sweep_contain::{LimitHit, Spec, Stream};
 use sweep_space::Control;
 
-use crate::protocol::{Line, Lines, ProtocolError};
+use crate::protocol::{Line, ProtocolError, Splitter};
 
 /// How much of stderr is kept for the error report.
 pub const STDERR_TAIL_BYTES: usize = 2048;
@@ -64,65 +62,48 @@ pub fn run(
     mut on_line: impl FnMut(Line) -> Result<(), String>,
 ) -> std::io::Result<Ended> {
     let mut boxed = sweep_contain::spawn(spec)?;
-    let (tx, rx) = mpsc::channel::<Result<Line, ProtocolError>>();
-    let stdout = boxed.take_stdout();
-    let stderr = boxed.take_stderr();
-    let out_reader = std::thread::spawn(move || {
-        if let Some(s) = stdout {
-            for line in Lines::new(s) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    let err_reader = std::thread::spawn(move || stderr.map(read_stderr_tail).unwrap_or_default());
-
     let started = Instant::now();
     let mut problem: Option<String> = None;
     let mut stopping: Option<(Instant, StopReason)> = None;
     let mut killed = false;
-    let mut stdout_open = true;
-    let outcome = loop {
-        if stdout_open {
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(Ok(line)) => {
-                    if let Err(why) = on_line(line) {
-                        problem.get_or_insert(why);
-                    }
-                }
-                Ok(Err(bad)) => {
-                    problem.get_or_insert(bad.to_string());
-                    if stopping.is_none() {
-                        boxed.signal(libc_sigterm());
-                        stopping = Some((Instant::now(), StopReason::MalformedOutput));
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => stdout_open = false,
+    let mut splitter = Splitter::default();
+    let mut stderr: Vec<u8> = Vec::new();
+    // Lines are handled here, in the chunk's own thread, as they arrive: no reader thread per stream.
+    let mut handle = |line: Result<Line, ProtocolError>,
+                      problem: &mut Option<String>,
+                      malformed: &mut bool| match line {
+        Ok(line) => {
+            if let Err(why) = on_line(line) {
+                problem.get_or_insert(why);
             }
         }
-        // Once stdout has closed, the box's status pipe is what wakes this loop.
-        let waited = if stdout_open {
-            boxed.enforce();
-            boxed.try_wait()
-        } else {
-            boxed.wait_timeout(Duration::from_millis(50))
-        };
-        match waited {
-            Ok(Some(outcome)) => {
-                if !stdout_open || stopping.is_some() {
-                    break outcome;
-                }
-                // Ended: drain what stdout still holds before deciding.
-                continue;
-            }
-            Ok(None) => {}
+        Err(bad) => {
+            problem.get_or_insert(bad.to_string());
+            *malformed = true;
+        }
+    };
+    let outcome = loop {
+        let mut malformed = false;
+        let pumped = boxed.pump(Duration::from_millis(50), |stream, bytes| match stream {
+            Stream::Stdout => splitter.push(bytes, |l| handle(l, &mut problem, &mut malformed)),
+            Stream::Stderr => keep_tail(&mut stderr, bytes),
+        });
+        let done = match pumped {
+            Ok(done) => done,
             Err(e) => {
                 problem.get_or_insert(format!("cannot wait for the program: {e}"));
+                None
             }
+        };
+        if let Some(outcome) = done {
+            if let Some(last) = splitter.finish() {
+                handle(last, &mut problem, &mut malformed);
+            }
+            break outcome;
         }
-        let reason = if ctl.is_cancelled() {
+        let reason = if malformed {
+            Some(StopReason::MalformedOutput)
+        } else if ctl.is_cancelled() {
             Some(StopReason::Cancelled)
         } else if ctl.is_stop_requested() {
             Some(StopReason::WorkerStopping)
@@ -146,8 +127,6 @@ pub fn run(
             _ => {}
         }
     };
-    let _ = out_reader.join();
-    let stderr = err_reader.join().unwrap_or_default();
     Ok(Ended {
         status: outcome.status,
         stopped: stopping.map(|(_, reason)| reason),
@@ -157,26 +136,17 @@ pub fn run(
     })
 }
 
-fn libc_sigterm() -> i32 {
-    Signal::SIGTERM as i32
-}
-
 /// Keeps the last [`STDERR_TAIL_BYTES`] of stderr (and up to as many more, so the buffer is cut only now and
 /// then).
-fn read_stderr_tail(mut stderr: impl Read) -> Vec<u8> {
-    let mut tail: Vec<u8> = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match stderr.read(&mut buf) {
-            Ok(0) | Err(_) => return tail,
-            Ok(n) => {
-                tail.extend_from_slice(&buf[..n]);
-                if tail.len() > STDERR_TAIL_BYTES * 2 {
-                    tail.drain(..tail.len() - STDERR_TAIL_BYTES);
-                }
-            }
-        }
+fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
+    tail.extend_from_slice(bytes);
+    if tail.len() > STDERR_TAIL_BYTES * 2 {
+        tail.drain(..tail.len() - STDERR_TAIL_BYTES);
     }
+}
+
+fn libc_sigterm() -> i32 {
+    Signal::SIGTERM as i32
 }
 
 /// The last [`STDERR_TAIL_BYTES`] of `stderr` as text, trimmed, cut at a character boundary.
@@ -286,7 +256,7 @@ mod tests {
             &Control::new(),
             LIMITS,
         );
-        assert_eq!(lines.len(), 2);
+        assert_eq!(lines.len(), 2, "{ended:?}");
         assert_eq!(lines[0], Line::Progress(2));
         assert_eq!(describe(ended.status), "exit status 3");
         assert_eq!(stderr_tail(&ended.stderr), "boom");
