@@ -34,6 +34,8 @@ pub struct ChunkGroup {
     /// Counter values when the group was taken.
     base: Counters,
     cpu_base: Option<u64>,
+    /// Whether `cgroup.kill` was ever written to it.
+    killed: bool,
 }
 
 /// What the kernel counted in a group: OOM kills, and forks refused at the pids limit.
@@ -72,6 +74,7 @@ impl ChunkGroup {
                     pids_limit: None,
                     base: Counters::default(),
                     cpu_base: None,
+                    killed: false,
                 }
             }
         };
@@ -187,12 +190,14 @@ impl ChunkGroup {
             })
     }
 
-    /// Kills everything in the group and waits until it is empty.
-    pub fn kill_all(&self) -> bool {
+    /// Kills everything in the group and waits until it is empty. A group killed with `cgroup.kill` is not
+    /// reused (see [`ChunkGroup::release`]).
+    pub fn kill_all(&mut self) -> bool {
         let deadline = Instant::now() + EMPTY_TIMEOUT;
-        let dirs: Vec<&PathBuf> = [&self.v2, &self.memory, &self.pids]
+        let dirs: Vec<PathBuf> = [&self.v2, &self.memory, &self.pids]
             .into_iter()
             .flatten()
+            .cloned()
             .collect();
         loop {
             let mut empty = true;
@@ -203,6 +208,7 @@ impl ChunkGroup {
                 }
                 empty = false;
                 if d.join("cgroup.kill").exists() {
+                    self.killed = true;
                     let _ = write(d, "cgroup.kill", "1");
                 } else {
                     for pid in procs
@@ -225,7 +231,7 @@ impl ChunkGroup {
     }
 
     /// Empties the group and keeps it for the next chunk; a group that will not empty is left and logged.
-    pub fn release(self) {
+    pub fn release(mut self) {
         // The box has ended when this is called, and with it (in a PID namespace) everything it held; the group
         // empties by itself as those exits finish. A kill is for what is left after that: a kill written while a
         // dying process is still listed can reach the next chunk's box if the group is reused at once.
@@ -233,7 +239,14 @@ impl ChunkGroup {
         while !self.is_empty() && Instant::now() < settle {
             std::thread::sleep(Duration::from_micros(100));
         }
-        if self.is_empty() || self.kill_all() {
+        let empty = self.is_empty() || self.kill_all();
+        if empty && self.killed {
+            // A box cloned into a group that was once killed (CLONE_INTO_CGROUP) is itself killed by some
+            // kernels: such a group is removed, and a new one made when needed.
+            for d in [&self.v2, &self.memory, &self.pids].into_iter().flatten() {
+                let _ = std::fs::remove_dir(d);
+            }
+        } else if empty {
             if let Ok(mut pool) = POOL.lock() {
                 pool.push(self);
             }
@@ -249,7 +262,7 @@ pub fn remove_pooled() {
         .lock()
         .map(|mut p| std::mem::take(&mut *p))
         .unwrap_or_default();
-    for g in groups {
+    for mut g in groups {
         g.kill_all();
         for d in [&g.v2, &g.memory, &g.pids].into_iter().flatten() {
             let _ = std::fs::remove_dir(d);
@@ -322,7 +335,7 @@ fn clean_stale_once() {
                 if alive {
                     continue;
                 }
-                let g = ChunkGroup {
+                let mut g = ChunkGroup {
                     name: name.clone(),
                     v2: Some(e.path()),
                     memory: None,
@@ -331,6 +344,7 @@ fn clean_stale_once() {
                     pids_limit: None,
                     base: Counters::default(),
                     cpu_base: None,
+                    killed: false,
                 };
                 g.kill_all();
                 if std::fs::remove_dir(e.path()).is_ok() {

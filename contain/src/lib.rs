@@ -268,7 +268,7 @@ impl Boxed {
                 unsafe { libc::kill(-p, libc::SIGKILL) };
             }
         }
-        if let Some(g) = &self.group {
+        if let Some(g) = &mut self.group {
             g.kill_all();
         }
     }

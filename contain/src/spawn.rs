@@ -90,9 +90,31 @@ pub(crate) fn start(spec: &Spec, procs: &[PathBuf]) -> io::Result<Started> {
         envp: &envp,
         devnull: &devnull,
     };
-    // SAFETY: a fork-like clone (no new stack: the child runs on a copy of this one). The child runs only
-    // `box_main`, which makes async-signal-safe system calls on memory prepared above and never returns.
-    let pid = unsafe { raw_clone(p.clone_flags) };
+    // Born in its v2 group (clone3's CLONE_INTO_CGROUP) rather than moved there: a move takes the cgroup
+    // hierarchy's write lock, which waits for an RCU grace period, per chunk.
+    let v2_root = Facilities::get().v2.as_deref();
+    let into = procs
+        .iter()
+        .find(|f| v2_root.is_some_and(|r| f.starts_with(r)))
+        .and_then(|f| f.parent())
+        .and_then(|dir| open_dir(dir).ok());
+    let mut joined = false;
+    // SAFETY: as for raw_clone below.
+    let mut pid = match &into {
+        Some(dir) => unsafe { clone_into_cgroup(p.clone_flags, dir.as_raw_fd()) },
+        None => -1,
+    };
+    if pid == 0 {
+        // SAFETY: in the child; see below.
+        unsafe { box_main(&args) }
+    }
+    if pid > 0 {
+        joined = true;
+    } else {
+        // SAFETY: a fork-like clone (no new stack: the child runs on a copy of this one). The child runs only
+        // `box_main`, which makes async-signal-safe system calls on memory prepared above and never returns.
+        pid = unsafe { raw_clone(p.clone_flags) };
+    }
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -100,8 +122,13 @@ pub(crate) fn start(spec: &Spec, procs: &[PathBuf]) -> io::Result<Started> {
         // SAFETY: in the child, as above.
         unsafe { box_main(&args) }
     }
-    drop((out_w, err_w, status_w, exec_w, sync_r));
-    let released = release(pid, procs, &p);
+    drop((out_w, err_w, status_w, exec_w, sync_r, into));
+    let to_join: Vec<PathBuf> = procs
+        .iter()
+        .filter(|f| !(joined && v2_root.is_some_and(|r| f.starts_with(r))))
+        .cloned()
+        .collect();
+    let released = release(pid, &to_join, &p);
     if let Err(e) = released {
         // SAFETY: the box is our child and has not been released: it is still waiting on its sync pipe.
         unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -459,6 +486,60 @@ unsafe fn raw_clone(flags: libc::c_int) -> i32 {
         0usize,
         0usize,
     ) as i32
+}
+
+/// clone3(2) with fork semantics into the cgroup open at `cgroup_fd`; -1 (errno set) where the kernel cannot.
+unsafe fn clone_into_cgroup(flags: libc::c_int, cgroup_fd: RawFd) -> i32 {
+    /// `struct clone_args` up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+    #[repr(C)]
+    struct CloneArgs {
+        flags: u64,
+        pidfd: u64,
+        child_tid: u64,
+        parent_tid: u64,
+        exit_signal: u64,
+        stack: u64,
+        stack_size: u64,
+        tls: u64,
+        set_tid: u64,
+        set_tid_size: u64,
+        cgroup: u64,
+    }
+    const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+    let args = CloneArgs {
+        flags: flags as u64 | CLONE_INTO_CGROUP,
+        pidfd: 0,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: 0,
+        stack_size: 0,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup: cgroup_fd as u64,
+    };
+    libc::syscall(
+        libc::SYS_clone3,
+        &args as *const CloneArgs,
+        std::mem::size_of::<CloneArgs>(),
+    ) as i32
+}
+
+fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
+    let c = cstr(dir.as_os_str())?;
+    // SAFETY: open(2) with a valid C string; the fd is owned by the returned OwnedFd.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned here only.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Whether a child can be cloned with `flags`: it exits at once, and is reaped.

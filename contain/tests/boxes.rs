@@ -54,6 +54,10 @@ fn main() {
             cpu_time_over_the_limit_is_named,
         ),
         (
+            "boxes_started_and_killed_at_once_on_many_threads_leave_the_others_whole",
+            boxes_started_and_killed_at_once_on_many_threads_leave_the_others_whole,
+        ),
+        (
             "a_missing_program_is_an_error_before_anything_runs",
             a_missing_program_is_an_error_before_anything_runs,
         ),
@@ -477,4 +481,32 @@ fn the_sandbox_reads_but_does_not_write_and_hides_other_chunks(dir: &Path) {
         .unwrap_or(999);
     assert!(procs < 10, "{out}");
     assert!(!Path::new("/etc/sweep-sandbox-test").exists());
+}
+
+/// Eight threads start boxes at once; half of them kill each box as soon as it runs, as cancelled chunks are.
+/// The others' programs all end by themselves, with their output: reused cgroups, the launcher's channels and
+/// the kills of neighbours never reach them.
+fn boxes_started_and_killed_at_once_on_many_threads_leave_the_others_whole(dir: &Path) {
+    let harmed = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let harmed = &harmed;
+            s.spawn(move || {
+                for _ in 0..40 {
+                    let mut b = sweep_contain::spawn(&spec(dir, "echo hi")).expect("start");
+                    if t % 2 == 1 {
+                        b.kill();
+                        let _ = b.wait();
+                        continue;
+                    }
+                    let (out, _) = drain(&mut b);
+                    let o = b.wait().expect("wait");
+                    if !o.status.success() || out.join().unwrap_or_default() != "hi\n" {
+                        harmed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(harmed.into_inner(), 0, "boxes harmed by their neighbours");
 }
