@@ -284,6 +284,56 @@ fn solo(argv: &[String], chunks: u64, threads: u64) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
+/// `seq 0 N-1 | xargs -P THREADS -I{} PROGRAM ARGS...`: the same program, started by xargs.
+fn xargs(argv: &[String], chunks: u64, threads: u64) -> f64 {
+    let mut cmd = Command::new("xargs");
+    cmd.arg("-P")
+        .arg(threads.to_string())
+        .arg("-I{chunk}")
+        .args(argv)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    feed(cmd, chunks)
+}
+
+/// `seq 0 N-1 | parallel -j THREADS PROGRAM ARGS...` where GNU parallel is installed.
+fn gnu_parallel(parallel: &std::path::Path, argv: &[String], chunks: u64, threads: u64) -> f64 {
+    let mut cmd = Command::new(parallel);
+    cmd.arg("-j")
+        .arg(threads.to_string())
+        .arg("-I{chunk}")
+        .args(argv)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    feed(cmd, chunks)
+}
+
+/// Runs `cmd` with the chunk numbers on its stdin, one per line; returns the seconds it took.
+fn feed(mut cmd: Command, chunks: u64) -> f64 {
+    use std::io::Write;
+    let numbers: String = (0..chunks).map(|c| format!("{c}\n")).collect();
+    let t = Instant::now();
+    let mut child = cmd.spawn().expect("start the comparison");
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(numbers.as_bytes())
+            .expect("feed the chunk numbers");
+    }
+    let status = child.wait().expect("wait for the comparison");
+    assert!(status.success(), "{cmd:?} failed");
+    t.elapsed().as_secs_f64()
+}
+
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|c| c.is_file())
+    })
+}
+
 fn exec() {
     let rounds = env_or("SWEEP_BENCH_ROUNDS", 3);
     let chunks = env_or("SWEEP_BENCH_EXEC_CHUNKS", 10_000);
@@ -327,28 +377,57 @@ fn exec() {
     .map(|s| s.to_string())
     .collect();
     let heavy_chunks = 24;
-    let (mut t_sweep, mut t_floor, mut h_sweep, mut h_solo) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let parallel = which("parallel");
+    let (mut t_sweep, mut t_floor, mut t_xargs, mut t_parallel, mut h_sweep, mut h_solo) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     for i in 0..rounds {
         t_sweep.push(run_exec(&format!("t{i}"), chunks, &trivial));
         t_floor.push(solo(&trivial, chunks, threads));
+        t_xargs.push(xargs(&trivial, chunks, threads));
+        if let Some(p) = &parallel {
+            t_parallel.push(gnu_parallel(p, &trivial, chunks, threads));
+        }
         h_sweep.push(run_exec(&format!("h{i}"), heavy_chunks, &heavy));
         h_solo.push(solo(&heavy, heavy_chunks, threads));
     }
-    let (ts, tf, hs, ho) = (
+    let (ts, tf, tx, hs, ho) = (
         median(t_sweep),
         median(t_floor),
+        median(t_xargs),
         median(h_sweep),
         median(h_solo),
     );
     println!(
         "exec, trivial program, {chunks} chunks, one worker of {threads} threads (median of {rounds}): \
-         sweep run {:.2} s = {:.0} chunks/s; spawning alone {:.2} s = {:.0} chunks/s; sweep/floor {:.2}",
+         sweep run {:.2} s = {:.0} chunks/s; xargs -P{threads} {:.2} s = {:.0}/s; a plain spawn loop {:.2} s = \
+         {:.0}/s; sweep/xargs {:.2}, sweep/loop {:.2}",
         ts,
         chunks as f64 / ts,
+        tx,
+        chunks as f64 / tx,
         tf,
         chunks as f64 / tf,
+        tx / ts,
         tf / ts
+    );
+    if !t_parallel.is_empty() {
+        let tp = median(t_parallel);
+        println!(
+            "  GNU parallel -j{threads} {:.2} s = {:.0}/s; sweep/parallel {:.2}",
+            tp,
+            chunks as f64 / tp,
+            tp / ts
+        );
+    }
+    println!(
+        "  containment: {}",
+        sweep_contain::Facilities::get().summary()
     );
     println!(
         "exec, CPU-heavy program, {heavy_chunks} chunks, {threads} at a time (median of {rounds}): \
