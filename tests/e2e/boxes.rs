@@ -194,8 +194,22 @@ echo "{{\"nodes\": 1, \"counters\": {{\"own\": $w, \"outside\": $o, \"many_proce
     ] {
         let _ = std::fs::remove_file(&target);
         let mut c = Cluster::start(0, 1);
-        c.add_worker_with(flags);
+        let w = c.add_worker_with(flags);
         let job = c.submit(&["exec", "--chunks", "1", "--", "sh", "-c", &script]);
+        // A worker that cannot make its sandbox exits at start; say why rather than wait for nothing.
+        let started = Instant::now();
+        while c.status(job)["chunks_done"] == 0 {
+            if let Ok(Some(exit)) = c.workers[w].child.try_wait() {
+                let log = std::fs::read_to_string(c.log_path("w0")).unwrap_or_default();
+                panic!("{flags:?}: the worker exited ({exit}):\n{log}");
+            }
+            assert!(
+                started.elapsed() < LONG,
+                "{flags:?}: not done: {}",
+                c.status(job)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let res = c.wait_results(job, LONG);
         assert_eq!(res["state"], "done", "{flags:?}: {res}");
         let counters = &res["result"]["counters"];
@@ -249,4 +263,129 @@ fn a_job_s_memory_per_chunk_goes_only_to_workers_that_have_it_and_status_says_wh
     c.add_worker_with(&["--allow-exec", "--memory", "4G"]);
     let res = c.wait_results(job, LONG);
     assert_eq!(res["state"], "done", "{res}");
+}
+
+/// Counts to 200 in steps of 20 ms, from `SWEEP_RESUME`; on SIGTERM prints where it is as a checkpoint and
+/// exits; starts a daemon that must not survive it. Logs each start, so the test sees the resume.
+const CHECKPOINT_ON_SIGTERM: &str = r#"
+import json, os, signal, subprocess, sys, time
+log, token = sys.argv[1], sys.argv[2]
+start = int(os.environ.get("SWEEP_RESUME", "0"))
+with open(log, "a") as f:
+    f.write("%d\n" % start)
+subprocess.Popen(["setsid", "sleep", token], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+i = start
+def stop(signum, frame):
+    print(json.dumps({"checkpoint": str(i)}), flush=True)
+    sys.exit(1)
+signal.signal(signal.SIGTERM, stop)
+while i < 200:
+    time.sleep(0.02)
+    i += 1
+print(json.dumps({"nodes": 200, "counters": {"steps": 200}}))
+"#;
+
+#[test]
+fn a_program_s_last_checkpoint_on_sigterm_is_kept_and_resumed_and_its_daemon_ends() {
+    let mut c = Cluster::start(0, 1);
+    let prog = c.dir.path().join("steps.py");
+    std::fs::write(&prog, CHECKPOINT_ON_SIGTERM).expect("write the program");
+    let log = c.dir.path().join("starts.log");
+    let t = token(6);
+    c.add_worker_with(&["--allow-exec"]);
+    let (prog_s, log_s) = (prog.display().to_string(), log.display().to_string());
+    let job = c.submit(&[
+        "exec", "--chunks", "1", "--", "python3", &prog_s, &log_s, &t,
+    ]);
+    wait_for("the program and its daemon", LONG, || {
+        !processes_with(&t).is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    // A preemption notice: SIGTERM to the worker, which passes it on and hands the chunk back.
+    c.workers[0].signal("TERM");
+    assert!(
+        c.workers[0].wait_exit(Duration::from_secs(30)).is_some(),
+        "the worker stopped"
+    );
+    assert!(
+        processes_with(&t).is_empty(),
+        "the daemon ended with its chunk"
+    );
+    c.add_worker_with(&["--allow-exec"]);
+    let res = c.wait_results(job, LONG);
+    assert_eq!(res["state"], "done", "{res}");
+    let starts: Vec<u64> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    assert!(
+        starts[1] > 0,
+        "the second attempt resumed from the last checkpoint: {starts:?}"
+    );
+    wait_for("the second daemon to end", Duration::from_secs(5), || {
+        processes_with(&t).is_empty()
+    });
+}
+
+#[test]
+fn paused_and_timed_out_chunks_leave_nothing_behind() {
+    let mut c = Cluster::start(0, 2);
+    c.add_worker_with(&["--allow-exec"]);
+    let t = token(7);
+    // A pause lets running chunks finish and leases no more: their daemons end with them.
+    let script = format!(
+        "setsid sh -c 'trap \"\" TERM; exec sleep {t}' > /dev/null 2>&1 < /dev/null & sleep 1; echo '{{\"nodes\": 1}}'"
+    );
+    let job = c.submit(&["exec", "--chunks", "6", "--", "sh", "-c", &script]);
+    wait_for("two chunks' daemons", LONG, || {
+        processes_with(&t).len() >= 2
+    });
+    let paused = c.sweep(&["pause", &job.to_string()]);
+    assert!(paused.status.success(), "{paused:?}");
+    wait_for(
+        "the running chunks to end, daemons and all",
+        Duration::from_secs(20),
+        || processes_with(&t).is_empty() && c.status(job)["chunks_leased"] == 0,
+    );
+    let s = c.status(job);
+    assert!(
+        s["chunks_done"].as_u64().unwrap_or(0) < 6,
+        "the pause held the rest back: {s}"
+    );
+    let resumed = c.sweep(&["resume", &job.to_string()]);
+    assert!(resumed.status.success(), "{resumed:?}");
+    assert_eq!(c.wait_results(job, LONG)["state"], "done");
+    wait_for("the last daemons to end", Duration::from_secs(5), || {
+        processes_with(&t).is_empty()
+    });
+
+    // A chunk over its --chunk-timeout is stopped with everything it started.
+    let t = token(8);
+    let script = format!(
+        "setsid sh -c 'trap \"\" TERM; exec sleep {t}' > /dev/null 2>&1 < /dev/null & sleep {t}"
+    );
+    let job = c.submit(&[
+        "exec",
+        "--chunks",
+        "1",
+        "--chunk-timeout",
+        "1",
+        "--grace-secs",
+        "1",
+        "--max-attempts",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let s = c.wait_until(job, LONG, |s| s["state"] != "running");
+    assert_eq!(s["state"], "done-with-poisoned-chunks", "{s}");
+    wait_for(
+        "the timed-out chunk's processes to end",
+        Duration::from_secs(10),
+        || processes_with(&t).is_empty(),
+    );
 }
