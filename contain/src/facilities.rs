@@ -94,10 +94,12 @@ impl Facilities {
     /// One line for logs and `sweep workers`: what contains a chunk and what enforces each limit.
     pub fn summary(&self) -> String {
         let lifetime = match (self.pid_namespace, &self.v2) {
-            (PidNamespace::Direct, Some(_)) => "PID namespace + cgroup v2 per chunk",
+            (PidNamespace::Direct, Some(_)) => {
+                "PID namespace per chunk (+ cgroup v2 for chunks with limits)"
+            }
             (PidNamespace::Direct, None) => "PID namespace per chunk",
             (PidNamespace::InUserNamespace, Some(_)) => {
-                "PID namespace (in a user namespace) + cgroup v2 per chunk"
+                "PID namespace (in a user namespace) per chunk (+ cgroup v2 for chunks with limits)"
             }
             (PidNamespace::InUserNamespace, None) => {
                 "PID namespace (in a user namespace) per chunk"

@@ -493,7 +493,10 @@ fn boxes_started_and_killed_at_once_on_many_threads_leave_the_others_whole(dir: 
             let harmed = &harmed;
             s.spawn(move || {
                 for _ in 0..40 {
-                    let mut b = sweep_contain::spawn(&spec(dir, "echo hi")).expect("start");
+                    // A limit, so that every box has a cgroup (reused from the pool, killed by half of them).
+                    let mut s = spec(dir, "echo hi");
+                    s.limits.cpu_secs = Some(60);
+                    let mut b = sweep_contain::spawn(&s).expect("start");
                     if t % 2 == 1 {
                         b.kill();
                         let _ = b.wait();
