@@ -284,23 +284,17 @@ fn solo(argv: &[String], chunks: u64, threads: u64) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
-/// `seq 0 N-1 | xargs -P THREADS -I{} PROGRAM ARGS...`: the same program, started by xargs.
-fn xargs(argv: &[String], chunks: u64, threads: u64) -> f64 {
-    let mut cmd = Command::new("xargs");
-    cmd.arg("-P")
-        .arg(threads.to_string())
-        .arg("-I{chunk}")
-        .args(argv)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    feed(cmd, chunks)
-}
-
-/// `seq 0 N-1 | parallel -j THREADS PROGRAM ARGS...` where GNU parallel is installed.
-fn gnu_parallel(parallel: &std::path::Path, argv: &[String], chunks: u64, threads: u64) -> f64 {
-    let mut cmd = Command::new(parallel);
-    cmd.arg("-j")
+/// `seq 0 N-1 | RUNNER JOBS_FLAG THREADS -I{chunk} PROGRAM ARGS...`: the same program started by another tool,
+/// `xargs -P` or GNU `parallel -j`, which read the chunk numbers from stdin.
+fn by_tool(
+    runner: &std::path::Path,
+    jobs_flag: &str,
+    argv: &[String],
+    chunks: u64,
+    threads: u64,
+) -> f64 {
+    let mut cmd = Command::new(runner);
+    cmd.arg(jobs_flag)
         .arg(threads.to_string())
         .arg("-I{chunk}")
         .args(argv)
@@ -389,9 +383,15 @@ fn exec() {
     for i in 0..rounds {
         t_sweep.push(run_exec(&format!("t{i}"), chunks, &trivial));
         t_floor.push(solo(&trivial, chunks, threads));
-        t_xargs.push(xargs(&trivial, chunks, threads));
+        t_xargs.push(by_tool(
+            std::path::Path::new("xargs"),
+            "-P",
+            &trivial,
+            chunks,
+            threads,
+        ));
         if let Some(p) = &parallel {
-            t_parallel.push(gnu_parallel(p, &trivial, chunks, threads));
+            t_parallel.push(by_tool(p, "-j", &trivial, chunks, threads));
         }
         h_sweep.push(run_exec(&format!("h{i}"), heavy_chunks, &heavy));
         h_solo.push(solo(&heavy, heavy_chunks, threads));

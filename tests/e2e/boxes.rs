@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{scratch, stdout_json, Cluster, SWEEP};
+use crate::support::{processes_with, scratch, stdout_json, wait_for, Cluster, SWEEP};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(120);
@@ -27,30 +27,6 @@ fn run_exec(dir: &Path, opts: &[&str], script: &str) -> (Option<i32>, Value, Str
         v,
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Processes with `token` as one of their arguments.
-fn processes_with(token: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            if cmd.split(|b| *b == 0).any(|a| a == token.as_bytes()) {
-                found.push(pid);
-            }
-        }
-    }
-    found
-}
-
-fn wait_for(what: &str, timeout: Duration, mut pred: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !pred() {
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn token(tag: u32) -> String {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{scratch, stdout_json, Cluster, SWEEP};
+use crate::support::{processes_with, scratch, stdout_json, wait_for, Cluster, SWEEP};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(240);
@@ -43,36 +43,6 @@ fn sweep_in(dir: &Path, args: &[&str], timeout: Duration) -> std::process::Outpu
     let mut cmd = Command::new(SWEEP);
     cmd.args(args).current_dir(dir);
     crate::support::run_bounded(cmd, timeout)
-}
-
-/// Processes whose command line contains `token` (a marker no other process has).
-fn processes_with(token: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in dir.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == std::process::id() {
-            continue;
-        }
-        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
-            if String::from_utf8_lossy(&cmd).contains(token) {
-                found.push(pid);
-            }
-        }
-    }
-    found
-}
-
-fn wait_for(what: &str, timeout: Duration, mut pred: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !pred() {
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

@@ -647,3 +647,28 @@ pub fn coordinator_first_line(
     };
     Ok((proc, rx.recv_timeout(Duration::from_secs(20)).ok()))
 }
+
+/// Processes that have `token` as one of their arguments (a marker no other process has), from /proc.
+pub fn processes_with(token: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            if cmd.split(|b| *b == 0).any(|a| a == token.as_bytes()) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// Waits until `pred` holds, checking every 50 ms; fails naming `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut pred: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !pred() {
+        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
