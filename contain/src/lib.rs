@@ -252,6 +252,11 @@ impl Boxed {
         }
     }
 
+    /// Asks every process in the box to stop (SIGTERM, passed on by the box): the start of a graceful stop.
+    pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
     /// Kills every process in the box now.
     pub fn kill(&mut self) {
         if self.outcome.is_some() {

@@ -8,9 +8,10 @@
 //! - exactly one final `{"nodes": N, "counters": {...}, "solutions": [...]}`.
 //!
 //! Exit 0 with one valid final line is a done chunk; anything else is a failed attempt whose error carries the
-//! exit status and the tail of stderr. The program runs in its own process group, in a private working
-//! directory, with a cleared environment (see [`ENVIRONMENT`]); cancellation sends SIGTERM to the group, then
-//! SIGKILL after the job's grace period, and the direct child gets SIGKILL if its worker dies.
+//! exit status and the tail of stderr. The program runs in a box (`sweep-contain`): nothing it starts outlives
+//! the chunk, and the job's limits (`--chunk-memory`, `--chunk-pids`, `--chunk-disk`, `--chunk-cpu`) hold; in a
+//! private working directory, with a cleared environment (see [`ENVIRONMENT`]). Cancellation sends SIGTERM to
+//! every process in the box, then SIGKILL after the job's grace period; a worker that dies takes the box along.
 //!
 //! # The one space that does I/O
 //!
@@ -20,14 +21,15 @@
 //! checks (the protocol parsed strictly, [`Job::verify`](sweep_space::Job::verify) on every completion, each
 //! chunk counted once). Workers run it only when started with `--allow-exec`.
 //!
-//! It still depends on nothing engine-side: only the contract crate `sweep-space` and plain libraries (nix for
-//! the process group and signals, tar and blake3 for shipped files, serde, clap, thiserror). The worker that runs
-//! its chunks and the coordinator that stores its shipped archive reach it only through the `Job` trait.
+//! It still depends on nothing engine-side: only the contract crate `sweep-space`, the containment library
+//! `sweep-contain` (the box each program runs in), and plain libraries (tar and blake3 for shipped files, nix for
+//! their owner, serde, clap, thiserror). The worker that runs its chunks and the coordinator that stores its
+//! shipped archive reach it only through the `Job` trait.
 //!
 //! # Modules
 //!
 //! - [`protocol`]: the lines of stdout parsed into typed [`protocol::Line`]s, or errors that say what is wrong;
-//! - [`supervise`]: the process: its group, parent-death signal, stop with grace ([`StopReason`]), exit status;
+//! - [`supervise`]: the program in its box: output as it comes, stop with grace ([`StopReason`]), exit status;
 //! - [`ship`]: `--ship` files packed and named by digest, unpacked once per machine;
 //! - `space`: the `SearchSpace` and `Job` that tie them together for one chunk.
 //!

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use sweep_contain::{LimitHit, Spec, Stream};
 use sweep_space::Control;
 
@@ -117,7 +116,7 @@ pub fn run(
         };
         match (stopping, reason) {
             (None, Some(r)) => {
-                boxed.signal(libc_sigterm());
+                boxed.terminate();
                 stopping = Some((Instant::now(), r));
             }
             (Some((since, _)), _) if !killed && since.elapsed() >= stopping_rules.grace => {
@@ -143,10 +142,6 @@ fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
     if tail.len() > STDERR_TAIL_BYTES * 2 {
         tail.drain(..tail.len() - STDERR_TAIL_BYTES);
     }
-}
-
-fn libc_sigterm() -> i32 {
-    Signal::SIGTERM as i32
 }
 
 /// The last [`STDERR_TAIL_BYTES`] of `stderr` as text, trimmed, cut at a character boundary.
