@@ -3,6 +3,8 @@
 //! controllers of a hybrid host, and the namespaces and mount calls of the sandbox.
 
 use std::path::{Path, PathBuf};
+
+use crate::cgroupfs;
 use std::sync::OnceLock;
 
 /// The environment variable that limits containment to less than the machine allows: `namespace` (no cgroups)
@@ -66,10 +68,11 @@ impl Facilities {
         }
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        let v2 = v2_dir(&mounts, &own).filter(|d| can_make_groups(d));
+        let dir =
+            |controller: Option<&str>| cgroupfs::own_dir(&mounts, &own, controller).map(|(d, _)| d);
+        let v2 = dir(None).filter(|d| can_make_groups(d));
         let (v2_memory, v2_pids) = v2.as_deref().map_or((false, false), enable_v2_controllers);
-        let v1 =
-            |controller: &str| v1_dir(&mounts, &own, controller).filter(|d| can_make_groups(d));
+        let v1 = |controller: &str| dir(Some(controller)).filter(|d| can_make_groups(d));
         Facilities {
             pid_namespace: probe_pid_namespace(root),
             v1_memory: if v2_memory { None } else { v1("memory") },
@@ -132,74 +135,6 @@ impl Facilities {
     }
 }
 
-/// This process's cgroup v2 directory, from `/proc/self/mountinfo` and `/proc/self/cgroup`.
-fn v2_dir(mounts: &str, own: &str) -> Option<PathBuf> {
-    let path = own
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))?
-        .trim()
-        .to_string();
-    let (mount_root, point) = mounts.lines().find_map(|l| {
-        let m = Mount::parse(l)?;
-        (m.fstype == "cgroup2").then(|| (m.root.to_string(), m.point.to_string()))
-    })?;
-    Some(join_cgroup(&point, &mount_root, &path))
-}
-
-/// This process's directory in the v1 hierarchy that has `controller`.
-fn v1_dir(mounts: &str, own: &str, controller: &str) -> Option<PathBuf> {
-    let path = own.lines().find_map(|l| {
-        let mut parts = l.splitn(3, ':');
-        let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
-        ctrls
-            .split(',')
-            .any(|c| c == controller)
-            .then(|| path.trim().to_string())
-    })?;
-    let (mount_root, point) = mounts.lines().find_map(|l| {
-        let m = Mount::parse(l)?;
-        (m.fstype == "cgroup" && m.superopts.split(',').any(|o| o == controller))
-            .then(|| (m.root.to_string(), m.point.to_string()))
-    })?;
-    Some(join_cgroup(&point, &mount_root, &path))
-}
-
-/// Inside a container the mount's root is the container's own group: paths in `/proc/self/cgroup` start with it.
-fn join_cgroup(point: &str, mount_root: &str, path: &str) -> PathBuf {
-    let rel = path.strip_prefix(mount_root).unwrap_or(path);
-    let mut dir = PathBuf::from(point);
-    for part in rel.split('/').filter(|p| !p.is_empty()) {
-        dir.push(part);
-    }
-    dir
-}
-
-struct Mount<'a> {
-    root: &'a str,
-    point: &'a str,
-    fstype: &'a str,
-    superopts: &'a str,
-}
-
-impl<'a> Mount<'a> {
-    /// One line of mountinfo: `id parent dev root point opts [optional fields] - fstype source superopts`.
-    fn parse(line: &'a str) -> Option<Mount<'a>> {
-        let (left, right) = line.split_once(" - ")?;
-        let mut l = left.split(' ');
-        let root = l.nth(3)?;
-        let point = l.next()?;
-        let mut r = right.split(' ');
-        let fstype = r.next()?;
-        let superopts = r.nth(1).unwrap_or("");
-        Some(Mount {
-            root,
-            point,
-            fstype,
-            superopts,
-        })
-    }
-}
-
 fn can_make_groups(dir: &Path) -> bool {
     let probe = dir.join(format!("sweep-probe-{}", std::process::id()));
     match std::fs::create_dir(&probe) {
@@ -239,40 +174,6 @@ fn probe_pid_namespace(root: bool) -> PidNamespace {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const MOUNTS: &str = "\
-31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
-35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
-39 31 0:36 / /sys/fs/cgroup/pids rw,relatime shared:5 - cgroup cgroup rw,pids
-42 31 0:39 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
-";
-    const OWN: &str = "8:pids:/\n4:memory:/jobs/a1\n0::/\n";
-
-    #[test]
-    fn cgroup_directories_come_from_mountinfo_and_the_process_groups() {
-        assert_eq!(
-            v2_dir(MOUNTS, OWN),
-            Some(PathBuf::from("/sys/fs/cgroup/unified"))
-        );
-        assert_eq!(
-            v1_dir(MOUNTS, OWN, "memory"),
-            Some(PathBuf::from("/sys/fs/cgroup/memory/jobs/a1"))
-        );
-        assert_eq!(
-            v1_dir(MOUNTS, OWN, "pids"),
-            Some(PathBuf::from("/sys/fs/cgroup/pids"))
-        );
-        assert_eq!(v1_dir(MOUNTS, OWN, "cpuset"), None);
-    }
-
-    #[test]
-    fn a_container_s_mount_root_is_stripped_from_its_group_path() {
-        let mounts = "50 40 0:40 /kubepods/pod1 /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n";
-        assert_eq!(
-            v2_dir(mounts, "0::/kubepods/pod1/c\n"),
-            Some(PathBuf::from("/sys/fs/cgroup/c"))
-        );
-    }
 
     #[test]
     fn the_summary_names_every_limit() {

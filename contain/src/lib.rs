@@ -23,6 +23,7 @@
 //! space drives it, and the `sweep` binary starts the launcher.
 
 pub mod cgroup;
+pub mod cgroupfs;
 pub mod facilities;
 pub mod launcher;
 pub mod size;

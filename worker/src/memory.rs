@@ -8,7 +8,9 @@
 //! Every reading goes through a function that returns a file's text, so the rules are tested on files a test
 //! writes, not on the machine that runs the tests.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use sweep_contain::cgroupfs;
 
 /// A cgroup limit this large means no limit: v1 writes one just under 2^63 bytes, and no machine has 2^62.
 const NO_LIMIT: u64 = 1 << 62;
@@ -41,97 +43,6 @@ fn limit_value(text: &str) -> Option<u64> {
     text.trim().parse::<u64>().ok().filter(|&n| n < NO_LIMIT)
 }
 
-/// Where a cgroup hierarchy is mounted: the mount point, and which cgroup its root is.
-#[derive(Debug, PartialEq, Eq)]
-struct CgroupMount {
-    point: PathBuf,
-    root: String,
-}
-
-/// The cgroup2 mount and the cgroup v1 mount with the memory controller, from `/proc/self/mountinfo`.
-fn cgroup_mounts(mountinfo: &str) -> (Option<CgroupMount>, Option<CgroupMount>) {
-    let (mut v2, mut v1) = (None, None);
-    for line in mountinfo.lines() {
-        // `ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS`
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let left: Vec<&str> = left.split_whitespace().collect();
-        let right: Vec<&str> = right.split_whitespace().collect();
-        let (Some(root), Some(point), Some(fstype)) = (left.get(3), left.get(4), right.first())
-        else {
-            continue;
-        };
-        let mount = CgroupMount {
-            point: PathBuf::from(unescape(point)),
-            root: unescape(root),
-        };
-        match *fstype {
-            "cgroup2" if v2.is_none() => v2 = Some(mount),
-            "cgroup"
-                if v1.is_none()
-                    && right
-                        .get(2)
-                        .is_some_and(|o| o.split(',').any(|o| o == "memory")) =>
-            {
-                v1 = Some(mount)
-            }
-            _ => {}
-        }
-    }
-    (v2, v1)
-}
-
-/// mountinfo writes a space, tab, newline and backslash in a path as an octal escape (`\040`).
-fn unescape(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
-    let mut rest = field;
-    while let Some(at) = rest.find('\\') {
-        out.push_str(&rest[..at]);
-        let code = rest.get(at + 1..at + 4);
-        match code.and_then(|c| u8::from_str_radix(c, 8).ok()) {
-            Some(byte) => {
-                out.push(char::from(byte));
-                rest = &rest[at + 4..];
-            }
-            None => {
-                out.push('\\');
-                rest = &rest[at + 1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The worker's cgroups from `/proc/self/cgroup`: its cgroup v2 path, and its v1 path in the memory hierarchy.
-fn own_cgroups(cgroup: &str) -> (Option<String>, Option<String>) {
-    let (mut v2, mut v1) = (None, None);
-    for line in cgroup.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        if id == "0" && controllers.is_empty() {
-            v2 = Some(path.to_string());
-        } else if controllers.split(',').any(|c| c == "memory") {
-            v1 = Some(path.to_string());
-        }
-    }
-    (v2, v1)
-}
-
-/// The directory of cgroup `path` under `mount`. In a cgroup namespace or a container the mount's root is the
-/// worker's own cgroup (or a parent of it), so the path is taken relative to that root; a path outside it is
-/// not visible here, and the mount point itself is the closest there is.
-fn cgroup_dir(mount: &CgroupMount, path: &str) -> PathBuf {
-    match Path::new(path).strip_prefix(&mount.root) {
-        Ok(rel) => mount.point.join(rel),
-        Err(_) => mount.point.clone(),
-    }
-}
-
 /// The lowest limit in `file` of `dir` and each parent up to the mount point: a parent's limit binds its
 /// children too.
 fn lowest_limit(
@@ -151,35 +62,24 @@ fn lowest_limit(
     lowest
 }
 
+/// Where mountinfo cannot be read: the usual places of the v2 and the v1 memory hierarchies.
+const USUAL_MOUNTS: &str = "\
+0 0 0:0 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw
+0 0 0:0 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+";
+
 /// The lowest memory limit of the worker's cgroups, v2 or v1; `None` when there is none (or no cgroups).
 fn cgroup_limit(read: &dyn Fn(&Path) -> Option<String>) -> Option<u64> {
-    let (path_v2, path_v1) = own_cgroups(&read(Path::new("/proc/self/cgroup"))?);
-    let (mount_v2, mount_v1) = match read(Path::new("/proc/self/mountinfo")) {
-        Some(info) => cgroup_mounts(&info),
-        // Where mountinfo cannot be read, the usual places.
-        None => (
-            Some(CgroupMount {
-                point: "/sys/fs/cgroup".into(),
-                root: "/".into(),
-            }),
-            Some(CgroupMount {
-                point: "/sys/fs/cgroup/memory".into(),
-                root: "/".into(),
-            }),
-        ),
+    let own = read(Path::new("/proc/self/cgroup"))?;
+    let mounts = read(Path::new("/proc/self/mountinfo")).unwrap_or_else(|| USUAL_MOUNTS.into());
+    let limit = |controller, file| {
+        let (dir, h) = cgroupfs::own_dir(&mounts, &own, controller)?;
+        lowest_limit(read, &dir, &h.point, file)
     };
-    let v2 = path_v2.zip(mount_v2).and_then(|(path, mount)| {
-        lowest_limit(read, &cgroup_dir(&mount, &path), &mount.point, "memory.max")
-    });
-    let v1 = path_v1.zip(mount_v1).and_then(|(path, mount)| {
-        lowest_limit(
-            read,
-            &cgroup_dir(&mount, &path),
-            &mount.point,
-            "memory.limit_in_bytes",
-        )
-    });
-    match (v2, v1) {
+    match (
+        limit(None, "memory.max"),
+        limit(Some("memory"), "memory.limit_in_bytes"),
+    ) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
@@ -188,6 +88,7 @@ fn cgroup_limit(read: &dyn Fn(&Path) -> Option<String>) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+    use std::path::PathBuf;
 
     use super::*;
 
@@ -287,21 +188,5 @@ mod tests {
             ),
         ];
         assert_eq!(machine(&unlimited), 16318480 * 1024);
-    }
-
-    #[test]
-    fn mountinfo_paths_are_unescaped_and_other_filesystems_ignored() {
-        let info = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n\
-                    2 1 0:26 / /sys/fs/my\\040cgroups rw shared:4 - cgroup2 cgroup2 rw\n";
-        let (v2, v1) = cgroup_mounts(info);
-        assert_eq!(
-            v2,
-            Some(CgroupMount {
-                point: "/sys/fs/my cgroups".into(),
-                root: "/".into()
-            })
-        );
-        assert_eq!(v1, None);
-        assert_eq!(unescape("a\\134b\\x"), "a\\b\\x");
     }
 }
