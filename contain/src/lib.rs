@@ -199,7 +199,7 @@ pub fn spawn(spec: &Spec) -> io::Result<Boxed> {
     // SAFETY: a fresh fd from pidfd_open.
     let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
     let status = File::from(started.status);
-    set_nonblocking(&status)?;
+    set_nonblocking(&status, true)?;
     Ok(Boxed {
         box_pid: started.pid,
         pidfd,
@@ -492,7 +492,7 @@ impl Drop for Boxed {
         if self.outcome.is_none() {
             self.kill();
             // The status pipe closes once the box is gone; wait for it so the group is empty when released.
-            let _ = set_blocking(&self.status);
+            let _ = set_nonblocking(&self.status, false);
             let mut rest = Vec::new();
             let _ = self.status.read_to_end(&mut rest);
             self.buf.extend_from_slice(&rest);
@@ -502,22 +502,17 @@ impl Drop for Boxed {
     }
 }
 
-fn set_nonblocking(f: &File) -> io::Result<()> {
+/// Sets or clears O_NONBLOCK on `f`.
+fn set_nonblocking(f: &File, on: bool) -> io::Result<()> {
     // SAFETY: fcntl on an fd we own.
     unsafe {
         let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-fn set_blocking(f: &File) -> io::Result<()> {
-    // SAFETY: fcntl on an fd we own.
-    unsafe {
-        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+        let flags = if on {
+            flags | libc::O_NONBLOCK
+        } else {
+            flags & !libc::O_NONBLOCK
+        };
+        if flags < 0 || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags) < 0 {
             return Err(io::Error::last_os_error());
         }
     }
