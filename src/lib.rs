@@ -124,13 +124,9 @@ pub fn builtin() -> Registry {
 /// Runs the `sweep` command with `registry`'s spaces: what `sweep`'s own `main` does with [`builtin`], and what
 /// a user's crate does with its own spaces added.
 pub fn main_with(registry: Registry) -> ExitCode {
-    // The launcher that forks `exec` chunks' boxes is this same binary, started with one argument.
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == sweep_contain::launcher::ARG)
-    {
-        sweep_contain::launcher::serve();
-    }
+    // The launcher that forks `exec` chunks' boxes, and the server in a resident box, are this same binary
+    // started with one argument.
+    sweep_contain::serve_if_asked();
     let cli = Cli::parse();
     init_tracing(cli.log_json);
     let reg = &registry;

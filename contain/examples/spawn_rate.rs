@@ -9,9 +9,7 @@ use std::time::Instant;
 const THREADS: u32 = 2;
 
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some(sweep_contain::launcher::ARG) {
-        sweep_contain::launcher::serve();
-    }
+    sweep_contain::serve_if_asked();
     let n: u32 = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())

@@ -29,6 +29,8 @@ const MAX_REQUEST: usize = 192 * 1024;
 struct Request {
     spec: Spec,
     procs: Vec<PathBuf>,
+    /// The request carries one fd, the program's stdin (a resident box's channel).
+    stdin: bool,
 }
 
 /// The kinds of start error a caller tells apart.
@@ -80,6 +82,8 @@ enum Reply {
 /// The worker's side of a launcher.
 pub struct Launcher {
     channels: Vec<Mutex<OwnedFd>>,
+    /// The binary the launcher runs: it serves this crate's arguments ([`crate::serve_if_asked`]).
+    exe: PathBuf,
 }
 
 static GLOBAL: OnceLock<Launcher> = OnceLock::new();
@@ -158,7 +162,10 @@ pub fn start_global(exe: &Path) -> io::Result<()> {
     tracing::debug!(pid = child.id(), channels, "launcher started");
     // The child is never waited for: it lives as long as this process.
     std::mem::forget(child);
-    let _ = GLOBAL.set(Launcher { channels: ours });
+    let _ = GLOBAL.set(Launcher {
+        channels: ours,
+        exe: exe.to_path_buf(),
+    });
     Ok(())
 }
 
@@ -167,12 +174,23 @@ pub(crate) fn global() -> Option<&'static Launcher> {
 }
 
 impl Launcher {
-    /// Asks the launcher to start `spec`; `None` when the request is too large for it (the caller starts the box
-    /// itself).
-    pub(crate) fn start(&self, spec: &Spec, procs: &[PathBuf]) -> Option<io::Result<Started>> {
+    /// The binary the launcher runs, which serves this crate's arguments.
+    pub(crate) fn exe(&self) -> &Path {
+        &self.exe
+    }
+
+    /// Asks the launcher to start `spec`, with `stdin` as the program's stdin if given; `None` when the request is
+    /// too large for it (the caller starts the box itself).
+    pub(crate) fn start(
+        &self,
+        spec: &Spec,
+        procs: &[PathBuf],
+        stdin: Option<RawFd>,
+    ) -> Option<io::Result<Started>> {
         let req = match serde_json::to_vec(&Request {
             spec: spec.clone(),
             procs: procs.to_vec(),
+            stdin: stdin.is_some(),
         }) {
             Ok(r) if r.len() <= MAX_REQUEST => r,
             _ => return None,
@@ -189,11 +207,11 @@ impl Launcher {
                 Ok(s) => s,
                 Err(poisoned) => poisoned.into_inner(),
             });
-        Some(Self::exchange(sock.as_raw_fd(), &req))
+        Some(Self::exchange(sock.as_raw_fd(), &req, stdin))
     }
 
-    fn exchange(fd: RawFd, req: &[u8]) -> io::Result<Started> {
-        send(fd, req, &[])?;
+    fn exchange(fd: RawFd, req: &[u8], stdin: Option<RawFd>) -> io::Result<Started> {
+        send(fd, req, stdin.as_slice())?;
         let mut buf = vec![0u8; 64 * 1024];
         let (n, fds) = recv(fd, &mut buf)?;
         if n == 0 {
@@ -266,7 +284,7 @@ pub fn serve() -> ! {
 fn serve_channel(fd: RawFd) -> ! {
     let mut buf = vec![0u8; MAX_REQUEST + 1];
     loop {
-        let (n, _) = match recv(fd, &mut buf) {
+        let (n, fds) = match recv(fd, &mut buf) {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
@@ -275,7 +293,16 @@ fn serve_channel(fd: RawFd) -> ! {
             break;
         }
         let reply = match serde_json::from_slice::<Request>(&buf[..n]) {
-            Ok(req) => spawn::start(&req.spec, &req.procs),
+            Ok(req) => match (req.stdin, fds.first()) {
+                (false, _) => spawn::start(&req.spec, &req.procs),
+                (true, Some(input)) => {
+                    spawn::start_with_stdin(&req.spec, &req.procs, Some(input.as_raw_fd()))
+                }
+                (true, None) => Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a request for a program's stdin that carried no fd",
+                )),
+            },
             Err(e) => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("a garbled request: {e}"),
@@ -316,7 +343,7 @@ fn serve_channel(fd: RawFd) -> ! {
     std::process::exit(0)
 }
 
-fn send(fd: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+pub(crate) fn send(fd: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     let mut iov = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
         iov_len: data.len(),
@@ -349,7 +376,7 @@ fn send(fd: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     }
 }
 
-fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+pub(crate) fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),

@@ -26,6 +26,7 @@ pub mod cgroup;
 pub mod cgroupfs;
 pub mod facilities;
 pub mod launcher;
+pub mod resident;
 pub mod size;
 mod spawn;
 
@@ -163,13 +164,38 @@ pub struct Boxed {
     ended_at: Option<Instant>,
     stdout: Option<File>,
     stderr: Option<File>,
+    /// Set when the program runs in its thread's resident box ([`resident`]).
+    resident: Option<resident::Link>,
 }
 
-/// Starts `spec` in a box: through the launcher if this process has one, else forked here.
+/// Becomes the launcher or a resident box's server when this process was started as one (its first argument
+/// is [`launcher::ARG`] or [`resident::ARG`]), and never returns then; else returns at once. A binary that starts
+/// a launcher calls this first thing in `main`: both are that binary started again.
+pub fn serve_if_asked() {
+    match std::env::args_os().nth(1) {
+        Some(a) if a == launcher::ARG => launcher::serve(),
+        Some(a) if a == resident::ARG => resident::serve(),
+        _ => {}
+    }
+}
+
+/// Starts `spec` in a box: the thread's resident box if the chunk has no limits or sandbox, else a box of its
+/// own, through the launcher if this process has one, else forked here.
 pub fn spawn(spec: &Spec) -> io::Result<Boxed> {
+    if let Some(started) = resident::start(spec) {
+        let (mut started, link, pidfd) = started?;
+        if let Err(e) = spawn::await_exec(&mut started, &spec.program, &spec.cwd) {
+            // The server reported the failure and waits for the next request.
+            link.released();
+            return Err(e);
+        }
+        let mut b = Boxed::from_started(started, spec, None, false, pidfd)?;
+        b.resident = Some(link);
+        return Ok(b);
+    }
     let group = ChunkGroup::take(&spec.limits)?;
     let procs = group.as_ref().map(ChunkGroup::procs).unwrap_or_default();
-    let launched = launcher::global().and_then(|l| l.start(spec, &procs));
+    let launched = launcher::global().and_then(|l| l.start(spec, &procs, None));
     let ours = launched.is_none();
     let started = launched
         .unwrap_or_else(|| spawn::start(spec, &procs))
@@ -184,44 +210,72 @@ pub fn spawn(spec: &Spec) -> io::Result<Boxed> {
                 }
             },
         );
-    let started = match started {
-        Ok(s) => s,
+    match started {
+        Ok(s) => Boxed::from_started(s, spec, group, ours, None),
         Err(e) => {
+            if let Some(g) = group {
+                g.release();
+            }
+            Err(e)
+        }
+    }
+}
+
+impl Boxed {
+    /// A started box, its program exec'd; `pidfd` is the box's if the caller has one already.
+    fn from_started(
+        started: spawn::Started,
+        spec: &Spec,
+        group: Option<ChunkGroup>,
+        ours: bool,
+        pidfd: Option<OwnedFd>,
+    ) -> io::Result<Boxed> {
+        let pidfd = pidfd.or_else(|| {
+            // SAFETY: pidfd_open on the box's pid, which cannot have been reused: the box is not reaped before its
+            // status pipe closes, and a launcher's box is reaped only once it exits, which it does only after the
+            // program ends.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, started.pid, 0) };
+            // SAFETY: a fresh fd from pidfd_open.
+            (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        });
+        let status = File::from(started.status);
+        if let Err(e) = set_nonblocking(&status, true) {
             if let Some(g) = group {
                 g.release();
             }
             return Err(e);
         }
-    };
-    // SAFETY: pidfd_open on the box's pid, which cannot have been reused: the box is not reaped before its status
-    // pipe closes, and a launcher's box is reaped only once it exits, which it does only after the program ends.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, started.pid, 0) };
-    // SAFETY: a fresh fd from pidfd_open.
-    let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
-    let status = File::from(started.status);
-    set_nonblocking(&status, true)?;
-    Ok(Boxed {
-        box_pid: started.pid,
-        pidfd,
-        ours,
-        pid_namespace: started.pid_namespace,
-        status,
-        buf: Vec::new(),
-        program: None,
-        wait_status: None,
-        group,
-        limits: spec.limits,
-        private_dir: spec.private_dir.clone(),
-        over: None,
-        last_check: Instant::now(),
-        outcome: None,
-        ended_at: None,
-        stdout: Some(File::from(started.stdout)),
-        stderr: Some(File::from(started.stderr)),
-    })
-}
+        Ok(Boxed {
+            box_pid: started.pid,
+            pidfd,
+            ours,
+            pid_namespace: started.pid_namespace,
+            status,
+            buf: Vec::new(),
+            program: None,
+            wait_status: None,
+            group,
+            limits: spec.limits,
+            private_dir: spec.private_dir.clone(),
+            over: None,
+            last_check: Instant::now(),
+            outcome: None,
+            ended_at: None,
+            stdout: Some(File::from(started.stdout)),
+            stderr: Some(File::from(started.stderr)),
+            resident: None,
+        })
+    }
 
-impl Boxed {
+    pub(crate) fn box_pid(&self) -> i32 {
+        self.box_pid
+    }
+
+    /// A copy of the box's pidfd, for the chunks a resident box runs.
+    pub(crate) fn pidfd_clone(&self) -> Option<OwnedFd> {
+        self.pidfd.as_ref().and_then(|fd| fd.try_clone().ok())
+    }
+
     pub fn take_stdout(&mut self) -> Option<File> {
         self.stdout.take()
     }
@@ -262,6 +316,11 @@ impl Boxed {
     pub fn kill(&mut self) {
         if self.outcome.is_some() {
             return;
+        }
+        if let Some(link) = &self.resident {
+            // A resident box goes with its chunk (the thread starts another): what runs in it cannot be told
+            // apart from the server's own children, and SIGKILL to PID 1 ends them all at once.
+            link.killed();
         }
         if self.pid_namespace {
             // The box is PID 1 of its namespace: when it dies, the kernel kills everything in it.
@@ -480,6 +539,14 @@ impl Boxed {
         }
         if let Some(g) = self.group.take() {
             g.release();
+        }
+        if let Some(link) = &self.resident {
+            // A status means the server emptied the namespace and waits for the next chunk; none, that it is gone.
+            if self.wait_status.is_some() {
+                link.released();
+            } else {
+                link.killed();
+            }
         }
         let o = Outcome { status, limit };
         self.outcome = Some(o);

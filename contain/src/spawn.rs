@@ -36,8 +36,8 @@ const STEP_PROC: i32 = 4;
 const STEP_RLIMIT: i32 = 5;
 const STEP_FORK: i32 = 6;
 const STEP_STDIO: i32 = 7;
-const STEP_CHDIR: i32 = 8;
-const STEP_EXEC: i32 = 9;
+pub(crate) const STEP_CHDIR: i32 = 8;
+pub(crate) const STEP_EXEC: i32 = 9;
 
 /// Tags of the records on the status pipe, each followed by an i32 in native byte order.
 pub(crate) const TAG_PROGRAM: u8 = b'P';
@@ -59,6 +59,15 @@ pub(crate) struct Started {
 /// Starts `spec` in a box whose processes join `procs` (cgroup.procs files). Returns once the box runs; the
 /// program's exec is awaited with [`await_exec`].
 pub(crate) fn start(spec: &Spec, procs: &[PathBuf]) -> io::Result<Started> {
+    start_with_stdin(spec, procs, None)
+}
+
+/// [`start`], with `stdin` as the program's standard input instead of /dev/null (a resident box's channel).
+pub(crate) fn start_with_stdin(
+    spec: &Spec,
+    procs: &[PathBuf],
+    stdin: Option<RawFd>,
+) -> io::Result<Started> {
     let f = Facilities::get();
     let p = Prepared::new(spec, f)?;
     let (out_r, out_w) = pipe()?;
@@ -85,6 +94,7 @@ pub(crate) fn start(spec: &Spec, procs: &[PathBuf]) -> io::Result<Started> {
         exec_w: exec_w.as_raw_fd(),
         out_w: out_w.as_raw_fd(),
         err_w: err_w.as_raw_fd(),
+        stdin: stdin.unwrap_or(-1),
     };
     let args = BoxArgs {
         p: &p,
@@ -394,7 +404,7 @@ impl Mounts {
 
 /// Finds the program as execvp would, in the chunk's PATH, so that a missing program is an error before any
 /// process exists and the box calls plain execve.
-fn resolve(program: &Path, cwd: &Path, env: &[(String, String)]) -> io::Result<CString> {
+pub(crate) fn resolve(program: &Path, cwd: &Path, env: &[(String, String)]) -> io::Result<CString> {
     let runnable = |p: &Path| {
         use std::os::unix::fs::PermissionsExt;
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -572,6 +582,8 @@ struct BoxFds {
     exec_w: RawFd,
     out_w: RawFd,
     err_w: RawFd,
+    /// The program's stdin; -1: /dev/null.
+    stdin: RawFd,
 }
 
 struct BoxArgs<'a> {
@@ -640,7 +652,7 @@ unsafe fn box_main(a: &BoxArgs) -> ! {
     let p = a.p;
     // Keep only the fds the box needs (and stdio): another thread of the parent may have been between making a
     // pipe and closing its end when the clone happened, and a box holding that end would keep it open.
-    close_except(&[f.sync_r, f.status_w, f.exec_w, f.out_w, f.err_w]);
+    close_except(&[f.sync_r, f.status_w, f.exec_w, f.out_w, f.err_w, f.stdin]);
     let mut b = [0u8; 1];
     if libc::read(f.sync_r, b.as_mut_ptr().cast(), 1) != 1 {
         fail(f.exec_w, STEP_RELEASE);
@@ -719,6 +731,9 @@ unsafe fn box_main(a: &BoxArgs) -> ! {
     libc::close(f.exec_w);
     libc::close(f.out_w);
     libc::close(f.err_w);
+    if f.stdin >= 0 {
+        libc::close(f.stdin);
+    }
     record(f.status_w, TAG_PROGRAM, pid);
     let mut status = 0;
     loop {
@@ -795,9 +810,13 @@ unsafe fn program_main(a: &BoxArgs) -> ! {
         0,
     );
     libc::close(f.status_w);
-    let null = libc::open(a.devnull.as_ptr(), libc::O_RDONLY);
-    if null < 0
-        || libc::dup2(null, 0) < 0
+    let input = if f.stdin >= 0 {
+        f.stdin
+    } else {
+        libc::open(a.devnull.as_ptr(), libc::O_RDONLY)
+    };
+    if input < 0
+        || libc::dup2(input, 0) < 0
         || libc::dup2(f.out_w, 1) < 0
         || libc::dup2(f.err_w, 2) < 0
     {
@@ -810,7 +829,7 @@ unsafe fn program_main(a: &BoxArgs) -> ! {
     fail(f.exec_w, STEP_EXEC)
 }
 
-/// Closes every fd above stderr but `keep`.
+/// Closes every fd above stderr but `keep` (where a negative fd stands for none).
 unsafe fn close_except(keep: &[RawFd]) {
     let mut all = [0 as RawFd; 8];
     let n = keep.len().min(all.len());
@@ -818,7 +837,7 @@ unsafe fn close_except(keep: &[RawFd]) {
     let kept = &mut all[..n];
     kept.sort_unstable();
     let mut from: u32 = 3;
-    for &fd in kept.iter() {
+    for &fd in kept.iter().filter(|fd| **fd >= 0) {
         let fd = fd as u32;
         if fd > from {
             close_range(from, fd - 1);

@@ -13,9 +13,7 @@ use sweep_contain::{launcher, Boxed, LimitHit, Limits, Spec};
 type Scenario = (&'static str, fn(&Path));
 
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some(launcher::ARG) {
-        launcher::serve();
-    }
+    sweep_contain::serve_if_asked();
     // `cargo test` passes filters and flags meant for the libtest harness; this runner takes a filter only.
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     println!(
@@ -64,6 +62,10 @@ fn main() {
         (
             "the_sandbox_reads_but_does_not_write_and_hides_other_chunks",
             the_sandbox_reads_but_does_not_write_and_hides_other_chunks,
+        ),
+        (
+            "a_resident_box_is_emptied_between_chunks_and_replaced_when_killed",
+            a_resident_box_is_emptied_between_chunks_and_replaced_when_killed,
         ),
     ];
     let mut failed = 0;
@@ -512,4 +514,67 @@ fn boxes_started_and_killed_at_once_on_many_threads_leave_the_others_whole(dir: 
         }
     });
     assert_eq!(harmed.into_inner(), 0, "boxes harmed by their neighbours");
+}
+
+/// The pid a chunk's program had, as it printed it (a line of its own).
+fn pid_of(out: &str) -> i32 {
+    out.lines()
+        .find_map(|l| l.strip_prefix("pid ")?.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {out:?}"))
+}
+
+/// Chunks without limits on one thread share its resident box (where there is one): each chunk's leftovers are
+/// gone before the next starts, a start error leaves the box serving, a killed chunk takes the box with it and
+/// the next chunk gets a new one, and a second program while the first runs gets a box of its own. In a box of
+/// its own a program is PID 2 of the namespace (the box is 1); in a resident box the server is 2, and each
+/// chunk's program comes after the last one.
+fn a_resident_box_is_emptied_between_chunks_and_replaced_when_killed(dir: &Path) {
+    let resident = sweep_contain::resident::enabled();
+    let namespaced =
+        sweep_contain::Facilities::get().pid_namespace != sweep_contain::PidNamespace::Unavailable;
+    let m = marker(9);
+    let pid = "echo pid $$";
+    let (o, out, _) = run(&spec(
+        dir,
+        &format!("setsid sh -c 'trap \"\" TERM; sleep {m}' > /dev/null 2>&1 & sleep 0.1; {pid}"),
+    ));
+    assert!(o.status.success(), "{o:?}");
+    let first = pid_of(&out);
+    assert_gone(&m);
+
+    let mut nowhere = spec(dir, pid);
+    nowhere.cwd = dir.join("no-such-directory");
+    let err = sweep_contain::spawn(&nowhere).expect_err("no working directory");
+    assert!(err.to_string().contains("working directory"), "{err}");
+
+    let (o, out, _) = run(&spec(dir, &format!("{pid}; exit 3")));
+    assert_eq!(o.status.signal_or_code(), Some(3), "{o:?}");
+    let second = pid_of(&out);
+    if resident {
+        assert!(second > first, "the same box: {first} then {second}");
+    } else if namespaced {
+        assert_eq!((first, second), (2, 2));
+    }
+
+    let mut b = sweep_contain::spawn(&spec(dir, &format!("sleep {m}"))).expect("start");
+    let (_o, _e) = drain(&mut b);
+    // A second program on this thread while the first runs: a box of its own.
+    let (o, out, _) = run(&spec(dir, pid));
+    assert!(o.status.success(), "{o:?}");
+    if namespaced {
+        assert_eq!(pid_of(&out), 2);
+    }
+    b.kill();
+    assert!(!b.wait().expect("wait").status.success());
+    assert_gone(&m);
+
+    let (o, out, _) = run(&spec(dir, pid));
+    assert!(o.status.success(), "{o:?}");
+    if resident {
+        assert_eq!(
+            pid_of(&out),
+            3,
+            "a killed resident box is replaced by a new one"
+        );
+    }
 }
