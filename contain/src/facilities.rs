@@ -131,7 +131,14 @@ impl Facilities {
         } else {
             "rlimit per process"
         };
-        format!("{lifetime}; limits: memory {memory}, pids {pids}, cpu {cpu}, disk polled + rlimit per file")
+        let resident = if crate::resident::enabled() {
+            "; chunks without limits or sandbox in a resident PID namespace per thread, emptied between chunks"
+        } else {
+            ""
+        };
+        format!(
+            "{lifetime}{resident}; limits: memory {memory}, pids {pids}, cpu {cpu}, disk polled + rlimit per file"
+        )
     }
 }
 

@@ -435,7 +435,8 @@ impl Boxed {
                 return Err(e);
             }
         }
-        let mut buf = [0u8; 65536];
+        // Zeroed on every call: large enough for a pipe's usual burst, small enough that zeroing costs nothing.
+        let mut buf = [0u8; 16384];
         for (pfd, stream) in fds.iter().zip(&which) {
             if pfd.revents == 0 {
                 continue;

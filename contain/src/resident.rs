@@ -94,7 +94,7 @@ fn eligible(spec: &Spec) -> bool {
 pub fn enabled() -> bool {
     Facilities::get().pid_namespace != PidNamespace::Unavailable
         && launcher::global().is_some()
-        && !std::env::var_os(VAR).is_some_and(|v| v == "0")
+        && std::env::var_os(VAR).is_none_or(|v| v != "0")
 }
 
 /// Starts `spec` in this thread's resident box (starting the box first if the thread has none); `None` when the

@@ -256,7 +256,7 @@ impl Job for ExecJob {
         let Some(program) = argv.first() else {
             return Err(SpaceError::ChunkFailed("the job names no program".into()));
         };
-        let dir = WorkDir::new(chunk).map_err(|e| {
+        let dir = WorkDir::new().map_err(|e| {
             SpaceError::ChunkFailed(format!("cannot make a working directory: {e}"))
         })?;
         if let Some(ship) = &self.ship_dir {

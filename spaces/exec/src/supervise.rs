@@ -168,28 +168,56 @@ pub fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// A private working directory per chunk, removed (with whatever the program left) when dropped.
-pub struct WorkDir(PathBuf);
+/// A private working directory per chunk: empty when the chunk starts, emptied when it ends.
+///
+/// Each search thread keeps one directory and hands it to its chunks one after another: making and removing a
+/// directory cost two journal updates per chunk, about a twentieth of a trivial chunk's time. A kept directory is
+/// checked before reuse (still a directory of this user's, mode 0700, empty) and replaced if a program changed
+/// it; directories left by a process that died are removed by the next process that makes one.
+pub struct WorkDir(Option<PathBuf>);
+
+thread_local! {
+    /// This thread's directory between chunks; removed when the thread ends.
+    static KEPT: std::cell::RefCell<Kept> = const { std::cell::RefCell::new(Kept(None)) };
+}
+
+struct Kept(Option<PathBuf>);
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+const PREFIX: &str = "sweep-chunk-";
 
 impl WorkDir {
-    pub fn new(chunk: u64) -> std::io::Result<WorkDir> {
+    pub fn new() -> std::io::Result<WorkDir> {
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(remove_orphaned_dirs);
+        let kept = KEPT.with(|k| k.borrow_mut().0.take());
+        if let Some(dir) = kept {
+            if still_private(&dir) {
+                return Ok(WorkDir(Some(dir)));
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         let base = std::env::temp_dir();
         for attempt in 0..100u32 {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.subsec_nanos())
                 .unwrap_or(0);
-            let dir = base.join(format!(
-                "sweep-chunk-{}-{chunk}-{nanos:x}{attempt}",
-                std::process::id()
-            ));
+            let dir = base.join(format!("{PREFIX}{}-{nanos:x}{attempt}", std::process::id()));
             // Private to the worker's user: other chunks, and other users' programs, have no business in it.
             let made = {
                 use std::os::unix::fs::DirBuilderExt;
                 std::fs::DirBuilder::new().mode(0o700).create(&dir)
             };
             match made {
-                Ok(()) => return Ok(WorkDir(dir)),
+                Ok(()) => return Ok(WorkDir(Some(dir))),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e),
             }
@@ -200,13 +228,75 @@ impl WorkDir {
     }
 
     pub fn path(&self) -> &Path {
-        &self.0
+        self.0.as_deref().unwrap_or(Path::new("/nonexistent"))
     }
 }
 
 impl Drop for WorkDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let Some(dir) = self.0.take() else { return };
+        if empty_out(&dir).is_ok() {
+            KEPT.with(|k| {
+                // A thread that already keeps one (a chunk that ran a second program) keeps the first.
+                let mut k = k.borrow_mut();
+                if k.0.is_none() {
+                    k.0 = Some(dir.clone());
+                }
+            });
+            if KEPT.with(|k| k.borrow().0.as_deref() == Some(dir.as_path())) {
+                return;
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// Removes everything in `dir` (nothing to do, and one directory read, when the program left nothing).
+fn empty_out(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(&path)?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a kept directory is still what [`WorkDir::new`] made: a directory (not a link a program left in its
+/// place) of this user's, mode 0700, and empty.
+fn still_private(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o7777 == 0o700)
+        && std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none())
+}
+
+/// Removes the chunk directories of processes that are gone (a worker that was killed keeps its directories).
+fn remove_orphaned_dirs() {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let ours = e.metadata().is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        let gone = pid > 0 && !Path::new("/proc").join(pid.to_string()).exists();
+        if ours && gone {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 
@@ -339,11 +429,48 @@ mod tests {
     }
 
     #[test]
-    fn a_work_dir_is_removed_with_its_contents() {
-        let dir = WorkDir::new(7).unwrap();
-        let path = dir.path().to_path_buf();
-        std::fs::write(path.join("left"), "x").unwrap();
-        drop(dir);
-        assert!(!path.exists());
+    fn a_work_dir_is_emptied_and_kept_for_the_thread_s_next_chunk_and_removed_with_the_thread() {
+        let path = std::thread::spawn(|| {
+            let dir = WorkDir::new().unwrap();
+            let path = dir.path().to_path_buf();
+            std::fs::write(path.join("left"), "x").unwrap();
+            std::fs::create_dir_all(path.join("sub/deeper")).unwrap();
+            std::fs::write(path.join("sub/deeper/file"), "y").unwrap();
+            drop(dir);
+            let again = WorkDir::new().unwrap();
+            assert_eq!(again.path(), path);
+            assert_eq!(std::fs::read_dir(&path).unwrap().count(), 0);
+            path
+        })
+        .join()
+        .unwrap();
+        assert!(!path.exists(), "removed when its thread ended");
+    }
+
+    #[test]
+    fn a_kept_dir_a_program_changed_is_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        std::thread::spawn(|| {
+            let dir = WorkDir::new().unwrap();
+            let first = dir.path().to_path_buf();
+            std::fs::set_permissions(&first, std::fs::Permissions::from_mode(0o777)).unwrap();
+            drop(dir);
+            let dir = WorkDir::new().unwrap();
+            let second = dir.path().to_path_buf();
+            assert_ne!(second, first);
+            assert!(!first.exists(), "the changed one is removed");
+            drop(dir);
+            // Replaced by a link to somewhere else: not followed, not reused.
+            let elsewhere = tempfile::tempdir().unwrap();
+            std::fs::write(elsewhere.path().join("keep"), "z").unwrap();
+            std::fs::remove_dir(&second).unwrap();
+            std::os::unix::fs::symlink(elsewhere.path(), &second).unwrap();
+            let third = WorkDir::new().unwrap();
+            assert_ne!(third.path(), second);
+            assert!(elsewhere.path().join("keep").exists());
+            let _ = std::fs::remove_file(&second);
+        })
+        .join()
+        .unwrap();
     }
 }
