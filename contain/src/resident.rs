@@ -79,6 +79,9 @@ struct Resident {
     link: Link,
 }
 
+/// Set when a resident box could not be started: this process does without.
+static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+
 thread_local! {
     static RESIDENT: RefCell<Option<Resident>> = const { RefCell::new(None) };
 }
@@ -92,7 +95,8 @@ fn eligible(spec: &Spec) -> bool {
 /// Whether this process runs chunks without limits or sandbox in resident boxes: it has a PID namespace to
 /// empty between chunks and a launcher, and [`VAR`] does not say no.
 pub fn enabled() -> bool {
-    Facilities::get().pid_namespace != PidNamespace::Unavailable
+    !UNAVAILABLE.load(Ordering::Relaxed)
+        && Facilities::get().pid_namespace != PidNamespace::Unavailable
         && launcher::global().is_some()
         && std::env::var_os(VAR).is_none_or(|v| v != "0")
 }
@@ -134,7 +138,10 @@ pub(crate) fn start(spec: &Spec) -> Option<io::Result<(Started, Link, Option<Own
             match Resident::start() {
                 Ok(r) => *slot = Some(r),
                 Err(e) => {
-                    tracing::debug!("no resident box ({e}): this chunk gets a box of its own");
+                    // Not tried again by this process: every chunk would pay for the attempt.
+                    if !UNAVAILABLE.swap(true, Ordering::Relaxed) {
+                        tracing::warn!("no resident boxes ({e}): each chunk gets a box of its own");
+                    }
                     return None;
                 }
             }
@@ -167,10 +174,11 @@ impl Resident {
             private_dir: None,
             sandbox: None,
         };
-        let started = launcher
+        let mut started = launcher
             .start(&spec, &[], Some(theirs.as_raw_fd()))
             .ok_or_else(|| io::Error::other("the launcher would not take the request"))??;
         drop(theirs);
+        spawn::await_exec(&mut started, &spec.program, &spec.cwd)?;
         let boxed = crate::Boxed::from_started(started, &spec, None, false, None)?;
         Ok(Resident {
             channel: ours,
