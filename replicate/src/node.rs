@@ -1,0 +1,543 @@
+//! `Node`: one member, driving raft-rs's `RawNode` over a `LogStore` and a `StateMachine`, with no clock and no
+//! network of its own. The caller ticks it, hands it the bytes that arrived, and after every such call takes
+//! `ready()`: the messages to send and what was applied.
+//!
+//! The Ready protocol, in the order raft requires: install a received snapshot; append the new entries and the
+//! hard state in one batch and flush; only then send the messages that promise persistence (votes, append
+//! responses) and apply committed entries; then `advance`, and handle its light ready the same way. A leader's
+//! own appends go out before its flush (raft allows that: it counts its own vote for an entry only once
+//! persisted).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use protobuf::Message as _;
+use raft::eraftpb::{
+    ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, MessageType,
+};
+use raft::{RawNode, SnapshotStatus, StateRole, Storage};
+
+use crate::error::ReplicateError;
+use crate::store::LogStore;
+
+/// What the replicated log drives on every member: committed entries in log order, each exactly once, and
+/// snapshots to save and restore.
+pub trait StateMachine {
+    /// Applies the committed entry at `index`. Called with increasing indices; a gap means a snapshot was
+    /// restored in between.
+    fn apply(&mut self, index: u64, data: &[u8]);
+    /// The whole state, as `restore` takes it back (including whatever `applied` needs).
+    fn snapshot(&self) -> Vec<u8>;
+    /// Replaces the whole state with a snapshot's bytes (from `snapshot` on some member, or the bytes given to
+    /// `LogStore::bootstrap`).
+    fn restore(&mut self, data: &[u8]);
+    /// The index of the last entry applied (0: none). A durable state machine returns what it has kept, and
+    /// the node then does not apply those entries again; one kept in memory returns 0 after a restart and is
+    /// rebuilt from the stored snapshot and the log.
+    fn applied(&self) -> u64;
+}
+
+/// A member's settings. Ticks are the caller's unit of time (the coordinator's would be some 100 ms).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This member's id (non-zero, unique in the group, never reused for a new empty store).
+    pub id: u64,
+    /// Ticks without a leader before a follower campaigns (randomized by raft in [n, 2n)).
+    pub election_tick: usize,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_tick: usize,
+    /// A snapshot is taken (and the log compacted up to the previous one) every this many applied entries.
+    pub snapshot_every: u64,
+    /// Bytes of entries in one append message.
+    pub max_size_per_msg: u64,
+    /// Append messages in flight to one follower.
+    pub max_inflight_msgs: usize,
+}
+
+impl Config {
+    pub fn new(id: u64) -> Self {
+        Config {
+            id,
+            election_tick: 10,
+            heartbeat_tick: 2,
+            snapshot_every: 10_000,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+        }
+    }
+}
+
+/// A membership change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Membership {
+    AddVoter(u64),
+    RemoveVoter(u64),
+}
+
+/// A message for another member.
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    pub to: u64,
+    /// The encoded raft message, for `Node::step` on `to`.
+    pub bytes: Vec<u8>,
+    /// It carries a snapshot: the transport reports its fate with `Node::report_snapshot`, since the leader
+    /// sends nothing more to that member until it knows.
+    pub snapshot: bool,
+}
+
+/// An entry the state machine has just applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub index: u64,
+    /// The term it was proposed in: a proposal returned `index` in term `t` committed if and only if the entry
+    /// applied at `index` has term `t` (otherwise another leader's entry replaced it).
+    pub term: u64,
+    pub data: Vec<u8>,
+}
+
+/// What one `ready` produced.
+#[derive(Clone, Debug, Default)]
+pub struct Output {
+    pub messages: Vec<Outgoing>,
+    /// Entries applied to the state machine in this call, in log order (empty and membership entries are not
+    /// listed: the node applies membership itself).
+    pub applied: Vec<Applied>,
+    /// The index of a snapshot the state machine was restored from in this call.
+    pub restored: Option<u64>,
+    pub leader: Option<u64>,
+    pub term: u64,
+    pub is_leader: bool,
+}
+
+/// One member of a replicated group; see the module documentation.
+pub struct Node<S: StateMachine> {
+    raw: RawNode<LogStore>,
+    sm: S,
+    id: u64,
+    /// Last entry applied (or covered by a restored snapshot).
+    applied: u64,
+    /// The membership as of `applied`, saved with each snapshot.
+    conf_state: ConfState,
+    snapshot_every: u64,
+    /// Set when raft panicked: its state is then unknown, and every later call refuses.
+    poisoned: bool,
+}
+
+fn logger() -> slog::Logger {
+    // raft logs through slog; its messages are for raft's developers, and sweep reports what matters itself.
+    slog::Logger::root(slog::Discard, slog::o!())
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+impl<S: StateMachine> Node<S> {
+    /// Starts a member over its store (reopened after a crash, bootstrapped for a founding member, or empty for
+    /// one being added). A state machine behind the stored snapshot is restored from it first; entries after
+    /// what it has applied are applied again as `ready` delivers them.
+    pub fn new(config: &Config, mut store: LogStore, mut sm: S) -> Result<Self, ReplicateError> {
+        let snap_index = store.snapshot_metadata().index;
+        if sm.applied() < snap_index {
+            sm.restore(&store.snapshot_data()?);
+            // The membership then starts from the snapshot's and is rebuilt by the entries applied again.
+            let cs = store.snapshot_metadata().get_conf_state().clone();
+            store.set_conf_state(&cs)?;
+        }
+        let applied = sm.applied().max(snap_index);
+        let commit = store.hard_state().commit;
+        if applied > commit {
+            // Only committed entries are applied, so they are committed even if the commit index written
+            // after them did not reach the disk; raft refuses to start with applied > commit.
+            if applied > store.last_index()? {
+                return Err(ReplicateError::Inconsistent(format!(
+                    "state machine applied {applied}, beyond the log's last index {}",
+                    store.last_index()?
+                )));
+            }
+            store.set_commit(applied)?;
+        }
+        let conf_state = store.conf_state().clone();
+        let raft_config = raft::Config {
+            id: config.id,
+            election_tick: config.election_tick,
+            heartbeat_tick: config.heartbeat_tick,
+            applied,
+            max_size_per_msg: config.max_size_per_msg,
+            max_inflight_msgs: config.max_inflight_msgs,
+            // A leader that cannot reach a majority steps down after an election timeout, so a partitioned
+            // leader stops being asked to decide; pre-vote keeps a rejoining member from deposing a working
+            // leader with a higher term.
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        let raw = RawNode::new(&raft_config, store, &logger())?;
+        Ok(Node {
+            raw,
+            sm,
+            id: config.id,
+            applied,
+            conf_state,
+            snapshot_every: config.snapshot_every.max(1),
+            poisoned: false,
+        })
+    }
+
+    /// Runs `f` on raft, turning a panic inside raft into an error and poisoning the node.
+    fn guarded<T>(
+        &mut self,
+        f: impl FnOnce(&mut RawNode<LogStore>) -> Result<T, ReplicateError>,
+    ) -> Result<T, ReplicateError> {
+        if self.poisoned {
+            return Err(ReplicateError::Poisoned);
+        }
+        match catch_unwind(AssertUnwindSafe(|| f(&mut self.raw))) {
+            Ok(r) => r,
+            Err(p) => {
+                self.poisoned = true;
+                Err(ReplicateError::Panicked(panic_text(p)))
+            }
+        }
+    }
+
+    /// One unit of time passed.
+    pub fn tick(&mut self) -> Result<(), ReplicateError> {
+        self.guarded(|raw| {
+            raw.tick();
+            Ok(())
+        })
+    }
+
+    /// Starts an election now (a founding member may, to skip the first timeout).
+    pub fn campaign(&mut self) -> Result<(), ReplicateError> {
+        self.guarded(|raw| Ok(raw.campaign()?))
+    }
+
+    /// Handles bytes another member sent. Anything that is not a raft message from a peer to us is an error,
+    /// never a panic; raft assumes peers that follow the protocol, so what a faithful peer could send is all
+    /// that is checked here.
+    pub fn step(&mut self, bytes: &[u8]) -> Result<(), ReplicateError> {
+        let msg = Message::parse_from_bytes(bytes).map_err(ReplicateError::Decode)?;
+        if msg.to != self.id {
+            return Err(ReplicateError::BadMessage(format!(
+                "addressed to {}, this is {}",
+                msg.to, self.id
+            )));
+        }
+        if msg.from == 0 || msg.from == self.id {
+            return Err(ReplicateError::BadMessage(format!("from {}", msg.from)));
+        }
+        if !from_peer(msg.get_msg_type()) {
+            return Err(ReplicateError::BadMessage(format!(
+                "{:?} is not sent between members",
+                msg.get_msg_type()
+            )));
+        }
+        self.guarded(|raw| Ok(raw.step(msg)?))
+    }
+
+    /// Appends `data` to the log if this member is the leader; returns its index. It is committed once the
+    /// state machine applies an entry at that index with the term this proposal was made in (`term()` now).
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<u64, ReplicateError> {
+        self.ensure_leader()?;
+        let leader = self.leader();
+        self.guarded(|raw| {
+            match raw.propose(Vec::new(), data) {
+                Ok(()) => {}
+                // Dropped while a leadership transfer is under way: to the caller, not the leader.
+                Err(raft::Error::ProposalDropped) => {
+                    return Err(ReplicateError::NotLeader { leader })
+                }
+                Err(e) => return Err(e.into()),
+            }
+            Ok(raw.raft.raft_log.last_index())
+        })
+    }
+
+    /// Proposes a membership change (one at a time); returns its index. A member is added empty and catches up
+    /// by snapshot; a removed member's id is never used again.
+    pub fn propose_conf_change(&mut self, change: Membership) -> Result<u64, ReplicateError> {
+        self.ensure_leader()?;
+        if self.raw.raft.has_pending_conf() {
+            // raft would silently turn the proposal into an empty entry.
+            return Err(ReplicateError::ConfChangePending);
+        }
+        let mut cc = ConfChange::default();
+        let (kind, id) = match change {
+            Membership::AddVoter(id) => (ConfChangeType::AddNode, id),
+            Membership::RemoveVoter(id) => (ConfChangeType::RemoveNode, id),
+        };
+        cc.set_change_type(kind);
+        cc.node_id = id;
+        let leader = self.leader();
+        self.guarded(|raw| {
+            match raw.propose_conf_change(Vec::new(), cc) {
+                Ok(()) => {}
+                Err(raft::Error::ProposalDropped) => {
+                    return Err(ReplicateError::NotLeader { leader })
+                }
+                Err(e) => return Err(e.into()),
+            }
+            Ok(raw.raft.raft_log.last_index())
+        })
+    }
+
+    /// The transport's report on a message that carried a snapshot (see `Outgoing::snapshot`).
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) -> Result<(), ReplicateError> {
+        let status = if delivered {
+            SnapshotStatus::Finish
+        } else {
+            SnapshotStatus::Failure
+        };
+        self.guarded(|raw| {
+            raw.report_snapshot(to, status);
+            Ok(())
+        })
+    }
+
+    /// The transport could not reach `to`: the leader probes it again instead of streaming to it.
+    pub fn report_unreachable(&mut self, to: u64) -> Result<(), ReplicateError> {
+        self.guarded(|raw| {
+            raw.report_unreachable(to);
+            Ok(())
+        })
+    }
+
+    fn ensure_leader(&self) -> Result<(), ReplicateError> {
+        if self.poisoned {
+            return Err(ReplicateError::Poisoned);
+        }
+        if self.is_leader() {
+            Ok(())
+        } else {
+            Err(ReplicateError::NotLeader {
+                leader: self.leader(),
+            })
+        }
+    }
+
+    /// Does everything raft has made ready (persist, apply, snapshot) and returns what the caller must send,
+    /// with what was applied. Call it after every `tick`, `step`, `propose` or report.
+    pub fn ready(&mut self) -> Result<Output, ReplicateError> {
+        if self.poisoned {
+            return Err(ReplicateError::Poisoned);
+        }
+        let mut out = Output::default();
+        let result = catch_unwind(AssertUnwindSafe(|| self.handle_ready(&mut out)));
+        match result {
+            Ok(r) => r?,
+            Err(p) => {
+                self.poisoned = true;
+                return Err(ReplicateError::Panicked(panic_text(p)));
+            }
+        }
+        out.leader = self.leader();
+        out.term = self.term();
+        out.is_leader = self.is_leader();
+        Ok(out)
+    }
+
+    fn handle_ready(&mut self, out: &mut Output) -> Result<(), ReplicateError> {
+        if !self.raw.has_ready() {
+            return Ok(());
+        }
+        let mut rd = self.raw.ready();
+        // A leader may send its appends before persisting them (raft thesis 10.2.1).
+        encode_into(&mut out.messages, rd.take_messages())?;
+        if !rd.snapshot().is_empty() {
+            let snapshot = rd.snapshot().clone();
+            self.raw.mut_store().apply_snapshot(&snapshot)?;
+            self.sm.restore(&snapshot.data);
+            self.applied = snapshot.get_metadata().index;
+            self.conf_state = snapshot.get_metadata().get_conf_state().clone();
+            out.restored = Some(self.applied);
+        }
+        // Entries and hard state in one batch, durable before any vote or acknowledgement that rests on them.
+        let store = self.raw.mut_store();
+        store.append(rd.entries(), rd.hs())?;
+        if rd.must_sync() || !rd.entries().is_empty() || rd.hs().is_some() {
+            store.flush()?;
+        }
+        self.apply(rd.take_committed_entries(), out)?;
+        encode_into(&mut out.messages, rd.take_persisted_messages())?;
+        let mut light = self.raw.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            self.raw.mut_store().set_commit(commit)?;
+        }
+        encode_into(&mut out.messages, light.take_messages())?;
+        self.apply(light.take_committed_entries(), out)?;
+        self.raw.advance_apply();
+        self.maybe_snapshot()
+    }
+
+    fn apply(&mut self, entries: Vec<Entry>, out: &mut Output) -> Result<(), ReplicateError> {
+        for entry in entries {
+            if entry.index <= self.applied {
+                // Already in the state machine (it kept them durably, or a snapshot covered them).
+                continue;
+            }
+            match entry.get_entry_type() {
+                EntryType::EntryNormal => {
+                    // Empty entries are the ones each new leader appends to commit its term.
+                    if !entry.data.is_empty() {
+                        self.sm.apply(entry.index, &entry.data);
+                        out.applied.push(Applied {
+                            index: entry.index,
+                            term: entry.term,
+                            data: entry.data.to_vec(),
+                        });
+                    }
+                }
+                EntryType::EntryConfChange => {
+                    let cc = ConfChange::parse_from_bytes(&entry.data).map_err(|e| {
+                        ReplicateError::Inconsistent(format!(
+                            "membership entry {}: {e}",
+                            entry.index
+                        ))
+                    })?;
+                    let cs = self.raw.apply_conf_change(&cc)?;
+                    self.record_membership(cs)?;
+                }
+                EntryType::EntryConfChangeV2 => {
+                    let cc = ConfChangeV2::parse_from_bytes(&entry.data).map_err(|e| {
+                        ReplicateError::Inconsistent(format!(
+                            "membership entry {}: {e}",
+                            entry.index
+                        ))
+                    })?;
+                    let cs = self.raw.apply_conf_change(&cc)?;
+                    self.record_membership(cs)?;
+                }
+            }
+            self.applied = entry.index;
+        }
+        Ok(())
+    }
+
+    fn record_membership(&mut self, cs: ConfState) -> Result<(), ReplicateError> {
+        self.raw.mut_store().set_conf_state(&cs)?;
+        self.conf_state = cs;
+        Ok(())
+    }
+
+    /// Every `snapshot_every` applied entries: save the state machine's snapshot, and drop the log up to the
+    /// previous snapshot, so that a follower a little behind still gets entries rather than a whole snapshot.
+    fn maybe_snapshot(&mut self) -> Result<(), ReplicateError> {
+        let store = self.raw.store();
+        let previous = store.snapshot_metadata().index;
+        if self.applied < previous + self.snapshot_every {
+            return Ok(());
+        }
+        let data = self.sm.snapshot();
+        let store = self.raw.mut_store();
+        store.save_snapshot(self.applied, &self.conf_state, data)?;
+        store.compact(previous + 1)?;
+        Ok(())
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
+    /// The leader this member knows of in its current term.
+    pub fn leader(&self) -> Option<u64> {
+        match self.raw.raft.leader_id {
+            0 => None,
+            id => Some(id),
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader
+    }
+
+    /// The last entry applied to the state machine (or covered by a restored snapshot).
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// The highest index known committed.
+    pub fn commit_index(&self) -> u64 {
+        self.raw.raft.raft_log.committed
+    }
+
+    /// The last index in this member's log.
+    pub fn last_index(&self) -> u64 {
+        self.raw.raft.raft_log.last_index()
+    }
+
+    /// The voters as of the applied index.
+    pub fn voters(&self) -> Vec<u64> {
+        self.conf_state.voters.clone()
+    }
+
+    /// For each other voter, how far its log matches the leader's (only on the leader).
+    pub fn progress(&self) -> Vec<(u64, u64)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let mut v: Vec<(u64, u64)> = self
+            .raw
+            .raft
+            .prs()
+            .iter()
+            .filter(|(id, _)| **id != self.id)
+            .map(|(id, pr)| (*id, pr.matched))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub fn state_machine(&self) -> &S {
+        &self.sm
+    }
+
+    pub fn store(&self) -> &LogStore {
+        self.raw.store()
+    }
+
+    /// The term of the entry at `index` in this member's log, if it still holds it.
+    pub fn entry_term(&self, index: u64) -> Option<u64> {
+        self.raw.store().term(index).ok()
+    }
+}
+
+/// Message types members send each other; the rest are generated locally (`MsgHup`, `MsgBeat`, ...) or are
+/// proposals, which this layer never forwards between members.
+fn from_peer(t: MessageType) -> bool {
+    use MessageType::*;
+    matches!(
+        t,
+        MsgAppend
+            | MsgAppendResponse
+            | MsgRequestVote
+            | MsgRequestVoteResponse
+            | MsgSnapshot
+            | MsgHeartbeat
+            | MsgHeartbeatResponse
+            | MsgTransferLeader
+            | MsgTimeoutNow
+            | MsgReadIndex
+            | MsgReadIndexResp
+            | MsgRequestPreVote
+            | MsgRequestPreVoteResponse
+    )
+}
+
+fn encode_into(out: &mut Vec<Outgoing>, msgs: Vec<Message>) -> Result<(), ReplicateError> {
+    for m in msgs {
+        out.push(Outgoing {
+            to: m.to,
+            snapshot: m.get_msg_type() == MessageType::MsgSnapshot,
+            bytes: m.write_to_bytes().map_err(ReplicateError::Encode)?,
+        });
+    }
+    Ok(())
+}
