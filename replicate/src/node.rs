@@ -265,13 +265,15 @@ impl<S: StateMachine> Node<S> {
             // raft would silently turn the proposal into an empty entry.
             return Err(ReplicateError::ConfChangePending);
         }
-        let mut cc = ConfChange::default();
-        let (kind, id) = match change {
+        let (change_type, node_id) = match change {
             Membership::AddVoter(id) => (ConfChangeType::AddNode, id),
             Membership::RemoveVoter(id) => (ConfChangeType::RemoveNode, id),
         };
-        cc.set_change_type(kind);
-        cc.node_id = id;
+        let cc = ConfChange {
+            change_type,
+            node_id,
+            ..Default::default()
+        };
         let leader = self.leader();
         self.guarded(|raw| {
             match raw.propose_conf_change(Vec::new(), cc) {
@@ -358,7 +360,9 @@ impl<S: StateMachine> Node<S> {
         // Entries and hard state in one batch, durable before any vote or acknowledgement that rests on them.
         let store = self.raw.mut_store();
         store.append(rd.entries(), rd.hs())?;
-        if rd.must_sync() || !rd.entries().is_empty() || rd.hs().is_some() {
+        // raft says when the disk must be synced: a new term or vote, new entries, a snapshot. A commit index
+        // alone need not be (a lost one is learned again from the leader).
+        if rd.must_sync() {
             store.flush()?;
         }
         self.apply(rd.take_committed_entries(), out)?;

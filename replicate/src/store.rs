@@ -125,8 +125,10 @@ impl LogStore {
                 "bootstrap without voters".into(),
             ));
         }
-        let mut snapshot = Snapshot::default();
-        snapshot.data = state.into();
+        let mut snapshot = Snapshot {
+            data: state.into(),
+            ..Default::default()
+        };
         let meta = snapshot.mut_metadata();
         meta.index = 1;
         meta.term = 1;
@@ -252,9 +254,11 @@ impl LogStore {
             )));
         }
         let term = self.term(index)?;
-        let mut meta = SnapshotMetadata::default();
-        meta.index = index;
-        meta.term = term;
+        let mut meta = SnapshotMetadata {
+            index,
+            term,
+            ..Default::default()
+        };
         meta.set_conf_state(conf_state.clone());
         let mut batch = sled::Batch::default();
         batch.insert(SNAPSHOT_META, encode(&meta)?);
@@ -420,11 +424,12 @@ mod tests {
     use raft::storage::MemStorage;
 
     fn entry(index: u64, term: u64) -> Entry {
-        let mut e = Entry::default();
-        e.index = index;
-        e.term = term;
-        e.data = format!("data {index}").into_bytes().into();
-        e
+        Entry {
+            index,
+            term,
+            data: format!("data {index}").into_bytes().into(),
+            ..Default::default()
+        }
     }
 
     fn temp_tree() -> (sled::Db, sled::Tree) {
@@ -580,10 +585,12 @@ mod tests {
             assert!(store
                 .bootstrap(&[1, 2, 3], b"init".to_vec())
                 .expect("bootstrap"));
-            let mut hs = HardState::default();
-            hs.term = 2;
-            hs.vote = 3;
-            hs.commit = 3;
+            let hs = HardState {
+                term: 2,
+                vote: 3,
+                commit: 3,
+                ..Default::default()
+            };
             store
                 .append(&[entry(2, 2), entry(3, 2), entry(4, 2)], Some(&hs))
                 .expect("append");
