@@ -172,6 +172,8 @@ impl<S: StateMachine> Node<S> {
             // leader with a higher term.
             check_quorum: true,
             pre_vote: true,
+            // Proposals made between two `ready`s go to each follower as one append, so one flush there.
+            batch_append: true,
             ..Default::default()
         };
         let raw = RawNode::new(&raft_config, store, &logger())?;
