@@ -1,6 +1,6 @@
 //! The layout's invariants, checked on the sources so that a change cannot quietly undo them:
 //! - a search space crate depends on the contract crate and plain libraries, never on anything engine-side;
-//! - the containment crate depends on no sweep crate at all;
+//! - the containment and consensus crates depend on no sweep crate at all;
 //! - in every crate, top-level modules import each other in one direction (no cycle through `crate::` paths).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -93,6 +93,21 @@ fn containment_is_a_plain_library() {
         assert!(
             !ENGINE_SIDE.contains(&dep.as_str()) && !dep.starts_with("sweep"),
             "contain depends on `{dep}`: it knows nothing of jobs, networks or stores"
+        );
+    }
+}
+
+#[test]
+fn consensus_is_a_plain_library() {
+    let deps = dependencies(&read(&root().join("replicate/Cargo.toml")));
+    assert!(
+        deps.iter().any(|d| d == "raft"),
+        "replicate is built on raft-rs: {deps:?}"
+    );
+    for dep in &deps {
+        assert!(
+            !dep.starts_with("sweep"),
+            "replicate depends on `{dep}`: it knows nothing of jobs, chunks or the wire"
         );
     }
 }
@@ -197,6 +212,7 @@ fn top_level_modules_import_in_one_direction_in_every_crate() {
         root().join("client/src"),
         root().join("coordinator/src"),
         root().join("worker/src"),
+        root().join("replicate/src"),
     ];
     crates.extend(space_crates().into_iter().map(|d| d.join("src")));
     for src in crates {
