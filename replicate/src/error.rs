@@ -32,8 +32,8 @@ pub enum ReplicateError {
     /// raft panicked while handling a message or a tick; the node is not used again (it is `Poisoned`).
     #[error("raft panicked: {0}")]
     Panicked(String),
-    /// An earlier call panicked inside raft: its in-memory state cannot be trusted, so the node must be
-    /// dropped and reopened from its store.
-    #[error("the node is poisoned by an earlier panic; reopen it from its store")]
+    /// An earlier call panicked inside raft, or the store failed while `ready` was persisting: the in-memory
+    /// state cannot be trusted, so the node must be dropped and reopened from its store.
+    #[error("the node is poisoned by an earlier failure; reopen it from its store")]
     Poisoned,
 }

@@ -332,7 +332,13 @@ impl<S: StateMachine> Node<S> {
         let mut out = Output::default();
         let result = catch_unwind(AssertUnwindSafe(|| self.handle_ready(&mut out)));
         match result {
-            Ok(r) => r?,
+            Ok(Ok(())) => {}
+            // A ready taken but not advanced (the store failed halfway) leaves raft unsure of what is
+            // durable: the node is reopened from its store rather than trusted further.
+            Ok(Err(e)) => {
+                self.poisoned = true;
+                return Err(e);
+            }
             Err(p) => {
                 self.poisoned = true;
                 return Err(ReplicateError::Panicked(panic_text(p)));
