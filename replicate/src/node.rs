@@ -430,7 +430,11 @@ impl<S: StateMachine> Node<S> {
     }
 
     fn record_membership(&mut self, cs: ConfState) -> Result<(), ReplicateError> {
-        self.raw.mut_store().set_conf_state(&cs)?;
+        let store = self.raw.mut_store();
+        store.set_conf_state(&cs)?;
+        // Durable before the state machine applies anything after it: a durable state machine past this entry
+        // is never given it again, so a membership lost in a crash would stay lost.
+        store.flush()?;
         self.conf_state = cs;
         Ok(())
     }

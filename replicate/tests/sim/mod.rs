@@ -10,6 +10,19 @@ use std::path::PathBuf;
 
 use sweep_replicate::{Config, LogStore, Node, ReplicateError, StateMachine};
 
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
+
 /// splitmix64: small, seedable, good enough to pick faults.
 pub struct Rng(u64);
 
@@ -121,6 +134,9 @@ pub struct Sim {
     pub faults: Faults,
     members: BTreeMap<u64, Member>,
     root: tempfile::TempDir,
+    /// Each member's store directory (a crash moves it to a copy; see `crash`).
+    dirs: BTreeMap<u64, PathBuf>,
+    crashes: u64,
     in_flight: Vec<Envelope>,
     seq: u64,
     blocked: BTreeSet<(u64, u64)>,
@@ -141,6 +157,8 @@ impl Sim {
             faults: Faults::default(),
             members: BTreeMap::new(),
             root: tempfile::tempdir().expect("temp dir"),
+            dirs: BTreeMap::new(),
+            crashes: 0,
             in_flight: Vec::new(),
             seq: 0,
             blocked: BTreeSet::new(),
@@ -166,13 +184,23 @@ impl Sim {
         }
     }
 
-    fn dir(&self, id: u64) -> PathBuf {
-        self.root.path().join(format!("member-{id}"))
+    fn dir(&mut self, id: u64) -> PathBuf {
+        let root = self.root.path().to_path_buf();
+        self.dirs
+            .entry(id)
+            .or_insert_with(|| root.join(format!("member-{id}")))
+            .clone()
     }
 
     /// Opens member `id` from its directory (creating it empty if there is none), bootstrapping a founder.
     fn open(&mut self, id: u64, founders: Option<&[u64]>) {
-        let db = sled::open(self.dir(id)).expect("open sled");
+        // No background flusher: what reaches the files is what the node flushed (or a full buffer), so a
+        // copy of the directory is what a crash would leave.
+        let db = sled::Config::new()
+            .path(self.dir(id))
+            .flush_every_ms(None)
+            .open()
+            .expect("open sled");
         let mut store = LogStore::open(db.open_tree("raft").expect("tree")).expect("log store");
         if let Some(voters) = founders {
             store
@@ -183,9 +211,22 @@ impl Sim {
         self.members.insert(id, Member { node, _db: db });
     }
 
-    /// The member stops at once: its in-memory state (the recorder included) is gone, its store stays.
+    /// The member stops at once: its in-memory state (the recorder included) is gone, and its store keeps only
+    /// what reached the files. Dropping sled would flush it, so the member is leaked instead and its directory
+    /// copied as it is: the copy is the disk after the crash.
     pub fn crash(&mut self, id: u64) {
-        self.members.remove(&id);
+        let Some(member) = self.members.remove(&id) else {
+            return;
+        };
+        self.crashes += 1;
+        let from = self.dir(id);
+        let to = self
+            .root
+            .path()
+            .join(format!("member-{id}-after-crash-{}", self.crashes));
+        copy_dir(&from, &to);
+        std::mem::forget(member);
+        self.dirs.insert(id, to);
     }
 
     /// Starts a crashed member again from its store.
@@ -197,12 +238,13 @@ impl Sim {
     /// The member's machine is lost with its disk.
     pub fn destroy(&mut self, id: u64) {
         self.crash(id);
-        std::fs::remove_dir_all(self.dir(id)).expect("remove the member's store");
+        let dir = self.dir(id);
+        std::fs::remove_dir_all(dir).expect("remove the member's store");
     }
 
     /// A new member with an empty store, not yet in the group: it waits for the leader to contact it.
     pub fn start_empty(&mut self, id: u64) {
-        assert!(!self.dir(id).exists(), "{id} had a store");
+        assert!(!self.dirs.contains_key(&id), "{id} had a store");
         self.open(id, None);
     }
 
