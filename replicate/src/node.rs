@@ -176,7 +176,11 @@ impl<S: StateMachine> Node<S> {
             batch_append: true,
             ..Default::default()
         };
-        let raw = RawNode::new(&raft_config, store, &logger())?;
+        // raft panics on a store that contradicts itself (a commit index past the log, say): an error here.
+        let raw = catch_unwind(AssertUnwindSafe(|| {
+            RawNode::new(&raft_config, store, &logger())
+        }))
+        .map_err(|p| ReplicateError::Panicked(panic_text(p)))??;
         Ok(Node {
             raw,
             sm,
@@ -556,4 +560,65 @@ fn encode_into(out: &mut Vec<Outgoing>, msgs: Vec<Message>) -> Result<(), Replic
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Log {
+        entries: Vec<(u64, Vec<u8>)>,
+    }
+
+    impl StateMachine for Log {
+        fn apply(&mut self, index: u64, data: &[u8]) {
+            self.entries.push((index, data.to_vec()));
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            Vec::new()
+        }
+        fn restore(&mut self, _data: &[u8]) {}
+        fn applied(&self) -> u64 {
+            self.entries.last().map_or(0, |e| e.0)
+        }
+    }
+
+    fn store() -> (sled::Db, LogStore) {
+        let db = sled::Config::new().temporary(true).open().expect("sled");
+        let mut store = LogStore::open(db.open_tree("raft").expect("tree")).expect("store");
+        store.bootstrap(&[1], Vec::new()).expect("bootstrap");
+        (db, store)
+    }
+
+    #[test]
+    fn a_single_member_group_commits_alone() {
+        let (_db, store) = store();
+        let mut node = Node::new(&Config::new(1), store, Log::default()).expect("node");
+        node.campaign().expect("campaign");
+        let out = node.ready().expect("ready");
+        assert!(out.is_leader && out.leader == Some(1) && out.messages.is_empty());
+        let index = node.propose(b"one".to_vec()).expect("propose");
+        let out = node.ready().expect("ready");
+        assert_eq!(
+            out.applied,
+            vec![Applied {
+                index,
+                term: node.term(),
+                data: b"one".to_vec()
+            }]
+        );
+        assert_eq!(node.state_machine().entries, vec![(index, b"one".to_vec())]);
+    }
+
+    #[test]
+    fn a_store_that_contradicts_itself_is_an_error_not_a_panic() {
+        let (_db, mut store) = store();
+        // A commit index past the end of the log: raft's constructor panics on it.
+        store.set_commit(50).expect("commit");
+        assert!(matches!(
+            Node::new(&Config::new(1), store, Log::default()),
+            Err(ReplicateError::Panicked(_))
+        ));
+    }
 }
