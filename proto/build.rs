@@ -1,8 +1,9 @@
-//! Compiles `proto/sweep.proto` with protox (pure Rust), so building sweep needs no `protoc` binary.
+//! Compiles `proto/sweep.proto` and `proto/replication.proto` with protox (pure Rust), so building sweep needs no `protoc` binary.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/sweep.proto");
-    let fds = protox::compile(["proto/sweep.proto"], ["proto"])?;
+    println!("cargo:rerun-if-changed=proto/replication.proto");
+    let fds = protox::compile(["proto/sweep.proto", "proto/replication.proto"], ["proto"])?;
     // The descriptors themselves, for server reflection: `grpcurl` then needs no copy of the .proto.
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(

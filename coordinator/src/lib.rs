@@ -16,8 +16,11 @@
 //! - [`auth`]: bearer tokens (worker and admin roles) checked in front of both services, and TLS settings.
 //! - [`coordinator`]: the shell around the core: one lock, the background tasks, and the async methods the
 //!   adapters call.
-//! - [`grpc`]: the gRPC adapters (`Work` for workers, `Jobs` for people), the only code that sees wire types;
+//! - [`grpc`]: the gRPC adapters (`Work` for workers, `Jobs` for people, `Replication` between members), the
+//!   only code that sees wire types;
 //!   [`http`]: the read-only web dashboard and `/metrics` (`--http ADDR`); [`server`]: `serve()` and shutdown.
+//! - [`replica`]: a member of a replicated coordinator (the consensus node of `sweep-replicate` driven by a
+//!   task; its network side is `grpc::replication`). The core does not use it yet.
 //! - [`inputs`]: a job's input DAG (the jobs whose artifacts it needs, recursively), shared by submit and
 //!   `sweep solve`.
 //!
@@ -36,6 +39,7 @@ pub mod http;
 pub use sweep_engine::inputs;
 pub mod limits;
 pub mod metrics;
+pub mod replica;
 pub mod scheduler;
 pub mod server;
 pub mod store;
