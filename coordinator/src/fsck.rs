@@ -433,6 +433,9 @@ mod tests {
             listing: Default::default(),
             max_attempts: None,
             chunk_memory: None,
+            owner: String::new(),
+            share: 1.0,
+            chunk_hint_ms: None,
         }
     }
 

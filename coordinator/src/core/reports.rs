@@ -121,6 +121,8 @@ impl Core {
         stored_digest: &dyn Fn(JobId, u64) -> Result<Option<String>, CoreError>,
         now: Millis,
     ) -> Result<Ack, CoreError> {
+        // The lease this report ends is charged its real time, up to now.
+        self.sched.advance(now);
         let (lease, job_id, chunk, mut digest, mut output, verified) = match checked {
             Checked::Rejected(lease, message) => {
                 return Ok(Ack {

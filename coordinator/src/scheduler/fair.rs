@@ -423,6 +423,11 @@ impl FairQueue {
         v
     }
 
+    /// Whether an admin set a share for `identity`.
+    pub fn has_identity_share(&self, identity: &str) -> bool {
+        self.shares.contains_key(identity)
+    }
+
     /// The share `identity` has (1 unless an admin set one).
     pub fn identity_share(&self, identity: &str) -> f64 {
         self.shares.get(identity).copied().unwrap_or(1.0)

@@ -156,6 +156,11 @@ impl Scheduler {
         self.fair.set_identity_share(identity, share);
     }
 
+    /// Whether an admin set a share for `identity`.
+    pub fn has_identity_share(&self, identity: &str) -> bool {
+        self.fair.has_identity_share(identity)
+    }
+
     /// The share `identity` has (1 unless set).
     pub fn identity_share(&self, identity: &str) -> f64 {
         self.fair.identity_share(identity)
