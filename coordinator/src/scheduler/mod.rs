@@ -23,6 +23,14 @@ mod fair;
 mod types;
 
 use fair::{Charge, FairQueue};
+
+/// The most chunks of one job a lease request gets before the fair-share order is looked at again. Chunk
+/// records are stored in blocks of 64, and a block is rewritten once per commit whichever of its chunks
+/// changed: granting one chunk per job in turn made every commit rewrite a block per job, and with a
+/// thousand jobs alive the store's writes (and sled's memory) grew with the number of jobs (11 GB and falling
+/// behind, measured). A request is usually a worker's threads and prefetch, so runs bound what one request
+/// takes from the order, and the charge of each chunk still moves the job back.
+pub const FAIR_RUN: usize = 64;
 pub use fair::{FairSpec, IdentityUse, DEFAULT_CHUNK_ESTIMATE_MS};
 pub use types::*;
 
@@ -490,9 +498,9 @@ impl Scheduler {
     /// [`Scheduler::lease`] from the jobs `runnable` accepts only: a worker gets chunks of the spaces it
     /// declared (a worker started without `--allow-exec` never gets an `exec` chunk).
     ///
-    /// Each chunk is one pick of the first queued job in order that `runnable` accepts and that has a chunk
-    /// this worker may take, then a charge that moves the job in the order: O(log jobs) per chunk when the
-    /// first job fits the worker, plus one step per job skipped.
+    /// Each pick takes the first queued job in order that `runnable` accepts and that has a chunk this worker
+    /// may take, and grants it a run of up to [`FAIR_RUN`] chunks, each charged, which moves the job in the
+    /// order: O(log jobs) per chunk when the first job fits the worker, plus one step per job skipped.
     pub fn lease_where(
         &mut self,
         now: Millis,
@@ -516,42 +524,47 @@ impl Scheduler {
             else {
                 break;
             };
-            let Some(j) = self.jobs.get_mut(&job) else {
-                skip.insert(job);
-                continue;
-            };
-            let Some((chunk, attempts)) = Self::take_chunk(j, worker, &standing) else {
-                skip.insert(job);
-                self.sync_queue(job);
-                continue;
-            };
-            if attempts > 0 {
-                j.counts.reissued += 1;
-            }
-            let lease = self.next_lease;
-            self.next_lease += 1;
-            if let Some(slot) = j.slots.get_mut(chunk as usize) {
-                *slot = Slot::Leased { lease, attempts };
-            }
-            j.counts.leased += 1;
-            let charge = self.fair.lease_granted(job, now);
-            self.leases.insert(
-                lease,
-                LeaseInfo {
+            // A run of the job's chunks, each charged, before the order is looked at again.
+            let mut run = 0;
+            while run < FAIR_RUN && grants.len() < max {
+                let Some(j) = self.jobs.get_mut(&job) else {
+                    break;
+                };
+                let Some((chunk, attempts)) = Self::take_chunk(j, worker, &standing) else {
+                    break;
+                };
+                if attempts > 0 {
+                    j.counts.reissued += 1;
+                }
+                let lease = self.next_lease;
+                self.next_lease += 1;
+                if let Some(slot) = j.slots.get_mut(chunk as usize) {
+                    *slot = Slot::Leased { lease, attempts };
+                }
+                j.counts.leased += 1;
+                let charge = self.fair.lease_granted(job, now);
+                self.leases.insert(
+                    lease,
+                    LeaseInfo {
+                        job,
+                        chunk,
+                        worker: worker.to_string(),
+                        deadline,
+                        charge,
+                    },
+                );
+                self.dirty.chunks.push((job, chunk));
+                grants.push(Grant {
+                    lease,
                     job,
                     chunk,
-                    worker: worker.to_string(),
                     deadline,
-                    charge,
-                },
-            );
-            self.dirty.chunks.push((job, chunk));
-            grants.push(Grant {
-                lease,
-                job,
-                chunk,
-                deadline,
-            });
+                });
+                run += 1;
+            }
+            if run == 0 {
+                skip.insert(job);
+            }
             self.sync_queue(job);
         }
         grants
