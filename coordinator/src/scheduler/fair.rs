@@ -6,8 +6,10 @@
 //! 1. **Identities** (the token that submitted the job; one anonymous identity without tokens) in order of
 //!    their decayed use per share: thread-milliseconds of leases, halved every `half_life`, divided by the
 //!    identity's share. A person who used much recently yields to one who did not, until the decayed uses per
-//!    share meet (HTCondor's and Slurm's fair share); the difference decays, so nobody waits longer than about
-//!    1.44 half-lives behind a newcomer however much they used before.
+//!    share meet (HTCondor's and Slurm's fair share). The difference decays: one who used all C threads for
+//!    ever has a decayed use of at most C * half_life / ln 2, which halves in a half-life while a newcomer on
+//!    the same C threads reaches half of it, so with equal shares nobody waits longer than one half-life
+//!    behind a newcomer (log2(1 + s_new / s_old) half-lives with shares s_old and s_new).
 //! 2. **Jobs of one identity** in order of their own use per share (`--share W`), counted from when the job
 //!    became leasable: a job that joins the queue starts at the smallest use per share of the queued jobs of its
 //!    identity and priority (the "minimum virtual runtime" of Linux's CFS), so it neither starves a job that ran
