@@ -191,7 +191,9 @@ impl Refusal {
         }
     }
 
-    fn status(self, method: &str) -> Status {
+    /// The status a refused call to `path` (`/sweep.v1.Jobs/Submit`) gets; the message names the method.
+    fn status(self, path: &str) -> Status {
+        let method = path.rsplit('/').next().unwrap_or(path);
         match self {
             Refusal::Missing => Status::unauthenticated(
                 "this coordinator requires a token (sweep: --token-file FILE or SWEEP_TOKEN)",
@@ -202,8 +204,11 @@ impl Refusal {
             Refusal::Unknown => {
                 Status::unauthenticated("the token was not accepted (unknown or revoked)")
             }
+            Refusal::NotAdmin if required_role(path) == Role::User => Status::permission_denied(
+                format!("{method} needs a user or admin token; this is a worker token"),
+            ),
             Refusal::NotAdmin => Status::permission_denied(format!(
-                "{method} needs a token of a higher role than this one (worker < user < admin)"
+                "{method} needs an admin token; this is a worker or user token"
             )),
         }
     }
@@ -502,7 +507,6 @@ where
                     req.extensions_mut().insert(caller);
                 }
                 Err(refusal) => {
-                    let method = path.rsplit('/').next().unwrap_or(&path).to_string();
                     warn!(
                         method = %path,
                         peer = %peer(&req).map_or("unknown".into(), |a| a.to_string()),
@@ -510,7 +514,7 @@ where
                         reason = refusal.as_str(),
                         "request refused"
                     );
-                    let response = refusal.status(&method).into_http::<RB>();
+                    let response = refusal.status(&path).into_http::<RB>();
                     return Box::pin(std::future::ready(Ok(response)));
                 }
             }
@@ -672,10 +676,23 @@ mod tests {
             Refusal::Unknown,
             Refusal::NotAdmin,
         ] {
-            let s = r.status("Submit");
+            let s = r.status("/sweep.v1.Jobs/Submit");
             assert!(!s.message().contains(WORKER));
             assert!(!s.message().is_empty());
         }
+        // A worker token on Submit is told a user token would do; on Cancel, that it takes an admin's.
+        let submit = Refusal::NotAdmin.status("/sweep.v1.Jobs/Submit");
+        assert!(
+            submit
+                .message()
+                .starts_with("Submit needs a user or admin token"),
+            "{submit:?}"
+        );
+        let cancel = Refusal::NotAdmin.status("/sweep.v1.Jobs/Cancel");
+        assert!(
+            cancel.message().starts_with("Cancel needs an admin token"),
+            "{cancel:?}"
+        );
         assert_eq!(
             Refusal::Unknown.status("x").code(),
             tonic::Code::Unauthenticated
