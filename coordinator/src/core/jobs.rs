@@ -102,7 +102,7 @@ impl Core {
         e.artifact = Some(bytes.clone());
         let rec = e.record.clone();
         self.pending.push(Op::Artifact(id, bytes));
-        self.pending.push(Op::Job(rec));
+        self.pending.push(Op::job(rec));
         true
     }
 

@@ -142,7 +142,7 @@ impl Core {
                         ended.push(job);
                     }
                 }
-                self.pending.push(Op::Job(e.record.clone()));
+                self.pending.push(Op::job(e.record.clone()));
             }
         }
         if finished_now {

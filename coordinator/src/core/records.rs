@@ -140,7 +140,10 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<JobId>, D::
 /// One write of a group commit.
 #[derive(Clone, Debug)]
 pub enum Op {
-    Job(JobRecord),
+    /// Boxed: a job record is 272 bytes and every op was as large, while the ops a result stages (its chunk,
+    /// output and tally) are under 100; the outbox holds a few per result while commits lag (44.6 of a
+    /// 136 MB heap peak at 100,000 chunks, measured with heaptrack).
+    Job(Box<JobRecord>),
     Tally(JobId, Tally),
     Chunk(JobId, u64, ChunkRecord),
     Output(JobId, u64, ChunkOutput),
@@ -157,6 +160,13 @@ pub enum Op {
     /// An identity's share and decayed use (written every few seconds while it changes, and when an admin
     /// sets a share).
     Identity(IdentityRecord),
+}
+
+impl Op {
+    /// The write of a job record.
+    pub fn job(record: JobRecord) -> Op {
+        Op::Job(Box::new(record))
+    }
 }
 
 /// Everything needed to rebuild the coordinator's memory at start-up.
@@ -179,4 +189,19 @@ pub struct Snapshot {
     pub usage: BTreeMap<JobId, Usage>,
     /// Every identity's share and decayed use, as last written.
     pub identities: Vec<IdentityRecord>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The outbox holds several ops per result while commits lag: no variant may make them all large again.
+    #[test]
+    fn an_op_stays_small() {
+        assert!(
+            std::mem::size_of::<Op>() <= 104,
+            "{}",
+            std::mem::size_of::<Op>()
+        );
+    }
 }

@@ -267,7 +267,7 @@ impl Core {
         }
         e.record.max_attempts = allowed;
         self.sched.set_max_attempts(id, allowed);
-        self.pending.push(Op::Job(e.record.clone()));
+        self.pending.push(Op::job(e.record.clone()));
     }
 
     /// Submits a DAG (inputs first, the job asked for last): every input is reused if an equal one will have
@@ -418,7 +418,7 @@ impl Core {
                 self.to_merge.push(input);
             }
         }
-        self.pending.push(Op::Job(record.clone()));
+        self.pending.push(Op::job(record.clone()));
         self.pending.push(Op::Meta("next_job", id + 1));
         let entry = JobEntry::new(record, job, Tally::default(), Some(AnswerMerge::default()));
         if entry.wants_estimates() {

@@ -231,7 +231,7 @@ mod tests {
     #[test]
     fn every_prefix_of_a_split_commit_is_a_consistent_store() {
         let results = 2_500;
-        let mut ops = vec![Op::Job(JobRecord {
+        let mut ops = vec![Op::job(JobRecord {
             n_chunks: 2 * results,
             ..record(1)
         })];
