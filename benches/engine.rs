@@ -11,7 +11,9 @@
 //!    under `sweep run exec` against the same program run alone on the same chunks, two at a time.
 //!
 //! `SWEEP_BENCH_ROUNDS` (default 3) sets the rounds of parts 1 and 3; `SWEEP_BENCH_CHUNKS` (default 100000) and
-//! `SWEEP_BENCH_WORKERS` (default 4) shape part 2; `SWEEP_BENCH_ONLY=overhead|throughput|exec` runs one part; `SWEEP_BENCH_EXEC_CHUNKS` (default 10000) sizes the
+//! `SWEEP_BENCH_WORKERS` (default 4) shape part 2, and `SWEEP_BENCH_JOBS` (default 1) keeps that many jobs alive
+//! in it (the others of `SWEEP_BENCH_JOB_CHUNKS`, default 100, chunks each, submitted after the big one and all
+//! waited for: the cost of a lease decision among many jobs); `SWEEP_BENCH_ONLY=overhead|throughput|exec` runs one part; `SWEEP_BENCH_EXEC_CHUNKS` (default 10000) sizes the
 //! trivial exec job.
 //! The million-chunk figures: `SWEEP_BENCH_ONLY=throughput SWEEP_BENCH_CHUNKS=1000000 cargo bench --bench engine`.
 
@@ -148,6 +150,31 @@ fn throughput() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let jobs = env_or("SWEEP_BENCH_JOBS", 1).max(1);
+    let job_chunks = env_or("SWEEP_BENCH_JOB_CHUNKS", 100);
+    let job_chunks_s = job_chunks.to_string();
+    for _ in 1..jobs {
+        let out = Command::new(sweep_bin())
+            .args([
+                "submit",
+                "star",
+                "--points",
+                "5",
+                "--method",
+                "brute",
+                "--chunks",
+                &job_chunks_s,
+            ])
+            .args(["--coordinator", &url, "--json"])
+            .output()
+            .expect("submit");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let total = chunks + (jobs - 1) * job_chunks;
     let started = Instant::now();
     let mut ws: Vec<_> = (0..workers)
         .map(|i| {
@@ -196,6 +223,11 @@ fn throughput() {
         );
         std::thread::sleep(Duration::from_millis(200));
     };
+    // Every other job too: which of them ends first is the scheduler's choice, the total is not.
+    while jobs > 1 && !all_done(&url, jobs) {
+        assert!(Instant::now() < deadline, "the other jobs did not finish");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let secs = started.elapsed().as_secs_f64();
     let rss_after = peak_rss_mb(coord.id());
     for w in &mut ws {
@@ -207,9 +239,15 @@ fn throughput() {
     let disk_mb = dir_size(&store) / (1 << 20);
     assert_eq!(done["completions"], chunks, "{done}");
     println!("throughput: {chunks} chunks, {workers} workers x 1 thread on loopback");
+    if jobs > 1 {
+        println!(
+            "  with {} other jobs of {job_chunks} chunks alive: {total} chunks in all",
+            jobs - 1
+        );
+    }
     println!(
         "  {secs:.2} s including one coordinator SIGKILL + restart, {:.0} durable completions/s",
-        chunks as f64 / secs,
+        total as f64 / secs,
     );
     println!(
         "  coordinator peak RSS {rss_before_kill} MB before the kill, {rss_after} MB after the restart; store {disk_mb} MB"
@@ -217,6 +255,21 @@ fn throughput() {
     if let Some(at) = killed_at {
         println!("  SIGKILLed at {at} done chunks; restart loaded the store and served again in {resume_s:.2} s");
     }
+}
+
+/// Whether all `jobs` jobs are done (`sweep status --json`; a failed status counts as not yet).
+fn all_done(url: &str, jobs: u64) -> bool {
+    let Ok(out) = Command::new(sweep_bin())
+        .args(["status", "--json", "--coordinator", url])
+        .output()
+    else {
+        return false;
+    };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+        return false;
+    };
+    let list = v["jobs"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    list.len() as u64 == jobs && list.iter().all(|j| j["state"] == "done")
 }
 
 fn dir_size(p: &std::path::Path) -> u64 {

@@ -29,6 +29,8 @@ pub const ENGINE_FLAGS: &[(&str, bool)] = &[
     ("--count-only", false),
     ("--solutions", true),
     ("--max-attempts", true),
+    ("--share", true),
+    ("--chunk-time-hint", true),
 ];
 
 #[derive(Parser, Debug, Default)]
@@ -74,6 +76,37 @@ pub struct EngineOpts {
     /// most: the coordinator's --max-attempts).
     #[arg(long, value_name = "N", value_parser = attempts)]
     pub max_attempts: Option<u32>,
+    /// `run`, `submit`: the job's weight among its identity's jobs of the same priority (default 1).
+    #[arg(long, value_name = "W", value_parser = share)]
+    pub share: Option<f64>,
+    /// `run`, `submit`: about how long one chunk takes (`500ms`, `2min`): until its first chunk ends, the
+    /// scheduler charges each lease this much, so a job of short chunks gets its threads at once.
+    #[arg(long, value_name = "DURATION", value_parser = chunk_time)]
+    pub chunk_time_hint: Option<u64>,
+}
+
+/// `--share W` (and `sweep share set`): a number above 0, at most a million.
+pub fn share(text: &str) -> Result<f64, String> {
+    let max = sweep_coordinator::core::MAX_SHARE;
+    match text.trim().parse::<f64>() {
+        Ok(w) if w.is_finite() && w > 0.0 && w <= max => Ok(w),
+        Ok(w) => Err(format!("must be above 0 and at most {max}, got {w}")),
+        Err(_) => Err(format!(
+            "`{text}` is not a number (a share is a weight such as 1, 2 or 0.5)"
+        )),
+    }
+}
+
+/// `--chunk-time-hint DURATION` in milliseconds: a duration such as `500ms`, `20s` or `2h`, from 1 ms to a week.
+fn chunk_time(text: &str) -> Result<u64, String> {
+    let d = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("`{text}` is not a duration such as 500ms, 20s or 2h: {e}"))?;
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let max = sweep_coordinator::core::MAX_CHUNK_HINT_MS;
+    if ms == 0 || ms > max {
+        return Err(format!("must be from 1ms to a week, got {text}"));
+    }
+    Ok(ms)
 }
 
 /// `--max-attempts N`: a whole number, at least 1 (the first attempt is one).
@@ -185,7 +218,7 @@ fn expand_files(space: &dyn Space, args: Vec<String>) -> anyhow::Result<Vec<Stri
 }
 
 fn engine_help() -> String {
-    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URL  coordinator for `submit` (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n  --svg DIR          write the answer's pictures (SVG) into DIR\n  --replicate K      `submit`: run every chunk on K distinct workers, accept only agreeing results\n  --count-only       keep counts only, no list of solutions (bounded memory for any answer)\n  --solutions FILE   `run`: write every solution into FILE, one per line, streamed from the store\n  --max-attempts N   failed attempts after which a chunk is poisoned (default and most: the coordinator's)\n  --token-file FILE  token for `submit` (env SWEEP_TOKEN)\n  --tls-ca FILE      CA of the coordinator's certificate, for https:// URLs\n  --tls-cert FILE    client certificate, with --tls-key FILE\n".to_string()
+    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URL  coordinator for `submit` (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n  --svg DIR          write the answer's pictures (SVG) into DIR\n  --replicate K      `submit`: run every chunk on K distinct workers, accept only agreeing results\n  --count-only       keep counts only, no list of solutions (bounded memory for any answer)\n  --solutions FILE   `run`: write every solution into FILE, one per line, streamed from the store\n  --max-attempts N   failed attempts after which a chunk is poisoned (default and most: the coordinator's)\n  --share W          the job's weight among its owner's jobs of the same priority (default 1)\n  --chunk-time-hint D  about how long one chunk takes (500ms, 2min): a new job's first leases are charged that\n  --token-file FILE  token for `submit` (env SWEEP_TOKEN)\n  --tls-ca FILE      CA of the coordinator's certificate, for https:// URLs\n  --tls-cert FILE    client certificate, with --tls-key FILE\n".to_string()
 }
 
 fn split(args: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {

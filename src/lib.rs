@@ -91,6 +91,8 @@ enum Command {
     Workers(cmd::workers::WorkersArgs),
     /// Ask a worker to finish its chunks, take no new ones and stop.
     Drain(cmd::workers::DrainArgs),
+    /// Set an identity's share of the cluster (admin token): `sweep share set IDENTITY W`.
+    Share(cmd::share::ShareArgs),
     /// Check a stopped coordinator's store, or repair it from its chunk records.
     Store(cmd::store::StoreArgs),
     /// List the search spaces.
@@ -150,6 +152,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Resume(a) => cmd::jobs::control(a, cmd::jobs::Control::Resume),
         Command::Workers(a) => cmd::workers::workers(a),
         Command::Drain(a) => cmd::workers::drain(a),
+        Command::Share(a) => cmd::share::share(a),
         Command::Store(a) => cmd::store::run(a),
         Command::Buzzled(a) => cmd::buzzled::run(a),
         Command::Completions { shell } => {

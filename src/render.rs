@@ -9,6 +9,8 @@ pub fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "params": serde_json::from_str::<serde_json::Value>(&j.params_json).unwrap_or(serde_json::Value::Null),
         "state": j.state().label(),
         "priority": j.priority,
+        "owner": j.owner,
+        "share": j.share,
         "chunks_total": j.chunks_total,
         "chunks_done": j.chunks_done,
         "chunks_leased": j.chunks_leased,
@@ -153,6 +155,16 @@ pub fn results_report(
         listing: info.listing().label().into(),
         solutions_listed: info.solutions_stored,
         max_attempts: (info.max_attempts != 0).then_some(info.max_attempts),
+    })
+}
+
+/// One identity's part of the cluster, as `sweep status --json` and `sweep share set --json` show it.
+pub fn identity_json(u: &v1::IdentityInfo) -> serde_json::Value {
+    serde_json::json!({
+        "identity": u.identity,
+        "share": u.share,
+        "running_threads": u.running_threads,
+        "decayed_thread_seconds": u.decayed_thread_seconds,
     })
 }
 

@@ -49,7 +49,12 @@ pub struct ServeArgs {
     /// on SIGHUP. Needs --admin-token-file.
     #[arg(long, value_name = "FILE")]
     pub worker_token_file: Option<PathBuf>,
-    /// Tokens that may also submit, cancel, pause and resume jobs (and do everything a worker token may).
+    /// Tokens of people who may also submit jobs (not `exec`, not above --max-user-priority). Each token is
+    /// its own identity for fair share. Needs --admin-token-file.
+    #[arg(long, value_name = "FILE")]
+    pub user_token_file: Option<PathBuf>,
+    /// Tokens that may also submit any job, cancel, pause and resume jobs, set shares (and do everything a
+    /// worker or user token may).
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
     /// Server certificate chain (PEM): serve TLS only (clients use https:// and --tls-ca).
@@ -69,8 +74,9 @@ impl ServeArgs {
             code: exit::USAGE,
             message: e.to_string(),
         };
-        let auth = sweep_coordinator::auth::Auth::from_files(
+        let auth = sweep_coordinator::auth::Auth::from_role_files(
             self.worker_token_file.clone(),
+            self.user_token_file.clone(),
             self.admin_token_file.clone(),
         )
         .map_err(bad)?;

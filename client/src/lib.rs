@@ -319,6 +319,22 @@ impl Client {
             .await?
             .into_inner())
     }
+
+    /// Sets `identity`'s share (admin token): its jobs together get threads in proportion to it.
+    pub async fn set_share(
+        &mut self,
+        identity: &str,
+        share: f64,
+    ) -> Result<v1::IdentityInfo, ClientError> {
+        Ok(self
+            .jobs
+            .set_share(v1::SetShareRequest {
+                identity: identity.to_string(),
+                share,
+            })
+            .await?
+            .into_inner())
+    }
 }
 
 /// The snapshots of [`Client::watch`], until the coordinator ends the stream.

@@ -32,12 +32,16 @@ pub const MIN_TOKEN_LEN: usize = 16;
 /// How often the token files are re-read to notice a rotation.
 pub const RELOAD_POLL: Duration = Duration::from_secs(1);
 
-/// What a token may do. `Admin` may do everything a `Worker` may.
+/// What a token may do. Each role may do everything the ones before it may.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
     /// Register, Lease, Heartbeat, Complete, Fail, FetchArtifact, and read jobs (list, status, watch, results).
     Worker,
-    /// Also Submit, Cancel, Pause, Resume (and any method not listed as a worker's).
+    /// Also Submit: a person who runs searches on a shared cluster. Not an `exec` job (it runs a program on
+    /// the workers), not a priority above `--max-user-priority`; those, and Cancel, Pause, Resume, Ship and
+    /// SetShare, need an admin token.
+    User,
+    /// Everything (and any method not listed for the roles above).
     Admin,
 }
 
@@ -45,6 +49,7 @@ impl Role {
     fn as_str(self) -> &'static str {
         match self {
             Role::Worker => "worker",
+            Role::User => "user",
             Role::Admin => "admin",
         }
     }
@@ -87,6 +92,7 @@ pub fn required_role(path: &str) -> Role {
         Some(("Jobs", "ListJobs" | "JobStatus" | "Watch" | "Results" | "ListWorkers")) => {
             Role::Worker
         }
+        Some(("Jobs", "Submit")) => Role::User,
         _ => Role::Admin,
     }
 }
@@ -110,7 +116,7 @@ pub enum AuthError {
         file.display()
     )]
     BadChar { file: PathBuf, line: usize },
-    #[error("--worker-token-file needs --admin-token-file too: without an admin token nobody could submit jobs")]
+    #[error("--worker-token-file and --user-token-file need --admin-token-file too: without an admin token nobody could cancel jobs or set shares")]
     WorkerWithoutAdmin,
     #[error("cannot read the TLS file {}: {source}", file.display())]
     TlsFile {
@@ -162,6 +168,7 @@ fn read_file(file: &Path) -> Result<String, AuthError> {
 #[derive(Default)]
 struct TokenSets {
     worker: Vec<blake3::Hash>,
+    user: Vec<blake3::Hash>,
     admin: Vec<blake3::Hash>,
 }
 
@@ -180,11 +187,13 @@ impl Refusal {
             Refusal::Missing => "no token",
             Refusal::Malformed => "malformed authorization header",
             Refusal::Unknown => "unknown or revoked token",
-            Refusal::NotAdmin => "worker token on an admin method",
+            Refusal::NotAdmin => "token of a lesser role on an admin method",
         }
     }
 
-    fn status(self, method: &str) -> Status {
+    /// The status a refused call to `path` (`/sweep.v1.Jobs/Submit`) gets; the message names the method.
+    fn status(self, path: &str) -> Status {
+        let method = path.rsplit('/').next().unwrap_or(path);
         match self {
             Refusal::Missing => Status::unauthenticated(
                 "this coordinator requires a token (sweep: --token-file FILE or SWEEP_TOKEN)",
@@ -195,8 +204,11 @@ impl Refusal {
             Refusal::Unknown => {
                 Status::unauthenticated("the token was not accepted (unknown or revoked)")
             }
+            Refusal::NotAdmin if required_role(path) == Role::User => Status::permission_denied(
+                format!("{method} needs a user or admin token; this is a worker token"),
+            ),
             Refusal::NotAdmin => Status::permission_denied(format!(
-                "{method} needs an admin token; this is a worker token"
+                "{method} needs an admin token; this is a worker or user token"
             )),
         }
     }
@@ -205,6 +217,7 @@ impl Refusal {
 /// The token sets of a running coordinator, loaded from its token files and reloaded when they change.
 pub struct Auth {
     worker_file: Option<PathBuf>,
+    user_file: Option<PathBuf>,
     admin_file: PathBuf,
     sets: RwLock<Arc<TokenSets>>,
     /// blake3 of the files' contents as last loaded: a reload happens only when they differ.
@@ -218,13 +231,23 @@ impl Auth {
         worker_file: Option<PathBuf>,
         admin_file: Option<PathBuf>,
     ) -> Result<Option<Arc<Auth>>, AuthError> {
-        let admin_file = match (worker_file.is_some(), admin_file) {
+        Self::from_role_files(worker_file, None, admin_file)
+    }
+
+    /// [`Auth::from_files`] with user tokens too (`--user-token-file`: people who may submit jobs).
+    pub fn from_role_files(
+        worker_file: Option<PathBuf>,
+        user_file: Option<PathBuf>,
+        admin_file: Option<PathBuf>,
+    ) -> Result<Option<Arc<Auth>>, AuthError> {
+        let admin_file = match (worker_file.is_some() || user_file.is_some(), admin_file) {
             (_, Some(a)) => a,
             (false, None) => return Ok(None),
             (true, None) => return Err(AuthError::WorkerWithoutAdmin),
         };
         let auth = Auth {
             worker_file,
+            user_file,
             admin_file,
             sets: RwLock::new(Arc::new(TokenSets::default())),
             loaded: Mutex::new(blake3::hash(b"")),
@@ -241,10 +264,16 @@ impl Auth {
             Some(f) => Some(read_file(f)?),
             None => None,
         };
+        let user_text = match &self.user_file {
+            Some(f) => Some(read_file(f)?),
+            None => None,
+        };
         let mut h = blake3::Hasher::new();
         h.update(admin_text.as_bytes());
         h.update(&[0]);
         h.update(worker_text.as_deref().unwrap_or("").as_bytes());
+        h.update(&[0]);
+        h.update(user_text.as_deref().unwrap_or("").as_bytes());
         let digest = h.finalize();
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         if !force && *loaded == digest {
@@ -255,13 +284,21 @@ impl Auth {
             (Some(f), Some(t)) => parse_tokens(t, f)?,
             _ => Vec::new(),
         };
+        let user = match (&self.user_file, &user_text) {
+            (Some(f), Some(t)) => parse_tokens(t, f)?,
+            _ => Vec::new(),
+        };
         info!(
             worker_tokens = worker.len(),
+            user_tokens = user.len(),
             admin_tokens = admin.len(),
             "tokens loaded"
         );
-        *self.sets.write().unwrap_or_else(|p| p.into_inner()) =
-            Arc::new(TokenSets { worker, admin });
+        *self.sets.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(TokenSets {
+            worker,
+            user,
+            admin,
+        });
         *loaded = digest;
         Ok(true)
     }
@@ -275,12 +312,18 @@ impl Auth {
             .admin
             .iter()
             .fold(false, |acc, t| acc | (*t == presented));
+        let is_user = sets
+            .user
+            .iter()
+            .fold(false, |acc, t| acc | (*t == presented));
         let is_worker = sets
             .worker
             .iter()
             .fold(false, |acc, t| acc | (*t == presented));
         if is_admin {
             Some(Role::Admin)
+        } else if is_user {
+            Some(Role::User)
         } else if is_worker {
             Some(Role::Worker)
         } else {
@@ -464,7 +507,6 @@ where
                     req.extensions_mut().insert(caller);
                 }
                 Err(refusal) => {
-                    let method = path.rsplit('/').next().unwrap_or(&path).to_string();
                     warn!(
                         method = %path,
                         peer = %peer(&req).map_or("unknown".into(), |a| a.to_string()),
@@ -472,7 +514,7 @@ where
                         reason = refusal.as_str(),
                         "request refused"
                     );
-                    let response = refusal.status(&method).into_http::<RB>();
+                    let response = refusal.status(&path).into_http::<RB>();
                     return Box::pin(std::future::ready(Ok(response)));
                 }
             }
@@ -512,6 +554,42 @@ mod tests {
     }
 
     #[test]
+    fn a_user_token_submits_but_is_no_admin() {
+        let w = file("worker-token-0123456789");
+        let u = file("user-token-0123456789ab");
+        let a = file("admin-token-0123456789");
+        let auth = Auth::from_role_files(
+            Some(w.path().into()),
+            Some(u.path().into()),
+            Some(a.path().into()),
+        )
+        .unwrap()
+        .unwrap();
+        let user = bearer("user-token-0123456789ab");
+        let caller = auth.caller("/sweep.v1.Jobs/Submit", Some(&user)).unwrap();
+        assert_eq!(caller.role, Role::User);
+        assert_eq!(caller.identity, identity_of("user-token-0123456789ab"));
+        assert_eq!(
+            auth.check("/sweep.v1.Jobs/Cancel", Some(&user)),
+            Err(Refusal::NotAdmin)
+        );
+        let worker = bearer("worker-token-0123456789");
+        assert_eq!(
+            auth.check("/sweep.v1.Jobs/Submit", Some(&worker)),
+            Err(Refusal::NotAdmin)
+        );
+        let admin = bearer("admin-token-0123456789");
+        assert_eq!(
+            auth.check("/sweep.v1.Jobs/SetShare", Some(&admin)),
+            Ok(Role::Admin)
+        );
+        let err = Auth::from_role_files(None, Some(u.path().into()), None)
+            .err()
+            .unwrap();
+        assert!(matches!(err, AuthError::WorkerWithoutAdmin), "{err}");
+    }
+
+    #[test]
     fn methods_need_the_right_role() {
         for m in [
             "Register",
@@ -526,7 +604,16 @@ mod tests {
         for m in ["ListJobs", "JobStatus", "Watch", "Results"] {
             assert_eq!(required_role(&format!("/sweep.v1.Jobs/{m}")), Role::Worker);
         }
-        for m in ["Submit", "Cancel", "Pause", "Resume", "SomethingNew"] {
+        // A person's token submits; what runs programs, changes other people's jobs or shares is admin's.
+        assert_eq!(required_role("/sweep.v1.Jobs/Submit"), Role::User);
+        for m in [
+            "Cancel",
+            "Pause",
+            "Resume",
+            "Ship",
+            "SetShare",
+            "SomethingNew",
+        ] {
             assert_eq!(required_role(&format!("/sweep.v1.Jobs/{m}")), Role::Admin);
         }
         // Reflection describes the public protocol: any valid token. Health needs none at all. Any other
@@ -543,9 +630,9 @@ mod tests {
         assert_eq!(required_role("/grpc.other.v1.Service/X"), Role::Admin);
         assert_eq!(required_role("/sweep.v1.Other/Lease"), Role::Admin);
         assert_eq!(required_role(""), Role::Admin);
-        // Shipping files is submitting code: admin only, like Submit.
+        // Shipping files is submitting code: admin only, like submitting an exec job (refused by the
+        // coordinator for a user token, which may submit other jobs).
         assert_eq!(required_role("/sweep.v1.Jobs/Ship"), Role::Admin);
-        assert_eq!(required_role("/sweep.v1.Jobs/Submit"), Role::Admin);
     }
 
     #[test]
@@ -589,10 +676,23 @@ mod tests {
             Refusal::Unknown,
             Refusal::NotAdmin,
         ] {
-            let s = r.status("Submit");
+            let s = r.status("/sweep.v1.Jobs/Submit");
             assert!(!s.message().contains(WORKER));
             assert!(!s.message().is_empty());
         }
+        // A worker token on Submit is told a user token would do; on Cancel, that it takes an admin's.
+        let submit = Refusal::NotAdmin.status("/sweep.v1.Jobs/Submit");
+        assert!(
+            submit
+                .message()
+                .starts_with("Submit needs a user or admin token"),
+            "{submit:?}"
+        );
+        let cancel = Refusal::NotAdmin.status("/sweep.v1.Jobs/Cancel");
+        assert!(
+            cancel.message().starts_with("Cancel needs an admin token"),
+            "{cancel:?}"
+        );
         assert_eq!(
             Refusal::Unknown.status("x").code(),
             tonic::Code::Unauthenticated

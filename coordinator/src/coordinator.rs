@@ -17,13 +17,13 @@ use tracing::info;
 
 use crate::answers::{self, SolutionPieces};
 use crate::core::{
-    parse_submit, plan_submit, Ack, Beat, Checked, Core, CoreError, JobView, LeaseAnswer,
-    LeaseProgress, Observation, OpenError, Registration, ResultsInput, ResultsView, SubmitSpec,
-    WorkerView,
+    check_priority, check_space_right, parse_submit, plan_submit, Ack, Beat, Checked, Core,
+    CoreError, JobView, LeaseAnswer, LeaseProgress, Observation, OpenError, Registration,
+    ResultsInput, ResultsView, SubmitSpec, WorkerView,
 };
 use crate::group_commit::GroupCommit;
 use crate::limits::{Limits, WatchSlots};
-use crate::scheduler::{ChunkRecord, JobId, LeaseId, SchedulerConfig};
+use crate::scheduler::{ChunkRecord, IdentityUse, JobId, LeaseId, SchedulerConfig};
 use crate::store::{digest_hex, is_digest, Store, StoreError};
 
 /// How long a lease request that found nothing to do waits for work to appear before answering empty.
@@ -41,6 +41,8 @@ pub struct CoordinatorConfig {
     /// The spaces this coordinator can plan, verify and merge: jobs are rebuilt from (space, parameters) with
     /// it. The command line passes the built-in spaces plus any of its user's; tests put spaces of their own.
     pub registry: sweep_space::Registry,
+    /// The highest priority a submit without an admin token may ask for (`--max-user-priority`); `None`: any.
+    pub max_user_priority: Option<i32>,
 }
 
 impl Default for CoordinatorConfig {
@@ -50,6 +52,7 @@ impl Default for CoordinatorConfig {
             expiry_interval: Duration::from_millis(250),
             limits: Limits::default(),
             registry: sweep_space::Registry::new(),
+            max_user_priority: None,
         }
     }
 }
@@ -311,6 +314,8 @@ impl Coordinator {
     /// Checks and plans a submitted job and every input it needs (the core's [`parse_submit`] and
     /// [`plan_submit`], outside the lock), and creates (or finds) them in one batch.
     pub async fn submit(&self, spec: SubmitSpec) -> Result<(JobView, bool), CoreError> {
+        check_space_right(&spec.space, spec.admin)?;
+        check_priority(spec.priority, self.cfg.max_user_priority, spec.admin)?;
         let job = parse_submit(&spec, &self.cfg.registry, &self.cfg.limits)?;
         for digest in job.shipped() {
             let store = self.store();
@@ -336,12 +341,22 @@ impl Coordinator {
     }
 
     /// Every job, as stored: what it reports survives a crash right after it is read.
-    pub async fn jobs(&self) -> Result<(Vec<JobView>, u32), CoreError> {
+    pub async fn jobs(&self) -> Result<(Vec<JobView>, u32, Vec<IdentityUse>), CoreError> {
         self.durable_read(|core| {
             let now = now_ms();
-            (core.job_views(now), core.live_workers(now))
+            (
+                core.job_views(now),
+                core.live_workers(now),
+                core.identity_views(now),
+            )
         })
         .await
+    }
+
+    /// An admin sets an identity's share; durable before it is answered.
+    pub async fn set_share(&self, identity: &str, share: f64) -> Result<IdentityUse, CoreError> {
+        self.decide_durably(|core| core.set_identity_share(identity, share, now_ms()))
+            .await
     }
 
     pub async fn job(&self, id: JobId) -> Result<JobView, CoreError> {

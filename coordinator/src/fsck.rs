@@ -433,6 +433,9 @@ mod tests {
             listing: Default::default(),
             max_attempts: None,
             chunk_memory: None,
+            owner: String::new(),
+            share: 1.0,
+            chunk_hint_ms: None,
         }
     }
 
@@ -454,7 +457,7 @@ mod tests {
     fn healthy() -> Store {
         let store = Store::in_memory();
         let mut tally = Tally::default();
-        let mut ops = vec![Op::Job(job(1, 3))];
+        let mut ops = vec![Op::job(job(1, 3))];
         for c in 0..3 {
             tally.add(&out(10 + c));
             ops.push(Op::Chunk(1, c, done()));
@@ -601,7 +604,7 @@ mod tests {
         rec.artifact_digest = Some(blake3::hash(b"table").to_hex().to_string());
         store
             .write(vec![
-                Op::Job(rec),
+                Op::job(rec),
                 Op::Artifact(1, std::sync::Arc::new(b"tablX".to_vec())),
             ])
             .unwrap();
@@ -641,9 +644,9 @@ mod tests {
         fine.input_jobs = vec![2, 3];
         store
             .write(vec![
-                Op::Job(done_reader),
-                Op::Job(waiting),
-                Op::Job(fine.clone()),
+                Op::job(done_reader),
+                Op::job(waiting),
+                Op::job(fine.clone()),
             ])
             .unwrap();
         assert!(check(&store, false).unwrap().is_clean());

@@ -555,3 +555,119 @@ async fn overhead_of_tls_and_tokens() {
     plain.stop().await;
     secure.stop().await;
 }
+
+/// People's tokens: a user token submits jobs under its own identity, up to `--max-user-priority`, never an
+/// `exec` job and never a share; an admin token goes above the ceiling and sets shares; `ListJobs` shows each
+/// identity's share and running threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_tokens_submit_below_the_ceiling_and_admins_set_shares() {
+    const USER: &str = "user-token-dddddddddddddddddd";
+    let dir = tempfile::tempdir().unwrap();
+    let (w, u, a) = (
+        dir.path().join("worker.tokens"),
+        dir.path().join("user.tokens"),
+        dir.path().join("admin.tokens"),
+    );
+    std::fs::write(&w, format!("{WORKER}\n")).unwrap();
+    std::fs::write(&u, format!("{USER}\n")).unwrap();
+    std::fs::write(&a, format!("{ADMIN}\n")).unwrap();
+    let security = ServeSecurity {
+        auth: Auth::from_role_files(Some(w), Some(u), Some(a)).unwrap(),
+        tls: None,
+    };
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let cfg = CoordinatorConfig {
+        registry: common::spaces(),
+        max_user_priority: Some(5),
+        ..CoordinatorConfig::default()
+    };
+    let server = common::Server::start_with(store, cfg, security, false).await;
+    let (work, mut user) = server.clients_as(Some(USER)).await;
+    let (_, mut admin) = server.clients_as(Some(ADMIN)).await;
+    let user_id = sweep_coordinator::auth::identity_of(USER);
+
+    let job = user
+        .submit(v1::SubmitRequest {
+            priority: 5,
+            share: Some(2.0),
+            ..star7(4)
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    assert_eq!((job.owner.as_str(), job.share), (user_id.as_str(), 2.0));
+
+    let e = user
+        .submit(v1::SubmitRequest {
+            priority: 6,
+            ..star7(4)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("--max-user-priority 5"), "{e:?}");
+    let e = user
+        .submit(v1::SubmitRequest {
+            space: "exec".into(),
+            params_json: r#"{"chunks": 2, "command": ["true"]}"#.into(),
+            ..star7(2)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    for share in [0.0, -1.0, f64::NAN] {
+        let e = user
+            .submit(v1::SubmitRequest {
+                share: Some(share),
+                ..star7(4)
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{share}: {e:?}");
+    }
+    assert!(admin
+        .submit(v1::SubmitRequest {
+            priority: 9,
+            ..star7(4)
+        })
+        .await
+        .is_ok());
+
+    let e = user
+        .set_share(v1::SetShareRequest {
+            identity: user_id.clone(),
+            share: 3.0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    let set = admin
+        .set_share(v1::SetShareRequest {
+            identity: user_id.clone(),
+            share: 3.0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((set.identity.as_str(), set.share), (user_id.as_str(), 3.0));
+
+    // The admin's priority-9 job goes first; the user's job has the threads once it is done.
+    let mut fake = register(&work, "w").await.unwrap();
+    let leases = fake.lease(4).await.unwrap();
+    assert!(!leases.is_empty());
+    let list = admin
+        .list_jobs(v1::ListJobsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let admin_id = sweep_coordinator::auth::identity_of(ADMIN);
+    let of = |id: &str| list.identities.iter().find(|i| i.identity == id).cloned();
+    assert_eq!(of(&user_id).map(|i| i.share), Some(3.0));
+    assert_eq!(
+        of(&admin_id).map(|i| i.running_threads),
+        Some(leases.len() as u64)
+    );
+    server.stop().await;
+}

@@ -264,6 +264,8 @@ fn submit(node: &str, reuse: bool) -> v1::SubmitRequest {
         replicate: 0,
         count_only: false,
         max_attempts: None,
+        share: None,
+        chunk_time_hint_ms: None,
     }
 }
 

@@ -578,6 +578,8 @@ fn submit() -> impl Strategy<Value = v1::SubmitRequest> {
                     replicate,
                     count_only: false,
                     max_attempts,
+                    share: None,
+                    chunk_time_hint_ms: None,
                 }
             },
         )

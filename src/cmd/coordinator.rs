@@ -31,6 +31,14 @@ pub struct CoordinatorArgs {
     /// Results that fail verification or lose a replication vote after which a worker is refused work.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     max_bad_results: u32,
+    /// How fast an identity's past use stops counting against its share: it counts half after this long
+    /// (`1day`, `12h`, `30min`).
+    #[arg(long, value_name = "DURATION", default_value = "1day", value_parser = half_life)]
+    usage_half_life: u64,
+    /// The highest priority a job may ask for without an admin token (with --user-token-file): above it the
+    /// submit is refused, so nobody jumps the queue by typing a bigger number. Default: no ceiling.
+    #[arg(long, value_name = "P", allow_negative_numbers = true)]
+    max_user_priority: Option<i32>,
     #[command(flatten)]
     security: crate::security::ServeArgs,
     #[command(flatten)]
@@ -39,6 +47,17 @@ pub struct CoordinatorArgs {
     /// keep it on a trusted network). Port 0 picks a free port; the chosen address is printed.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
+}
+
+/// `--usage-half-life DURATION` in milliseconds: from a second to ten years.
+fn half_life(text: &str) -> Result<u64, String> {
+    let d = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("`{text}` is not a duration such as 1day, 12h or 30min: {e}"))?;
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    if !(1_000..=10 * 365 * 86_400_000).contains(&ms) {
+        return Err(format!("must be from 1s to 10 years, got {text}"));
+    }
+    Ok(ms)
 }
 
 pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
@@ -55,9 +74,11 @@ pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<Ex
                 lease_ttl_ms: a.lease_ttl_ms,
                 max_attempts: a.max_attempts,
                 max_bad_results: a.max_bad_results,
+                usage_half_life_ms: a.usage_half_life,
             },
             limits: a.limits.limits(),
             registry: registry.clone(),
+            max_user_priority: a.max_user_priority,
             ..CoordinatorConfig::default()
         };
         let coord = Coordinator::open(store, cfg).context("cannot load the stored jobs")?;

@@ -13,7 +13,7 @@ use sweep_space::Registry;
 use crate::exit::one_line;
 use crate::progress::{Bars, Mode};
 use crate::remote::{connect, Remote};
-use crate::render::{answer_form, caveats, info_json, results_report};
+use crate::render::{answer_form, caveats, identity_json, info_json, results_report};
 use crate::runtime::{runtime, shutdown_signal};
 
 #[derive(Args)]
@@ -72,18 +72,19 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
-        let (jobs, workers) = match a.job {
-            Some(id) => (vec![c.job_status(id).await?], None),
+        let (jobs, workers, identities) = match a.job {
+            Some(id) => (vec![c.job_status(id).await?], None, Vec::new()),
             None => {
                 let r = c.list_jobs().await?;
-                (r.jobs, Some(r.workers))
+                (r.jobs, Some(r.workers), r.identities)
             }
         };
         if a.json {
             let list: Vec<_> = jobs.iter().map(info_json).collect();
+            let identities: Vec<_> = identities.iter().map(identity_json).collect();
             println!(
                 "{}",
-                serde_json::json!({ "jobs": list, "workers": workers })
+                serde_json::json!({ "jobs": list, "workers": workers, "identities": identities })
             );
         } else {
             if let Some(w) = workers {
@@ -109,6 +110,27 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
             for j in &jobs {
                 for line in caveats(j) {
                     println!("{line}");
+                }
+            }
+            if !identities.is_empty() {
+                println!();
+                println!(
+                    "{:<24} {:>8} {:>8} {:>22}",
+                    "identity", "share", "threads", "use (thread-h, decayed)"
+                );
+                for u in &identities {
+                    let name = if u.identity.is_empty() {
+                        "(no token)"
+                    } else {
+                        u.identity.as_str()
+                    };
+                    println!(
+                        "{:<24} {:>8} {:>8} {:>22.2}",
+                        name,
+                        u.share,
+                        u.running_threads,
+                        u.decayed_thread_seconds / 3600.0
+                    );
                 }
             }
         }

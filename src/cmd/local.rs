@@ -147,6 +147,8 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
                 replicate: 1,
                 count_only: engine.count_only,
                 max_attempts: engine.max_attempts,
+                share: engine.share,
+                chunk_time_hint_ms: engine.chunk_time_hint,
             })
             .await?;
         let mut info = submitted.job.ok_or_else(|| anyhow::anyhow!("the coordinator returned no job"))?;

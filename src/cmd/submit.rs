@@ -50,6 +50,8 @@ pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode>
                 replicate: parsed.engine.replicate,
                 count_only: parsed.engine.count_only,
                 max_attempts: parsed.engine.max_attempts,
+                share: parsed.engine.share,
+                chunk_time_hint_ms: parsed.engine.chunk_time_hint,
             })
             .await?;
         let job = resp

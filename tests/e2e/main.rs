@@ -14,6 +14,7 @@
 //!   `dashboard.rs`: the web page in a real browser. `queens.rs`: a user's crate built on sweep.
 //! - `answers.rs`: answers of any size: bounded memory (measured), `--count-only` for every space, lists
 //!   streamed from the store.
+//! - `shares.rs`: fair share between jobs of one priority, with real processes.
 //! - `cli.rs`, `fuzz_cli.rs`: the command line's errors and a property test of its argument handling.
 //! - `deploy.rs`: the recipes in `deploy/` (flags exist, manifests parse, the Slurm script runs).
 //! - `netns.rs`: faults between (simulated) hosts: partitions, a full disk; needs root (fails without it).
@@ -35,6 +36,7 @@ mod fuzz_cli;
 mod netns;
 mod queens;
 mod security;
+mod shares;
 mod spaces;
 mod store;
 mod trust;

@@ -32,6 +32,9 @@ pub enum CoreError {
     OverLimit(String),
     #[error("{0}")]
     NotFound(String),
+    /// The caller's token may not do this (a priority above the ceiling without an admin token).
+    #[error("{0}")]
+    NotAllowed(String),
     /// Something stored is gone or does not match: the store is damaged.
     #[error("{0}")]
     DataLoss(String),

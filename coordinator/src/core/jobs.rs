@@ -16,6 +16,7 @@ use crate::scheduler::{JobId, Millis};
 impl Core {
     pub fn cancel(&mut self, job: JobId, now: Millis) -> Result<JobView, CoreError> {
         self.check_writable()?;
+        self.sched.advance(now);
         self.sched.cancel(job)?;
         self.stage_dirty(now);
         self.job_view(job, now).ok_or(CoreError::UnknownJob(job))
@@ -101,7 +102,7 @@ impl Core {
         e.artifact = Some(bytes.clone());
         let rec = e.record.clone();
         self.pending.push(Op::Artifact(id, bytes));
-        self.pending.push(Op::Job(rec));
+        self.pending.push(Op::job(rec));
         true
     }
 

@@ -157,6 +157,7 @@ impl Core {
     ) -> Result<bool, CoreError> {
         self.check_writable()?;
         self.touch_worker(worker, now);
+        self.sched.advance(now);
         let at = self.sched.lease_job_chunk(lease);
         if let Some(state) = checkpoint {
             self.save_checkpoint(lease, state);

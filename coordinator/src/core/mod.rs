@@ -16,6 +16,7 @@
 //! - `state`: [`Core`] itself and its job table; every file above adds the methods of one concern to it;
 //! - `outbox`: staging writes, sequence numbers, store failure;
 //! - `submit`: checking and planning a submit, then finding or creating its jobs;
+//! - `shares`: identities' shares and decayed use (persisted every few seconds), the priority ceiling;
 //! - `open`: rebuilding the core from a snapshot at start-up;
 //! - `workers`, `leases`, `reports`: a worker's registration, its leases and heartbeats, its results;
 //! - `jobs`, `results`, `observe`: job control and artifact merges, what answers are read from, the views.
@@ -34,6 +35,7 @@ mod placement;
 mod records;
 mod reports;
 mod results;
+mod shares;
 mod state;
 mod submit;
 #[cfg(test)]
@@ -46,13 +48,14 @@ pub use estimate::{estimate_chunks, expected_total, MAX_ESTIMATED_CHUNKS};
 pub use leases::{Beat, LeaseProgress, MAX_FAILURE_BYTES, MAX_LEASE_REQUEST};
 pub use open::{JobOf, OpenError};
 pub use placement::Waiting;
-pub use records::{JobRecord, Listing, Op, Snapshot};
+pub use records::{IdentityRecord, JobRecord, Listing, Op, Snapshot};
 pub use reports::{Checked, ReportTarget};
 pub use results::{ArtifactRef, ResultsInput};
+pub use shares::{check_priority, check_space_right, IDENTITY_SAVE_INTERVAL_MS};
 pub use state::Core;
 pub use submit::{
-    parse_submit, plan_submit, JobOptions, Reuse, SubmitNode, SubmitSpec, MAX_CHUNKS_PER_JOB,
-    MAX_REPLICATE,
+    check_share, parse_submit, plan_submit, JobOptions, Reuse, SubmitNode, SubmitSpec,
+    MAX_CHUNKS_PER_JOB, MAX_CHUNK_HINT_MS, MAX_REPLICATE, MAX_SHARE,
 };
 pub use views::{
     Ack, AckKind, FailedAttempt, JobView, KeptAnswer, LeaseAnswer, LeaseView, Observation,

@@ -95,6 +95,8 @@ impl Core {
             max_attempts: self.sched.max_attempts(id).unwrap_or_default(),
             chunk_memory: e.record.chunk_memory,
             waiting,
+            owner: e.record.owner.clone(),
+            share: e.record.share,
         })
     }
 
@@ -161,6 +163,7 @@ impl Core {
             live_workers: self.live_workers(now),
             jobs: self.job_views(now),
             workers: workers.collect(),
+            identities: self.identity_views(now),
         }
     }
 }

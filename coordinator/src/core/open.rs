@@ -11,7 +11,7 @@ use tracing::info;
 
 use super::records::Snapshot;
 use super::state::{Core, JobEntry};
-use super::submit::hold_for_inputs;
+use super::submit::{fair_spec, hold_for_inputs};
 use crate::limits::{Limits, Usage};
 use crate::scheduler::{ChunkRecord, JobId, JobState, Millis, Scheduler, SchedulerConfig};
 
@@ -62,6 +62,12 @@ impl Core {
         // What each job stored counts against its caps across restarts, not per coordinator run.
         let usage: HashMap<JobId, Usage> = snap.usage.into_iter().collect();
         let mut sched = Scheduler::new(cfg, snap.next_lease);
+        for rec in &snap.identities {
+            if let Some(share) = rec.share {
+                sched.set_identity_share(&rec.identity, share);
+            }
+            sched.restore_identity_use(&rec.identity, rec.decayed_thread_ms, rec.at_ms);
+        }
         let mut jobs = BTreeMap::new();
         for rec in snap.jobs {
             let job =
@@ -71,6 +77,7 @@ impl Core {
                     why,
                 })?;
             sched.add_job(rec.id, rec.priority, rec.n_chunks, rec.state);
+            sched.set_fair(rec.id, rec.priority, fair_spec(&rec, job.as_ref()));
             sched.set_replication(rec.id, rec.replicate);
             sched.set_max_attempts(rec.id, rec.max_attempts);
             let tally = snap.tallies.get(&rec.id).cloned().unwrap_or_default();
@@ -135,6 +142,7 @@ impl Core {
             usage,
             usage_dirty: BTreeSet::new(),
             limits,
+            identities_saved_ms: now,
         };
         // Stores from before readers were cancelled with their inputs may hold a job waiting for an input that
         // ended without an artifact: settled now, written with the first commit.

@@ -59,6 +59,7 @@ impl Core {
     /// Moves what the scheduler changed into the outbox, and cancels the readers of inputs that ended without
     /// an artifact (and theirs, round after round).
     pub(super) fn stage_dirty(&mut self, now: Millis) {
+        self.maybe_stage_identities(now);
         loop {
             let ended = self.stage_dirty_once(now);
             if !self.cancel_readers_of(&ended) {
@@ -141,7 +142,7 @@ impl Core {
                         ended.push(job);
                     }
                 }
-                self.pending.push(Op::Job(e.record.clone()));
+                self.pending.push(Op::job(e.record.clone()));
             }
         }
         if finished_now {

@@ -121,6 +121,8 @@ impl Core {
         stored_digest: &dyn Fn(JobId, u64) -> Result<Option<String>, CoreError>,
         now: Millis,
     ) -> Result<Ack, CoreError> {
+        // The lease this report ends is charged its real time, up to now.
+        self.sched.advance(now);
         let (lease, job_id, chunk, mut digest, mut output, verified) = match checked {
             Checked::Rejected(lease, message) => {
                 return Ok(Ack {
@@ -178,7 +180,7 @@ impl Core {
                     e.record.listing = Listing::Stopped;
                     // The lists accepted so far stay stored; the answer is read from the store from now on.
                     e.merged = None;
-                    self.pending.push(Op::Job(e.record.clone()));
+                    self.pending.push(Op::job(e.record.clone()));
                     output.solutions = Vec::new();
                     digest = hex(&output.digest());
                     add = without_list;
@@ -272,7 +274,7 @@ impl Core {
                         e.record.digest_mismatches += 1;
                     }
                     let rec = e.record.clone();
-                    self.pending.push(Op::Job(rec));
+                    self.pending.push(Op::job(rec));
                 }
                 if matches {
                     info!(

@@ -13,7 +13,7 @@ use super::estimate::{ChunkEstimates, MAX_ESTIMATED_CHUNKS};
 use super::records::{JobRecord, Op};
 use super::views::{FailedAttempt, KeptAnswer};
 use crate::limits::{Limits, Usage};
-use crate::scheduler::{JobId, LeaseId, Scheduler};
+use crate::scheduler::{JobId, LeaseId, Millis, Scheduler};
 
 /// One job as the core keeps it: its stored record, the space's job rebuilt from it, and what memory holds
 /// only for speed.
@@ -88,6 +88,8 @@ pub struct Core {
     /// Jobs whose usage changed since the last batch.
     pub(super) usage_dirty: BTreeSet<JobId>,
     pub(super) limits: Limits,
+    /// When identities' use was last staged for the store (see `shares.rs`).
+    pub(super) identities_saved_ms: Millis,
 }
 
 impl JobEntry {

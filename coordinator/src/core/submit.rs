@@ -16,12 +16,17 @@ use super::state::{Core, JobEntry};
 use super::views::JobView;
 use crate::inputs;
 use crate::limits::Limits;
-use crate::scheduler::{JobId, JobState, Millis, Scheduler};
+use crate::scheduler::{FairSpec, JobId, JobState, Millis, Scheduler};
 
 /// Upper bound on the chunks of one job the coordinator keeps.
 pub const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;
 /// More replicas than this buys no extra trust and multiplies the work.
 pub const MAX_REPLICATE: u32 = 16;
+/// The largest `--share` a job or identity may have: a million to one is far beyond any useful ratio, and a
+/// bound keeps the arithmetic of use per share well inside an f64's precision.
+pub const MAX_SHARE: f64 = 1_000_000.0;
+/// The longest `--chunk-time-hint`: a week.
+pub const MAX_CHUNK_HINT_MS: u64 = 7 * 86_400_000;
 
 /// What a submit asks for, decoded.
 #[derive(Clone, Debug, Default)]
@@ -38,6 +43,26 @@ pub struct SubmitSpec {
     pub count_only: bool,
     /// Failed or expired attempts after which one of the job's chunks is poisoned; `None`: the coordinator's.
     pub max_attempts: Option<u32>,
+    /// The job's weight among its identity's jobs of the same priority; `None`: 1.
+    pub share: Option<f64>,
+    /// The submitter's guess of one chunk's length, in milliseconds.
+    pub chunk_hint_ms: Option<u64>,
+    /// Who submits it: the token identity the auth layer found (empty without tokens).
+    pub owner: String,
+    /// Whether the caller holds an admin token (or tokens are off): only then may it ask for a priority above
+    /// the coordinator's `--max-user-priority`.
+    pub admin: bool,
+}
+
+/// Checks a share (a job's `--share`, an identity's `sweep share set`): a number above 0 and at most
+/// [`MAX_SHARE`].
+pub fn check_share(share: f64) -> Result<f64, CoreError> {
+    if !share.is_finite() || share <= 0.0 || share > MAX_SHARE {
+        return Err(CoreError::Invalid(format!(
+            "a share must be a number above 0 and at most {MAX_SHARE}, got {share}"
+        )));
+    }
+    Ok(share)
 }
 
 /// The job a submit names, rebuilt from its space and parameters and checked against what the coordinator
@@ -60,6 +85,16 @@ pub fn parse_submit(
     let job = registry
         .job_from_params(&spec.space, &params)
         .map_err(invalid)?;
+    if let Some(share) = spec.share {
+        check_share(share)?;
+    }
+    if let Some(hint) = spec.chunk_hint_ms {
+        if hint == 0 || hint > MAX_CHUNK_HINT_MS {
+            return Err(CoreError::Invalid(format!(
+                "chunk_hint_ms must be in 1..={MAX_CHUNK_HINT_MS} (a week), got {hint}"
+            )));
+        }
+    }
     if spec.replicate > MAX_REPLICATE {
         return Err(CoreError::Invalid(format!(
             "replicate must be in 1..={MAX_REPLICATE}, got {}",
@@ -114,6 +149,9 @@ pub fn plan_submit(
             Listing::All
         },
         max_attempts: spec.max_attempts,
+        owner: spec.owner.clone(),
+        share: spec.share.unwrap_or(1.0),
+        chunk_hint_ms: spec.chunk_hint_ms,
     };
     Ok((nodes, opts))
 }
@@ -147,8 +185,9 @@ pub struct SubmitNode {
     pub inputs: Vec<usize>,
 }
 
-/// How the job asked for is run (its inputs always run once, with full lists and the coordinator's attempts).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How the job asked for is run (its inputs always run once, with full lists and the coordinator's attempts,
+/// a share of 1 and no hint, under the same owner).
+#[derive(Clone, Debug, PartialEq)]
 pub struct JobOptions {
     /// Agreeing results from distinct workers each chunk needs (1: no replication).
     pub replicate: u32,
@@ -156,6 +195,12 @@ pub struct JobOptions {
     /// Attempts per chunk before it is poisoned, as asked for; lowered to the coordinator's `--max-attempts`
     /// when it is more. `None`: the coordinator's.
     pub max_attempts: Option<u32>,
+    /// The identity that submitted it (empty without tokens).
+    pub owner: String,
+    /// Its weight among its identity's jobs of the same priority.
+    pub share: f64,
+    /// Expected milliseconds per chunk, if the submitter said.
+    pub chunk_hint_ms: Option<u64>,
 }
 
 impl Default for JobOptions {
@@ -164,6 +209,9 @@ impl Default for JobOptions {
             replicate: 1,
             listing: Listing::All,
             max_attempts: None,
+            owner: String::new(),
+            share: 1.0,
+            chunk_hint_ms: None,
         }
     }
 }
@@ -219,7 +267,7 @@ impl Core {
         }
         e.record.max_attempts = allowed;
         self.sched.set_max_attempts(id, allowed);
-        self.pending.push(Op::Job(e.record.clone()));
+        self.pending.push(Op::job(e.record.clone()));
     }
 
     /// Submits a DAG (inputs first, the job asked for last): every input is reused if an equal one will have
@@ -249,7 +297,15 @@ impl Core {
                 } else {
                     Reuse::Never
                 };
-                self.find_or_create(node.job, &node.plan, priority, reuse, inputs, opts, now)
+                self.find_or_create(
+                    node.job,
+                    &node.plan,
+                    priority,
+                    reuse,
+                    inputs,
+                    opts.clone(),
+                    now,
+                )
             } else {
                 self.find_or_create(
                     node.job,
@@ -257,7 +313,10 @@ impl Core {
                     priority,
                     Reuse::AsInput,
                     inputs,
-                    JobOptions::default(),
+                    JobOptions {
+                        owner: opts.owner.clone(),
+                        ..JobOptions::default()
+                    },
                     now,
                 )
             };
@@ -293,6 +352,9 @@ impl Core {
             replicate,
             listing,
             max_attempts,
+            owner,
+            share,
+            chunk_hint_ms,
         } = opts;
         // Canonical parameters: equal jobs compare equal however the user spelled them.
         let params = job.params();
@@ -340,9 +402,14 @@ impl Core {
             listing,
             max_attempts,
             chunk_memory: job.chunk_memory(),
+            owner,
+            share,
+            chunk_hint_ms,
         };
         self.sched
             .add_job(id, priority, plan.n_chunks, JobState::Running);
+        self.sched
+            .set_fair(id, priority, fair_spec(&record, job.as_ref()));
         self.sched.set_replication(id, replicate);
         self.sched.set_max_attempts(id, max_attempts);
         let merge = hold_for_inputs(&mut self.sched, &self.jobs, id, &inputs);
@@ -351,7 +418,7 @@ impl Core {
                 self.to_merge.push(input);
             }
         }
-        self.pending.push(Op::Job(record.clone()));
+        self.pending.push(Op::job(record.clone()));
         self.pending.push(Op::Meta("next_job", id + 1));
         let entry = JobEntry::new(record, job, Tally::default(), Some(AnswerMerge::default()));
         if entry.wants_estimates() {
@@ -366,5 +433,15 @@ impl Core {
             "job submitted"
         );
         (id, false)
+    }
+}
+
+/// What the scheduler's fair share needs of a job: its owner, share, hint and threads per chunk.
+pub(super) fn fair_spec(record: &JobRecord, job: &dyn Job) -> FairSpec {
+    FairSpec {
+        owner: record.owner.clone(),
+        share: record.share,
+        chunk_hint_ms: record.chunk_hint_ms.map(|ms| ms as f64),
+        threads: job.threads_per_chunk().max(1),
     }
 }

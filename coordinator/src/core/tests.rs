@@ -927,3 +927,133 @@ fn a_job_found_again_takes_the_attempts_its_new_submit_asks_for() {
     commit(&mut core, &store);
     assert_eq!(store.load().unwrap().jobs[0].max_attempts, Some(2));
 }
+
+/// Submits a `Sums` job of `n` chunks for `owner` with `share`.
+fn submit_owned(core: &mut Core, n: u64, owner: &str, share: f64, now: u64) -> JobId {
+    let opts = JobOptions {
+        owner: owner.into(),
+        share,
+        ..JobOptions::default()
+    };
+    submit_sums(core, n, None, opts, now)
+}
+
+/// Two identities through the core: Alice's five jobs together and Bob's one each get half of a worker's
+/// threads (every lease request here takes one chunk and every chunk takes 100 ms of simulated time), and
+/// each identity's use, share and running threads are what `sweep status` shows.
+#[test]
+fn two_identities_get_half_each_however_many_jobs_they_have() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let alice: Vec<JobId> = (0..5)
+        .map(|_| submit_owned(&mut core, 10_000, "alice", 1.0, 0))
+        .collect();
+    let bob = submit_owned(&mut core, 10_000, "bob", 1.0, 0);
+    let w = register(&mut core, "w", None);
+    let mut running: Vec<(u64, LeaseView)> = Vec::new();
+    let mut per_job: std::collections::HashMap<JobId, u64> = Default::default();
+    for t in (0..60_000u64).step_by(10) {
+        // Four threads: fill them, then report what ends now.
+        while running.len() < 4 {
+            let l = lease_one(&mut core, &w, t);
+            *per_job.entry(l.job).or_default() += 1;
+            running.push((t + 100, l));
+        }
+        running.sort_by_key(|(end, _)| *end);
+        while running.first().is_some_and(|(end, _)| *end <= t + 10) {
+            let (end, l) = running.remove(0);
+            assert_eq!(
+                report(&mut core, &w, &l, l.chunk, end).kind,
+                AckKind::Accepted
+            );
+        }
+    }
+    let alice_chunks: u64 = alice.iter().map(|j| per_job[j]).sum();
+    let bob_chunks = per_job[&bob];
+    let total = (alice_chunks + bob_chunks) as f64;
+    assert!(
+        (bob_chunks as f64 / total - 0.5).abs() < 0.05,
+        "alice {alice_chunks} bob {bob_chunks}"
+    );
+    // The threads running now: every chunk ended at 60 s; four new leases, two each.
+    for _ in 0..4 {
+        lease_one(&mut core, &w, 60_000);
+    }
+    let uses = core.identity_views(60_000);
+    let names: Vec<&str> = uses.iter().map(|u| u.identity.as_str()).collect();
+    assert_eq!(names, ["alice", "bob"]);
+    assert!(uses.iter().all(|u| u.running_threads == 2), "{uses:?}");
+    // A minute of two threads each, decayed by a day's half-life: just under 120 thread-seconds, plus what
+    // the two new leases are charged ahead (the 100 ms their chunks have taken).
+    for u in &uses {
+        assert!((u.decayed_thread_secs - 120.2).abs() < 0.5, "{u:?}");
+    }
+}
+
+#[test]
+fn identity_shares_and_use_survive_a_restart() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let id = submit_owned(&mut core, 10, "alice", 1.0, 0);
+    let w = register(&mut core, "w", None);
+    let l = lease_one(&mut core, &w, 0);
+    assert_eq!(
+        report(&mut core, &w, &l, l.chunk, 30_000).kind,
+        AckKind::Accepted
+    );
+    core.set_identity_share("bob", 3.0, 30_000).unwrap();
+    commit(&mut core, &store);
+    let before = core.identity_views(30_000);
+    let restarted = open(&store, 40_000);
+    let after = restarted.identity_views(30_000);
+    assert_eq!(before.len(), 2);
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!((&b.identity, b.share), (&a.identity, a.share));
+        assert!(
+            (b.decayed_thread_secs - a.decayed_thread_secs).abs() < 1e-6,
+            "{b:?} {a:?}"
+        );
+    }
+    assert_eq!(after[0].decayed_thread_secs.round(), 30.0);
+    assert_eq!(after[1].share, 3.0);
+    let view = restarted.job_view(id, 40_000).unwrap();
+    assert_eq!((view.owner.as_str(), view.share), ("alice", 1.0));
+}
+
+#[test]
+fn a_share_must_be_a_positive_number_within_bounds() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, MAX_SHARE * 2.0] {
+        let e = core.set_identity_share("alice", bad, 0).unwrap_err();
+        assert!(
+            matches!(&e, CoreError::Invalid(m) if m.contains("a share must be a number above 0")),
+            "{bad}: {e:?}"
+        );
+        let spec = SubmitSpec {
+            space: "sums".into(),
+            params_json: r#"{"n": 3}"#.into(),
+            share: Some(bad),
+            ..SubmitSpec::default()
+        };
+        let e = check_share(spec.share.unwrap_or(1.0)).unwrap_err();
+        assert!(matches!(e, CoreError::Invalid(_)), "{bad}");
+    }
+    let e = core.set_identity_share("two words", 1.0, 0).unwrap_err();
+    assert!(matches!(e, CoreError::Invalid(m) if m.contains("printable ASCII")));
+    assert!(core
+        .set_identity_share("token-0123456789ab", 0.5, 0)
+        .is_ok());
+}
+
+#[test]
+fn a_priority_above_the_ceiling_needs_an_admin_token() {
+    let e = check_priority(6, Some(5), false).unwrap_err();
+    assert!(
+        matches!(&e, CoreError::NotAllowed(m) if m.contains("--max-user-priority 5")),
+        "{e:?}"
+    );
+    assert!(check_priority(6, Some(5), true).is_ok());
+    assert!(check_priority(5, Some(5), false).is_ok());
+    assert!(check_priority(i32::MAX, None, false).is_ok());
+}

@@ -69,6 +69,10 @@ pub struct JobView {
     pub chunk_memory: Option<u64>,
     /// Why no live worker can take its chunks now, when it is running with chunks to hand out and none can.
     pub waiting: Option<Waiting>,
+    /// The identity that submitted it (empty without tokens).
+    pub owner: String,
+    /// Its weight among its identity's jobs of the same priority.
+    pub share: f64,
 }
 
 impl JobView {
@@ -146,6 +150,8 @@ pub struct Observation {
     pub live_workers: u32,
     pub jobs: Vec<JobView>,
     pub workers: Vec<WorkerObservation>,
+    /// Every identity's share, running threads and decayed use.
+    pub identities: Vec<crate::scheduler::IdentityUse>,
 }
 
 /// One worker in an [`Observation`].

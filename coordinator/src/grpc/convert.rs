@@ -6,7 +6,7 @@ use crate::auth::Caller;
 use crate::core::{
     Ack, AckKind, FailedAttempt, JobView, LeaseView, Listing, PoisonedChunk, WorkerView,
 };
-use crate::scheduler::JobState;
+use crate::scheduler::{IdentityUse, JobState};
 
 pub fn job_state(s: JobState) -> v1::JobState {
     match s {
@@ -58,6 +58,8 @@ pub fn job_info(j: JobView) -> v1::JobInfo {
         max_attempts: j.max_attempts,
         chunk_memory: j.chunk_memory.unwrap_or(0),
         waiting: j.waiting.map(|w| w.to_string()).unwrap_or_default(),
+        owner: j.owner,
+        share: j.share,
     }
 }
 
@@ -145,6 +147,23 @@ pub fn report_ack(a: Ack) -> v1::ReportAck {
         status: ack_status(a.kind) as i32,
         message: a.message,
     }
+}
+
+pub fn identity_info(u: IdentityUse) -> v1::IdentityInfo {
+    v1::IdentityInfo {
+        identity: u.identity,
+        share: u.share,
+        running_threads: u.running_threads,
+        decayed_thread_seconds: u.decayed_thread_secs,
+    }
+}
+
+/// Whether the caller holds an admin token: true without tokens (the coordinator then serves anyone as
+/// admin, see `auth.rs`).
+pub fn is_admin<T>(req: &tonic::Request<T>) -> bool {
+    req.extensions()
+        .get::<Caller>()
+        .is_none_or(|c| c.role == crate::auth::Role::Admin)
 }
 
 /// The caller's identity as the auth layer proved it (its token), if tokens are on.

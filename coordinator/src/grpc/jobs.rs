@@ -68,10 +68,16 @@ impl jobs_server::Jobs for JobsApi {
         &self,
         req: Request<v1::SubmitRequest>,
     ) -> Result<Response<v1::SubmitResponse>, Status> {
+        let owner = convert::identity(&req).unwrap_or_default();
+        let admin = convert::is_admin(&req);
         let req = req.into_inner();
         let (job, existing) = self
             .0
             .submit(SubmitSpec {
+                share: req.share,
+                chunk_hint_ms: req.chunk_time_hint_ms,
+                owner,
+                admin,
                 space: req.space,
                 params_json: req.params_json,
                 chunks: req.chunks,
@@ -93,10 +99,11 @@ impl jobs_server::Jobs for JobsApi {
         &self,
         _: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
-        let (jobs, workers) = self.0.jobs().await.map_err(status)?;
+        let (jobs, workers, identities) = self.0.jobs().await.map_err(status)?;
         Ok(Response::new(v1::ListJobsResponse {
             jobs: jobs.into_iter().map(convert::job_info).collect(),
             workers,
+            identities: identities.into_iter().map(convert::identity_info).collect(),
         }))
     }
 
@@ -248,5 +255,18 @@ impl jobs_server::Jobs for JobsApi {
     ) -> Result<Response<v1::WorkerStatus>, Status> {
         let w = self.0.drain(&req.into_inner().worker).map_err(status)?;
         Ok(Response::new(convert::worker_status(w)))
+    }
+
+    async fn set_share(
+        &self,
+        req: Request<v1::SetShareRequest>,
+    ) -> Result<Response<v1::IdentityInfo>, Status> {
+        let req = req.into_inner();
+        let u = self
+            .0
+            .set_share(&req.identity, req.share)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(convert::identity_info(u)))
     }
 }

@@ -17,7 +17,9 @@ pub fn status(e: CoreError) -> Status {
         CoreError::StoreFailed(_) | CoreError::Store(_) | CoreError::ShuttingDown => {
             Status::unavailable(msg)
         }
-        CoreError::WorkerRefused { .. } => Status::permission_denied(msg),
+        CoreError::WorkerRefused { .. } | CoreError::NotAllowed(_) => {
+            Status::permission_denied(msg)
+        }
         CoreError::OverLimit(_) => Status::resource_exhausted(msg),
         CoreError::DataLoss(_) => Status::data_loss(msg),
         CoreError::Internal(_) => Status::internal(msg),

@@ -178,6 +178,30 @@ pub(super) fn render_metrics(
         "Threads of the live workers",
         threads,
     );
+    let running = Family::<Labels, Gauge>::default();
+    let used = Family::<Labels, FloatGauge>::default();
+    let share = Family::<Labels, FloatGauge>::default();
+    for u in &obs.identities {
+        let l = labels([("identity", u.identity.clone())]);
+        running.get_or_create(&l).set(u.running_threads as i64);
+        used.get_or_create(&l).set(u.decayed_thread_secs);
+        share.get_or_create(&l).set(u.share);
+    }
+    reg.register(
+        "sweep_identity_running_threads",
+        "Threads held by the leases of each identity's jobs (fair share)",
+        running,
+    );
+    reg.register(
+        "sweep_identity_decayed_thread_seconds",
+        "Each identity's use in thread-seconds, decayed by --usage-half-life",
+        used,
+    );
+    reg.register(
+        "sweep_identity_share",
+        "Each identity's share (1 unless an admin set one)",
+        share,
+    );
     let rate = FloatGauge::default();
     rate.set(nodes_per_s);
     reg.register(

@@ -215,7 +215,17 @@ pub(super) struct StateView {
     pub(super) counters: Counters,
     pub(super) jobs: Vec<JobJson>,
     pub(super) workers: Vec<WorkerJson>,
+    pub(super) identities: Vec<IdentityJson>,
     pub(super) samples: Vec<Sample>,
+}
+
+/// One identity's part of the cluster (fair share).
+#[derive(Serialize)]
+pub(super) struct IdentityJson {
+    pub(super) identity: String,
+    pub(super) share: f64,
+    pub(super) running_threads: u64,
+    pub(super) decayed_thread_seconds: f64,
 }
 
 fn eta(job: &JobView, nodes_per_s: f64, chunks_per_s: f64) -> Option<f64> {
@@ -334,6 +344,16 @@ pub(super) fn state_view(
         counters: counters(&obs, m),
         jobs,
         workers,
+        identities: obs
+            .identities
+            .iter()
+            .map(|u| IdentityJson {
+                identity: u.identity.clone(),
+                share: u.share,
+                running_threads: u.running_threads,
+                decayed_thread_seconds: u.decayed_thread_secs,
+            })
+            .collect(),
         samples: history
             .samples
             .iter()

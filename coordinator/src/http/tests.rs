@@ -6,7 +6,7 @@ use super::metrics_text::render_metrics;
 use super::state::{state_view, History, HISTORY_SAMPLES, RATE_POINTS};
 use crate::core::{AckKind as AckStatus, FailedAttempt, JobView, Observation, WorkerObservation};
 use crate::metrics::Metrics;
-use crate::scheduler::JobState;
+use crate::scheduler::{IdentityUse, JobState};
 
 /// A parsed sample line: `name{k="v",...} value`.
 #[derive(Debug)]
@@ -87,6 +87,8 @@ fn value(lines: &[Line], name: &str, want: &[(&str, &str)]) -> f64 {
 
 fn job(id: u64, state: JobState, total: u64, done: u64, leased: u64, poisoned: u64) -> JobView {
     JobView {
+        owner: String::new(),
+        share: 1.0,
         id,
         space: "star".into(),
         params_json: "{}".into(),
@@ -148,6 +150,12 @@ fn observation() -> Observation {
                 ..WorkerObservation::default()
             },
         ],
+        identities: vec![IdentityUse {
+            identity: "token-0123456789ab".into(),
+            share: 2.0,
+            running_threads: 3,
+            decayed_thread_secs: 5400.5,
+        }],
     }
 }
 
@@ -216,6 +224,13 @@ fn metric_text_parses_back_to_the_snapshot() {
     assert_eq!(value(&lines, "sweep_workers", &[("state", "silent")]), 1.0);
     assert_eq!(value(&lines, "sweep_worker_threads", &[]), 4.0);
     assert_eq!(value(&lines, "sweep_nodes_per_second", &[]), 1234.5);
+    let alice = [("identity", "token-0123456789ab")];
+    assert_eq!(value(&lines, "sweep_identity_running_threads", &alice), 3.0);
+    assert_eq!(
+        value(&lines, "sweep_identity_decayed_thread_seconds", &alice),
+        5400.5
+    );
+    assert_eq!(value(&lines, "sweep_identity_share", &alice), 2.0);
     assert_eq!(types["sweep_lease_expiries"], "counter");
     assert_eq!(types["sweep_chunks"], "gauge");
 }

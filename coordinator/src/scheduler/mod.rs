@@ -12,11 +12,26 @@
 //! Votes live in memory only: a coordinator restart forgets them and the chunk simply runs K times again.
 //! Workers whose results fail verification or are outvoted are counted, and after
 //! [`SchedulerConfig::max_bad_results`] they get no more work.
+//!
+//! Which job a free thread serves is [`fair`]'s decision: priorities strictly, then fair share by use between
+//! identities and between one identity's jobs. A job is in its queue exactly while it is running, waits for no
+//! input and has a chunk to lease; every method that changes one of those calls `sync_queue`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
+mod fair;
 mod types;
 
+use fair::{Charge, FairQueue};
+
+/// The most chunks of one job a lease request gets before the fair-share order is looked at again. Chunk
+/// records are stored in blocks of 64, and a block is rewritten once per commit whichever of its chunks
+/// changed: granting one chunk per job in turn made every commit rewrite a block per job, and with a
+/// thousand jobs alive the store's writes (and sled's memory) grew with the number of jobs (11 GB and falling
+/// behind, measured). A request is usually a worker's threads and prefetch, so runs bound what one request
+/// takes from the order, and the charge of each chunk still moves the job back.
+pub const FAIR_RUN: usize = 64;
+pub use fair::{FairSpec, IdentityUse, DEFAULT_CHUNK_ESTIMATE_MS};
 pub use types::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +48,8 @@ struct LeaseInfo {
     chunk: u64,
     worker: String,
     deadline: Millis,
+    /// What its grant charged the job's use, corrected when it ends.
+    charge: Charge,
 }
 
 #[derive(Debug)]
@@ -95,6 +112,11 @@ pub struct Scheduler {
     draining: std::collections::HashSet<String>,
     /// Worker name -> the authenticated identity its standing is kept under (see [`Scheduler::bind_identity`]).
     identities: HashMap<String, String>,
+    /// The order in which jobs get threads (see [`fair`]).
+    fair: FairQueue,
+    /// The latest time any method was given: lease ends reported without a time (completions, failures,
+    /// cancels) are charged at it.
+    clock: Millis,
 }
 
 impl Scheduler {
@@ -108,7 +130,64 @@ impl Scheduler {
             bad_results: HashMap::new(),
             draining: Default::default(),
             identities: HashMap::new(),
+            fair: FairQueue::new(cfg.usage_half_life_ms),
+            clock: 0,
         }
+    }
+
+    /// Moves the scheduler's clock to `now` (never back): ends of leases are charged at it.
+    pub fn advance(&mut self, now: Millis) {
+        self.clock = self.clock.max(now);
+    }
+
+    /// Puts `job` in the fair-share queue exactly while it has a chunk to lease (see the module doc).
+    fn sync_queue(&mut self, job: JobId) {
+        let want = self.jobs.get(&job).is_some_and(|j| {
+            j.state == JobState::Running
+                && j.waiting_for.is_empty()
+                && (!j.retry.is_empty() || j.next_fresh < j.counts.total)
+        });
+        self.fair.set_queued(job, want);
+    }
+
+    /// Who `job` belongs to, its share among that identity's jobs, its chunk-time hint and threads per chunk.
+    pub fn set_fair(&mut self, job: JobId, priority: i32, spec: FairSpec) {
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.priority = priority;
+            self.fair.add_job(job, priority, spec);
+            self.sync_queue(job);
+        }
+    }
+
+    /// An admin's share for `identity` (its jobs together get threads in proportion to it).
+    pub fn set_identity_share(&mut self, identity: &str, share: f64) {
+        self.fair.set_identity_share(identity, share);
+    }
+
+    /// Whether an admin set a share for `identity`.
+    pub fn has_identity_share(&self, identity: &str) -> bool {
+        self.fair.has_identity_share(identity)
+    }
+
+    /// The share `identity` has (1 unless set).
+    pub fn identity_share(&self, identity: &str) -> f64 {
+        self.fair.identity_share(identity)
+    }
+
+    /// Restores an identity's decayed use, as stored at `at`.
+    pub fn restore_identity_use(&mut self, identity: &str, decayed_thread_ms: f64, at: Millis) {
+        self.fair
+            .restore_identity_use(identity, decayed_thread_ms, at);
+    }
+
+    /// Every identity's share, running threads and use decayed to `now`.
+    pub fn identity_uses(&self, now: Millis) -> Vec<IdentityUse> {
+        self.fair.identities(now)
+    }
+
+    /// A job's use per share so far in thread-ms, counted from when it first had a chunk to lease.
+    pub fn job_use_per_share(&self, job: JobId) -> Option<f64> {
+        self.fair.job_use_per_share(job)
     }
 
     pub fn config(&self) -> SchedulerConfig {
@@ -147,6 +226,8 @@ impl Scheduler {
                 max_attempts: None,
             },
         );
+        self.fair.add_job(job, priority, FairSpec::default());
+        self.sync_queue(job);
     }
 
     /// Chunks of `job` are poisoned after `n` failed or expired attempts (at most the coordinator's
@@ -224,12 +305,19 @@ impl Scheduler {
         if let Some(j) = self.jobs.get_mut(&job) {
             j.waiting_for.insert(input);
         }
+        self.sync_queue(job);
     }
 
     /// `input`'s artifact is stored: jobs waiting for it wait only for their other inputs, if any.
     pub fn input_ready(&mut self, input: JobId) {
-        for j in self.jobs.values_mut() {
-            j.waiting_for.remove(&input);
+        let mut freed = Vec::new();
+        for (id, j) in self.jobs.iter_mut() {
+            if j.waiting_for.remove(&input) && j.waiting_for.is_empty() {
+                freed.push(*id);
+            }
+        }
+        for id in freed {
+            self.sync_queue(id);
         }
     }
 
@@ -266,6 +354,11 @@ impl Scheduler {
                 attempts,
             } => {
                 j.counts.leased += 1;
+                // Its grant's charge was lost with the old process: it is charged from about its last
+                // heartbeat (a deadline is a lease time after one) when it ends.
+                let charge = self
+                    .fair
+                    .lease_restored(job, deadline.saturating_sub(self.cfg.lease_ttl_ms));
                 self.leases.insert(
                     *lease,
                     LeaseInfo {
@@ -273,6 +366,7 @@ impl Scheduler {
                         chunk,
                         worker: worker.clone(),
                         deadline: *deadline,
+                        charge,
                     },
                 );
                 self.next_lease = self.next_lease.max(lease + 1);
@@ -327,6 +421,10 @@ impl Scheduler {
     pub fn finish_restore(&mut self) {
         for j in self.jobs.values_mut() {
             j.retry.make_contiguous().sort_unstable();
+        }
+        let ids: Vec<JobId> = self.jobs.keys().copied().collect();
+        for id in ids {
+            self.sync_queue(id);
         }
     }
 
@@ -391,14 +489,18 @@ impl Scheduler {
         self.leases.get(&lease).map(|l| (l.job, l.chunk))
     }
 
-    /// Up to `max` chunks for `worker`: running jobs by priority (highest first), then by age; retries before
-    /// fresh chunks within a job.
+    /// Up to `max` chunks for `worker`: running jobs by priority (highest first), then by fair share (see
+    /// [`fair`]); retries before fresh chunks within a job.
     pub fn lease(&mut self, now: Millis, worker: &str, max: usize) -> Vec<Grant> {
         self.lease_where(now, worker, max, &|_| true)
     }
 
     /// [`Scheduler::lease`] from the jobs `runnable` accepts only: a worker gets chunks of the spaces it
     /// declared (a worker started without `--allow-exec` never gets an `exec` chunk).
+    ///
+    /// Each pick takes the first queued job in order that `runnable` accepts and that has a chunk this worker
+    /// may take, and grants it a run of up to [`FAIR_RUN`] chunks, each charged, which moves the job in the
+    /// order: O(log jobs) per chunk when the first job fits the worker, plus one step per job skipped.
     pub fn lease_where(
         &mut self,
         now: Millis,
@@ -406,53 +508,41 @@ impl Scheduler {
         max: usize,
         runnable: &dyn Fn(JobId) -> bool,
     ) -> Vec<Grant> {
+        self.advance(now);
         if self.is_banned(worker) || self.is_draining(worker) {
             return Vec::new();
         }
-        let mut order: Vec<(i32, JobId)> = self
-            .jobs
-            .iter()
-            .filter(|(id, j)| {
-                j.state == JobState::Running && j.waiting_for.is_empty() && runnable(**id)
-            })
-            .map(|(id, j)| (j.priority, *id))
-            .collect();
-        order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         let deadline = now + self.cfg.lease_ttl_ms;
         let standing = self.standing(worker).to_string();
         let mut grants = Vec::new();
-        for (_, job) in order {
-            let Some(j) = self.jobs.get_mut(&job) else {
-                continue;
+        // Jobs with no chunk for this worker in this call (every pending one excluded), or not runnable here.
+        let mut skip: HashSet<JobId> = HashSet::new();
+        while grants.len() < max {
+            let Some(job) = self
+                .fair
+                .first_where(|id| !skip.contains(&id) && runnable(id))
+            else {
+                break;
             };
-            // Replicas this worker already voted on go back to the queue after the scan, in order.
-            let mut skipped = Vec::new();
-            while grants.len() < max {
-                let chunk = if let Some(c) = j.retry.pop_front() {
-                    c
-                } else if j.next_fresh < j.counts.total {
-                    j.next_fresh += 1;
-                    j.next_fresh - 1
-                } else {
+            // A run of the job's chunks, each charged, before the order is looked at again.
+            let mut run = 0;
+            while run < FAIR_RUN && grants.len() < max {
+                let Some(j) = self.jobs.get_mut(&job) else {
                     break;
                 };
-                if j.excludes(chunk, worker, &standing) {
-                    skipped.push(chunk);
-                    continue;
-                }
-                let Some(slot) = j.slots.get_mut(chunk as usize) else {
-                    continue;
-                };
-                let Slot::Pending { attempts } = *slot else {
-                    continue;
+                let Some((chunk, attempts)) = Self::take_chunk(j, worker, &standing) else {
+                    break;
                 };
                 if attempts > 0 {
                     j.counts.reissued += 1;
                 }
                 let lease = self.next_lease;
                 self.next_lease += 1;
-                *slot = Slot::Leased { lease, attempts };
+                if let Some(slot) = j.slots.get_mut(chunk as usize) {
+                    *slot = Slot::Leased { lease, attempts };
+                }
                 j.counts.leased += 1;
+                let charge = self.fair.lease_granted(job, now);
                 self.leases.insert(
                     lease,
                     LeaseInfo {
@@ -460,6 +550,7 @@ impl Scheduler {
                         chunk,
                         worker: worker.to_string(),
                         deadline,
+                        charge,
                     },
                 );
                 self.dirty.chunks.push((job, chunk));
@@ -469,20 +560,48 @@ impl Scheduler {
                     chunk,
                     deadline,
                 });
+                run += 1;
             }
-            for c in skipped.into_iter().rev() {
-                j.retry.push_front(c);
+            if run == 0 {
+                skip.insert(job);
             }
-            if grants.len() >= max {
-                break;
-            }
+            self.sync_queue(job);
         }
         grants
+    }
+
+    /// The next pending chunk of `j` that `worker` may have (retries first, then fresh ones), with the attempts
+    /// it has used; `None` when there is none for it. Chunks this worker must not get (it voted on them, or
+    /// its result for them was refused) stay at the front of the retry queue, in order.
+    fn take_chunk(j: &mut JobSched, worker: &str, standing: &str) -> Option<(u64, u32)> {
+        let mut skipped = Vec::new();
+        let found = loop {
+            let chunk = if let Some(c) = j.retry.pop_front() {
+                c
+            } else if j.next_fresh < j.counts.total {
+                j.next_fresh += 1;
+                j.next_fresh - 1
+            } else {
+                break None;
+            };
+            if j.excludes(chunk, worker, standing) {
+                skipped.push(chunk);
+                continue;
+            }
+            if let Some(Slot::Pending { attempts }) = j.slots.get(chunk as usize).copied() {
+                break Some((chunk, attempts));
+            }
+        };
+        for c in skipped.into_iter().rev() {
+            j.retry.push_front(c);
+        }
+        found
     }
 
     /// Extends the leases `worker` still holds; returns the ones it should drop (unknown, someone else's, or of
     /// a job that was cancelled).
     pub fn heartbeat(&mut self, now: Millis, worker: &str, leases: &[LeaseId]) -> Vec<LeaseId> {
+        self.advance(now);
         let deadline = now + self.cfg.lease_ttl_ms;
         let mut revoked = Vec::new();
         for &id in leases {
@@ -549,7 +668,10 @@ impl Scheduler {
                 } = *slot
                 {
                     if held == lease {
-                        self.leases.remove(&held);
+                        if let Some(info) = self.leases.remove(&held) {
+                            self.fair
+                                .lease_ended(job, info.charge, self.clock, true, true);
+                        }
                         j.counts.leased -= 1;
                         *slot = Slot::Pending { attempts };
                         j.retry.push_back(chunk);
@@ -567,6 +689,7 @@ impl Scheduler {
                         poisoned = true;
                     }
                 }
+                self.sync_queue(job);
                 return Completion::Voted {
                     agreeing,
                     needed,
@@ -587,7 +710,10 @@ impl Scheduler {
         match *slot {
             Slot::Done => return Completion::Duplicate,
             Slot::Leased { lease: held, .. } => {
-                self.leases.remove(&held);
+                if let Some(info) = self.leases.remove(&held) {
+                    self.fair
+                        .lease_ended(job, info.charge, self.clock, true, true);
+                }
                 j.counts.leased -= 1;
             }
             Slot::Poisoned { .. } => j.counts.poisoned -= 1,
@@ -596,12 +722,16 @@ impl Scheduler {
         // A reporter's own lease may already have been re-granted to someone else and be gone; drop it if not.
         if let Some(info) = self.leases.get(&lease) {
             if info.job == job && info.chunk == chunk {
-                self.leases.remove(&lease);
+                if let Some(info) = self.leases.remove(&lease) {
+                    self.fair
+                        .lease_ended(job, info.charge, self.clock, true, false);
+                }
             }
         }
         *slot = Slot::Done;
         j.counts.done += 1;
         let finished = Self::maybe_finish(job, j, &mut self.dirty);
+        self.sync_queue(job);
         for w in &outvoted {
             self.record_bad_result(w);
         }
@@ -662,6 +792,7 @@ impl Scheduler {
     /// Returns every lease whose deadline has passed to pending (or poisons it: an expiry is a failed attempt,
     /// so a chunk that keeps killing its workers cannot hold a job up forever).
     pub fn expire(&mut self, now: Millis) -> Vec<Expired> {
+        self.advance(now);
         let mut gone: Vec<(LeaseId, LeaseInfo)> = self
             .leases
             .iter()
@@ -684,6 +815,15 @@ impl Scheduler {
     }
 
     fn back_to_pending(&mut self, info: &LeaseInfo, counts_as_attempt: bool) -> FailOutcome {
+        // A failed or expired attempt used its time; a lease handed back unstarted did not.
+        self.fair
+            .lease_ended(info.job, info.charge, self.clock, counts_as_attempt, false);
+        let outcome = self.back_to_pending_slot(info, counts_as_attempt);
+        self.sync_queue(info.job);
+        outcome
+    }
+
+    fn back_to_pending_slot(&mut self, info: &LeaseInfo, counts_as_attempt: bool) -> FailOutcome {
         let Some(j) = self.jobs.get_mut(&info.job) else {
             return FailOutcome::Stale;
         };
@@ -729,6 +869,8 @@ impl Scheduler {
             .collect();
         for id in ids {
             if let Some(info) = self.leases.remove(&id) {
+                self.fair
+                    .lease_ended(job, info.charge, self.clock, true, false);
                 if let Some(slot) = j.slots.get_mut(info.chunk as usize) {
                     if let Slot::Leased { attempts, .. } = *slot {
                         *slot = Slot::Pending { attempts };
@@ -738,6 +880,7 @@ impl Scheduler {
                 }
             }
         }
+        self.sync_queue(job);
         Ok(())
     }
 
@@ -766,9 +909,12 @@ impl Scheduler {
         }
         j.state = to;
         self.dirty.jobs.push(job);
+        self.sync_queue(job);
         Ok(())
     }
 }
 
+#[cfg(test)]
+mod fair_tests;
 #[cfg(test)]
 mod tests;

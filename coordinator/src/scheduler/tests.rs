@@ -8,6 +8,7 @@ fn sched(ttl: u64, max_attempts: u32) -> Scheduler {
             lease_ttl_ms: ttl,
             max_attempts,
             max_bad_results: 3,
+            usage_half_life_ms: DEFAULT_USAGE_HALF_LIFE_MS,
         },
         1,
     )
@@ -185,13 +186,17 @@ fn release_does_not_use_an_attempt() {
 }
 
 #[test]
-fn priority_then_age_decides() {
+fn priority_first_then_jobs_of_one_priority_take_turns() {
     let mut s = sched(100, 3);
     s.add_job(1, 0, 2, JobState::Running);
     s.add_job(2, 5, 2, JobState::Running);
     s.add_job(3, 5, 2, JobState::Running);
-    let jobs: Vec<JobId> = s.lease(0, "w", 6).iter().map(|g| g.job).collect();
-    assert_eq!(jobs, vec![2, 2, 3, 3, 1, 1]);
+    // Before fair share, job 3 waited for all of job 2; now equal shares alternate request by request (one
+    // request takes a run of one job's chunks), and priority 0 comes last.
+    let jobs: Vec<JobId> = (0..4).map(|_| s.lease(0, "w", 1)[0].job).collect();
+    assert_eq!(jobs, vec![2, 3, 2, 3]);
+    let rest: Vec<JobId> = s.lease(0, "w", 6).iter().map(|g| g.job).collect();
+    assert_eq!(rest, vec![1, 1]);
 }
 
 #[test]

@@ -77,6 +77,9 @@ pub enum ChunkRecord {
     },
 }
 
+/// One day: yesterday's use counts half today.
+pub const DEFAULT_USAGE_HALF_LIFE_MS: u64 = 86_400_000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedulerConfig {
     pub lease_ttl_ms: u64,
@@ -86,6 +89,8 @@ pub struct SchedulerConfig {
     pub max_attempts: u32,
     /// Results that failed verification or were outvoted after which a worker is refused work.
     pub max_bad_results: u32,
+    /// An identity's use counts half after this long (fair share between identities, see `fair.rs`).
+    pub usage_half_life_ms: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -94,6 +99,7 @@ impl Default for SchedulerConfig {
             lease_ttl_ms: 30_000,
             max_attempts: 3,
             max_bad_results: 3,
+            usage_half_life_ms: DEFAULT_USAGE_HALF_LIFE_MS,
         }
     }
 }

@@ -9,7 +9,7 @@ use super::artifacts::{chunk_blob, encode_list_into, hash, job_blob, segment_blo
 use super::blocks::{BlockEdits, INLINE_OUTPUT_MAX};
 use super::error::StoreError;
 use super::handle::Store;
-use super::keys::{be_u64, chunk_key, job_key};
+use super::keys::{be_u64, chunk_key, identity_key, job_key};
 use super::kv::Writes;
 use super::records::encode;
 use crate::core::Op;
@@ -137,6 +137,7 @@ impl Store {
                     (!votes.is_empty()).then(|| encode(&votes)),
                 )),
                 Op::Usage(job, usage) => writes.push((job_key(b'u', job), Some(encode(&usage)))),
+                Op::Identity(rec) => writes.push((identity_key(&rec.identity), Some(encode(&rec)))),
             }
         }
         self.blobs.put_all(&files)?;
@@ -230,7 +231,7 @@ mod tests {
     #[test]
     fn every_prefix_of_a_split_commit_is_a_consistent_store() {
         let results = 2_500;
-        let mut ops = vec![Op::Job(JobRecord {
+        let mut ops = vec![Op::job(JobRecord {
             n_chunks: 2 * results,
             ..record(1)
         })];

@@ -255,7 +255,7 @@ mod tests {
     #[test]
     fn chunks_live_in_blocks_and_read_like_per_chunk_records() {
         let store = Store::in_memory();
-        let mut ops = vec![Op::Job(JobRecord {
+        let mut ops = vec![Op::job(JobRecord {
             n_chunks: 200,
             ..record(1)
         })];

@@ -72,7 +72,7 @@ mod tests {
         tally.add(&out);
         store
             .write(vec![
-                Op::Job(record(2)),
+                Op::job(record(2)),
                 Op::Chunk(
                     2,
                     1,

@@ -17,6 +17,13 @@ pub(crate) fn chunk_key(tag: u8, job: JobId, chunk: u64) -> Vec<u8> {
     k
 }
 
+/// An identity's share and use (`i/` then the identity's name, which is printable ASCII).
+pub(crate) fn identity_key(identity: &str) -> Vec<u8> {
+    let mut k = b"i/".to_vec();
+    k.extend_from_slice(identity.as_bytes());
+    k
+}
+
 pub(crate) fn key_text(key: &[u8]) -> String {
     String::from_utf8_lossy(key)
         .chars()

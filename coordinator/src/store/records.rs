@@ -60,14 +60,14 @@ mod tests {
                 (job_key(b'j', 3), Some(null.to_vec())),
             ])
             .unwrap();
-        store.write(vec![Op::Job(many.clone())]).unwrap();
+        store.write(vec![Op::job(many.clone())]).unwrap();
         let jobs = store.load().unwrap().jobs;
         assert_eq!(jobs[0].input_jobs, vec![1]);
         // Fields added since read as absent: the coordinator's limits apply.
         assert_eq!((jobs[0].max_attempts, jobs[0].chunk_memory), (None, None));
         assert!(jobs[1].input_jobs.is_empty());
         assert_eq!(jobs[2], many);
-        store.write(vec![Op::Job(jobs[0].clone())]).unwrap();
+        store.write(vec![Op::job(jobs[0].clone())]).unwrap();
         let text = store.kv.get(&job_key(b'j', 2)).unwrap().unwrap();
         let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
         assert_eq!(v["input_jobs"], serde_json::json!([1]));

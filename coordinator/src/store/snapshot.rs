@@ -86,6 +86,9 @@ impl Store {
             let job = be_u64(&k, &k[2..])?;
             snap.usage.insert(job, decode(&k, &v)?);
         }
+        for (k, v) in self.kv.scan(b"i/")? {
+            snap.identities.push(decode(&k, &v)?);
+        }
         snap.next_job = match self.kv.get(b"m/next_job")? {
             Some(v) => be_u64(b"m/next_job", &v)?,
             None => 1,

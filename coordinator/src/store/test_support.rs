@@ -33,6 +33,9 @@ pub(super) fn record(id: JobId) -> JobRecord {
         listing: Default::default(),
         max_attempts: None,
         chunk_memory: None,
+        owner: String::new(),
+        share: 1.0,
+        chunk_hint_ms: None,
     }
 }
 

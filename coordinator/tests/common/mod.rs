@@ -91,6 +91,8 @@ pub fn submit_req(space: &str, params: &str, chunks: u64) -> v1::SubmitRequest {
         replicate: 0,
         count_only: false,
         max_attempts: None,
+        share: None,
+        chunk_time_hint_ms: None,
     }
 }
 

@@ -181,6 +181,16 @@ function renderWorkers(s) {
   $('workers-empty').hidden = rows.length > 0;
 }
 
+function renderIdentities(s) {
+  const body = document.querySelector('#identities tbody');
+  const rows = s.identities.map((u) => el('tr', null,
+    el('td', null, u.identity || '(no token)'),
+    el('td', { class: 'num' }, fmtNum(u.share)),
+    el('td', { class: 'num' }, fmtInt(u.running_threads)),
+    el('td', { class: 'num' }, fmtNum(u.decayed_thread_seconds / 3600))));
+  body.replaceChildren(...rows);
+}
+
 const SVG = 'http://www.w3.org/2000/svg';
 function svgEl(tag, attrs) {
   const e = document.createElementNS(SVG, tag);
@@ -286,6 +296,7 @@ function render(s) {
   renderTiles(s);
   renderJobs(s);
   renderWorkers(s);
+  renderIdentities(s);
   renderPlot(s);
   renderResults(s);
 }
