@@ -413,9 +413,19 @@ fn exec() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    // About a quarter of a second of arithmetic per chunk, the same work alone and under sweep.
+    // About a quarter of a second of arithmetic per chunk, the same work alone and under sweep. The interpreter
+    // itself, as it names itself: `python3` in PATH may be a version manager's shim, a shell script that runs a
+    // dozen processes before Python starts, which makes the chunk a spawning test rather than a CPU-bound one.
+    let python = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "python3".into());
     let heavy: Vec<String> = [
-        "python3",
+        python.as_str(),
         "-c",
         "import json,sys\nc=int(sys.argv[1]); t=0\nfor i in range(1500000): t=(t*31+i+c)%1000003\nprint(json.dumps({'nodes':1500000,'counters':{'t':t}}))",
         "{chunk}",
