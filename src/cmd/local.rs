@@ -178,8 +178,11 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         }));
         // Every job, folded to ours and the inputs it waits for (a table built first, the layers of a layered
         // search): its bar, the input running now, and how many of its inputs are done.
-        let mut stream = jobs.watch(0, 100).await?;
-        let mut bars = Bars::new(if engine.json || engine.no_progress { Mode::Off } else { Mode::Auto });
+        let quiet = engine.json || engine.no_progress;
+        // Bars want ten views a second; without them the view is only for noticing the end, and a change of a
+        // job's state wakes the stream at once, so a rare tick costs the computing programs nothing.
+        let mut stream = jobs.watch(0, if quiet { 2_000 } else { 100 }).await?;
+        let mut bars = Bars::new(if quiet { Mode::Off } else { Mode::Auto });
         let signal = shutdown_signal();
         tokio::pin!(signal);
         let interrupted = loop {
