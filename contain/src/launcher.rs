@@ -101,24 +101,9 @@ pub fn start_global(exe: &Path) -> io::Result<()> {
     let mut ours = Vec::with_capacity(channels);
     let mut theirs = Vec::with_capacity(channels);
     for _ in 0..channels {
-        let mut fds = [0; 2];
-        // SAFETY: socketpair writes two fds into the array.
-        if unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        } != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: both were just created and are owned only here.
-        unsafe {
-            ours.push(Mutex::new(OwnedFd::from_raw_fd(fds[0])));
-            theirs.push(OwnedFd::from_raw_fd(fds[1]));
-        }
+        let (a, b) = socketpair()?;
+        ours.push(Mutex::new(a));
+        theirs.push(b);
     }
     let raw: Vec<RawFd> = theirs.iter().map(AsRawFd::as_raw_fd).collect();
     let mut cmd = std::process::Command::new(exe);
@@ -341,6 +326,25 @@ fn serve_channel(fd: RawFd) -> ! {
         }
     }
     std::process::exit(0)
+}
+
+/// A connected pair of message sockets (close-on-exec), one channel's two ends.
+pub(crate) fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two fds into the array.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both were just created and are owned only here.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 pub(crate) fn send(fd: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {

@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -164,7 +164,7 @@ impl Resident {
     fn start() -> io::Result<Resident> {
         let launcher = launcher::global()
             .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "no launcher"))?;
-        let (ours, theirs) = socketpair()?;
+        let (ours, theirs) = launcher::socketpair()?;
         let spec = Spec {
             program: launcher.exe().to_path_buf(),
             args: vec![ARG.into()],
@@ -193,10 +193,10 @@ impl Resident {
     /// Sends one request with fresh pipes; the server holds their write ends until the chunk's namespace is
     /// empty again.
     fn run(&mut self, req: &[u8]) -> io::Result<Started> {
-        let (out_r, out_w) = pipe()?;
-        let (err_r, err_w) = pipe()?;
-        let (status_r, status_w) = pipe()?;
-        let (exec_r, exec_w) = pipe()?;
+        let (out_r, out_w) = spawn::pipe()?;
+        let (err_r, err_w) = spawn::pipe()?;
+        let (status_r, status_w) = spawn::pipe()?;
+        let (exec_r, exec_w) = spawn::pipe()?;
         launcher::send(
             self.channel.as_raw_fd(),
             req,
@@ -217,34 +217,6 @@ impl Resident {
             pid_namespace: true,
         })
     }
-}
-
-fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: socketpair writes two fds into the array.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both were just created and are owned only here.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two fds into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just created and are owned here only.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 extern "C" fn ignore(_sig: libc::c_int) {}
