@@ -231,15 +231,7 @@ pub fn serve() -> ! {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
         libc::sigemptyset(&mut sa.sa_mask);
-        for sig in [
-            libc::SIGTERM,
-            libc::SIGINT,
-            libc::SIGHUP,
-            libc::SIGQUIT,
-            libc::SIGUSR1,
-            libc::SIGUSR2,
-            spawn::KILL_ALL,
-        ] {
+        for sig in spawn::PASSED_ON.into_iter().chain([spawn::KILL_ALL]) {
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
         // Orphans of a chunk come here rather than to the box, so the server can reap them and know when the

@@ -606,6 +606,17 @@ static KILL_REQUESTED: AtomicBool = AtomicBool::new(false);
 /// leave the orphans it was holding as subreaper). Inside a namespace SIGKILL to the box does this by itself.
 pub(crate) const KILL_ALL: libc::c_int = libc::SIGALRM;
 
+/// The signals a box passes on to every process in it (what a worker sends to stop a chunk, and what a person
+/// may send one); whatever else runs in a box between its programs (a resident box's server) must survive them.
+pub(crate) const PASSED_ON: [libc::c_int; 6] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
 extern "C" fn kill_all(_sig: libc::c_int) {
     KILL_REQUESTED.store(true, Ordering::Relaxed);
     let p = PROGRAM.load(Ordering::Relaxed);
@@ -698,14 +709,7 @@ unsafe fn box_main(a: &BoxArgs) -> ! {
     let mut sa: libc::sigaction = std::mem::zeroed();
     sa.sa_sigaction = pass_on as extern "C" fn(libc::c_int) as usize;
     libc::sigemptyset(&mut sa.sa_mask);
-    for sig in [
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGHUP,
-        libc::SIGQUIT,
-        libc::SIGUSR1,
-        libc::SIGUSR2,
-    ] {
+    for sig in PASSED_ON {
         libc::sigaction(sig, &sa, std::ptr::null_mut());
     }
     sa.sa_sigaction = kill_all as extern "C" fn(libc::c_int) as usize;
@@ -790,15 +794,7 @@ extern "C" fn program_entry(arg: *mut libc::c_void) -> libc::c_int {
 unsafe fn program_main(a: &BoxArgs) -> ! {
     let f = a.fds;
     libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    for sig in [
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGHUP,
-        libc::SIGQUIT,
-        libc::SIGUSR1,
-        libc::SIGUSR2,
-        KILL_ALL,
-    ] {
+    for sig in PASSED_ON.into_iter().chain([KILL_ALL]) {
         libc::signal(sig, libc::SIG_DFL);
     }
     libc::setpgid(0, 0);
