@@ -259,6 +259,17 @@ pub fn check(store: &Store, deep: bool) -> Result<Report, StoreError> {
         check_artifacts(store, id, rec, deep, deep_outputs, &mut r)?;
         check_inputs(id, rec, &jobs, &mut r);
     }
+    // Start-up reads the summaries, not the blocks: one that disagrees with its blocks would lose or invent
+    // done chunks. Repair rewrites every summary from the blocks as they are after it.
+    let stale = store.stale_summaries()?;
+    if stale > 0 {
+        r.problems.push(Problem {
+            job: None,
+            what: format!(
+                "{stale} segment summaries disagree with their blocks; rewritten from the blocks"
+            ),
+        });
+    }
     Ok(r)
 }
 
@@ -406,6 +417,8 @@ pub fn repair(store: &Store, report: &Report) -> Result<usize, StoreError> {
     }
     // Chunk keys reach the chunk wherever it lives (a block or a key of its own).
     store.apply_chunk_writes(writes)?;
+    // Dropped blocks took no summary with them; rewritten blocks did, but all are checked once more.
+    store.write_summaries()?;
     Ok(report.problems.len())
 }
 
@@ -541,6 +554,28 @@ mod tests {
         assert_eq!(snap.tallies[&1].nodes, 10 + 11);
     }
 
+    /// Start-up trusts the summaries: one that disagrees with its blocks (here: says nothing is done) is named
+    /// and rewritten from the blocks, and start-up then finds the done chunks again.
+    #[test]
+    fn a_summary_that_disagrees_with_its_blocks_is_rewritten() {
+        let store = healthy();
+        let want = store.load().unwrap().done;
+        let (key, bytes) = store.kv().scan(b"d/").unwrap().remove(0);
+        let mut blank = bytes.clone();
+        blank[1..9].fill(0);
+        store.kv().apply(vec![(key, Some(blank))]).unwrap();
+        assert!(store.load().unwrap().done_list().is_empty());
+        let r = check(&store, false).unwrap();
+        let text: Vec<String> = r.problems.iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            text,
+            vec!["1 segment summaries disagree with their blocks; rewritten from the blocks"]
+        );
+        repair(&store, &r).unwrap();
+        assert!(check(&store, true).unwrap().is_clean());
+        assert_eq!(store.load().unwrap().done, want);
+    }
+
     /// A block that does not decode loses its chunks: named, dropped and its chunks written back as pending, the
     /// tally rebuilt from the chunks that stay done (none here), the job running again.
     #[test]
@@ -553,7 +588,10 @@ mod tests {
                 Some(b"\x01\x00\x00".to_vec()),
             )])
             .unwrap();
-        let err = store.load().unwrap_err().to_string();
+        // Start-up reads the summaries, which still say the chunks are done; reading their results names the
+        // block, and so does fsck.
+        store.load().unwrap();
+        let err = store.outputs(1).unwrap_err().to_string();
         assert!(err.contains("damaged record `b/"), "{err}");
         for deep in [false, true] {
             let r = check(&store, deep).unwrap();
@@ -572,7 +610,7 @@ mod tests {
         let snap = store.load().unwrap();
         assert_eq!(snap.jobs[0].state, JobState::Running);
         assert_eq!(snap.tallies[&1], Tally::default());
-        assert!(snap.done.is_empty());
+        assert!(snap.done_list().is_empty());
         assert_eq!(
             snap.chunks,
             (0..3)

@@ -561,7 +561,7 @@ fn submit() -> impl Strategy<Value = v1::SubmitRequest> {
     (
         text(),
         params,
-        prop_oneof![4 => 0u64..64, 1 => Just(u64::MAX), 1 => Just(50_000_001u64)],
+        prop_oneof![4 => 0u64..64, 1 => Just(u64::MAX), 1 => Just(1_000_000_001u64)],
         any::<i32>(),
         any::<bool>(),
         prop_oneof![3 => 0u32..4, 1 => any::<u32>()],

@@ -13,7 +13,7 @@ use super::records::Snapshot;
 use super::state::{Core, JobEntry};
 use super::submit::{fair_spec, hold_for_inputs};
 use crate::limits::{Limits, Usage};
-use crate::scheduler::{ChunkRecord, JobId, JobState, Millis, Scheduler, SchedulerConfig};
+use crate::scheduler::{JobId, JobState, Millis, Scheduler, SchedulerConfig};
 
 /// Rebuilds a job from its space and canonical parameters (the registry), or says why it cannot.
 pub type JobOf<'a> = &'a dyn Fn(&str, &serde_json::Value) -> Result<Arc<dyn Job>, String>;
@@ -45,13 +45,12 @@ impl Core {
     ) -> Result<Core, OpenError> {
         // A tally is written in the same batch as the outputs it sums, so it must count exactly the done chunks;
         // if it does not, the store was damaged and the answer would be wrong: refuse, never guess.
-        let mut done: HashMap<JobId, u64> = HashMap::new();
-        for (job, _) in &snap.done {
-            *done.entry(*job).or_default() += 1;
-        }
         for rec in &snap.jobs {
             let tallied = snap.tallies.get(&rec.id).map_or(0, |t| t.chunks);
-            let counted = done.get(&rec.id).copied().unwrap_or(0);
+            let counted = snap
+                .done
+                .get(&rec.id)
+                .map_or(0, |d| d.count_below(rec.n_chunks));
             if tallied != counted {
                 return Err(OpenError::Damaged(format!(
                     "job {} has {counted} done chunks but its tally counts {tallied}",
@@ -104,14 +103,11 @@ impl Core {
             sched.restore_chunk(*job, *chunk, rec);
             restored += 1;
         }
-        // The scheduler keeps no digest: a duplicate result's is read from the store when one arrives.
-        let done = ChunkRecord::Done {
-            digest: String::new(),
-            worker: String::new(),
-        };
-        for (job, chunk) in &snap.done {
-            sched.restore_chunk(*job, *chunk, &done);
-            restored += 1;
+        // The scheduler keeps no digest, a bit per done chunk: a duplicate result's digest is read from the
+        // store when one arrives.
+        for (job, done) in snap.done {
+            restored += done.len();
+            sched.restore_done(job, done);
         }
         for (job, chunk, votes) in snap.votes {
             sched.restore_votes(job, chunk, votes);

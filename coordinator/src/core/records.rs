@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use sweep_space::{ChunkOutput, Tally};
 
 use crate::limits::Usage;
-use crate::scheduler::{ChunkRecord, JobId, JobState, Vote};
+use crate::scheduler::{ChunkBits, ChunkRecord, JobId, JobState, Vote};
 
 /// What the coordinator keeps about a job besides its chunks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -176,9 +176,9 @@ pub struct Snapshot {
     pub tallies: BTreeMap<JobId, Tally>,
     /// Every chunk record that is not `Done`, in (job, chunk) order.
     pub chunks: Vec<(JobId, u64, ChunkRecord)>,
-    /// The done chunks, in (job, chunk) order: only their number matters at start-up (a duplicate result's
-    /// digest is read from the store when one arrives), and a million digests would cost ~150 MB.
-    pub done: Vec<(JobId, u64)>,
+    /// Each job's done chunks, a bit each: which chunks are done is all start-up needs of them (a duplicate
+    /// result's digest is read from the store when one arrives), and a million digests would cost ~150 MB.
+    pub done: BTreeMap<JobId, ChunkBits>,
     pub next_job: u64,
     pub next_lease: u64,
     /// Resume states of chunks that were interrupted (or are running), by (job, chunk).
@@ -189,6 +189,16 @@ pub struct Snapshot {
     pub usage: BTreeMap<JobId, Usage>,
     /// Every identity's share and decayed use, as last written.
     pub identities: Vec<IdentityRecord>,
+}
+
+impl Snapshot {
+    /// The done chunks as (job, chunk) pairs, in order (for tests and small stores).
+    pub fn done_list(&self) -> Vec<(JobId, u64)> {
+        self.done
+            .iter()
+            .flat_map(|(job, bits)| bits.iter().map(move |c| (*job, c)))
+            .collect()
+    }
 }
 
 #[cfg(test)]

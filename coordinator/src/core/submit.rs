@@ -18,8 +18,9 @@ use crate::inputs;
 use crate::limits::Limits;
 use crate::scheduler::{FairSpec, JobId, JobState, Millis, Scheduler};
 
-/// Upper bound on the chunks of one job the coordinator keeps.
-pub const MAX_CHUNKS_PER_JOB: u64 = 50_000_000;
+/// Upper bound on the chunks of one job the coordinator keeps. An untouched or done chunk costs it a bit
+/// (the scheduler's chunk map, the store's summaries), so a billion is 125 MB; more is a typo.
+pub const MAX_CHUNKS_PER_JOB: u64 = 1_000_000_000;
 /// More replicas than this buys no extra trust and multiplies the work.
 pub const MAX_REPLICATE: u32 = 16;
 /// The largest `--share` a job or identity may have: a million to one is far beyond any useful ratio, and a

@@ -230,7 +230,7 @@ fn a_job_runs_to_done_and_its_answer_is_in_the_outbox() {
     commit(&mut core, &store);
     let snap = store.load().unwrap();
     assert_eq!(snap.tallies[&id].counter("sum"), 3);
-    assert_eq!(snap.done.len(), 3);
+    assert_eq!(snap.done_list().len(), 3);
 }
 
 #[test]

@@ -19,9 +19,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
+mod chunk_map;
 mod fair;
 mod types;
 
+use chunk_map::ChunkMap;
 use fair::{Charge, FairQueue};
 
 /// The most chunks of one job a lease request gets before the fair-share order is looked at again. Chunk
@@ -31,6 +33,7 @@ use fair::{Charge, FairQueue};
 /// behind, measured). A request is usually a worker's threads and prefetch, so runs bound what one request
 /// takes from the order, and the charge of each chunk still moves the job back.
 pub const FAIR_RUN: usize = 64;
+pub use chunk_map::ChunkBits;
 pub use fair::{FairSpec, IdentityUse, DEFAULT_CHUNK_ESTIMATE_MS};
 pub use types::*;
 
@@ -56,7 +59,7 @@ struct LeaseInfo {
 struct JobSched {
     priority: i32,
     state: JobState,
-    slots: Vec<Slot>,
+    chunks: ChunkMap,
     /// Chunks below this index have been considered by the fresh-lease scan; above it all are pending, unleased.
     next_fresh: u64,
     /// Pending chunks that were leased before (expired, failed, released), handed out before fresh ones.
@@ -205,7 +208,6 @@ impl Scheduler {
 
     /// Registers a job whose chunks are all pending (new) or about to be restored with [`Self::restore_chunk`].
     pub fn add_job(&mut self, job: JobId, priority: i32, n_chunks: u64, state: JobState) {
-        let slots = vec![Slot::Pending { attempts: 0 }; n_chunks as usize];
         let counts = ChunkCounts {
             total: n_chunks,
             ..Default::default()
@@ -215,7 +217,7 @@ impl Scheduler {
             JobSched {
                 priority,
                 state,
-                slots,
+                chunks: ChunkMap::new(n_chunks),
                 next_fresh: 0,
                 retry: VecDeque::new(),
                 counts,
@@ -335,10 +337,10 @@ impl Scheduler {
         let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
-        let Some(slot) = j.slots.get_mut(chunk as usize) else {
+        if chunk >= j.chunks.total() {
             return;
-        };
-        *slot = match rec {
+        }
+        let slot = match rec {
             ChunkRecord::Pending { attempts } => {
                 if *attempts > 0 {
                     j.retry.push_back(chunk);
@@ -386,6 +388,16 @@ impl Scheduler {
                 }
             }
         };
+        j.chunks.set(chunk, slot);
+    }
+
+    /// Restores a job's done chunks at start-up, all at once (a bit each, see [`ChunkBits`]).
+    pub fn restore_done(&mut self, job: JobId, done: ChunkBits) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        j.chunks.restore_done(done);
+        j.counts.done = j.chunks.done().len();
     }
 
     /// Restores the stored votes of a replicated chunk that is not accepted yet.
@@ -393,7 +405,7 @@ impl Scheduler {
         let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
-        if (chunk as usize) < j.slots.len() && !votes.is_empty() {
+        if chunk < j.chunks.total() && !votes.is_empty() {
             j.votes.insert(
                 chunk,
                 votes.into_iter().map(|v| (v.worker, v.digest)).collect(),
@@ -443,8 +455,8 @@ impl Scheduler {
     /// The durable record of a chunk that is not done (done records carry the result and are written by the
     /// caller that holds it).
     pub fn chunk_record(&self, job: JobId, chunk: u64) -> Option<ChunkRecord> {
-        let slot = self.jobs.get(&job)?.slots.get(chunk as usize)?;
-        Some(match *slot {
+        let slot = self.jobs.get(&job)?.chunks.get(chunk)?;
+        Some(match slot {
             Slot::Pending { attempts } => ChunkRecord::Pending { attempts },
             Slot::Leased { lease, attempts } => {
                 let info = self.leases.get(&lease)?;
@@ -468,9 +480,7 @@ impl Scheduler {
         self.jobs
             .get(&job)
             .into_iter()
-            .flat_map(|j| j.slots.iter().enumerate())
-            .filter(|(_, slot)| matches!(slot, Slot::Done))
-            .map(|(chunk, _)| chunk as u64)
+            .flat_map(|j| j.chunks.done().iter())
     }
 
     /// Outstanding leases of a job: (lease, chunk, worker).
@@ -538,9 +548,7 @@ impl Scheduler {
                 }
                 let lease = self.next_lease;
                 self.next_lease += 1;
-                if let Some(slot) = j.slots.get_mut(chunk as usize) {
-                    *slot = Slot::Leased { lease, attempts };
-                }
+                j.chunks.set(chunk, Slot::Leased { lease, attempts });
                 j.counts.leased += 1;
                 let charge = self.fair.lease_granted(job, now);
                 self.leases.insert(
@@ -588,7 +596,7 @@ impl Scheduler {
                 skipped.push(chunk);
                 continue;
             }
-            if let Some(Slot::Pending { attempts }) = j.slots.get(chunk as usize).copied() {
+            if let Some(Slot::Pending { attempts }) = j.chunks.get(chunk) {
                 break Some((chunk, attempts));
             }
         };
@@ -638,10 +646,10 @@ impl Scheduler {
             return Completion::Rejected(format!("job {job} was cancelled"));
         }
         let max_attempts = j.max_attempts(self.cfg.max_attempts);
-        let Some(slot) = j.slots.get_mut(chunk as usize) else {
+        let Some(mut slot) = j.chunks.get(chunk) else {
             return Completion::Rejected(format!("job {job} has no chunk {chunk}"));
         };
-        if *slot == Slot::Done {
+        if slot == Slot::Done {
             return Completion::Duplicate;
         }
         let mut outvoted = Vec::new();
@@ -665,7 +673,7 @@ impl Scheduler {
                 if let Slot::Leased {
                     lease: held,
                     attempts,
-                } = *slot
+                } = slot
                 {
                     if held == lease {
                         if let Some(info) = self.leases.remove(&held) {
@@ -673,15 +681,15 @@ impl Scheduler {
                                 .lease_ended(job, info.charge, self.clock, true, true);
                         }
                         j.counts.leased -= 1;
-                        *slot = Slot::Pending { attempts };
+                        slot = Slot::Pending { attempts };
                         j.retry.push_back(chunk);
                         self.dirty.chunks.push((job, chunk));
                     }
                 }
                 let mut poisoned = false;
                 if too_many {
-                    if let Slot::Pending { attempts } = *slot {
-                        *slot = Slot::Poisoned { attempts };
+                    if let Slot::Pending { attempts } = slot {
+                        slot = Slot::Poisoned { attempts };
                         j.counts.poisoned += 1;
                         j.retry.retain(|&c| c != chunk);
                         self.dirty.chunks.push((job, chunk));
@@ -689,6 +697,7 @@ impl Scheduler {
                         poisoned = true;
                     }
                 }
+                j.chunks.set(chunk, slot);
                 self.sync_queue(job);
                 return Completion::Voted {
                     agreeing,
@@ -707,7 +716,7 @@ impl Scheduler {
             }
             j.retry.retain(|&c| c != chunk);
         }
-        match *slot {
+        match slot {
             Slot::Done => return Completion::Duplicate,
             Slot::Leased { lease: held, .. } => {
                 if let Some(info) = self.leases.remove(&held) {
@@ -728,7 +737,7 @@ impl Scheduler {
                 }
             }
         }
-        *slot = Slot::Done;
+        j.chunks.set(chunk, Slot::Done);
         j.counts.done += 1;
         let finished = Self::maybe_finish(job, j, &mut self.dirty);
         self.sync_queue(job);
@@ -760,7 +769,7 @@ impl Scheduler {
     pub fn reject_result(&mut self, job: JobId, chunk: u64, lease: LeaseId, worker: &str) -> bool {
         let key = self.standing(worker).to_string();
         if let Some(j) = self.jobs.get_mut(&job) {
-            if (chunk as usize) < j.slots.len() {
+            if chunk < j.chunks.total() {
                 j.refused.entry(chunk).or_default().push(key);
             }
         }
@@ -828,22 +837,19 @@ impl Scheduler {
             return FailOutcome::Stale;
         };
         let max_attempts = j.max_attempts(self.cfg.max_attempts);
-        let Some(slot) = j.slots.get_mut(info.chunk as usize) else {
-            return FailOutcome::Stale;
-        };
-        let Slot::Leased { attempts, .. } = *slot else {
+        let Some(Slot::Leased { attempts, .. }) = j.chunks.get(info.chunk) else {
             return FailOutcome::Stale;
         };
         j.counts.leased -= 1;
         let attempts = attempts + u32::from(counts_as_attempt);
         self.dirty.chunks.push((info.job, info.chunk));
         if attempts >= max_attempts {
-            *slot = Slot::Poisoned { attempts };
+            j.chunks.set(info.chunk, Slot::Poisoned { attempts });
             j.counts.poisoned += 1;
             Self::maybe_finish(info.job, j, &mut self.dirty);
             FailOutcome::Poisoned
         } else {
-            *slot = Slot::Pending { attempts };
+            j.chunks.set(info.chunk, Slot::Pending { attempts });
             j.retry.push_back(info.chunk);
             FailOutcome::Retry
         }
@@ -871,12 +877,10 @@ impl Scheduler {
             if let Some(info) = self.leases.remove(&id) {
                 self.fair
                     .lease_ended(job, info.charge, self.clock, true, false);
-                if let Some(slot) = j.slots.get_mut(info.chunk as usize) {
-                    if let Slot::Leased { attempts, .. } = *slot {
-                        *slot = Slot::Pending { attempts };
-                        j.counts.leased -= 1;
-                        self.dirty.chunks.push((job, info.chunk));
-                    }
+                if let Some(Slot::Leased { attempts, .. }) = j.chunks.get(info.chunk) {
+                    j.chunks.set(info.chunk, Slot::Pending { attempts });
+                    j.counts.leased -= 1;
+                    self.dirty.chunks.push((job, info.chunk));
                 }
             }
         }

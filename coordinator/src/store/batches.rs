@@ -12,6 +12,7 @@ use super::handle::Store;
 use super::keys::{be_u64, chunk_key, identity_key, job_key};
 use super::kv::Writes;
 use super::records::encode;
+use super::summaries::SummaryEdits;
 use crate::core::Op;
 use crate::scheduler::{ChunkRecord, JobId};
 
@@ -62,8 +63,14 @@ impl Store {
         let mut superseded = Vec::new();
         let mut batches = Vec::with_capacity(parts.len());
         let mut blocks = BlockEdits::new(self.kv.as_ref(), false);
+        let mut summaries = SummaryEdits::new(self.kv.as_ref());
         for ops in parts {
-            batches.push(self.encode_part(ops, &mut blocks, &mut superseded)?);
+            let mut writes = self.encode_part(ops, &mut blocks, &mut superseded)?;
+            blocks.drain_into(&mut writes, &mut |job, block, records| {
+                summaries.block_written(job, block, records.iter().copied())
+            })?;
+            summaries.drain_into(&mut writes);
+            batches.push(writes);
         }
         self.kv.apply_parts(batches)?;
         // No longer referenced; a failure here only leaves files that the next start-up removes.
@@ -73,7 +80,7 @@ impl Store {
         Ok(())
     }
 
-    /// One part's key-value writes; artifact files are written (and synced, together) and lists appended to
+    /// One part's key-value writes, but for its blocks and summaries; artifact files are written (and synced, together) and lists appended to
     /// their jobs' segments (synced once per job) here, before their batch.
     fn encode_part(
         &self,
@@ -149,7 +156,6 @@ impl Store {
                 writes.push((chunk_key(b'l', job, chunk), Some(r.encode())));
             }
         }
-        blocks.drain_into(&mut writes);
         Ok(writes)
     }
 }
@@ -242,7 +248,7 @@ mod tests {
             let store = Store::in_memory();
             store.write_parts(parts[..upto].to_vec()).unwrap();
             let snap = store.load().unwrap();
-            let done = snap.done.len() as u64;
+            let done = snap.done_list().len() as u64;
             assert_eq!(snap.tallies[&1].chunks, done, "after {upto} parts");
             let outputs = store.outputs(1).unwrap();
             assert_eq!(outputs.len() as u64, done);

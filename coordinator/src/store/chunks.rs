@@ -13,6 +13,7 @@ use super::handle::Store;
 use super::keys::{be_u64, chunk_key, job_key};
 use super::kv::Writes;
 use super::records::decode;
+use super::summaries::SummaryEdits;
 use crate::scheduler::{ChunkRecord, JobId};
 
 /// Whether a walk over stored outputs reads each chunk's list of solutions (a file of its own) too.
@@ -237,7 +238,11 @@ impl Store {
             *field = value;
         }
         // Blocks last: a batch keeps the last write of a key, and a replaced damaged block is also dropped.
-        blocks.drain_into(&mut raw);
+        let mut summaries = SummaryEdits::new(self.kv.as_ref());
+        blocks.drain_into(&mut raw, &mut |job, block, records| {
+            summaries.block_written(job, block, records.iter().copied())
+        })?;
+        summaries.drain_into(&mut raw);
         self.kv.apply(raw)
     }
 }

@@ -10,7 +10,10 @@ use std::path::Path;
 use super::error::StoreError;
 
 /// What this release writes; a store is brought to it when opened.
-pub(super) const FORMAT: &[u8] = b"sweep-store/4";
+pub(super) const FORMAT: &[u8] = b"sweep-store/5";
+/// Blocks without segment summaries (`d/`), which start-up now reads instead of blocks: summaries are built
+/// from the blocks once, on open.
+pub(super) const FORMAT_4: &[u8] = b"sweep-store/4";
 /// Lists of solutions in one file per chunk, recorded by their hash alone; still read, marked format 4 on
 /// open (format 4 appends lists to a segment per job, which format 3 would take for missing files).
 pub(super) const FORMAT_3: &[u8] = b"sweep-store/3";
@@ -19,11 +22,12 @@ pub(super) const FORMAT_2: &[u8] = b"sweep-store/2";
 /// Artifacts inside sled, as the first releases wrote them; migrated on open.
 pub(super) const FORMAT_1: &[u8] = b"sweep-store/1";
 
-/// The format of the sled database `db` opened at `path` (1 to 4), marking an empty one as the current
+/// The format of the sled database `db` opened at `path` (1 to 5), marking an empty one as the current
 /// format; a database with another marker, or none, is refused rather than misread.
 pub(super) fn sled_marker(db: &sled::Db, path: &Path) -> Result<u8, StoreError> {
     Ok(match db.get(b"m/format")? {
-        Some(v) if v.as_ref() == FORMAT => 4,
+        Some(v) if v.as_ref() == FORMAT => 5,
+        Some(v) if v.as_ref() == FORMAT_4 => 4,
         Some(v) if v.as_ref() == FORMAT_3 => 3,
         Some(v) if v.as_ref() == FORMAT_2 => 2,
         Some(v) if v.as_ref() == FORMAT_1 => 1,
@@ -36,7 +40,7 @@ pub(super) fn sled_marker(db: &sled::Db, path: &Path) -> Result<u8, StoreError> 
         None if db.is_empty() => {
             db.insert(b"m/format", FORMAT)?;
             db.flush()?;
-            4
+            5
         }
         None => {
             return Err(StoreError::NotAStore {

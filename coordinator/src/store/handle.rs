@@ -95,7 +95,7 @@ mod tests {
             snap.chunks,
             vec![(2, 0, ChunkRecord::Pending { attempts: 2 })]
         );
-        assert_eq!(snap.done, vec![(2, 1)]);
+        assert_eq!(snap.done_list(), vec![(2, 1)]);
         assert_eq!((snap.next_job, snap.next_lease), (3, 17));
         assert_eq!(store.outputs(2).unwrap(), vec![(1, out)]);
         assert_eq!(store.outputs(3).unwrap(), vec![]);

@@ -43,8 +43,8 @@ pub type ScanFn<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StoreError> + 'a;
 
 pub struct SledKv {
     db: sled::Db,
-    /// The format the store had when opened (1 to 4); [`Store::open`](super::Store::open) brings older
-    /// ones to 4.
+    /// The format the store had when opened (1 to 5); [`Store::open`](super::Store::open) brings older
+    /// ones to 5.
     pub(super) format: u8,
 }
 

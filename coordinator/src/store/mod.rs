@@ -2,12 +2,15 @@
 //! two implementations: sled (production) and an in-memory map (unit tests).
 //!
 //! Layout (one keyspace, so a whole group commit is one atomic batch):
-//! - `m/format` = "sweep-store/4"; `m/next_job`, `m/next_lease`: big-endian u64 counters
+//! - `m/format` = "sweep-store/5"; `m/next_job`, `m/next_lease`: big-endian u64 counters
 //! - `j/<job>`: [`JobRecord`](crate::core::JobRecord) (JSON)
 //! - `t/<job>`: the job's [`Tally`](sweep_space::Tally) (JSON), rewritten with every accepted result
 //! - `b/<job><block>`: the chunk records and small outputs of chunks `block * BLOCK ..`, [`BLOCK`] = 64 of
 //!   them (see `blocks`); a chunk without an entry is pending, never leased. Rewritten whole with every
 //!   change to one of its chunks.
+//! - `d/<job><segment>`: the summary of 4,096 chunks (64 blocks; see `summaries`): which are done, a bit each,
+//!   and which others have a record. Written in the batch of every block change it covers; start-up reads
+//!   these instead of the blocks.
 //! - `o/<job><chunk>`: a chunk's [`ChunkOutput`](sweep_space::ChunkOutput) (JSON) without its artifact when
 //!   it is too large to inline (over [`INLINE_OUTPUT_MAX`] bytes), written in the same batch as its `Done`
 //!   record; `a/<job><chunk>`: the blake3 hash of that chunk's artifact
@@ -38,6 +41,7 @@
 //! - `blobs`: named files beside sled (or in memory), written atomically and durably;
 //! - `records`: how the core's records are encoded (JSON);
 //! - `blocks`: the 64-chunk block codec, and the block edits of one write;
+//! - `summaries`: the segment summaries derived from blocks, what start-up reads;
 //! - `handle`: the [`Store`] itself, the key-value layer and the blobs opened together;
 //! - `artifacts`: artifacts, lists and shipped files, checked against their recorded hashes;
 //! - `chunks`: chunk records and outputs read wherever they live, and fsck's writes to them;
@@ -61,6 +65,7 @@ mod keys;
 mod kv;
 mod records;
 mod snapshot;
+mod summaries;
 #[cfg(test)]
 mod test_support;
 mod upgrade;

@@ -1,13 +1,18 @@
-//! What start-up reads to rebuild the coordinator's memory. It reads every record once, so it is where the
-//! cost of a store with a million chunks shows: records are decoded (a damaged one is named now, not when a
-//! result needs it) but done ones are only counted, and block outputs are skipped unread. The shape of what it
+//! What start-up reads to rebuild the coordinator's memory. It is where the cost of a store with many chunks
+//! shows, so it reads no block whole: done chunks come from the segment summaries (a bit each), and only the
+//! records a summary names as not done (leased, pending after an attempt, poisoned) are read from their
+//! blocks. A damaged block among those is named now; one holding done chunks only is found when its outputs
+//! are read, and by fsck. The shape of what it
 //! returns ([`Snapshot`]) is the core's: the core says what it starts from, the store finds it.
 
-use super::blocks::{block_entries, block_start, decode_entry};
+use std::collections::BTreeMap;
+
+use super::blocks::{block_entries, block_of, decode_entry};
 use super::error::StoreError;
 use super::handle::Store;
 use super::keys::{be_u64, key_text};
 use super::records::decode;
+use super::summaries::{summary_of, Summary, SEGMENT};
 use crate::core::Snapshot;
 use crate::scheduler::{ChunkRecord, JobId};
 
@@ -21,8 +26,59 @@ impl Store {
             let job = be_u64(&k, &k[2..])?;
             snap.tallies.insert(job, decode(&k, &v)?);
         }
+        // Done chunks and which others have a record, from the summaries, not the blocks: see `summaries`.
+        let mut others: BTreeMap<Vec<u8>, Vec<(JobId, u64, Vec<u8>)>> = BTreeMap::new();
+        self.kv.for_each(b"d/", &mut |k, v| {
+            let (job, segment) = summary_of(k)?;
+            let summary = Summary::decode(k, v)?;
+            let first = segment
+                .checked_mul(SEGMENT)
+                .ok_or_else(|| StoreError::Damaged {
+                    key: key_text(k),
+                    why: "segment number out of range".into(),
+                })?;
+            let bits = snap.done.entry(job).or_default();
+            for (i, &word) in summary.done.iter().enumerate() {
+                bits.insert_word(first / 64 + i as u64, word);
+            }
+            for &offset in &summary.others {
+                let chunk = first + u64::from(offset);
+                let (block, _) = block_of(job, chunk);
+                others
+                    .entry(block)
+                    .or_default()
+                    .push((job, chunk, k.to_vec()));
+            }
+            Ok(())
+        })?;
+        // The records a summary names are read from their blocks, each block once.
+        for (bkey, wanted) in others {
+            let bytes = self.kv.get(&bkey)?.unwrap_or_default();
+            let entries = if bytes.is_empty() {
+                Vec::new()
+            } else {
+                block_entries(&bkey, &bytes)?
+            };
+            for (job, chunk, skey) in wanted {
+                let (_, offset) = block_of(job, chunk);
+                let record = entries
+                    .iter()
+                    .find(|e| e.offset == offset)
+                    .and_then(|e| e.record)
+                    .ok_or_else(|| StoreError::Damaged {
+                        key: key_text(&skey),
+                        why: format!("names chunk {chunk}, which its block does not hold"),
+                    })?;
+                match decode_entry(&bkey, chunk, record)? {
+                    ChunkRecord::Done { .. } => snap.done.entry(job).or_default().insert(chunk),
+                    rec => {
+                        snap.chunks.push((job, chunk, rec));
+                        false
+                    }
+                };
+            }
+        }
         // Format 2's per-chunk records, if any are left; an entry in a block wins over them.
-        let mut legacy = Vec::new();
         for (k, v) in self.kv.scan(b"c/")? {
             if k.len() != 18 {
                 return Err(StoreError::Damaged {
@@ -32,36 +88,25 @@ impl Store {
             }
             let job = be_u64(&k, &k[2..10])?;
             let chunk = be_u64(&k, &k[10..18])?;
-            legacy.push((job, chunk, decode(&k, &v)?));
-        }
-        // Records only: the lengths in a block let its outputs be skipped unread. Every record is decoded
-        // (a damaged one is named now, not when a result needs it), but a done one is not kept.
-        let keep = |snap: &mut Snapshot, job, chunk, rec| match rec {
-            ChunkRecord::Done { .. } => snap.done.push((job, chunk)),
-            rec => snap.chunks.push((job, chunk, rec)),
-        };
-        self.kv.for_each(b"b/", &mut |k, v| {
-            let (job, first) = block_start(k)?;
-            for e in block_entries(k, v)? {
-                if let Some(rec) = e.record {
-                    let chunk = first + u64::from(e.offset);
-                    keep(&mut snap, job, chunk, decode_entry(k, chunk, rec)?);
-                }
+            let rec: ChunkRecord = decode(&k, &v)?;
+            let (block, offset) = block_of(job, chunk);
+            let in_block = match self.kv.get(&block)? {
+                Some(bytes) => block_entries(&block, &bytes)?
+                    .iter()
+                    .any(|e| e.offset == offset && e.record.is_some()),
+                None => false,
+            };
+            if in_block {
+                continue;
             }
-            Ok(())
-        })?;
-        if !legacy.is_empty() {
-            let in_blocks: std::collections::HashSet<(JobId, u64)> = (snap.done.iter().copied())
-                .chain(snap.chunks.iter().map(|(j, c, _)| (*j, *c)))
-                .collect();
-            for (job, chunk, rec) in legacy {
-                if !in_blocks.contains(&(job, chunk)) {
-                    keep(&mut snap, job, chunk, rec);
+            match rec {
+                ChunkRecord::Done { .. } => {
+                    snap.done.entry(job).or_default().insert(chunk);
                 }
+                rec => snap.chunks.push((job, chunk, rec)),
             }
-            snap.done.sort_unstable();
-            snap.chunks.sort_by_key(|(j, c, _)| (*j, *c));
         }
+        snap.chunks.sort_by_key(|(j, c, _)| (*j, *c));
         for (k, v) in self.kv.scan(b"k/")? {
             if k.len() != 18 {
                 continue;

@@ -5,28 +5,53 @@
 //! its per-chunk keys stay and are read beside the blocks (in `chunks` and `snapshot`, where chunks are read),
 //! which take over each chunk as it changes. Format 3 kept each chunk's list of solutions in a file of its own;
 //! format 4 appends them to a segment per job, and opening a format-3 store likewise only rewrites its marker
-//! (its list files are read where they are).
+//! (its list files are read where they are). Format 5 adds a summary per 4,096 chunks, which start-up reads
+//! instead of every block; opening a format-4 store builds them from its blocks once.
 
 use super::artifacts::{chunk_blob, hash, job_blob};
 use super::error::StoreError;
 use super::format::FORMAT;
 use super::handle::Store;
 use super::keys::be_u64;
+use super::summaries::{summaries_from_blocks, summary_fixes};
 
 impl Store {
     /// Brings a store opened in `format` to the current one.
     pub(super) fn upgrade_from(&self, format: u8) -> Result<(), StoreError> {
         match format {
             1 => self.migrate_format_1()?,
-            // Format 2's per-chunk keys and format 3's per-chunk list files are read as they are; only the
-            // marker changes, so that a release that knows nothing of blocks or segments refuses the store
-            // instead of missing what is written from now on.
-            2 | 3 => self
-                .kv
-                .apply(vec![(b"m/format".to_vec(), Some(FORMAT.to_vec()))])?,
+            // Format 2's per-chunk keys and format 3's per-chunk list files are read as they are; blocks
+            // (formats 3 and 4) get their summaries. The marker changes last, so that a release that knows
+            // nothing of blocks, segments or summaries refuses the store instead of missing what is written
+            // from now on, and a crash part-way leaves the old format, whose upgrade runs again.
+            2..=4 => {
+                self.write_summaries()?;
+                self.kv
+                    .apply(vec![(b"m/format".to_vec(), Some(FORMAT.to_vec()))])?
+            }
             _ => {}
         }
         Ok(())
+    }
+
+    /// Makes the stored summaries exactly what the blocks say, in batches of bounded size (a summary is about
+    /// 520 bytes; a job of 100,000,000 chunks has 24,415). Returns how many summaries it wrote or removed.
+    pub(crate) fn write_summaries(&self) -> Result<usize, StoreError> {
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let want = summaries_from_blocks(self.kv.as_ref())?;
+        let fixes = summary_fixes(self.kv.as_ref(), &want)?;
+        let n = fixes.len();
+        let mut fixes = fixes.into_iter().peekable();
+        while fixes.peek().is_some() {
+            self.kv.apply(fixes.by_ref().take(1_000).collect())?;
+        }
+        Ok(n)
+    }
+
+    /// How many stored summaries differ from what the blocks say (fsck's check; start-up trusts them).
+    pub(crate) fn stale_summaries(&self) -> Result<usize, StoreError> {
+        let want = summaries_from_blocks(self.kv.as_ref())?;
+        Ok(summary_fixes(self.kv.as_ref(), &want)?.len())
     }
 
     /// Moves format 1's in-sled artifacts into files, then marks the store as the current format (format 1 had
@@ -55,7 +80,7 @@ mod tests {
     use super::*;
     use crate::core::{JobRecord, Op};
     use crate::scheduler::ChunkRecord;
-    use crate::store::format::{FORMAT_1, FORMAT_2, FORMAT_3};
+    use crate::store::format::{FORMAT_1, FORMAT_2, FORMAT_3, FORMAT_4};
     use crate::store::keys::{chunk_key, job_key};
     use crate::store::records::encode;
     use crate::store::test_support::{done_record, record, reopen, reopen_sled, temp_store_dir};
@@ -99,7 +124,7 @@ mod tests {
         {
             let store = reopen(&dir);
             let snap = store.load().unwrap();
-            assert_eq!(snap.done, vec![(1, 0), (1, 1)]);
+            assert_eq!(snap.done_list(), vec![(1, 0), (1, 1)]);
             assert_eq!(snap.chunks.len(), 1);
             assert!(crate::fsck::check(&store, true).unwrap().is_clean());
             tally.add(&small(3));
@@ -114,7 +139,7 @@ mod tests {
         }
         let store = reopen(&dir);
         let snap = store.load().unwrap();
-        assert_eq!(snap.done, vec![(1, 0), (1, 1), (1, 90)]);
+        assert_eq!(snap.done_list(), vec![(1, 0), (1, 1), (1, 90)]);
         assert_eq!(
             snap.chunks,
             vec![(1, 91, ChunkRecord::Pending { attempts: 1 })]
@@ -174,6 +199,59 @@ mod tests {
         assert!(!artifacts.join(list_blob(4, 2)).exists());
         let db = reopen_sled(&dir);
         assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A store as format 4 wrote it (blocks, no summaries) opens as format 5 with a summary per 4,096 chunks
+    /// built from its blocks: start-up then finds the same done chunks and records without reading a block
+    /// of done chunks, and a crash before the marker is rewritten builds them again.
+    #[test]
+    fn format_4_stores_get_summaries_built_from_their_blocks() {
+        let dir = temp_store_dir("format4");
+        let pending = ChunkRecord::Pending { attempts: 2 };
+        let mut ops = vec![Op::job(JobRecord {
+            n_chunks: 10_000,
+            ..record(1)
+        })];
+        let mut tally = Tally::default();
+        // Done chunks across three segments, and a record that is not done in the middle one.
+        for chunk in (0..10_000).step_by(7) {
+            tally.add(&ChunkOutput::default());
+            ops.push(Op::Chunk(1, chunk, done_record(chunk)));
+            ops.push(Op::Output(1, chunk, ChunkOutput::default()));
+        }
+        ops.push(Op::Tally(1, tally));
+        ops.push(Op::Chunk(1, 5_000, pending.clone()));
+        let before = {
+            let store = reopen(&dir);
+            store.write(ops).unwrap();
+            store.load().unwrap()
+        };
+        assert_eq!(before.done_list().len(), 1_429);
+        {
+            let db = reopen_sled(&dir);
+            let summaries: Vec<_> = db
+                .scan_prefix(b"d/")
+                .keys()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert_eq!(summaries.len(), 3);
+            for k in summaries {
+                db.remove(k).unwrap();
+            }
+            db.insert(b"m/format", FORMAT_4).unwrap();
+            db.flush().unwrap();
+        }
+        let store = reopen(&dir);
+        let after = store.load().unwrap();
+        assert_eq!(after.done, before.done);
+        assert_eq!(after.chunks, vec![(1, 5_000, pending)]);
+        assert!(crate::fsck::check(&store, true).unwrap().is_clean());
+        drop(store);
+        let db = reopen_sled(&dir);
+        assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
+        assert_eq!(db.scan_prefix(b"d/").count(), 3);
         drop(db);
         let _ = std::fs::remove_dir_all(&dir);
     }

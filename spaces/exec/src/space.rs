@@ -16,8 +16,8 @@ use crate::protocol::Line;
 use crate::ship;
 use crate::supervise::{self, StopReason, Stopping, WorkDir};
 
-/// More chunks than this in one exec job is a typo, not a plan.
-const MAX_CHUNKS: u64 = 50_000_000;
+/// More chunks than this in one exec job is a typo, not a plan (the coordinator's own bound).
+const MAX_CHUNKS: u64 = 1_000_000_000;
 
 /// `sweep run exec [options] -- COMMAND [ARGS]`.
 #[derive(clap::Args, Serialize, Deserialize, Clone, Debug)]
