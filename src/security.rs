@@ -49,12 +49,13 @@ pub struct ServeArgs {
     /// on SIGHUP. Needs --admin-token-file.
     #[arg(long, value_name = "FILE")]
     pub worker_token_file: Option<PathBuf>,
-    /// Tokens of people who may also submit jobs (not `exec`, not above --max-user-priority). Each token is
-    /// its own identity for fair share. Needs --admin-token-file.
+    /// Tokens of people who may also submit jobs (not `exec`, not above --max-user-priority) and cancel, pause
+    /// and resume the jobs they submitted. Each token is its own identity for fair share. Needs
+    /// --admin-token-file.
     #[arg(long, value_name = "FILE")]
     pub user_token_file: Option<PathBuf>,
-    /// Tokens that may also submit any job, cancel, pause and resume jobs, set shares (and do everything a
-    /// worker or user token may).
+    /// Tokens that may also submit any job, cancel, pause and resume anyone's jobs, set shares (and do
+    /// everything a worker or user token may).
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
     /// Server certificate chain (PEM): serve TLS only (clients use https:// and --tls-ca).

@@ -37,9 +37,11 @@ pub const RELOAD_POLL: Duration = Duration::from_secs(1);
 pub enum Role {
     /// Register, Lease, Heartbeat, Complete, Fail, FetchArtifact, and read jobs (list, status, watch, results).
     Worker,
-    /// Also Submit: a person who runs searches on a shared cluster. Not an `exec` job (it runs a program on
-    /// the workers), not a priority above `--max-user-priority`; those, and Cancel, Pause, Resume, Ship and
-    /// SetShare, need an admin token.
+    /// Also Submit, and Cancel, Pause and Resume of the jobs its own identity submitted: a person who runs
+    /// searches on a shared cluster and manages them without waiting for an admin. Not an `exec` job (it runs
+    /// a program on the workers), not a priority above `--max-user-priority`, not another identity's job (the
+    /// handlers check the owner, which this layer cannot see); those, and Ship and SetShare, need an admin
+    /// token.
     User,
     /// Everything (and any method not listed for the roles above).
     Admin,
@@ -92,7 +94,7 @@ pub fn required_role(path: &str) -> Role {
         Some(("Jobs", "ListJobs" | "JobStatus" | "Watch" | "Results" | "ListWorkers")) => {
             Role::Worker
         }
-        Some(("Jobs", "Submit")) => Role::User,
+        Some(("Jobs", "Submit" | "Cancel" | "Pause" | "Resume")) => Role::User,
         _ => Role::Admin,
     }
 }
@@ -116,7 +118,7 @@ pub enum AuthError {
         file.display()
     )]
     BadChar { file: PathBuf, line: usize },
-    #[error("--worker-token-file and --user-token-file need --admin-token-file too: without an admin token nobody could cancel jobs or set shares")]
+    #[error("--worker-token-file and --user-token-file need --admin-token-file too: without an admin token nobody could cancel other people's jobs or set shares")]
     WorkerWithoutAdmin,
     #[error("cannot read the TLS file {}: {source}", file.display())]
     TlsFile {
@@ -187,7 +189,7 @@ impl Refusal {
             Refusal::Missing => "no token",
             Refusal::Malformed => "malformed authorization header",
             Refusal::Unknown => "unknown or revoked token",
-            Refusal::NotAdmin => "token of a lesser role on an admin method",
+            Refusal::NotAdmin => "token of a lesser role than the method needs",
         }
     }
 
@@ -569,15 +571,28 @@ mod tests {
         let caller = auth.caller("/sweep.v1.Jobs/Submit", Some(&user)).unwrap();
         assert_eq!(caller.role, Role::User);
         assert_eq!(caller.identity, identity_of("user-token-0123456789ab"));
-        assert_eq!(
-            auth.check("/sweep.v1.Jobs/Cancel", Some(&user)),
-            Err(Refusal::NotAdmin)
-        );
+        // Cancel, Pause and Resume pass the layer; whose job it is, the handler decides.
+        for m in ["Cancel", "Pause", "Resume"] {
+            let path = format!("/sweep.v1.Jobs/{m}");
+            assert_eq!(auth.check(&path, Some(&user)), Ok(Role::User), "{m}");
+        }
+        for m in ["SetShare", "Ship", "Drain"] {
+            let path = format!("/sweep.v1.Jobs/{m}");
+            assert_eq!(
+                auth.check(&path, Some(&user)),
+                Err(Refusal::NotAdmin),
+                "{m}"
+            );
+        }
         let worker = bearer("worker-token-0123456789");
-        assert_eq!(
-            auth.check("/sweep.v1.Jobs/Submit", Some(&worker)),
-            Err(Refusal::NotAdmin)
-        );
+        for m in ["Submit", "Cancel", "Pause", "Resume"] {
+            let path = format!("/sweep.v1.Jobs/{m}");
+            assert_eq!(
+                auth.check(&path, Some(&worker)),
+                Err(Refusal::NotAdmin),
+                "{m}"
+            );
+        }
         let admin = bearer("admin-token-0123456789");
         assert_eq!(
             auth.check("/sweep.v1.Jobs/SetShare", Some(&admin)),
@@ -604,16 +619,16 @@ mod tests {
         for m in ["ListJobs", "JobStatus", "Watch", "Results"] {
             assert_eq!(required_role(&format!("/sweep.v1.Jobs/{m}")), Role::Worker);
         }
-        // A person's token submits; what runs programs, changes other people's jobs or shares is admin's.
-        assert_eq!(required_role("/sweep.v1.Jobs/Submit"), Role::User);
-        for m in [
-            "Cancel",
-            "Pause",
-            "Resume",
-            "Ship",
-            "SetShare",
-            "SomethingNew",
-        ] {
+        // A person's token submits and cancels, pauses and resumes (its own jobs: the handlers check the
+        // owner); what runs programs, drains workers or sets shares is admin's.
+        for m in ["Submit", "Cancel", "Pause", "Resume"] {
+            assert_eq!(
+                required_role(&format!("/sweep.v1.Jobs/{m}")),
+                Role::User,
+                "{m}"
+            );
+        }
+        for m in ["Ship", "SetShare", "Drain", "SomethingNew"] {
             assert_eq!(required_role(&format!("/sweep.v1.Jobs/{m}")), Role::Admin);
         }
         // Reflection describes the public protocol: any valid token. Health needs none at all. Any other
@@ -680,18 +695,20 @@ mod tests {
             assert!(!s.message().contains(WORKER));
             assert!(!s.message().is_empty());
         }
-        // A worker token on Submit is told a user token would do; on Cancel, that it takes an admin's.
-        let submit = Refusal::NotAdmin.status("/sweep.v1.Jobs/Submit");
+        // A worker token on Submit or Cancel is told a user token would do; on SetShare, that it takes an
+        // admin's.
+        for m in ["Submit", "Cancel"] {
+            let s = Refusal::NotAdmin.status(&format!("/sweep.v1.Jobs/{m}"));
+            assert!(
+                s.message()
+                    .starts_with(&format!("{m} needs a user or admin token")),
+                "{s:?}"
+            );
+        }
+        let set = Refusal::NotAdmin.status("/sweep.v1.Jobs/SetShare");
         assert!(
-            submit
-                .message()
-                .starts_with("Submit needs a user or admin token"),
-            "{submit:?}"
-        );
-        let cancel = Refusal::NotAdmin.status("/sweep.v1.Jobs/Cancel");
-        assert!(
-            cancel.message().starts_with("Cancel needs an admin token"),
-            "{cancel:?}"
+            set.message().starts_with("SetShare needs an admin token"),
+            "{set:?}"
         );
         assert_eq!(
             Refusal::Unknown.status("x").code(),

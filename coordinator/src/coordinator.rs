@@ -17,7 +17,7 @@ use tracing::info;
 
 use crate::answers::{self, SolutionPieces};
 use crate::core::{
-    check_priority, check_space_right, parse_submit, plan_submit, Ack, Beat, Checked, Core,
+    check_priority, check_space_right, parse_submit, plan_submit, Ack, Actor, Beat, Checked, Core,
     CoreError, JobView, LeaseAnswer, LeaseProgress, Observation, OpenError, Registration,
     ResultsInput, ResultsView, SubmitSpec, WorkerView,
 };
@@ -399,16 +399,19 @@ impl Coordinator {
         self.stopping.send_replace(true);
     }
 
-    pub async fn cancel(&self, id: JobId) -> Result<JobView, CoreError> {
-        self.decide_durably(|core| core.cancel(id, now_ms())).await
+    pub async fn cancel(&self, id: JobId, by: &Actor) -> Result<JobView, CoreError> {
+        self.decide_durably(|core| core.cancel(id, by, now_ms()))
+            .await
     }
 
-    pub async fn pause(&self, id: JobId) -> Result<JobView, CoreError> {
-        self.decide_durably(|core| core.pause(id, now_ms())).await
+    pub async fn pause(&self, id: JobId, by: &Actor) -> Result<JobView, CoreError> {
+        self.decide_durably(|core| core.pause(id, by, now_ms()))
+            .await
     }
 
-    pub async fn resume(&self, id: JobId) -> Result<JobView, CoreError> {
-        self.decide_durably(|core| core.resume(id, now_ms())).await
+    pub async fn resume(&self, id: JobId, by: &Actor) -> Result<JobView, CoreError> {
+        self.decide_durably(|core| core.resume(id, by, now_ms()))
+            .await
     }
 
     pub fn workers(&self) -> Vec<WorkerView> {

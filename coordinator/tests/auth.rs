@@ -671,3 +671,103 @@ async fn user_tokens_submit_below_the_ceiling_and_admins_set_shares() {
     );
     server.stop().await;
 }
+
+/// A user token cancels, pauses and resumes its own jobs without an admin; another identity's job it may not
+/// touch, and the refusal says whose job it is and who asked; an admin token changes anyone's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_tokens_control_their_own_jobs_and_admins_anyones() {
+    const ALICE: &str = "user-token-alice-eeeeeeeeeeee";
+    const BOB: &str = "user-token-bob-ffffffffffffff";
+    let dir = tempfile::tempdir().unwrap();
+    let (w, u, a) = (
+        dir.path().join("worker.tokens"),
+        dir.path().join("user.tokens"),
+        dir.path().join("admin.tokens"),
+    );
+    std::fs::write(&w, format!("{WORKER}\n")).unwrap();
+    std::fs::write(&u, format!("{ALICE}\n{BOB}\n")).unwrap();
+    std::fs::write(&a, format!("{ADMIN}\n")).unwrap();
+    let security = ServeSecurity {
+        auth: Auth::from_role_files(Some(w), Some(u), Some(a)).unwrap(),
+        tls: None,
+    };
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let cfg = CoordinatorConfig {
+        registry: common::spaces(),
+        ..CoordinatorConfig::default()
+    };
+    let server = common::Server::start_with(store, cfg, security, false).await;
+    let (_, mut alice) = server.clients_as(Some(ALICE)).await;
+    let (_, mut bob) = server.clients_as(Some(BOB)).await;
+    let (_, mut admin) = server.clients_as(Some(ADMIN)).await;
+    let (alice_id, bob_id) = (
+        sweep_coordinator::auth::identity_of(ALICE),
+        sweep_coordinator::auth::identity_of(BOB),
+    );
+    let state = |j: &v1::JobInfo| v1::JobState::try_from(j.state).unwrap();
+    let req = |job_id| v1::JobRequest { job_id };
+
+    let hers = alice
+        .submit(star7(4))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    let his = bob
+        .submit(star7(5))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    let his_too = bob
+        .submit(star7(6))
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    assert_eq!(hers.owner, alice_id);
+    assert_eq!(his.owner, bob_id);
+
+    let paused = alice.pause(req(hers.id)).await.unwrap().into_inner();
+    assert_eq!(state(&paused), v1::JobState::Paused);
+    let resumed = alice.resume(req(hers.id)).await.unwrap().into_inner();
+    assert_eq!(state(&resumed), v1::JobState::Running);
+    let cancelled = alice.cancel(req(hers.id)).await.unwrap().into_inner();
+    assert_eq!(state(&cancelled), v1::JobState::Cancelled);
+
+    let refusals = [
+        ("cancel", alice.cancel(req(his.id)).await.unwrap_err()),
+        ("pause", alice.pause(req(his.id)).await.unwrap_err()),
+        ("resume", alice.resume(req(his.id)).await.unwrap_err()),
+    ];
+    for (verb, e) in refusals {
+        assert_eq!(e.code(), Code::PermissionDenied, "{verb}: {e:?}");
+        let m = e.message();
+        assert!(
+            m.contains(&format!("job {} belongs to {bob_id}", his.id))
+                && m.contains(&format!("this user token is {alice_id}"))
+                && m.contains(&format!("a user token may {verb} only its own jobs"))
+                && !m.contains(ALICE),
+            "{verb}: {e:?}"
+        );
+    }
+    let untouched = admin.job_status(req(his.id)).await.unwrap().into_inner();
+    assert_eq!(state(&untouched), v1::JobState::Running);
+    // A job nobody has is unknown whoever asks.
+    let e = alice.cancel(req(9999)).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+
+    let paused = admin.pause(req(his_too.id)).await.unwrap().into_inner();
+    assert_eq!(state(&paused), v1::JobState::Paused);
+    let resumed = admin.resume(req(his_too.id)).await.unwrap().into_inner();
+    assert_eq!(state(&resumed), v1::JobState::Running);
+    let cancelled = admin.cancel(req(his.id)).await.unwrap().into_inner();
+    assert_eq!(state(&cancelled), v1::JobState::Cancelled);
+    // Bob still manages his other job himself.
+    let cancelled = bob.cancel(req(his_too.id)).await.unwrap().into_inner();
+    assert_eq!(state(&cancelled), v1::JobState::Cancelled);
+    server.stop().await;
+}

@@ -32,7 +32,8 @@ pub enum CoreError {
     OverLimit(String),
     #[error("{0}")]
     NotFound(String),
-    /// The caller's token may not do this (a priority above the ceiling without an admin token).
+    /// The caller's token may not do this (a priority above the ceiling without an admin token, a user
+    /// token on another identity's job).
     #[error("{0}")]
     NotAllowed(String),
     /// Something stored is gone or does not match: the store is damaged.

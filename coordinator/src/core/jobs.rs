@@ -13,27 +13,94 @@ use super::state::Core;
 use super::views::JobView;
 use crate::scheduler::{JobId, Millis};
 
+/// Who asks to cancel, pause or resume a job, as the auth layer found them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Actor {
+    /// An admin token, or anyone when the coordinator has no tokens (it then trusts its network): any job.
+    Admin,
+    /// A user token, by its identity: only the jobs that identity submitted, so people sharing a cluster
+    /// manage their own work without being able to stop each other's.
+    User(String),
+}
+
 impl Core {
-    pub fn cancel(&mut self, job: JobId, now: Millis) -> Result<JobView, CoreError> {
+    pub fn cancel(&mut self, job: JobId, by: &Actor, now: Millis) -> Result<JobView, CoreError> {
         self.check_writable()?;
+        self.check_control(job, by, "cancel")?;
+        // Cancelling an input also cancels the jobs still waiting for it: a user may not stop another
+        // identity's job that way either.
+        if let Actor::User(identity) = by {
+            if let Some(reader) = self
+                .unfinished_readers(job)
+                .into_iter()
+                .find(|r| self.owner_of(*r) != Some(identity.as_str()))
+            {
+                return Err(CoreError::NotAllowed(format!(
+                    "job {job} is an input of job {reader}, which belongs to {}: cancelling it would cancel \
+                     that job too, which only an admin token may do",
+                    shown_owner(self.owner_of(reader).unwrap_or(""))
+                )));
+            }
+        }
         self.sched.advance(now);
         self.sched.cancel(job)?;
         self.stage_dirty(now);
         self.job_view(job, now).ok_or(CoreError::UnknownJob(job))
     }
 
-    pub fn pause(&mut self, job: JobId, now: Millis) -> Result<JobView, CoreError> {
+    pub fn pause(&mut self, job: JobId, by: &Actor, now: Millis) -> Result<JobView, CoreError> {
         self.check_writable()?;
+        self.check_control(job, by, "pause")?;
         self.sched.pause(job)?;
         self.stage_dirty(now);
         self.job_view(job, now).ok_or(CoreError::UnknownJob(job))
     }
 
-    pub fn resume(&mut self, job: JobId, now: Millis) -> Result<JobView, CoreError> {
+    pub fn resume(&mut self, job: JobId, by: &Actor, now: Millis) -> Result<JobView, CoreError> {
         self.check_writable()?;
+        self.check_control(job, by, "resume")?;
         self.sched.resume(job)?;
         self.stage_dirty(now);
         self.job_view(job, now).ok_or(CoreError::UnknownJob(job))
+    }
+
+    fn owner_of(&self, job: JobId) -> Option<&str> {
+        self.jobs.get(&job).map(|e| e.record.owner.as_str())
+    }
+
+    /// Whether `by` may `verb` job `job`: an admin any job, a user only its own. An unknown job is
+    /// reported as unknown whoever asks.
+    fn check_control(&self, job: JobId, by: &Actor, verb: &str) -> Result<(), CoreError> {
+        let owner = self.owner_of(job).ok_or(CoreError::UnknownJob(job))?;
+        match by {
+            Actor::Admin => Ok(()),
+            Actor::User(identity) if identity == owner => Ok(()),
+            Actor::User(identity) => Err(CoreError::NotAllowed(format!(
+                "job {job} belongs to {}, and this user token is {identity}: a user token may {verb} only its \
+                 own jobs, an admin token any job",
+                shown_owner(owner)
+            ))),
+        }
+    }
+
+    /// The unfinished jobs that read `job`, directly or through other jobs: what cancelling it cancels.
+    fn unfinished_readers(&self, job: JobId) -> Vec<JobId> {
+        let mut found: Vec<JobId> = Vec::new();
+        let mut frontier = vec![job];
+        // Each job enters `found` once, so this ends after at most one pass per job.
+        while let Some(input) = frontier.pop() {
+            for e in self.jobs.values() {
+                let id = e.record.id;
+                if e.record.input_jobs.contains(&input)
+                    && !found.contains(&id)
+                    && self.sched.job_state(id).is_some_and(|s| !s.is_finished())
+                {
+                    found.push(id);
+                    frontier.push(id);
+                }
+            }
+        }
+        found
     }
 
     /// Jobs queued since the last call whose chunk estimates the shell should compute off the lock
@@ -109,5 +176,14 @@ impl Core {
     /// The merged artifact of `id` is durable: the jobs reading it may hand out chunks.
     pub fn input_ready(&mut self, id: JobId) {
         self.sched.input_ready(id);
+    }
+}
+
+/// An owner as a refusal names it: a job submitted while the coordinator had no tokens has none.
+fn shown_owner(owner: &str) -> String {
+    if owner.is_empty() {
+        "no identity (it was submitted without a token)".into()
+    } else {
+        owner.to_string()
     }
 }

@@ -19,7 +19,7 @@
 //! - `shares`: identities' shares and decayed use (persisted every few seconds), the priority ceiling;
 //! - `open`: rebuilding the core from a snapshot at start-up;
 //! - `workers`, `leases`, `reports`: a worker's registration, its leases and heartbeats, its results;
-//! - `jobs`, `results`, `observe`: job control and artifact merges, what answers are read from, the views.
+//! - `jobs`, `results`, `observe`: job control (and who may exercise it) and artifact merges, what answers are read from, the views.
 //!
 //! This file is only the facade: it re-exports what the rest of the coordinator may name, and nothing below
 //! imports it.
@@ -45,6 +45,7 @@ mod workers;
 
 pub use error::{invalid, CoreError};
 pub use estimate::{estimate_chunks, expected_total, MAX_ESTIMATED_CHUNKS};
+pub use jobs::Actor;
 pub use leases::{Beat, LeaseProgress, MAX_FAILURE_BYTES, MAX_LEASE_REQUEST};
 pub use open::{JobOf, OpenError};
 pub use placement::Waiting;

@@ -321,7 +321,10 @@ fn a_failed_store_refuses_every_change_until_restart() {
         core.lease(&w, 1, 1),
         Err(CoreError::StoreFailed(_))
     ));
-    assert!(matches!(core.cancel(id, 1), Err(CoreError::StoreFailed(_))));
+    assert!(matches!(
+        core.cancel(id, &Actor::Admin, 1),
+        Err(CoreError::StoreFailed(_))
+    ));
     assert!(core.heartbeat(&w, Vec::new(), 1).is_err());
     assert_eq!(core.store_failure(), Some("disk full"));
 }
@@ -382,7 +385,7 @@ fn cancelling_an_input_cancels_its_readers() {
         .unwrap();
     assert_eq!(reader.inputs_waiting, 1);
     let input = reader.input_jobs[0];
-    core.cancel(input, 1).unwrap();
+    core.cancel(input, &Actor::Admin, 1).unwrap();
     assert_eq!(
         core.job_view(reader.id, 0).unwrap().state,
         JobState::Cancelled
@@ -1056,4 +1059,98 @@ fn a_priority_above_the_ceiling_needs_an_admin_token() {
     assert!(check_priority(6, Some(5), true).is_ok());
     assert!(check_priority(5, Some(5), false).is_ok());
     assert!(check_priority(i32::MAX, None, false).is_ok());
+}
+
+/// A user changes only its own jobs, an admin any: checked where the decision is taken, so nothing is staged
+/// for a refused call. Cancelling one's own input is refused too when it would cancel another identity's job
+/// that waits for it.
+#[test]
+fn a_user_cancels_pauses_and_resumes_only_its_own_jobs() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let alice = Actor::User("alice".into());
+    let bob = Actor::User("bob".into());
+    let hers = submit_owned(&mut core, 4, "alice", 1.0, 0);
+    let his = submit_owned(&mut core, 5, "bob", 1.0, 0);
+    let anonymous = submit_owned(&mut core, 6, "", 1.0, 0);
+
+    assert_eq!(core.pause(hers, &alice, 1).unwrap().state, JobState::Paused);
+    assert_eq!(
+        core.resume(hers, &alice, 2).unwrap().state,
+        JobState::Running
+    );
+    for e in [
+        core.pause(his, &alice, 3).unwrap_err(),
+        core.resume(his, &alice, 3).unwrap_err(),
+        core.cancel(his, &alice, 3).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&e, CoreError::NotAllowed(m)
+                if m.contains("belongs to bob") && m.contains("user token is alice")
+                    && m.contains("only its own jobs")),
+            "{e:?}"
+        );
+    }
+    assert_eq!(core.job_view(his, 3).unwrap().state, JobState::Running);
+    assert_eq!(core.pause(his, &bob, 3).unwrap().state, JobState::Paused);
+    let e = core.cancel(anonymous, &alice, 3).unwrap_err();
+    assert!(
+        matches!(&e, CoreError::NotAllowed(m) if m.contains("submitted without a token")),
+        "{e:?}"
+    );
+    // An unknown job is unknown to everybody, not a refusal that would hint at who owns what.
+    assert_eq!(
+        core.cancel(99, &alice, 3).unwrap_err(),
+        CoreError::UnknownJob(99)
+    );
+    assert_eq!(
+        core.cancel(hers, &alice, 4).unwrap().state,
+        JobState::Cancelled
+    );
+    assert_eq!(
+        core.cancel(his, &Actor::Admin, 4).unwrap().state,
+        JobState::Cancelled
+    );
+
+    // Bob's job reads Alice's unfinished input (a submit reuses an equal input whoever owns it).
+    let input = submit_owned(&mut core, 2, "alice", 1.0, 5);
+    let reader = SubmitNode {
+        job: Arc::new(Sums { n: 3, memory: None }),
+        plan: Plan {
+            n_chunks: 3,
+            total_nodes: None,
+        },
+        inputs: vec![0],
+    };
+    let input_node = SubmitNode {
+        job: Arc::new(Sums { n: 2, memory: None }),
+        plan: Plan {
+            n_chunks: 2,
+            total_nodes: None,
+        },
+        inputs: Vec::new(),
+    };
+    let bobs = JobOptions {
+        owner: "bob".into(),
+        ..JobOptions::default()
+    };
+    let (reading, _) = core
+        .submit(vec![input_node, reader], 0, false, bobs, 5)
+        .unwrap();
+    assert_eq!(reading.input_jobs, vec![input]);
+    let e = core.cancel(input, &alice, 6).unwrap_err();
+    assert!(
+        matches!(&e, CoreError::NotAllowed(m)
+            if m.contains(&format!("input of job {}", reading.id)) && m.contains("belongs to bob")),
+        "{e:?}"
+    );
+    assert_eq!(core.job_view(input, 6).unwrap().state, JobState::Running);
+    assert_eq!(
+        core.cancel(input, &Actor::Admin, 7).unwrap().state,
+        JobState::Cancelled
+    );
+    assert_eq!(
+        core.job_view(reading.id, 7).unwrap().state,
+        JobState::Cancelled
+    );
 }

@@ -4,7 +4,7 @@ use sweep_proto::v1;
 
 use crate::auth::Caller;
 use crate::core::{
-    Ack, AckKind, FailedAttempt, JobView, LeaseView, Listing, PoisonedChunk, WorkerView,
+    Ack, AckKind, Actor, FailedAttempt, JobView, LeaseView, Listing, PoisonedChunk, WorkerView,
 };
 use crate::scheduler::{IdentityUse, JobState};
 
@@ -164,6 +164,17 @@ pub fn is_admin<T>(req: &tonic::Request<T>) -> bool {
     req.extensions()
         .get::<Caller>()
         .is_none_or(|c| c.role == crate::auth::Role::Admin)
+}
+
+/// Who is asking to cancel, pause or resume a job: an admin without tokens (the coordinator then serves anyone
+/// as admin, see `auth.rs`), else by the token's role. A worker token never gets this far (the layer asks for
+/// a user token), and would be held to its own jobs, of which it has none.
+pub fn actor<T>(req: &tonic::Request<T>) -> Actor {
+    match req.extensions().get::<Caller>() {
+        None => Actor::Admin,
+        Some(c) if c.role == crate::auth::Role::Admin => Actor::Admin,
+        Some(c) => Actor::User(c.identity.clone()),
+    }
 }
 
 /// The caller's identity as the auth layer proved it (its token), if tokens are on.

@@ -210,27 +210,30 @@ impl jobs_server::Jobs for JobsApi {
     }
 
     async fn cancel(&self, req: Request<v1::JobRequest>) -> Result<Response<v1::JobInfo>, Status> {
+        let by = convert::actor(&req);
         let job = self
             .0
-            .cancel(req.into_inner().job_id)
+            .cancel(req.into_inner().job_id, &by)
             .await
             .map_err(status)?;
         Ok(Response::new(convert::job_info(job)))
     }
 
     async fn pause(&self, req: Request<v1::JobRequest>) -> Result<Response<v1::JobInfo>, Status> {
+        let by = convert::actor(&req);
         let job = self
             .0
-            .pause(req.into_inner().job_id)
+            .pause(req.into_inner().job_id, &by)
             .await
             .map_err(status)?;
         Ok(Response::new(convert::job_info(job)))
     }
 
     async fn resume(&self, req: Request<v1::JobRequest>) -> Result<Response<v1::JobInfo>, Status> {
+        let by = convert::actor(&req);
         let job = self
             .0
-            .resume(req.into_inner().job_id)
+            .resume(req.into_inner().job_id, &by)
             .await
             .map_err(status)?;
         Ok(Response::new(convert::job_info(job)))

@@ -50,6 +50,7 @@ mod tests {
                 },
                 Code::PermissionDenied,
             ),
+            (CoreError::NotAllowed("x".into()), Code::PermissionDenied),
             (CoreError::OverLimit("x".into()), Code::ResourceExhausted),
             (CoreError::DataLoss("x".into()), Code::DataLoss),
             (CoreError::Internal("x".into()), Code::Internal),

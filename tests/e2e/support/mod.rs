@@ -221,6 +221,12 @@ pub struct Opts {
     pub store: Option<PathBuf>,
     /// How often waits ask `sweep status`: each ask is a process, which a 2-core machine feels.
     pub poll: Duration,
+    /// More flags for the coordinator (its token files, for a cluster with tokens).
+    pub coordinator_args: Vec<String>,
+    /// The token the workers present; `None`: none.
+    pub worker_token: Option<String>,
+    /// The token `Cluster::sweep` presents (an admin's, so waits and cancels work on everyone's jobs).
+    pub client_token: Option<String>,
 }
 
 impl Default for Opts {
@@ -234,6 +240,9 @@ impl Default for Opts {
             prefetch: None,
             store: None,
             poll: Duration::from_millis(100),
+            coordinator_args: Vec::new(),
+            worker_token: None,
+            client_token: None,
         }
     }
 }
@@ -276,6 +285,45 @@ impl Cluster {
             ..Opts::default()
         };
         Cluster::start_on(Loopback, opts, scratch())
+    }
+
+    /// As [`Cluster::start`], the coordinator requiring tokens: a worker token for the workers, an admin token
+    /// for [`Cluster::sweep`], and `users` user tokens, returned, each its own identity for fair share (use
+    /// them with [`Cluster::sweep_as`] and [`Cluster::submit_as`]).
+    pub fn start_with_users(
+        workers: usize,
+        threads: usize,
+        users: usize,
+    ) -> (Cluster, Vec<String>) {
+        let dir = scratch();
+        let worker = "e2e-worker-token-0123456789".to_string();
+        let admin = "e2e-admin-token-0123456789".to_string();
+        let user_tokens: Vec<String> = (0..users)
+            .map(|i| format!("e2e-user-token-{i}-0123456789"))
+            .collect();
+        let mut args = Vec::new();
+        for (role, tokens) in [
+            ("worker", vec![worker.clone()]),
+            ("user", user_tokens.clone()),
+            ("admin", vec![admin.clone()]),
+        ] {
+            if tokens.is_empty() {
+                continue;
+            }
+            let file = dir.path().join(format!("{role}.tokens"));
+            std::fs::write(&file, tokens.join("\n") + "\n").expect("write a token file");
+            args.push(format!("--{role}-token-file"));
+            args.push(file.to_string_lossy().into_owned());
+        }
+        let opts = Opts {
+            workers,
+            threads,
+            coordinator_args: args,
+            worker_token: Some(worker),
+            client_token: Some(admin),
+            ..Opts::default()
+        };
+        (Cluster::start_on(Loopback, opts, dir), user_tokens)
     }
 }
 
@@ -361,6 +409,9 @@ impl<N: Network> Cluster<N> {
         if let Some(p) = self.opts.prefetch {
             cmd.args(["--prefetch", &p.to_string()]);
         }
+        if let Some(t) = &self.opts.worker_token {
+            cmd.env("SWEEP_TOKEN", t);
+        }
         let child = cmd
             .args(extra)
             .env("RUST_LOG", "info")
@@ -423,19 +474,40 @@ impl<N: Network> Cluster<N> {
     }
 
     pub fn sweep(&self, args: &[&str]) -> Output {
+        self.sweep_with(self.opts.client_token.as_deref(), args)
+    }
+
+    /// `sweep ARGS` presenting `token` (one of [`Cluster::start_with_users`]'s) instead of the cluster's own.
+    pub fn sweep_as(&self, token: &str, args: &[&str]) -> Output {
+        self.sweep_with(Some(token), args)
+    }
+
+    fn sweep_with(&self, token: Option<&str>, args: &[&str]) -> Output {
         let mut cmd = self.net.client_command(&self.opts.bin);
         cmd.args(args).env("SWEEP_COORDINATOR", &self.url);
+        if let Some(t) = token {
+            cmd.env("SWEEP_TOKEN", t);
+        }
         run_bounded(cmd, Duration::from_secs(60))
     }
 
     /// `sweep submit SPACE_ARGS --json`; returns the job id.
     pub fn submit(&self, space_args: &[&str]) -> u64 {
+        self.submit_with(self.opts.client_token.as_deref(), space_args)
+    }
+
+    /// [`Cluster::submit`] presenting `token`: the job belongs to that token's identity.
+    pub fn submit_as(&self, token: &str, space_args: &[&str]) -> u64 {
+        self.submit_with(Some(token), space_args)
+    }
+
+    fn submit_with(&self, token: Option<&str>, space_args: &[&str]) -> u64 {
         let mut args = vec!["submit"];
         args.extend_from_slice(space_args);
         // Before `--`: what follows it is an `exec` job's command, flags and all.
         let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
         args.insert(at, "--json");
-        let v = stdout_json(&self.sweep(&args));
+        let v = stdout_json(&self.sweep_with(token, &args));
         v["job"]
             .as_u64()
             .unwrap_or_else(|| panic!("no job id in {v}"))
@@ -603,7 +675,8 @@ fn spawn_coordinator<N: Network>(
     let mut cmd = net.command(host, &opts.bin);
     cmd.args(["coordinator", "--listen", listen, "--data"])
         .arg(store)
-        .args(["--lease-ttl-ms", &opts.lease_ttl_ms.to_string()]);
+        .args(["--lease-ttl-ms", &opts.lease_ttl_ms.to_string()])
+        .args(&opts.coordinator_args);
     if let Some(n) = opts.max_attempts {
         cmd.args(["--max-attempts", &n.to_string()]);
     }
