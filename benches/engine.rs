@@ -16,6 +16,11 @@
 //! waited for: the cost of a lease decision among many jobs); `SWEEP_BENCH_ONLY=overhead|throughput|exec` runs one part; `SWEEP_BENCH_EXEC_CHUNKS` (default 10000) sizes the
 //! trivial exec job.
 //! The million-chunk figures: `SWEEP_BENCH_ONLY=throughput SWEEP_BENCH_CHUNKS=1000000 cargo bench --bench engine`.
+//!
+//! 4. A large `exec` job, only with `SWEEP_BENCH_ONLY=large`: one job of `SWEEP_BENCH_LARGE_CHUNKS` (default
+//!    100,000,000) chunks of `/bin/echo` its final line, run by one worker for `SWEEP_BENCH_LARGE_SECS` (default 60) seconds; the
+//!    coordinator's memory once the job is submitted and while it runs, a SIGKILL, the time to load the store
+//!    and serve again, the memory after, and chunks completed after the restart (none lost, none twice).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -302,6 +307,110 @@ fn main() {
     if only.is_empty() || only == "exec" {
         exec();
     }
+    if only == "large" {
+        large();
+    }
+}
+
+/// The coordinator's resident memory now, in MB.
+fn rss_mb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        / 1024
+}
+
+/// Part 4 (see the module doc): a coordinator holding one job of a hundred million chunks.
+fn large() {
+    let chunks = env_or("SWEEP_BENCH_LARGE_CHUNKS", 100_000_000);
+    let secs = env_or("SWEEP_BENCH_LARGE_SECS", 60);
+    let dir = tempfile::tempdir().expect("scratch dir");
+    let store = dir.path().join("store");
+    let (mut coord, url) = start_coordinator(&store, "127.0.0.1:0");
+    let idle_mb = rss_mb(coord.id());
+    let t = Instant::now();
+    let out = Command::new(sweep_bin())
+        .args(["submit", "exec", "--chunks", &chunks.to_string()])
+        .args([
+            "--coordinator",
+            &url,
+            "--json",
+            "--",
+            "/bin/echo",
+            r#"{"nodes": 1}"#,
+        ])
+        .output()
+        .expect("submit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let submit_s = t.elapsed().as_secs_f64();
+    let submitted_mb = rss_mb(coord.id());
+    let worker = || {
+        Command::new(sweep_bin())
+            .args([
+                "worker",
+                "--connect",
+                &url,
+                "--threads",
+                "2",
+                "--allow-exec",
+            ])
+            .args(["--name", "large"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start worker")
+    };
+    let mut w = worker();
+    let run_for = |secs: u64| -> u64 {
+        let until = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        status(&url)["chunks_done"].as_u64().unwrap_or(0)
+    };
+    let done_before = run_for(secs);
+    let running_mb = rss_mb(coord.id());
+    let peak_before = peak_rss_mb(coord.id());
+    let _ = coord.kill();
+    let _ = coord.wait();
+    let t = Instant::now();
+    let listen = url.trim_start_matches("http://").to_string();
+    let (c, _) = start_coordinator(&store, &listen);
+    let restart_s = t.elapsed().as_secs_f64();
+    coord = c;
+    let restarted_mb = rss_mb(coord.id());
+    let done_after = run_for(secs / 2);
+    let peak_after = peak_rss_mb(coord.id());
+    let st = status(&url);
+    let _ = w.kill();
+    let _ = w.wait();
+    let _ = coord.kill();
+    let _ = coord.wait();
+    let disk_mb = dir_size(&store) / (1 << 20);
+    // Completions are counted once: the tally's count is what the done chunks say, checked at every start.
+    assert_eq!(st["completions"], st["chunks_done"], "{st}");
+    assert!(done_after >= done_before, "{done_before} -> {done_after}");
+    println!(
+        "large: one exec job of {chunks} chunks of `/bin/echo`, one worker x 2 threads on loopback"
+    );
+    println!("  submitted in {submit_s:.2} s; coordinator RSS {idle_mb} MB idle, {submitted_mb} MB with the job");
+    println!(
+        "  after {secs} s: {done_before} chunks done, RSS {running_mb} MB (peak {peak_before} MB); store {disk_mb} MB at the end"
+    );
+    println!(
+        "  SIGKILL, then the store loaded and served again in {restart_s:.2} s at {restarted_mb} MB; \
+         {done_after} chunks done {} s later (peak {peak_after} MB)",
+        secs / 2
+    );
 }
 
 /// Runs `argv` for every chunk in `0..chunks` on `threads` threads, as a shell loop or `xargs -P` would: the

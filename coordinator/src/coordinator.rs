@@ -28,6 +28,12 @@ use crate::store::{digest_hex, is_digest, Store, StoreError};
 
 /// How long a lease request that found nothing to do waits for work to appear before answering empty.
 const LEASE_HOLD: Duration = Duration::from_millis(200);
+/// Writes the outbox may hold before a batch of reports waits for a commit before it is applied. The outbox
+/// and what a commit builds from it (its parts, sled's batches) were most of a loaded coordinator's memory,
+/// growing with how far commits fell behind the reports coming in; a report that waits instead is answered
+/// a little later, and workers already wait for their answers. About three ops per result: a few thousand
+/// results per commit keep the fsync shared.
+pub const MAX_OUTBOX_OPS: usize = 16_384;
 /// The largest file `Ship` takes: programs and their data, not datasets (those belong in a job's input).
 pub const MAX_SHIPPED_BYTES: u64 = 1 << 30;
 
@@ -280,6 +286,17 @@ impl Coordinator {
                 _ => Ok(None),
             }
         };
+        // Backpressure: applied only once the outbox is small again (see `MAX_OUTBOX_OPS`).
+        loop {
+            let (queued, filling) = {
+                let core = self.lock();
+                (core.outbox_len(), core.seq())
+            };
+            if queued < MAX_OUTBOX_OPS {
+                break;
+            }
+            self.commit.durable(filling).await?;
+        }
         let mut acks = Vec::with_capacity(checked.len());
         let mut seq = 0;
         for c in checked {

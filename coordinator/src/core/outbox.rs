@@ -17,6 +17,11 @@ impl Core {
         self.seq
     }
 
+    /// How many writes the outbox holds.
+    pub fn outbox_len(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Takes the outbox for one group commit: the writes and the sequence number they complete.
     pub fn take_batch(&mut self) -> (Vec<Op>, u64) {
         // Usage bounds a job's output; a batch that a crash cuts short may leave it a few results behind,

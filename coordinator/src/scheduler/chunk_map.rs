@@ -93,21 +93,22 @@ impl ChunkBits {
             .iter()
             .map(|w| u64::from(w.count_ones()))
             .sum();
-        if end % 64 != 0 {
+        if !end.is_multiple_of(64) {
             n += u64::from((self.word(end / 64) & ((1 << (end % 64)) - 1)).count_ones());
         }
         n
     }
 
-    /// Drops every chunk at or above `end`.
+    /// Drops every chunk at or above `end`, and any room kept for more.
     pub fn truncate(&mut self, end: u64) {
         let keep = self.count_below(end);
         self.words.truncate(end.div_ceil(64) as usize);
-        if end % 64 != 0 {
+        if !end.is_multiple_of(64) {
             if let Some(last) = self.words.get_mut((end / 64) as usize) {
                 *last &= (1 << (end % 64)) - 1;
             }
         }
+        self.words.shrink_to_fit();
         self.len = keep;
     }
 

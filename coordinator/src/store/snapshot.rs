@@ -16,6 +16,9 @@ use super::summaries::{summary_of, Summary, SEGMENT};
 use crate::core::Snapshot;
 use crate::scheduler::{ChunkRecord, JobId};
 
+/// A chunk a summary names as having a record that is not done: its job, its number and the summary's key.
+type Named = (JobId, u64, Vec<u8>);
+
 impl Store {
     pub fn load(&self) -> Result<Snapshot, StoreError> {
         let mut snap = Snapshot::default();
@@ -27,7 +30,7 @@ impl Store {
             snap.tallies.insert(job, decode(&k, &v)?);
         }
         // Done chunks and which others have a record, from the summaries, not the blocks: see `summaries`.
-        let mut others: BTreeMap<Vec<u8>, Vec<(JobId, u64, Vec<u8>)>> = BTreeMap::new();
+        let mut others: BTreeMap<Vec<u8>, Vec<Named>> = BTreeMap::new();
         self.kv.for_each(b"d/", &mut |k, v| {
             let (job, segment) = summary_of(k)?;
             let summary = Summary::decode(k, v)?;
@@ -143,5 +146,79 @@ impl Store {
             None => 1,
         };
         Ok(snap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use sweep_space::Tally;
+
+    use super::*;
+    use crate::core::{JobRecord, Op};
+    use crate::store::keys::job_key;
+    use crate::store::summaries::{summary_key, SEGMENT_BLOCKS};
+    use crate::store::test_support::{record, reopen, temp_store_dir};
+
+    /// Start-up of a store holding a job of a hundred million done chunks reads its 24,415 summaries, not its
+    /// 1,562,500 blocks. The summaries are written directly (writing the blocks would take gigabytes and an
+    /// hour), which is all start-up reads; it prints how long loading took and checks every chunk is done.
+    /// `cargo test --release -p sweep-coordinator --lib -- --ignored hundred_million --nocapture`.
+    #[test]
+    #[ignore = "writes a 100,000,000-chunk store: run by name"]
+    fn a_hundred_million_done_chunks_load_from_summaries() {
+        const CHUNKS: u64 = 100_000_000;
+        let dir = temp_store_dir("hundred-million");
+        {
+            let store = reopen(&dir);
+            let tally = Tally {
+                chunks: CHUNKS,
+                ..Default::default()
+            };
+            store
+                .write(vec![
+                    Op::job(JobRecord {
+                        n_chunks: CHUNKS,
+                        ..record(1)
+                    }),
+                    Op::Tally(1, tally),
+                ])
+                .unwrap();
+            let segments = CHUNKS.div_ceil(SEGMENT);
+            let mut batch = Vec::new();
+            for segment in 0..segments {
+                let mut s = Summary::default();
+                for (i, w) in s.done.iter_mut().enumerate() {
+                    let first = segment * SEGMENT + i as u64 * 64;
+                    let n = CHUNKS.saturating_sub(first).min(64);
+                    *w = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+                }
+                batch.push((summary_key(1, segment), s.encode()));
+                if batch.len() == 1_000 {
+                    store.kv.apply(std::mem::take(&mut batch)).unwrap();
+                }
+            }
+            store.kv.apply(batch).unwrap();
+            assert_eq!(segments, 24_415);
+            assert_eq!(SEGMENT_BLOCKS, 64);
+            assert!(store.kv.get(&job_key(b'j', 1)).unwrap().is_some());
+        }
+        let t = Instant::now();
+        let store = reopen(&dir);
+        let opened = t.elapsed();
+        let snap = store.load().unwrap();
+        let loaded = t.elapsed();
+        assert_eq!(snap.done[&1].len(), CHUNKS);
+        assert_eq!(snap.tallies[&1].chunks, CHUNKS);
+        assert!(snap.chunks.is_empty());
+        let bits_mb = snap.done[&1].heap_bytes() as f64 / 1e6;
+        eprintln!(
+            "100,000,000 done chunks: sled opened in {:.2} s, summaries loaded by {:.2} s, {bits_mb:.1} MB of bits",
+            opened.as_secs_f64(),
+            loaded.as_secs_f64()
+        );
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

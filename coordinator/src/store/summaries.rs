@@ -81,7 +81,7 @@ impl Summary {
             let bytes = take(&mut rest, 8).ok_or_else(|| damaged("truncated done bits".into()))?;
             *w = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
         }
-        if rest.len() % 2 != 0 {
+        if !rest.len().is_multiple_of(2) {
             return Err(damaged("a torn chunk offset".into()));
         }
         for pair in rest.chunks_exact(2) {
