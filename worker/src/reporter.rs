@@ -99,6 +99,7 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             let mut st = sh.lock();
             let finished = st.stopping && st.running.is_empty() && st.queue.is_empty();
             let reports = take_batch(&mut st, &sh.worker_id);
+            st.sending = reports.len();
             (reports, std::mem::take(&mut st.failures), finished)
         };
         if reports.is_empty() && failures.is_empty() {
@@ -135,6 +136,9 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     ok = false;
                 }
             }
+            sh.lock().sending = 0;
+            // Acknowledged reports make room for leases (see `MAX_UNACKED_REPORTS`).
+            sh.room.notify_one();
         }
         let mut unsent = Vec::new();
         for (i, f) in failures.iter().enumerate() {

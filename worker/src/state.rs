@@ -40,6 +40,8 @@ pub(crate) struct State {
     /// When each running lease's resume state was last sent (see [`crate::RESUME_STATE_INTERVAL`]).
     pub(crate) state_sent: HashMap<u64, Instant>,
     pub(crate) outbox: Vec<Outgoing>,
+    /// Reports in a `Complete` call not answered yet (taken out of the outbox; put back if the call fails).
+    pub(crate) sending: usize,
     pub(crate) failures: Vec<v1::FailRequest>,
     /// Jobs built (and bound to their inputs) so far, with the digests of those inputs and when each was last
     /// used: see [`State::cache_job`].
