@@ -449,6 +449,7 @@ mod tests {
             owner: String::new(),
             share: 1.0,
             chunk_hint_ms: None,
+            use_per_share_ms: 0.0,
         }
     }
 

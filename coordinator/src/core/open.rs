@@ -79,6 +79,7 @@ impl Core {
             sched.set_fair(rec.id, rec.priority, fair_spec(&rec, job.as_ref()));
             sched.set_replication(rec.id, rec.replicate);
             sched.set_max_attempts(rec.id, rec.max_attempts);
+            sched.restore_job_use(rec.id, rec.use_per_share_ms);
             let tally = snap.tallies.get(&rec.id).cloned().unwrap_or_default();
             // Results accepted before the restart are only in the store: its answer is read from there.
             jobs.insert(rec.id, JobEntry::new(rec, job, tally, None));

@@ -72,6 +72,14 @@ pub struct JobRecord {
     /// charged until the job's first chunk ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk_hint_ms: Option<u64>,
+    /// Its use per share among its identity's jobs (thread-ms), as last written (every few seconds while it
+    /// runs, with the identities' use): a restart resumes the order between one person's jobs from it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub use_per_share_ms: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 fn one_share() -> f64 {

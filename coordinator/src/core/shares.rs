@@ -89,6 +89,19 @@ impl Core {
 
     fn stage_identities(&mut self, now: Millis) {
         self.identities_saved_ms = now;
+        // Jobs' own use, where it moved: what orders one person's jobs after a restart.
+        for e in self.jobs.values_mut() {
+            if e.record.state.is_finished() {
+                continue;
+            }
+            let Some(used) = self.sched.job_use_per_share(e.record.id) else {
+                continue;
+            };
+            if used != e.record.use_per_share_ms {
+                e.record.use_per_share_ms = used;
+                self.pending.push(Op::job(e.record.clone()));
+            }
+        }
         for u in self.sched.identity_uses(now) {
             let share = (self.sched.has_identity_share(&u.identity)).then_some(u.share);
             self.pending.push(Op::Identity(IdentityRecord {

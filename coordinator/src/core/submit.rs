@@ -406,6 +406,7 @@ impl Core {
             owner,
             share,
             chunk_hint_ms,
+            use_per_share_ms: 0.0,
         };
         self.sched
             .add_job(id, priority, plan.n_chunks, JobState::Running);

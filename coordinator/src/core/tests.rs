@@ -1007,6 +1007,9 @@ fn identity_shares_and_use_survive_a_restart() {
     core.set_identity_share("bob", 3.0, 30_000).unwrap();
     commit(&mut core, &store);
     let before = core.identity_views(30_000);
+    // The job's own use too: it orders one person's jobs.
+    let job_use = core.sched.job_use_per_share(id).unwrap();
+    assert!(job_use >= 30_000.0, "{job_use}");
     let restarted = open(&store, 40_000);
     let after = restarted.identity_views(30_000);
     assert_eq!(before.len(), 2);
@@ -1021,6 +1024,7 @@ fn identity_shares_and_use_survive_a_restart() {
     assert_eq!(after[1].share, 3.0);
     let view = restarted.job_view(id, 40_000).unwrap();
     assert_eq!((view.owner.as_str(), view.share), ("alice", 1.0));
+    assert_eq!(restarted.sched.job_use_per_share(id), Some(job_use));
 }
 
 #[test]

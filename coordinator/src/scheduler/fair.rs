@@ -436,6 +436,26 @@ impl FairQueue {
     }
 
     /// A job's own use per share so far, in thread-ms (tests and views).
+    /// Restores a job's use per share as stored (start-up), moving it in the queue if it is queued.
+    pub fn restore_job_use(&mut self, job: JobId, per_share: f64) {
+        let Some(queued) = self.jobs.get(&job).map(|j| j.queued) else {
+            return;
+        };
+        if queued {
+            self.set_queued(job, false);
+        }
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.per_share = if per_share.is_finite() {
+                per_share.max(0.0)
+            } else {
+                0.0
+            };
+        }
+        if queued {
+            self.set_queued(job, true);
+        }
+    }
+
     pub fn job_use_per_share(&self, job: JobId) -> Option<f64> {
         self.jobs.get(&job).map(|j| j.per_share)
     }

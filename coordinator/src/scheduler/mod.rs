@@ -188,6 +188,11 @@ impl Scheduler {
         self.fair.identities(now)
     }
 
+    /// Restores a job's use per share as stored at start-up (see [`Scheduler::job_use_per_share`]).
+    pub fn restore_job_use(&mut self, job: JobId, per_share: f64) {
+        self.fair.restore_job_use(job, per_share);
+    }
+
     /// A job's use per share so far in thread-ms, counted from when it first had a chunk to lease.
     pub fn job_use_per_share(&self, job: JobId) -> Option<f64> {
         self.fair.job_use_per_share(job)

@@ -36,6 +36,7 @@ pub(super) fn record(id: JobId) -> JobRecord {
         owner: String::new(),
         share: 1.0,
         chunk_hint_ms: None,
+        use_per_share_ms: 0.0,
     }
 }
 
