@@ -47,6 +47,7 @@ pub struct EngineOpts {
     pub data: PathBuf,
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,
+    /// `submit`: the coordinator's URL, or its members' URLs separated by commas.
     #[arg(
         long,
         env = "SWEEP_COORDINATOR",
@@ -218,7 +219,7 @@ fn expand_files(space: &dyn Space, args: Vec<String>) -> anyhow::Result<Vec<Stri
 }
 
 fn engine_help() -> String {
-    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URL  coordinator for `submit` (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n  --svg DIR          write the answer's pictures (SVG) into DIR\n  --replicate K      `submit`: run every chunk on K distinct workers, accept only agreeing results\n  --count-only       keep counts only, no list of solutions (bounded memory for any answer)\n  --solutions FILE   `run`: write every solution into FILE, one per line, streamed from the store\n  --max-attempts N   failed attempts after which a chunk is poisoned (default and most: the coordinator's)\n  --share W          the job's weight among its owner's jobs of the same priority (default 1)\n  --chunk-time-hint D  about how long one chunk takes (500ms, 2min): a new job's first leases are charged that\n  --token-file FILE  token for `submit` (env SWEEP_TOKEN)\n  --tls-ca FILE      CA of the coordinator's certificate, for https:// URLs\n  --tls-cert FILE    client certificate, with --tls-key FILE\n".to_string()
+    "Engine options (any position after the space name):\n  --threads N        worker threads (default: all cores)\n  --chunks N         number of chunks (default: the space's choice)\n  --data DIR         store directory for `run` (default ./sweep-data)\n  --priority P       job priority (higher first)\n  --coordinator URLS coordinator for `submit`: its URL, or its members' URLs separated by commas (env SWEEP_COORDINATOR)\n  --json             print one JSON object\n  --no-progress      no progress bars\n  --svg DIR          write the answer's pictures (SVG) into DIR\n  --replicate K      `submit`: run every chunk on K distinct workers, accept only agreeing results\n  --count-only       keep counts only, no list of solutions (bounded memory for any answer)\n  --solutions FILE   `run`: write every solution into FILE, one per line, streamed from the store\n  --max-attempts N   failed attempts after which a chunk is poisoned (default and most: the coordinator's)\n  --share W          the job's weight among its owner's jobs of the same priority (default 1)\n  --chunk-time-hint D  about how long one chunk takes (500ms, 2min): a new job's first leases are charged that\n  --token-file FILE  token for `submit` (env SWEEP_TOKEN)\n  --tls-ca FILE      CA of the coordinator's certificate, for https:// URLs\n  --tls-cert FILE    client certificate, with --tls-key FILE\n".to_string()
 }
 
 fn split(args: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {

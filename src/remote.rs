@@ -6,7 +6,8 @@ use sweep_client::{Client, ClientError};
 
 #[derive(Args)]
 pub struct Remote {
-    /// Coordinator URL.
+    /// Coordinator URL; for a replicated coordinator, its members' URLs separated by commas (calls follow
+    /// the leader).
     #[arg(
         long,
         env = "SWEEP_COORDINATOR",
@@ -17,9 +18,9 @@ pub struct Remote {
     pub security: crate::security::ClientArgs,
 }
 
-/// Connects to the coordinator at `url`.
-pub async fn connect(url: &str, security: &crate::security::ClientArgs) -> anyhow::Result<Client> {
-    Ok(Client::connect(url, &security.security()).await?)
+/// Connects to the coordinator at `list`: one URL, or its members' URLs separated by commas.
+pub async fn connect(list: &str, security: &crate::security::ClientArgs) -> anyhow::Result<Client> {
+    Ok(Client::connect(list, &security.security()).await?)
 }
 
 /// Streams every solution job `job` stored into the file at `path`, one per line (`--solutions FILE`), and says

@@ -40,6 +40,8 @@ pub struct ClientSecurity {
 pub enum ConnectError {
     #[error("invalid coordinator URL `{url}`: {why}")]
     BadUrl { url: String, why: String },
+    #[error("invalid coordinator URL list `{list}`: {why}")]
+    BadUrlList { list: String, why: String },
     #[error("cannot read the token file {}: {source}", file.display())]
     TokenFile {
         file: PathBuf,

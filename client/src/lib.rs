@@ -2,27 +2,36 @@
 //!
 //! - [`ClientSecurity`] and the connection code in `connect` build the channel: the URL, TLS and the token
 //!   sent on every call (re-read when its file changes).
+//! - [`Members`]: a coordinator is given as a list of URLs, the members of a replicated coordinator (or just
+//!   one), and clients follow its leader: a member that is not the leader answers every call with `UNAVAILABLE`
+//!   and the leader's URL in `sweep-leader` metadata (see [`sweep_proto::not_leader`]).
 //! - [`Client`] makes the calls of the `Jobs` service (what `sweep submit`, `status`, `watch`, `results`, the
 //!   job controls and `workers`/`drain` do). It returns the generated [`v1`] messages as they are: showing
-//!   them is the caller's business.
+//!   them is the caller's business. A call answered "not the leader" goes to the leader named, and one whose
+//!   member cannot be reached to the next member, a bounded number of times (see [`Client`]).
 //! - [`work_client`] gives a worker its `Work` service client (register, lease, heartbeat, fail, fetch
 //!   artifact) and its [`ReportClient`] (complete, with reports already encoded). A worker retries those
-//!   calls itself, so these clients connect lazily and never fail for a coordinator that is away.
+//!   calls itself, so these clients connect lazily and never fail for a coordinator that is away; it moves
+//!   between members itself too, with [`Members::failover`].
 //!
 //! Every failure is a [`ClientError`], which tells apart what a caller acts on differently: settings that
 //! cannot work, a coordinator that cannot be reached, a refused token, and any other answer.
 
 mod connect;
+mod members;
 
+use std::future::Future;
 use std::time::Duration;
 
 use sweep_proto::v1::jobs_client::JobsClient;
 use tonic::Status;
+use tracing::debug;
 
 pub use connect::{
     endpoint, in_process, is_refusal, secure, token_interceptor, ClientSecurity, ConnectError,
     SecureChannel, TokenInterceptor,
 };
+pub use members::{Failover, Members};
 pub use sweep_proto::v1;
 
 /// The generated `Work` service client over a [`SecureChannel`]: what a worker calls.
@@ -31,8 +40,13 @@ pub type WorkClient = v1::work_client::WorkClient<SecureChannel>;
 /// A worker's `Work.Complete` client for reports it encoded itself (see `EncodedCompleteRequest` in the proto).
 pub type ReportClient = sweep_proto::CompleteClient<SecureChannel>;
 
-/// How long [`Client::connect`] waits for the coordinator to accept the connection.
+/// How long [`Client::connect`] waits for a member to accept the connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The pause before a call is sent again to another member, doubled each time up to [`MAX_PAUSE`]: a
+/// coordinator electing a leader is given time to finish, a loop of members naming each other is slowed down.
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 /// Why a call to the coordinator failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,9 +54,9 @@ pub enum ClientError {
     /// A bad URL, token file or TLS file: nothing was sent.
     #[error("{0}")]
     Settings(ConnectError),
-    /// No connection could be made to the coordinator.
-    #[error("cannot reach the coordinator at {url}: {reason}")]
-    Unreachable { url: String, reason: String },
+    /// No connection could be made to any member of the coordinator: each one tried, and why.
+    #[error("{}", unreachable_text(.tried))]
+    Unreachable { tried: Vec<Unreached> },
     /// The coordinator refused the token (missing, unknown, or a worker token on an admin call): sending the
     /// same token again cannot help.
     #[error("refused by the coordinator: {}", .0.message())]
@@ -63,6 +77,32 @@ pub enum SolutionsError {
     Client(#[from] ClientError),
     #[error("cannot write the solutions: {0}")]
     Write(#[from] std::io::Error),
+}
+
+/// A member of the coordinator that could not be reached, and why (refused, timed out...).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreached {
+    pub url: String,
+    pub reason: String,
+}
+
+fn unreachable_text(tried: &[Unreached]) -> String {
+    match tried {
+        [one] => format!(
+            "cannot reach the coordinator at {}: {}",
+            one.url, one.reason
+        ),
+        _ => {
+            let each: Vec<String> = tried
+                .iter()
+                .map(|u| format!("{} ({})", u.url, u.reason))
+                .collect();
+            format!(
+                "cannot reach the coordinator at any of its members: {}",
+                each.join(", ")
+            )
+        }
+    }
 }
 
 /// A transport failure's status message names tonic's internals; people are told what it means.
@@ -124,50 +164,203 @@ fn innermost(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// A connection to a coordinator's `Jobs` service. Cheap to clone: clones share the connection.
+/// A connection to a coordinator's `Jobs` service. Cheap to clone: clones share the connection until one of
+/// them moves to another member.
+///
+/// Given several members, it follows the leader: a call answered "not the leader" is sent to the leader named
+/// (or the next member when none is named), and a call whose member cannot be reached is sent to the next
+/// member if the call is safe to repeat: reads, the start of a stream (never the middle of one), and shipping
+/// files stored by their digest. Submits and job controls are sent again only after a not-leader answer or a
+/// failed connection, which did nothing: a submit sent twice would make two jobs. A call is sent at most
+/// [`Members::max_attempts`] times, with a pause growing from 100 ms to 1 s between attempts; then its last
+/// error is returned.
 #[derive(Clone)]
 pub struct Client {
-    jobs: JobsClient<SecureChannel>,
+    /// The connection to the member called now; `None` after a failure moved to another member.
+    jobs: Option<JobsClient<SecureChannel>>,
+    /// The members and how to reach them; `None` for a coordinator in this process, the only one there is.
+    route: Option<Route>,
 }
 
-impl Client {
-    /// Connects to the coordinator at `url` now, so an unreachable one is reported before any call.
-    pub async fn connect(url: &str, security: &ClientSecurity) -> Result<Client, ClientError> {
-        let endpoint = endpoint(url, security)?.connect_timeout(CONNECT_TIMEOUT);
-        // Read before connecting: a bad token file is reported even when the coordinator is away.
-        let token = token_interceptor(security)?;
+/// Which failed calls are sent again to the next member (any call is, after a not-leader answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Repeat {
+    /// Reads, stream starts, and writes that done twice are done once.
+    Safe,
+    /// Writes that must not be done twice: not after a member was lost mid-call, which may have done them.
+    NotTwice,
+}
+
+#[derive(Clone)]
+struct Route {
+    members: Members,
+    security: ClientSecurity,
+    token: TokenInterceptor,
+}
+
+impl Route {
+    /// Connects to the member called now.
+    async fn open(&self) -> Result<JobsClient<SecureChannel>, Unreached> {
+        let url = self.members.current();
+        let unreached = |reason: String| Unreached {
+            url: url.to_string(),
+            reason,
+        };
+        // Checked when the member was added; a TLS file removed since is reported as this member's failure.
+        let endpoint = endpoint(url, &self.security)
+            .map_err(|e| unreached(e.to_string()))?
+            .connect_timeout(CONNECT_TIMEOUT);
         let channel = endpoint
             .connect()
             .await
-            .map_err(|e| ClientError::Unreachable {
-                url: url.to_string(),
-                reason: innermost(&e),
-            })?;
-        Ok(Client::over(secure(channel, token)))
+            .map_err(|e| unreached(innermost(&e)))?;
+        Ok(jobs_client(secure(channel, self.token.clone())))
+    }
+}
+
+/// Keeps one failure per member, the latest, in the order they were first tried.
+fn note_unreached(tried: &mut Vec<Unreached>, u: Unreached) {
+    match tried.iter_mut().find(|t| t.url == u.url) {
+        Some(t) => *t = u,
+        None => tried.push(u),
+    }
+}
+
+fn jobs_client(channel: SecureChannel) -> JobsClient<SecureChannel> {
+    // Answers (results with every solution) may be far larger than tonic's default limit.
+    JobsClient::new(channel).max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES)
+}
+
+impl Client {
+    /// Connects to the coordinator at `list`, one URL or the comma-separated URLs of its members (see
+    /// [`Members::parse`]), now, so an unreachable coordinator is reported before any call. Members are tried in
+    /// order until one connects; the error of none names each one and why.
+    pub async fn connect(list: &str, security: &ClientSecurity) -> Result<Client, ClientError> {
+        let members = Members::parse(list, security)?;
+        Client::connect_members(members, security).await
+    }
+
+    /// [`Client::connect`] to members already parsed.
+    pub async fn connect_members(
+        members: Members,
+        security: &ClientSecurity,
+    ) -> Result<Client, ClientError> {
+        // Read before connecting: a bad token file is reported even when the coordinator is away.
+        let token = token_interceptor(security)?;
+        let mut route = Route {
+            members,
+            security: security.clone(),
+            token,
+        };
+        let mut tried = Vec::new();
+        for _ in 0..route.members.len() {
+            match route.open().await {
+                Ok(jobs) => {
+                    return Ok(Client {
+                        jobs: Some(jobs),
+                        route: Some(route),
+                    })
+                }
+                Err(u) => {
+                    debug!(member = %u.url, reason = %u.reason, "cannot connect to this member");
+                    tried.push(u);
+                    route.members.advance();
+                }
+            }
+        }
+        Err(ClientError::Unreachable { tried })
     }
 
     /// A client of a coordinator running in this process (`sweep run`): its services called directly, with no
     /// socket in between.
     pub fn in_process(transport: sweep_proto::Transport) -> Client {
-        Client::over(in_process(transport))
-    }
-
-    fn over(channel: SecureChannel) -> Client {
         Client {
-            // Answers (results with every solution) may be far larger than tonic's default limit.
-            jobs: JobsClient::new(channel).max_decoding_message_size(sweep_proto::MAX_RESULT_BYTES),
+            jobs: Some(jobs_client(in_process(transport))),
+            route: None,
         }
     }
 
+    /// The members this client knows (those given, then leaders it was sent to), and the one it calls now;
+    /// `None` in process.
+    pub fn members(&self) -> Option<&Members> {
+        self.route.as_ref().map(|r| &r.members)
+    }
+
+    /// Makes the call `f` on the member called now, and again on other members as [`Client`] describes.
+    async fn call<T, F, Fut>(&mut self, repeat: Repeat, mut f: F) -> Result<T, ClientError>
+    where
+        F: FnMut(JobsClient<SecureChannel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let Client { jobs, route } = self;
+        let Some(route) = route else {
+            // In process: always connected, and there is no other member.
+            let Some(jobs) = jobs.clone() else {
+                return Err(ClientError::Reply("no connection".into()));
+            };
+            return Ok(f(jobs).await?.into_inner());
+        };
+        let attempts = route.members.max_attempts();
+        let mut pause = FIRST_PAUSE;
+        let mut tried: Vec<Unreached> = Vec::new();
+        let mut last: Option<ClientError> = None;
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+            let client = match jobs {
+                Some(c) => c.clone(),
+                None => match route.open().await {
+                    Ok(c) => jobs.insert(c).clone(),
+                    Err(u) => {
+                        // Nothing was sent: any call may go to the next member.
+                        debug!(member = %u.url, reason = %u.reason, "cannot connect to this member");
+                        note_unreached(&mut tried, u);
+                        last = Some(ClientError::Unreachable {
+                            tried: tried.clone(),
+                        });
+                        route.members.advance();
+                        continue;
+                    }
+                },
+            };
+            let status = match f(client).await {
+                Ok(answer) => return Ok(answer.into_inner()),
+                Err(status) => status,
+            };
+            let member = route.members.current().to_string();
+            let failover = route.members.failover(&status, &route.security);
+            if failover == Failover::Answered {
+                return Err(status.into());
+            }
+            // The next call, this one's next attempt or a later one, goes to the member moved to.
+            *jobs = None;
+            debug!(%member, next = %route.members.current(), ?failover, error = %status.message(), "call failed on this member");
+            if failover == Failover::Unreachable && repeat == Repeat::NotTwice {
+                return Err(status.into());
+            }
+            last = Some(status.into());
+        }
+        Err(last.unwrap_or_else(|| ClientError::Reply("no attempt was made".into())))
+    }
+
+    /// Submits a job. Sent again after a not-leader answer only (see [`Client`]): a member lost mid-call may
+    /// have made the job already, and `reuse_existing` is not set by every caller.
     pub async fn submit(
         &mut self,
         req: v1::SubmitRequest,
     ) -> Result<v1::SubmitResponse, ClientError> {
-        Ok(self.jobs.submit(req).await?.into_inner())
+        self.call(Repeat::NotTwice, |mut c| {
+            let req = req.clone();
+            async move { c.submit(req).await }
+        })
+        .await
     }
 
     /// Sends the packed files a job ships (`exec --ship`), stored by the coordinator under `digest`. They go
-    /// in pieces small enough for any message limit; a coordinator that has them already keeps its copy.
+    /// in pieces small enough for any message limit; a coordinator that has them already keeps its copy (so
+    /// sending them again is safe).
     pub async fn ship(&mut self, digest: &str, packed: &[u8]) -> Result<(), ClientError> {
         const PIECE: usize = 1 << 20;
         let total = packed.len() as u64;
@@ -182,10 +375,11 @@ impl Client {
             })
             .collect();
         let resp = self
-            .jobs
-            .ship(tokio_stream::iter(pieces))
-            .await?
-            .into_inner();
+            .call(Repeat::Safe, |mut c| {
+                let pieces = pieces.clone();
+                async move { c.ship(tokio_stream::iter(pieces)).await }
+            })
+            .await?;
         if resp.digest != digest {
             return Err(ClientError::Reply(format!(
                 "the coordinator stored the shipped files under another digest ({}, expected {digest})",
@@ -197,31 +391,29 @@ impl Client {
 
     /// Every job, and how many workers are live.
     pub async fn list_jobs(&mut self) -> Result<v1::ListJobsResponse, ClientError> {
-        Ok(self
-            .jobs
-            .list_jobs(v1::ListJobsRequest {})
-            .await?
-            .into_inner())
+        self.call(Repeat::Safe, |mut c| async move {
+            c.list_jobs(v1::ListJobsRequest {}).await
+        })
+        .await
     }
 
     pub async fn job_status(&mut self, job: u64) -> Result<v1::JobInfo, ClientError> {
-        Ok(self
-            .jobs
-            .job_status(v1::JobRequest { job_id: job })
-            .await?
-            .into_inner())
+        self.call(Repeat::Safe, |mut c| async move {
+            c.job_status(v1::JobRequest { job_id: job }).await
+        })
+        .await
     }
 
-    /// Progress snapshots every `interval_ms` of one job, or of every job for `job` 0.
+    /// Progress snapshots every `interval_ms` of one job, or of every job for `job` 0. Starting the stream
+    /// follows the leader; a stream that breaks is the caller's to start again.
     pub async fn watch(&mut self, job: u64, interval_ms: u64) -> Result<WatchStream, ClientError> {
+        let req = v1::WatchRequest {
+            job_id: job,
+            interval_ms,
+        };
         let stream = self
-            .jobs
-            .watch(v1::WatchRequest {
-                job_id: job,
-                interval_ms,
-            })
-            .await?
-            .into_inner();
+            .call(Repeat::Safe, |mut c| async move { c.watch(req).await })
+            .await?;
         Ok(WatchStream(stream))
     }
 
@@ -231,30 +423,28 @@ impl Client {
         job: u64,
         form: v1::AnswerForm,
     ) -> Result<v1::ResultsResponse, ClientError> {
-        Ok(self
-            .jobs
-            .results(v1::ResultsRequest {
-                job_id: job,
-                form: form.into(),
-            })
-            .await?
-            .into_inner())
+        let req = v1::ResultsRequest {
+            job_id: job,
+            form: form.into(),
+        };
+        self.call(Repeat::Safe, |mut c| async move { c.results(req).await })
+            .await
     }
 
     /// Streams every solution job `job` stored, in chunk order, one per line into `out`; returns how many.
     /// Memory stays that of one piece however many there are. The coordinator refuses a job that keeps counts
-    /// only, and says why.
+    /// only, and says why. Starting the stream follows the leader; a stream that breaks midway is an error (part
+    /// of the solutions may have been written).
     pub async fn write_solutions(
         &mut self,
         job: u64,
         out: &mut dyn std::io::Write,
     ) -> Result<u64, SolutionsError> {
         let mut stream = self
-            .jobs
-            .solutions(v1::JobRequest { job_id: job })
-            .await
-            .map_err(ClientError::from)?
-            .into_inner();
+            .call(Repeat::Safe, |mut c| async move {
+                c.solutions(v1::JobRequest { job_id: job }).await
+            })
+            .await?;
         let mut written = 0u64;
         while let Some(piece) = stream.message().await.map_err(ClientError::from)? {
             for s in &piece.solutions {
@@ -276,48 +466,46 @@ impl Client {
     }
 
     pub async fn cancel(&mut self, job: u64) -> Result<v1::JobInfo, ClientError> {
-        Ok(self
-            .jobs
-            .cancel(v1::JobRequest { job_id: job })
-            .await?
-            .into_inner())
+        self.call(Repeat::NotTwice, |mut c| async move {
+            c.cancel(v1::JobRequest { job_id: job }).await
+        })
+        .await
     }
 
     pub async fn pause(&mut self, job: u64) -> Result<v1::JobInfo, ClientError> {
-        Ok(self
-            .jobs
-            .pause(v1::JobRequest { job_id: job })
-            .await?
-            .into_inner())
+        self.call(Repeat::NotTwice, |mut c| async move {
+            c.pause(v1::JobRequest { job_id: job }).await
+        })
+        .await
     }
 
     pub async fn resume(&mut self, job: u64) -> Result<v1::JobInfo, ClientError> {
-        Ok(self
-            .jobs
-            .resume(v1::JobRequest { job_id: job })
-            .await?
-            .into_inner())
+        self.call(Repeat::NotTwice, |mut c| async move {
+            c.resume(v1::JobRequest { job_id: job }).await
+        })
+        .await
     }
 
     /// Every worker the coordinator has seen.
     pub async fn list_workers(&mut self) -> Result<Vec<v1::WorkerStatus>, ClientError> {
-        Ok(self
-            .jobs
-            .list_workers(v1::ListWorkersRequest {})
-            .await?
-            .into_inner()
-            .workers)
+        let resp = self
+            .call(Repeat::Safe, |mut c| async move {
+                c.list_workers(v1::ListWorkersRequest {}).await
+            })
+            .await?;
+        Ok(resp.workers)
     }
 
     /// Tells the worker named `worker` to finish what it holds, take nothing new and stop.
     pub async fn drain(&mut self, worker: &str) -> Result<v1::WorkerStatus, ClientError> {
-        Ok(self
-            .jobs
-            .drain(v1::DrainRequest {
-                worker: worker.to_string(),
-            })
-            .await?
-            .into_inner())
+        let req = v1::DrainRequest {
+            worker: worker.to_string(),
+        };
+        self.call(Repeat::NotTwice, |mut c| {
+            let req = req.clone();
+            async move { c.drain(req).await }
+        })
+        .await
     }
 
     /// Sets `identity`'s share (admin token): its jobs together get threads in proportion to it.
@@ -326,14 +514,15 @@ impl Client {
         identity: &str,
         share: f64,
     ) -> Result<v1::IdentityInfo, ClientError> {
-        Ok(self
-            .jobs
-            .set_share(v1::SetShareRequest {
-                identity: identity.to_string(),
-                share,
-            })
-            .await?
-            .into_inner())
+        let req = v1::SetShareRequest {
+            identity: identity.to_string(),
+            share,
+        };
+        self.call(Repeat::NotTwice, |mut c| {
+            let req = req.clone();
+            async move { c.set_share(req).await }
+        })
+        .await
     }
 }
 
@@ -347,17 +536,26 @@ impl WatchStream {
     }
 }
 
-/// The `Work` service client for a worker at `url`, and its client for reports (both over one channel). It
-/// connects on its first call and again after the coordinator went away, so only bad settings fail here; each
-/// call times out after a minute.
+/// The `Work` service client for a worker at `url` (one member), and its client for reports (both over one
+/// channel). It connects on its first call and again after the coordinator went away, so only bad settings fail
+/// here; each call times out after a minute.
 pub fn work_client(
     url: &str,
     security: &ClientSecurity,
 ) -> Result<(WorkClient, ReportClient), ConnectError> {
+    work_client_with(url, security, token_interceptor(security)?)
+}
+
+/// [`work_client`] with the token read already: a worker that moves to another member keeps its token (and
+/// follows its file) rather than read it again.
+pub fn work_client_with(
+    url: &str,
+    security: &ClientSecurity,
+    token: TokenInterceptor,
+) -> Result<(WorkClient, ReportClient), ConnectError> {
     let endpoint = endpoint(url, security)?
         .connect_timeout(Duration::from_secs(3))
         .timeout(Duration::from_secs(60));
-    let token = token_interceptor(security)?;
     Ok(work_client_over(secure(endpoint.connect_lazy(), token)))
 }
 
@@ -411,6 +609,10 @@ mod tests {
             .unwrap();
         assert!(e.is_unreachable(), "{e}");
         assert!(e.to_string().contains(&url), "{e}");
+        assert!(
+            e.to_string().starts_with("cannot reach the coordinator at"),
+            "{e}"
+        );
         let e = Client::connect("not a url", &ClientSecurity::default())
             .await
             .err()

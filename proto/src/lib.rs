@@ -1,5 +1,6 @@
 //! sweep's gRPC protocol (`proto/sweep.proto`), compiled at build time with protox, and the conversions between
-//! its generated types and the domain types of `sweep-space`.
+//! its generated types and the domain types of `sweep-space`, and the wire-level constants every side shares:
+//! message limits, and the not-leader answer of a replicated coordinator ([`not_leader`], [`LEADER_METADATA`]).
 //!
 //! Architecture invariant: this is the only crate with generated code. Everything past the RPC edge works on
 //! domain types; conversions that can fail (counters sent as decimal strings) return [`WireError`].
@@ -105,6 +106,62 @@ pub const MAX_REPORT_BYTES: usize = 64 << 20;
 /// The largest answer the `Jobs` service sends (a merged result keeps up to a million solutions). Clients must
 /// raise tonic's 4 MiB default to this, or a big but valid answer fails to decode.
 pub const MAX_RESULT_BYTES: usize = 512 << 20;
+
+/// The ASCII metadata key of a not-leader answer that names the leader: its value is the leader's client URL
+/// (what clients give as `--coordinator`). See [`not_leader`] for the whole protocol.
+pub const LEADER_METADATA: &str = "sweep-leader";
+
+/// How the message of every not-leader answer begins (see [`not_leader`]).
+pub const NOT_LEADER: &str = "this coordinator is not the leader";
+
+/// The answer of a coordinator member that is not the leader, to any `Jobs` or `Work` call.
+///
+/// Replicated coordinators are several members of which only the leader serves. Clients are given the list of
+/// members (`--coordinator A,B,C`) and follow the leader:
+///
+/// - A member that is not the leader does nothing with the call and answers `UNAVAILABLE` with a message that
+///   starts with [`NOT_LEADER`] and, when it knows the leader, the metadata [`LEADER_METADATA`] holding the
+///   leader's client URL (absent while no leader is known, during an election).
+/// - A client that gets this answer calls the named leader, which may not be in its list, or else the next member
+///   of its list. Because a not-leader answer did nothing, any call may be sent again after it, a submit included.
+/// - A member that cannot be reached is skipped for the next one, but then the call may have been carried out
+///   before the connection broke: only calls that are safe to repeat are sent again.
+///
+/// `leader` is the leader's client URL if known. A URL that cannot be an ASCII metadata value is left out.
+pub fn not_leader(leader: Option<&str>) -> tonic::Status {
+    let mut status = match leader {
+        Some(url) => tonic::Status::unavailable(format!("{NOT_LEADER}; the leader is {url}")),
+        None => tonic::Status::unavailable(format!("{NOT_LEADER}, and it knows of no leader yet")),
+    };
+    if let Some(value) =
+        leader.and_then(|url| url.parse::<tonic::metadata::AsciiMetadataValue>().ok())
+    {
+        status.metadata_mut().insert(LEADER_METADATA, value);
+    }
+    status
+}
+
+/// The leader a not-leader answer names (see [`not_leader`]): the [`LEADER_METADATA`] value of an `UNAVAILABLE`
+/// status, trimmed; `None` for any other status, or when the value is absent, empty or not ASCII.
+pub fn leader_hint(status: &tonic::Status) -> Option<String> {
+    if status.code() != tonic::Code::Unavailable {
+        return None;
+    }
+    let value = status
+        .metadata()
+        .get(LEADER_METADATA)?
+        .to_str()
+        .ok()?
+        .trim();
+    (!value.is_empty()).then(|| value.to_string())
+}
+
+/// Whether `status` is a not-leader answer (see [`not_leader`]), which by construction did nothing: `UNAVAILABLE`
+/// naming a leader, or with a message that starts with [`NOT_LEADER`].
+pub fn is_not_leader(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable
+        && (leader_hint(status).is_some() || status.message().starts_with(NOT_LEADER))
+}
 
 /// What carries a client's gRPC calls to a coordinator: a network channel, or the coordinator's own services
 /// called in the same process (`sweep run`: no socket, no HTTP/2 framing, the same handlers and checks). Clients
@@ -340,6 +397,46 @@ mod tests {
             v1::WorkerStatus::decode(status.encode_to_vec().as_slice()).unwrap(),
             status
         );
+    }
+
+    #[test]
+    fn a_not_leader_answer_names_the_leader_in_its_metadata() {
+        let s = not_leader(Some("http://10.0.0.2:7878"));
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+        assert_eq!(
+            s.message(),
+            "this coordinator is not the leader; the leader is http://10.0.0.2:7878"
+        );
+        assert_eq!(
+            s.metadata().get(LEADER_METADATA).unwrap().to_str().unwrap(),
+            "http://10.0.0.2:7878"
+        );
+        assert_eq!(leader_hint(&s).as_deref(), Some("http://10.0.0.2:7878"));
+        assert!(is_not_leader(&s));
+        // During an election: not the leader, and no hint.
+        let s = not_leader(None);
+        assert_eq!(leader_hint(&s), None);
+        assert!(s.metadata().get(LEADER_METADATA).is_none());
+        assert!(is_not_leader(&s), "{s:?}");
+        // A URL that cannot be a metadata value is left out, not sent garbled.
+        let s = not_leader(Some("http://bad\nhost"));
+        assert_eq!(leader_hint(&s), None);
+        assert!(is_not_leader(&s));
+        // Other answers are not redirections, whatever metadata they carry.
+        let mut other = tonic::Status::not_found("no job 7");
+        other
+            .metadata_mut()
+            .insert(LEADER_METADATA, "http://x:1".parse().unwrap());
+        assert_eq!(leader_hint(&other), None);
+        assert!(!is_not_leader(&other));
+        let lost = tonic::Status::unavailable("transport error");
+        assert_eq!(leader_hint(&lost), None);
+        assert!(!is_not_leader(&lost));
+        let mut empty = tonic::Status::unavailable("x");
+        empty
+            .metadata_mut()
+            .insert(LEADER_METADATA, " ".parse().unwrap());
+        assert_eq!(leader_hint(&empty), None);
     }
 
     #[test]

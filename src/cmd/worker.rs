@@ -12,7 +12,8 @@ use crate::runtime::{runtime, shutdown_signal};
 
 #[derive(Args)]
 pub struct WorkerArgs {
-    /// Coordinator URL.
+    /// Coordinator URL; for a replicated coordinator, its members' URLs separated by commas (the worker
+    /// follows the leader).
     #[arg(
         long,
         env = "SWEEP_COORDINATOR",

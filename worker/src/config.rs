@@ -11,7 +11,8 @@ use crate::lie::Lie;
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
-    /// The coordinator's URL, e.g. `http://10.0.0.5:7878`.
+    /// The coordinator's URL, e.g. `http://10.0.0.5:7878`, or its members' URLs separated by commas (the worker
+    /// follows the leader; see `sweep_client::Members`).
     pub connect: String,
     /// A stable name for this worker (empty: the coordinator assigns one).
     pub name: String,

@@ -15,7 +15,6 @@ use crate::shared::Shared;
 pub const RESUME_STATE_INTERVAL: Duration = Duration::from_secs(3);
 
 pub(crate) async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let mut client = sh.client.clone();
     // The heartbeat interval is a quarter of the lease time (7.5 s by default): waking only then would hold a
     // saved resume state back that long. So the task wakes at least every RESUME_STATE_INTERVAL and beats early
     // when a running chunk has a new state to send; otherwise it beats at the coordinator's interval.
@@ -74,16 +73,26 @@ pub(crate) async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>
             worker_id: sh.worker_id.clone(),
             progress,
         };
-        match client.heartbeat(req).await {
+        let mut clients = match sh.link.ready(&sh.cfg, &sh.worker_id).await {
+            Ok(c) => c,
+            Err(e) => {
+                debug!(error = %e, "heartbeat not sent: registering with the member failed");
+                continue;
+            }
+        };
+        match clients.work.heartbeat(req).await {
             Ok(resp) => {
                 let resp = resp.into_inner();
                 if resp.register_again {
                     // The coordinator restarted while every thread was busy (so no lease asked): describe this
                     // worker again, or `sweep workers` shows it with no threads until its next lease.
                     let req = register_request(&sh.cfg, &sh.worker_id);
-                    match client.register(req).await {
+                    match clients.work.register(req).await {
                         Ok(_) => info!("registered again with a restarted coordinator"),
-                        Err(e) => debug!(error = %e, "register again failed"),
+                        Err(e) => {
+                            debug!(error = %e, "register again failed");
+                            sh.link.failed(clients.generation, &e);
+                        }
                     }
                 }
                 let revoked = resp.revoked;
@@ -100,7 +109,10 @@ pub(crate) async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>
                     sh.room.notify_one();
                 }
             }
-            Err(e) => debug!(error = %e, "heartbeat failed"),
+            Err(e) => {
+                debug!(error = %e, "heartbeat failed");
+                sh.link.failed(clients.generation, &e);
+            }
         }
     }
 }

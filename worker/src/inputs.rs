@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use sweep_proto::v1;
 use sweep_space::Job;
+use tonic::Status;
 use tracing::{info, warn};
 
 use crate::shared::Shared;
@@ -150,25 +151,28 @@ impl Shared {
 
     /// Streams the artifact in pieces, checks offsets, size and digest.
     async fn fetch_artifact(&self, input: u64, digest: &str) -> Result<Vec<u8>, String> {
-        let mut client = self.client.clone();
+        let fetching = |e: Status| format!("fetching job {input}'s artifact: {}", e.message());
+        let mut clients = self
+            .link
+            .ready(&self.cfg, &self.worker_id)
+            .await
+            .map_err(fetching)?;
         let req = v1::FetchArtifactRequest {
             worker_id: self.worker_id.clone(),
             job_id: input,
             // Job 0: a shipped file, named by its digest.
             digest: digest.to_string(),
         };
-        let mut stream = client
-            .fetch_artifact(req)
-            .await
-            .map_err(|e| format!("fetching job {input}'s artifact: {}", e.message()))?
-            .into_inner();
+        let mut stream = match clients.work.fetch_artifact(req).await {
+            Ok(answer) => answer.into_inner(),
+            Err(e) => {
+                self.link.failed(clients.generation, &e);
+                return Err(fetching(e));
+            }
+        };
         let mut bytes: Vec<u8> = Vec::new();
         let mut total = None;
-        while let Some(piece) = stream
-            .message()
-            .await
-            .map_err(|e| format!("fetching job {input}'s artifact: {}", e.message()))?
-        {
+        while let Some(piece) = stream.message().await.map_err(fetching)? {
             if piece.offset != bytes.len() as u64 || piece.digest != digest {
                 return Err(format!(
                     "job {input}'s artifact arrived out of order or with another digest"

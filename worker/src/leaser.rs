@@ -69,7 +69,6 @@ impl State {
 const IN_FLIGHT_LEASE_GRACE: Duration = Duration::from_secs(2);
 
 pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let mut client = sh.client.clone();
     let mut backoff = Backoff::new();
     loop {
         if *stop.borrow() {
@@ -82,12 +81,27 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 _ = stop.changed() => return,
             }
         }
+        // Registers first with a member the worker just moved to; failing that, backs off as a lease would.
+        let ready = tokio::select! {
+            r = sh.link.ready(&sh.cfg, &sh.worker_id) => r,
+            _ = stop.changed() => return,
+        };
+        let mut clients = match ready {
+            Ok(c) => c,
+            Err(e) => {
+                if sweep_client::is_refusal(&e) {
+                    warn!(error = %e.message(), "the coordinator refused the registration");
+                }
+                backoff.wait().await;
+                continue;
+            }
+        };
         let req = v1::LeaseRequest {
             worker_id: sh.worker_id.clone(),
             max_chunks: want as u32,
         };
         let answer = {
-            let call = client.lease(req);
+            let call = clients.work.lease(req);
             tokio::pin!(call);
             tokio::select! {
                 r = &mut call => r,
@@ -114,8 +128,9 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 if resp.register_again {
                     // The coordinator restarted and lost who we are: tell it again, under our name.
                     let req = register_request(&sh.cfg, &sh.worker_id);
-                    if let Err(e) = client.register(req).await {
+                    if let Err(e) = clients.work.register(req).await {
                         debug!(error = %e, "register again failed");
+                        sh.link.failed(clients.generation, &e);
                     } else {
                         info!("registered again with a restarted coordinator");
                     }
@@ -142,6 +157,7 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     warn!(error = %e.message(), "the coordinator refused the lease request");
                 }
                 debug!(error = %e, "lease failed; backing off");
+                sh.link.failed(clients.generation, &e);
                 Some(backoff.delay())
             }
         };

@@ -4,8 +4,9 @@
 //!
 //! The worker carries every search space in its own binary: a lease brings only the space name, the job's
 //! canonical parameters and a chunk index. It survives the coordinator going away (every RPC is retried with
-//! backoff) and on shutdown stops leasing, hands back unstarted chunks, finishes or cancels running ones within
-//! a grace period, and delivers every result it has before it exits.
+//! backoff), follows the leader of a replicated coordinator given as its members' URLs, and on shutdown stops
+//! leasing, hands back unstarted chunks, finishes or cancels running ones within a grace period, and delivers
+//! every result it has before it exits.
 //!
 //! # Module map
 //!
@@ -16,6 +17,8 @@
 //! - `backoff`: retry pacing, the same for every task that calls a coordinator that may be restarting.
 //! - `memory`: the memory this worker can give chunks (the machine's, its cgroup's limit), and `--memory` sizes.
 //! - `config`: [`WorkerConfig`], what the caller decides, and the registration made of it and this machine.
+//! - `link`: which member of the coordinator the worker calls (the leader of a replicated one), its clients of
+//!   that member, and the moves to another member that failed calls call for.
 //! - `state`: the data under the one lock (queue, running chunks, outbox, counters, the job and artifact caches
 //!   and their eviction); no I/O and no tasks, so its rules are tested alone.
 //! - `shared`: `Shared`, what every task holds (config, clients, state, the wake-ups between tasks).
@@ -38,6 +41,7 @@ mod inputs;
 mod leaser;
 #[cfg(feature = "lie")]
 mod lie;
+mod link;
 pub mod memory;
 mod reporter;
 mod shared;
@@ -64,6 +68,7 @@ use config::register_request;
 use executor::executor;
 use heartbeat::heartbeater;
 use leaser::leaser;
+use link::Link;
 use reporter::reporter;
 use shared::Shared;
 use state::State;
@@ -102,38 +107,39 @@ pub async fn run(
     if let Some(lie) = cfg.lie {
         warn!(?lie, "this worker falsifies its results, for a test");
     }
-    let (mut client, reports) = match &cfg.in_process {
-        Some(transport) => sweep_client::work_client_in_process(transport.clone()),
-        None => sweep_client::work_client(&cfg.connect, &cfg.security)?,
-    };
+    let link = Link::new(&cfg)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
 
-    // Register, retrying until the coordinator answers or we are told to stop.
+    // Register, retrying until the coordinator's leader answers or we are told to stop.
     let mut backoff = Backoff::new();
     let reg = loop {
         let req = register_request(&cfg, &cfg.name);
+        let mut clients = link.clients();
         tokio::select! {
-            r = client.register(req) => match r {
-                Ok(r) => break r.into_inner(),
+            r = clients.work.register(req) => match r {
+                Ok(r) => {
+                    link.registered(clients.generation);
+                    break r.into_inner();
+                }
                 Err(e) if sweep_client::is_refusal(&e) => {
                     return Err(WorkerError::Refused(e.message().to_string()))
                 }
                 Err(e) => {
                     debug!(error = %e, "register failed; retrying");
+                    link.failed(clients.generation, &e);
                     backoff.wait().await;
                 }
             },
             _ = &mut shutdown => return Ok(WorkerStats::default()),
         }
     };
-    info!(worker = %reg.worker_id, threads = cfg.threads, "registered");
+    info!(worker = %reg.worker_id, threads = cfg.threads, member = ?link.member(), "registered");
     let threads = cfg.threads;
     let shared = Arc::new(Shared {
         heartbeat: Duration::from_millis(reg.heartbeat_interval_ms.clamp(50, 60_000)),
         worker_id: reg.worker_id,
-        client,
-        reports,
+        link,
         cfg,
         state: Mutex::new(State::default()),
         work_ready: Notify::new(),

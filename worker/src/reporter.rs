@@ -75,8 +75,6 @@ impl State {
 }
 
 pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let mut client = sh.client.clone();
-    let mut reporter = sh.reports.clone();
     let mut backoff = Backoff::new();
     let mut last_sent: Option<Instant> = None;
     loop {
@@ -113,6 +111,22 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             }
             continue;
         }
+        // Registers first with a member the worker just moved to; failing that, everything waits for the next
+        // round, as after a failed call.
+        let mut clients = match sh.link.ready(&sh.cfg, &sh.worker_id).await {
+            Ok(c) => c,
+            Err(e) => {
+                debug!(error = %e, "reports not sent: registering with the member failed");
+                {
+                    let mut st = sh.lock();
+                    // Back in front, in their order: they were taken from the front.
+                    st.outbox.splice(0..0, reports);
+                    st.failures.splice(0..0, failures);
+                }
+                backoff.wait().await;
+                continue;
+            }
+        };
         let mut ok = true;
         if !reports.is_empty() {
             last_sent = Some(Instant::now());
@@ -120,7 +134,7 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 worker_id: sh.worker_id.clone(),
                 reports: reports.iter().map(|r| r.report.clone()).collect(),
             };
-            match reporter.complete(req).await {
+            match clients.reports.complete(req).await {
                 Ok(resp) => {
                     for ack in resp.into_inner().acks {
                         if ack.status == v1::AckStatus::Rejected as i32 {
@@ -131,7 +145,10 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     }
                 }
                 Err(e) => {
+                    // Sent again, to the member moved to if the worker moves: what this member did take is
+                    // acknowledged there as a duplicate, counted once.
                     debug!(error = %e, "complete failed; will retry");
+                    sh.link.failed(clients.generation, &e);
                     sh.lock().outbox.extend(reports);
                     ok = false;
                 }
@@ -146,8 +163,9 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 unsent.extend(failures[i..].iter().cloned());
                 break;
             }
-            if let Err(e) = client.fail(f.clone()).await {
+            if let Err(e) = clients.work.fail(f.clone()).await {
                 debug!(error = %e, "fail report failed; will retry");
+                sh.link.failed(clients.generation, &e);
                 unsent.extend(failures[i..].iter().cloned());
                 ok = false;
                 break;

@@ -3,16 +3,16 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use sweep_client::{ReportClient, WorkClient};
 use tokio::sync::Notify;
 
 use crate::config::WorkerConfig;
+use crate::link::Link;
 use crate::state::State;
 
 pub(crate) struct Shared {
     pub(crate) cfg: WorkerConfig,
-    pub(crate) client: WorkClient,
-    pub(crate) reports: ReportClient,
+    /// The member of the coordinator called now, and its clients.
+    pub(crate) link: Link,
     pub(crate) worker_id: String,
     pub(crate) state: Mutex<State>,
     pub(crate) work_ready: Notify,
