@@ -122,6 +122,7 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     // Back in front, in their order: they were taken from the front.
                     st.outbox.splice(0..0, reports);
                     st.failures.splice(0..0, failures);
+                    st.sending = 0;
                 }
                 backoff.wait().await;
                 continue;
