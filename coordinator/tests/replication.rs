@@ -1,6 +1,7 @@
 //! Three replicated members on loopback, each with its own sled store and gRPC server on port 0: they elect a
 //! leader, commit proposals in one order on every member, refuse proposals on followers with the leader's id,
-//! elect a new leader when the leader stops, and a stopped member reopened from its store catches up.
+//! elect a new leader when the leader stops, and a stopped member reopened from its store catches up; with the
+//! coordinator's store as the state machine, group commits proposed on the leader land in every member's store.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -62,6 +63,24 @@ async fn start_member(
     listener: tokio::net::TcpListener,
     urls: &BTreeMap<u64, String>,
 ) -> Member {
+    let log = Log::default();
+    let (handle, stop_tx) = start_node(id, dir, listener, urls, log.clone()).await;
+    Member {
+        handle,
+        log,
+        stop_server: Some(stop_tx),
+    }
+}
+
+/// One member applying to `machine`, its log in a sled store in `dir`, served on `listener`: its handle and
+/// what stops its server.
+async fn start_node<S: StateMachine + Send + 'static>(
+    id: u64,
+    dir: &Path,
+    listener: tokio::net::TcpListener,
+    urls: &BTreeMap<u64, String>,
+    machine: S,
+) -> (MemberHandle, oneshot::Sender<()>) {
     // The store of a stopped member is released when its task ends: retry the lock for a while.
     let deadline = Instant::now() + Duration::from_secs(10);
     let db = loop {
@@ -75,7 +94,6 @@ async fn start_member(
     };
     let mut store = LogStore::open(db.open_tree("raft").expect("tree")).expect("log store");
     store.bootstrap(&[1, 2, 3], Vec::new()).expect("bootstrap");
-    let log = Log::default();
     let config = MemberConfig {
         raft: Config::new(id),
         peers: urls
@@ -85,7 +103,7 @@ async fn start_member(
             .collect(),
         tick: TICK,
     };
-    let (handle, inbox, links) = replica::start(config, store, log.clone()).expect("start member");
+    let (handle, inbox, links) = replica::start(config, store, machine).expect("start member");
     spawn_senders(links);
     let (stop_tx, stop_rx) = oneshot::channel();
     tokio::spawn(
@@ -95,11 +113,7 @@ async fn start_member(
                 let _ = stop_rx.await;
             }),
     );
-    Member {
-        handle,
-        log,
-        stop_server: Some(stop_tx),
-    }
+    (handle, stop_tx)
 }
 
 /// The id of the member all the given ones agree leads, once they do.
@@ -287,4 +301,125 @@ async fn messages_for_another_member_are_refused() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(handle.propose(b"one".to_vec()).await.is_ok());
+}
+
+/// The coordinator's store as the state machine: group commits proposed on the leader as entries end in the
+/// same store on every member, which opens as a coordinator's with the same jobs and done chunks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
+    use sweep_coordinator::core::{JobRecord, Op};
+    use sweep_coordinator::scheduler::{ChunkRecord, JobState};
+    use sweep_coordinator::store::{encode_entry, Store, StoreMachine};
+    use sweep_space::{ChunkOutput, Tally};
+
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut urls = BTreeMap::new();
+    let mut listeners = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        urls.insert(id, format!("http://{}", l.local_addr().expect("addr")));
+        listeners.insert(id, l);
+    }
+    let mut handles = BTreeMap::new();
+    let mut stores = BTreeMap::new();
+    let mut stops = Vec::new();
+    for (id, l) in listeners {
+        let store = Arc::new(Store::in_memory());
+        let machine = StoreMachine::open(store.clone()).expect("state machine");
+        let (h, stop) = start_node(id, dirs[id as usize - 1].path(), l, &urls, machine).await;
+        handles.insert(id, h);
+        stores.insert(id, store);
+        stops.push(stop);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let leader = loop {
+        if let Some((&id, _)) = handles.iter().find(|(_, h)| h.status().is_leader) {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "no leader");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // A job of 40 chunks, then its results in commits of ten, each with the tally after it, as the core stages
+    // them.
+    let job = JobRecord {
+        id: 1,
+        space: "primes".into(),
+        params: serde_json::json!({"below": 1000}),
+        n_chunks: 40,
+        total_nodes: None,
+        priority: 0,
+        state: JobState::Running,
+        created_ms: 1,
+        finished_ms: 0,
+        duplicates: 0,
+        digest_mismatches: 0,
+        input_jobs: Vec::new(),
+        artifact_digest: None,
+        replicate: 1,
+        listing: Default::default(),
+        max_attempts: None,
+        chunk_memory: None,
+        owner: String::new(),
+        share: 1.0,
+        chunk_hint_ms: None,
+        use_per_share_ms: 0.0,
+    };
+    let mut entries =
+        vec![encode_entry(&[vec![Op::job(job), Op::Meta("next_job", 2)]]).expect("entry")];
+    let mut tally = Tally::default();
+    for commit in 0..4u64 {
+        let mut ops = Vec::new();
+        for chunk in commit * 10..commit * 10 + 10 {
+            let out = ChunkOutput {
+                nodes: chunk + 1,
+                ..Default::default()
+            };
+            tally.add(&out);
+            ops.push(Op::Chunk(
+                1,
+                chunk,
+                ChunkRecord::Done {
+                    digest: format!("{chunk}"),
+                    worker: "w".into(),
+                },
+            ));
+            ops.push(Op::Output(1, chunk, out));
+            ops.push(Op::Tally(1, tally.clone()));
+        }
+        entries.push(encode_entry(&[ops]).expect("entry"));
+    }
+    for e in entries {
+        handles[&leader].propose(e).await.expect("committed");
+    }
+    let last = handles[&leader].status().applied;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !handles.values().all(|h| h.status().applied >= last) {
+        assert!(
+            Instant::now() < deadline,
+            "followers did not apply every entry"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for (id, store) in &stores {
+        let snap = store.load().expect("load");
+        assert_eq!(snap.jobs.len(), 1, "member {id}");
+        assert_eq!(snap.next_job, 2, "member {id}");
+        assert_eq!(snap.done_list().len(), 40, "member {id}");
+        assert_eq!(snap.tallies[&1].chunks, 40, "member {id}");
+        assert_eq!(
+            snap.tallies[&1].nodes,
+            (1..=40).sum::<u128>(),
+            "member {id}"
+        );
+        assert_eq!(
+            store.outputs(1).expect("outputs"),
+            stores[&leader].outputs(1).expect("outputs")
+        );
+    }
+    for h in handles.values() {
+        h.stop().await;
+    }
+    drop(stops);
 }

@@ -59,6 +59,16 @@ impl Store {
     /// [`Store::write`] for a group commit split into parts (see
     /// [`Kv::apply_parts`](super::Kv::apply_parts)): each part one atomic batch, all durable on return.
     pub fn write_parts(&self, parts: Vec<Vec<Op>>) -> Result<(), StoreError> {
+        self.write_parts_then(parts, Vec::new())
+    }
+
+    /// [`Store::write_parts`], with `extra` raw writes in the last part's batch (a replicated member's
+    /// applied index, which must move exactly when the entry's last part lands).
+    pub(crate) fn write_parts_then(
+        &self,
+        parts: Vec<Vec<Op>>,
+        extra: Writes,
+    ) -> Result<(), StoreError> {
         let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let mut superseded = Vec::new();
         let mut batches = Vec::with_capacity(parts.len());
@@ -71,6 +81,11 @@ impl Store {
             })?;
             summaries.drain_into(&mut writes);
             batches.push(writes);
+        }
+        match batches.last_mut() {
+            Some(last) => last.extend(extra),
+            None if !extra.is_empty() => batches.push(extra),
+            None => {}
         }
         self.kv.apply_parts(batches)?;
         // No longer referenced; a failure here only leaves files that the next start-up removes.

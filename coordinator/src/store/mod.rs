@@ -47,6 +47,7 @@
 //! - `chunks`: chunk records and outputs read wherever they live, and fsck's writes to them;
 //! - `batches`: group commits, split into crash-consistent parts and encoded as batches;
 //! - `snapshot`: what start-up reads to rebuild the core;
+//! - `replicated`: the store as a replicated coordinator's state machine (entries, their application, snapshots);
 //! - `upgrade`: the one-way upgrades of older formats on open.
 //!
 //! This file is only the facade: it re-exports what the rest of the coordinator may name, and nothing below
@@ -64,6 +65,7 @@ mod handle;
 mod keys;
 mod kv;
 mod records;
+mod replicated;
 mod snapshot;
 mod summaries;
 #[cfg(test)]
@@ -80,3 +82,4 @@ pub use handle::Store;
 pub(crate) use keys::{be_u64, chunk_key, job_key, key_text};
 pub use kv::{Kv, MemKv, Pairs, ScanFn, SledKv, Writes};
 pub(crate) use records::decode;
+pub use replicated::{decode_entry, encode_entry, StoreMachine};

@@ -1,0 +1,557 @@
+//! The store as the state machine of a replicated coordinator: a group commit's parts encoded as one consensus
+//! entry ([`encode_entry`]), and [`StoreMachine`], which applies committed entries to a member's own store.
+//!
+//! Every member applies the same entries in the same order, so every member's store passes through the same
+//! states; the leader's core decides, and its outbox becomes the entries. An entry is applied exactly as a
+//! single coordinator writes a group commit (each part one atomic batch), with the index of the entry
+//! written in the batch of its last part (`m/applied`): after a crash part-way the index is the previous
+//! entry's, and the entry is applied again. That is safe because every op writes a whole value (a record, a
+//! tally, a block as it is after the op), never an increment; the one append (a list of solutions added to
+//! its job's segment file) leaves unreferenced bytes behind, not a wrong answer.
+//!
+//! A snapshot is the whole store (every key and every file beside it), built in memory: right for the
+//! stores of tests and small jobs. A store of millions of results needs snapshots streamed from its files
+//! instead, which this does not do yet.
+
+use serde::{Deserialize, Serialize};
+use sweep_replicate::StateMachine;
+use sweep_space::{ChunkOutput, Tally};
+
+use super::error::StoreError;
+use super::framing::{take, take_u32};
+use super::handle::Store;
+use super::keys::be_u64;
+use crate::core::{IdentityRecord, JobRecord, Op};
+use crate::limits::Usage;
+use crate::scheduler::{ChunkRecord, JobId, Vote};
+
+/// Where a member keeps the index of the last entry applied to its store.
+const APPLIED_KEY: &[u8] = b"m/applied";
+
+const ENTRY_VERSION: u8 = 1;
+const SNAPSHOT_VERSION: u8 = 1;
+
+/// The counters an [`Op::Meta`] may name; an entry naming another is damaged.
+const META_NAMES: [&str; 2] = ["next_job", "next_lease"];
+
+/// An [`Op`] as an entry carries it: bytes (artifacts) travel as frames after the JSON, by index.
+#[derive(Serialize, Deserialize)]
+enum WireOp {
+    Job(JobRecord),
+    Tally(JobId, Tally),
+    Chunk(JobId, u64, ChunkRecord),
+    /// The output without its artifact, and the frame holding that artifact if it has one.
+    Output(JobId, u64, ChunkOutput, Option<usize>),
+    Artifact(JobId, usize),
+    Meta(String, u64),
+    Checkpoint(JobId, u64, Option<String>),
+    Votes(JobId, u64, Vec<Vote>),
+    Usage(JobId, Usage),
+    Identity(IdentityRecord),
+}
+
+fn damaged(why: impl Into<String>) -> StoreError {
+    StoreError::Damaged {
+        key: "a replicated entry".into(),
+        why: why.into(),
+    }
+}
+
+/// One consensus entry holding a group commit's parts. Encoding: a version byte, the JSON of the parts
+/// (artifacts replaced by frame numbers) with its length (u32 LE) before it, then each artifact's length (u64
+/// LE) and bytes.
+pub fn encode_entry(parts: &[Vec<Op>]) -> Result<Vec<u8>, StoreError> {
+    let mut frames: Vec<&[u8]> = Vec::new();
+    fn frame<'a>(frames: &mut Vec<&'a [u8]>, bytes: &'a [u8]) -> usize {
+        frames.push(bytes);
+        frames.len() - 1
+    }
+    let mut wire: Vec<Vec<WireOp>> = Vec::with_capacity(parts.len());
+    for part in parts {
+        let mut ops = Vec::with_capacity(part.len());
+        for op in part {
+            ops.push(match op {
+                Op::Job(rec) => WireOp::Job((**rec).clone()),
+                Op::Tally(job, t) => WireOp::Tally(*job, t.clone()),
+                Op::Chunk(job, chunk, rec) => WireOp::Chunk(*job, *chunk, rec.clone()),
+                Op::Output(job, chunk, out) => {
+                    let at = (!out.artifact.is_empty()).then(|| frame(&mut frames, &out.artifact));
+                    let mut bare = out.clone();
+                    bare.artifact = Vec::new();
+                    WireOp::Output(*job, *chunk, bare, at)
+                }
+                Op::Artifact(job, bytes) => WireOp::Artifact(*job, frame(&mut frames, bytes)),
+                Op::Meta(name, v) => WireOp::Meta((*name).to_string(), *v),
+                Op::Checkpoint(job, chunk, state) => {
+                    WireOp::Checkpoint(*job, *chunk, state.clone())
+                }
+                Op::Votes(job, chunk, votes) => WireOp::Votes(*job, *chunk, votes.clone()),
+                Op::Usage(job, u) => WireOp::Usage(*job, *u),
+                Op::Identity(rec) => WireOp::Identity(rec.clone()),
+            });
+        }
+        wire.push(ops);
+    }
+    let json = serde_json::to_vec(&wire).map_err(|e| damaged(e.to_string()))?;
+    let len = u32::try_from(json.len()).map_err(|_| damaged("over 4 GB of records"))?;
+    let mut out =
+        Vec::with_capacity(5 + json.len() + frames.iter().map(|f| 8 + f.len()).sum::<usize>());
+    out.push(ENTRY_VERSION);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&json);
+    for f in frames {
+        out.extend_from_slice(&(f.len() as u64).to_le_bytes());
+        out.extend_from_slice(f);
+    }
+    Ok(out)
+}
+
+fn take_u64(rest: &mut &[u8]) -> Option<u64> {
+    let b: [u8; 8] = take(rest, 8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(b))
+}
+
+/// The parts of an entry written by [`encode_entry`]; a damaged one is refused whole.
+pub fn decode_entry(bytes: &[u8]) -> Result<Vec<Vec<Op>>, StoreError> {
+    let mut rest = bytes;
+    match take(&mut rest, 1) {
+        Some([ENTRY_VERSION]) => {}
+        Some([v]) => return Err(damaged(format!("unknown entry version {v}"))),
+        _ => return Err(damaged("an empty entry")),
+    }
+    let len = take_u32(&mut rest).ok_or_else(|| damaged("truncated length"))? as usize;
+    let json = take(&mut rest, len).ok_or_else(|| damaged("truncated records"))?;
+    let wire: Vec<Vec<WireOp>> =
+        serde_json::from_slice(json).map_err(|e| damaged(format!("records: {e}")))?;
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    while !rest.is_empty() {
+        let n = take_u64(&mut rest).ok_or_else(|| damaged("truncated frame length"))?;
+        let n = usize::try_from(n).map_err(|_| damaged("a frame beyond memory"))?;
+        let f = take(&mut rest, n).ok_or_else(|| damaged("truncated frame"))?;
+        frames.push(f.to_vec());
+    }
+    let frame = |i: usize| -> Result<Vec<u8>, StoreError> {
+        frames
+            .get(i)
+            .cloned()
+            .ok_or_else(|| damaged(format!("frame {i} missing ({} frames)", frames.len())))
+    };
+    wire.into_iter()
+        .map(|part| {
+            part.into_iter()
+                .map(|op| {
+                    Ok(match op {
+                        WireOp::Job(rec) => Op::job(rec),
+                        WireOp::Tally(job, t) => Op::Tally(job, t),
+                        WireOp::Chunk(job, chunk, rec) => Op::Chunk(job, chunk, rec),
+                        WireOp::Output(job, chunk, mut out, at) => {
+                            if let Some(i) = at {
+                                out.artifact = frame(i)?;
+                            }
+                            Op::Output(job, chunk, out)
+                        }
+                        WireOp::Artifact(job, i) => {
+                            Op::Artifact(job, std::sync::Arc::new(frame(i)?))
+                        }
+                        WireOp::Meta(name, v) => {
+                            let name = META_NAMES
+                                .iter()
+                                .find(|n| **n == name)
+                                .ok_or_else(|| damaged(format!("unknown counter `{name}`")))?;
+                            Op::Meta(name, v)
+                        }
+                        WireOp::Checkpoint(job, chunk, state) => Op::Checkpoint(job, chunk, state),
+                        WireOp::Votes(job, chunk, votes) => Op::Votes(job, chunk, votes),
+                        WireOp::Usage(job, u) => Op::Usage(job, u),
+                        WireOp::Identity(rec) => Op::Identity(rec),
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A member's store, applying committed entries. A store that cannot apply an entry (damaged, or its disk
+/// failed) must not apply later ones over the gap: it keeps the failure, applies nothing more, and says so
+/// ([`StoreMachine::failure`]); the member should stop and be replaced.
+pub struct StoreMachine {
+    store: std::sync::Arc<Store>,
+    applied: u64,
+    failure: Option<String>,
+}
+
+impl StoreMachine {
+    /// The state machine over `store`, resuming after the last entry it applied.
+    pub fn open(store: std::sync::Arc<Store>) -> Result<StoreMachine, StoreError> {
+        let applied = read_applied(&store)?;
+        Ok(StoreMachine {
+            store,
+            applied,
+            failure: None,
+        })
+    }
+
+    pub fn store(&self) -> &std::sync::Arc<Store> {
+        &self.store
+    }
+
+    /// Why this member stopped applying entries, once it has.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    fn try_apply(&self, index: u64, data: &[u8]) -> Result<(), StoreError> {
+        // An entry with no data is raft's own (the empty entry a new leader commits): only the index moves.
+        let parts = if data.is_empty() {
+            Vec::new()
+        } else {
+            decode_entry(data)?
+        };
+        let applied = (APPLIED_KEY.to_vec(), Some(index.to_be_bytes().to_vec()));
+        self.store.write_parts_then(parts, vec![applied])
+    }
+
+    /// The whole store as bytes: version, every key-value pair (u32 LE lengths), then every file beside it
+    /// (name and bytes, u32 and u64 LE lengths).
+    fn try_snapshot(&self) -> Result<Vec<u8>, StoreError> {
+        let pairs = self.store.kv.scan(b"")?;
+        let mut out = vec![SNAPSHOT_VERSION];
+        out.extend_from_slice(&(pairs.len() as u64).to_le_bytes());
+        for (k, v) in &pairs {
+            for field in [k, v] {
+                let len = u32::try_from(field.len()).map_err(|_| damaged("a value over 4 GB"))?;
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(field);
+            }
+        }
+        let names = self.store.blobs.list()?;
+        out.extend_from_slice(&(names.len() as u64).to_le_bytes());
+        for name in names {
+            let bytes = self.store.blobs.get(&name)?.unwrap_or_default();
+            out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            out.extend_from_slice(&bytes);
+        }
+        Ok(out)
+    }
+
+    /// Makes the store exactly the snapshot's: its keys and files written, every other key and file removed.
+    fn try_restore(&mut self, data: &[u8]) -> Result<(), StoreError> {
+        let mut rest = data;
+        match take(&mut rest, 1) {
+            Some([SNAPSHOT_VERSION]) => {}
+            Some([v]) => return Err(damaged(format!("unknown snapshot version {v}"))),
+            // The bytes a group is bootstrapped with when it starts empty.
+            _ => return self.try_clear(),
+        }
+        let n = take_u64(&mut rest).ok_or_else(|| damaged("truncated snapshot"))?;
+        let mut pairs = std::collections::BTreeMap::new();
+        for _ in 0..n {
+            let mut field = || -> Result<Vec<u8>, StoreError> {
+                let len = take_u32(&mut rest).ok_or_else(|| damaged("truncated snapshot key"))?;
+                Ok(take(&mut rest, len as usize)
+                    .ok_or_else(|| damaged("truncated snapshot value"))?
+                    .to_vec())
+            };
+            let k = field()?;
+            let v = field()?;
+            pairs.insert(k, v);
+        }
+        let files = take_u64(&mut rest).ok_or_else(|| damaged("truncated snapshot files"))?;
+        let mut blobs = std::collections::BTreeMap::new();
+        for _ in 0..files {
+            let len = take_u32(&mut rest).ok_or_else(|| damaged("truncated file name"))?;
+            let name =
+                take(&mut rest, len as usize).ok_or_else(|| damaged("truncated file name"))?;
+            let name =
+                String::from_utf8(name.to_vec()).map_err(|_| damaged("a file name not UTF-8"))?;
+            let len = take_u64(&mut rest).ok_or_else(|| damaged("truncated file length"))?;
+            let bytes = take(&mut rest, len as usize).ok_or_else(|| damaged("truncated file"))?;
+            blobs.insert(name, bytes.to_vec());
+        }
+        let _writer = self.store.writer.lock().unwrap_or_else(|p| p.into_inner());
+        // Files first: a key that names one (by its hash) never lands before the file.
+        for (name, bytes) in &blobs {
+            self.store.blobs.put(name, bytes)?;
+        }
+        let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        for (k, _) in self.store.kv.scan(b"")? {
+            if !pairs.contains_key(&k) {
+                writes.push((k, None));
+            }
+        }
+        writes.extend(pairs.into_iter().map(|(k, v)| (k, Some(v))));
+        // One batch: a crash part-way leaves the old store, and the snapshot is installed again.
+        self.store.kv.apply(writes)?;
+        for name in self.store.blobs.list()? {
+            if !blobs.contains_key(&name) {
+                self.store.blobs.remove(&name)?;
+            }
+        }
+        self.applied = read_applied(&self.store)?;
+        Ok(())
+    }
+
+    fn try_clear(&mut self) -> Result<(), StoreError> {
+        let _writer = self.store.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let writes = self
+            .store
+            .kv
+            .scan(b"")?
+            .into_iter()
+            .filter(|(k, _)| k.as_slice() != b"m/format")
+            .map(|(k, _)| (k, None))
+            .collect();
+        self.store.kv.apply(writes)?;
+        for name in self.store.blobs.list()? {
+            self.store.blobs.remove(&name)?;
+        }
+        self.applied = 0;
+        Ok(())
+    }
+
+    fn fail(&mut self, what: &str, e: StoreError) {
+        if self.failure.is_none() {
+            tracing::error!(error = %e, "{what}; this member applies nothing more");
+            self.failure = Some(format!("{what}: {e}"));
+        }
+    }
+}
+
+fn read_applied(store: &Store) -> Result<u64, StoreError> {
+    match store.kv.get(APPLIED_KEY)? {
+        Some(v) => be_u64(APPLIED_KEY, &v),
+        None => Ok(0),
+    }
+}
+
+impl StateMachine for StoreMachine {
+    fn apply(&mut self, index: u64, data: &[u8]) {
+        if self.failure.is_some() || index <= self.applied {
+            return;
+        }
+        match self.try_apply(index, data) {
+            Ok(()) => self.applied = index,
+            Err(e) => self.fail(&format!("applying entry {index} failed"), e),
+        }
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        // A snapshot that cannot be read is an empty one, which no member installs over a store (see
+        // `restore`), rather than a half one.
+        self.try_snapshot().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "reading the store for a snapshot failed");
+            Vec::new()
+        })
+    }
+
+    fn restore(&mut self, data: &[u8]) {
+        if data.is_empty() && self.applied > 0 {
+            return;
+        }
+        if let Err(e) = self.try_restore(data) {
+            self.fail("installing a snapshot failed", e);
+        }
+    }
+
+    fn applied(&self) -> u64 {
+        self.applied
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sweep_space::{ChunkOutput, Tally};
+
+    use super::*;
+    use crate::store::test_support::{done_record, record};
+
+    /// A group commit with every kind of op, artifacts included, split in two parts.
+    fn commit(first: u64) -> Vec<Vec<Op>> {
+        let output = |chunk: u64| ChunkOutput {
+            nodes: chunk + 1,
+            solutions: vec![format!("{chunk},1")],
+            artifact: vec![7; 3],
+            ..Default::default()
+        };
+        let out = output(first);
+        // The tally of every commit so far (chunks 0, 10, ..., `first`), as the core would write it.
+        let mut tally = Tally::default();
+        for chunk in (0..=first).step_by(10) {
+            tally.add(&output(chunk));
+        }
+        vec![
+            vec![
+                Op::job(JobRecord {
+                    n_chunks: 100,
+                    ..record(1)
+                }),
+                Op::Chunk(1, first + 1, ChunkRecord::Pending { attempts: 1 }),
+                Op::Meta("next_lease", first + 9),
+                Op::Checkpoint(1, first + 2, Some("state".into())),
+                Op::Votes(
+                    1,
+                    first + 3,
+                    vec![Vote {
+                        worker: "w".into(),
+                        digest: "d".into(),
+                    }],
+                ),
+            ],
+            vec![
+                Op::Chunk(1, first, done_record(first)),
+                Op::Output(1, first, out),
+                Op::Tally(1, tally),
+                Op::Usage(1, Usage::default()),
+                Op::Identity(IdentityRecord {
+                    identity: "alice".into(),
+                    share: Some(2.0),
+                    decayed_thread_ms: 5.0,
+                    at_ms: 9,
+                }),
+                Op::Artifact(2, std::sync::Arc::new(vec![1, 2, 3, 4])),
+            ],
+        ]
+    }
+
+    /// Every key-value pair and every file (name, bytes) of a store, for comparing two.
+    type Contents = (crate::store::Pairs, Vec<(String, Vec<u8>)>);
+
+    fn contents(store: &Store) -> Contents {
+        let pairs = store.kv.scan(b"").unwrap();
+        let mut names = store.blobs.list().unwrap();
+        names.sort();
+        let files = names
+            .into_iter()
+            .map(|n| {
+                let b = store.blobs.get(&n).unwrap().unwrap();
+                (n, b)
+            })
+            .collect();
+        (pairs, files)
+    }
+
+    #[test]
+    fn an_entry_carries_every_op_and_damage_is_named() {
+        let parts = commit(0);
+        let bytes = encode_entry(&parts).unwrap();
+        let back = decode_entry(&bytes).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{parts:?}"));
+        for bad in [
+            vec![],
+            vec![9],
+            bytes[..bytes.len() - 1].to_vec(),
+            bytes[..20].to_vec(),
+        ] {
+            let e = decode_entry(&bad).unwrap_err().to_string();
+            assert!(e.contains("a replicated entry"), "{e}");
+        }
+        let mut forged = encode_entry(&[vec![Op::Meta("next_job", 1)]]).unwrap();
+        let at = forged.windows(8).position(|w| w == b"next_job").unwrap();
+        forged[at + 7] = b'c';
+        let e = decode_entry(&forged).unwrap_err().to_string();
+        assert!(e.contains("unknown counter `next_joc`"), "{e}");
+    }
+
+    /// Members applying the same entries end with the same store, whatever they replay: an entry applied
+    /// again (a crash before its index was written) or a second time (a restart replaying the log) changes
+    /// nothing, and the store opens as a coordinator's.
+    #[test]
+    fn members_applying_the_same_entries_hold_the_same_store() {
+        let entries: Vec<Vec<u8>> = (0..4)
+            .map(|i| encode_entry(&commit(i * 10)).unwrap())
+            .collect();
+        let stores: Vec<std::sync::Arc<Store>> = (0..3)
+            .map(|_| std::sync::Arc::new(Store::in_memory()))
+            .collect();
+        let mut machines: Vec<StoreMachine> = stores
+            .iter()
+            .map(|s| StoreMachine::open(s.clone()).unwrap())
+            .collect();
+        for (i, e) in entries.iter().enumerate() {
+            let index = i as u64 + 2;
+            machines[0].apply(index, e);
+            machines[1].apply(index, e);
+            // The third replays each entry (and an empty one of raft's) as a restart would.
+            machines[2].apply(index, e);
+            machines[2].apply(index, e);
+        }
+        machines[2].apply(6, &[]);
+        machines[0].apply(6, &[]);
+        machines[1].apply(6, &[]);
+        // A crash after an entry's parts but before its index: the index is rewound, the entry applied again.
+        stores[1]
+            .kv
+            .apply(vec![(
+                APPLIED_KEY.to_vec(),
+                Some(3u64.to_be_bytes().to_vec()),
+            )])
+            .unwrap();
+        let mut again = StoreMachine::open(stores[1].clone()).unwrap();
+        assert_eq!(again.applied(), 3);
+        for (i, e) in entries.iter().enumerate().skip(2) {
+            again.apply(i as u64 + 2, e);
+        }
+        again.apply(6, &[]);
+        assert!(machines
+            .iter()
+            .all(|m| m.failure().is_none() && m.applied() == 6));
+        let want = contents(&stores[0]);
+        assert_eq!(contents(&stores[2]), want);
+        // Entries applied again appended their lists again: the same answers, other offsets in the segment
+        // file (`l/` keys), every other key the same.
+        let not_lists = |pairs: Vec<(Vec<u8>, Vec<u8>)>| -> Vec<(Vec<u8>, Vec<u8>)> {
+            pairs
+                .into_iter()
+                .filter(|(k, _)| !k.starts_with(b"l/"))
+                .collect()
+        };
+        assert_eq!(not_lists(contents(&stores[1]).0), not_lists(want.0.clone()));
+        assert_eq!(stores[1].outputs(1).unwrap(), stores[0].outputs(1).unwrap());
+        let snap = stores[1].load().unwrap();
+        assert_eq!(snap.done_list(), vec![(1, 0), (1, 10), (1, 20), (1, 30)]);
+        assert_eq!(snap.tallies[&1].chunks, 4);
+        let report = crate::fsck::check(&stores[2], true).unwrap();
+        assert!(report.is_clean(), "{:?}", report.problems);
+    }
+
+    #[test]
+    fn a_damaged_entry_stops_the_member_before_any_gap() {
+        let store = std::sync::Arc::new(Store::in_memory());
+        let mut m = StoreMachine::open(store.clone()).unwrap();
+        m.apply(1, &encode_entry(&commit(0)).unwrap());
+        m.apply(2, b"\x01garbage");
+        assert!(m.failure().unwrap().contains("applying entry 2 failed"));
+        m.apply(3, &encode_entry(&commit(10)).unwrap());
+        assert_eq!(m.applied(), 1);
+        assert_eq!(store.load().unwrap().done_list(), vec![(1, 0)]);
+    }
+
+    /// A snapshot installed on a member makes its store the snapshot's, whatever it held before, and an
+    /// empty snapshot (a group's start) empties it.
+    #[test]
+    fn a_snapshot_makes_a_store_the_same_as_its_source() {
+        let source = std::sync::Arc::new(Store::in_memory());
+        let mut m = StoreMachine::open(source.clone()).unwrap();
+        for i in 0..3u64 {
+            m.apply(i + 1, &encode_entry(&commit(i * 10)).unwrap());
+        }
+        let snap = m.snapshot();
+        let target = std::sync::Arc::new(Store::in_memory());
+        let mut t = StoreMachine::open(target.clone()).unwrap();
+        t.apply(1, &encode_entry(&commit(50)).unwrap());
+        t.restore(&snap);
+        assert!(t.failure().is_none());
+        assert_eq!(t.applied(), 3);
+        assert_eq!(contents(&target), contents(&source));
+        t.restore(b"\x07");
+        assert!(t.failure().unwrap().contains("unknown snapshot version 7"));
+        let fresh = std::sync::Arc::new(Store::in_memory());
+        let mut f = StoreMachine::open(fresh.clone()).unwrap();
+        f.apply(1, &encode_entry(&commit(0)).unwrap());
+        // A member that applied entries ignores the empty bootstrap snapshot.
+        f.restore(&[]);
+        assert_eq!(f.applied(), 1);
+    }
+}
