@@ -23,6 +23,7 @@ use crate::core::{
 };
 use crate::group_commit::GroupCommit;
 use crate::limits::{Limits, WatchSlots};
+use crate::replica::MemberHandle;
 use crate::scheduler::{ChunkRecord, IdentityUse, JobId, LeaseId, SchedulerConfig};
 use crate::store::{digest_hex, is_digest, Store, StoreError};
 
@@ -125,6 +126,25 @@ impl Coordinator {
 
     /// Loads every job from the store and rebuilds the core.
     pub fn open(store: Store, cfg: CoordinatorConfig) -> Result<Arc<Coordinator>, ServeError> {
+        Coordinator::open_with(Arc::new(store), cfg, None)
+    }
+
+    /// The coordinator on the leader of a replicated group: its memory rebuilt from this member's `store` (as a
+    /// restart does), every batch it decides proposed through `member` (see [`GroupCommit`]). The caller opens
+    /// it when `member` becomes the leader and drops it when it stops being one.
+    pub fn open_member(
+        store: Arc<Store>,
+        cfg: CoordinatorConfig,
+        member: MemberHandle,
+    ) -> Result<Arc<Coordinator>, ServeError> {
+        Coordinator::open_with(store, cfg, Some(member))
+    }
+
+    fn open_with(
+        store: Arc<Store>,
+        cfg: CoordinatorConfig,
+        member: Option<MemberHandle>,
+    ) -> Result<Arc<Coordinator>, ServeError> {
         let snap = store.load().map_err(|e| match e {
             StoreError::Damaged { .. } => ServeError::Damaged(e.to_string()),
             e => ServeError::Store(e),
@@ -143,7 +163,7 @@ impl Coordinator {
         )?;
         Ok(Arc::new(Coordinator {
             core: Mutex::new(core),
-            commit: GroupCommit::new(Arc::new(store)),
+            commit: GroupCommit::with_replica(store, member),
             merge_kick: Notify::new(),
             estimate_kick: Notify::new(),
             work_ready: Notify::new(),

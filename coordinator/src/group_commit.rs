@@ -1,6 +1,11 @@
 //! Group commit: the core's outbox is written as one atomic, flushed batch at a time, and every request waits
 //! for the batch that holds its writes before it is answered. Many requests share one fsync, and an
 //! acknowledgement never reports what a crash would take back.
+//!
+//! On a member of a replicated coordinator the batch is not written here: it is proposed as one consensus
+//! entry ([`crate::store::encode_entry`]), and it is durable once the group committed it and this member
+//! applied it to its own store (which the member's state machine does). So an acknowledgement means a
+//! majority has the batch; and a leader that lost its place cannot commit, so it cannot acknowledge anything.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +13,8 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 
 use crate::core::{CoreError, Op};
-use crate::store::{split_commit, Store};
+use crate::replica::MemberHandle;
+use crate::store::{encode_entry, split_commit, Store};
 
 /// A write that takes longer than this is treated as failed: sled can hang in flush after the disk filled up.
 const STORE_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -34,10 +40,18 @@ pub struct GroupCommit {
     /// [`LAZY_COMMIT_DELAY`], but for tests.
     lazy_delay: Duration,
     committed: watch::Sender<Commit>,
+    /// The member batches are proposed through, when the coordinator is replicated.
+    replica: Option<MemberHandle>,
 }
 
 impl GroupCommit {
     pub fn new(store: Arc<Store>) -> GroupCommit {
+        GroupCommit::with_replica(store, None)
+    }
+
+    /// Group commit through the consensus group `replica` leads: `store` is this member's, which its state
+    /// machine writes (see the module doc). `None`: written to `store` directly.
+    pub fn with_replica(store: Arc<Store>, replica: Option<MemberHandle>) -> GroupCommit {
         GroupCommit {
             store,
             kick: Notify::new(),
@@ -48,6 +62,7 @@ impl GroupCommit {
                 error: None,
             })
             .0,
+            replica,
         }
     }
 
@@ -97,6 +112,9 @@ impl GroupCommit {
         if ops.is_empty() {
             return None;
         }
+        if let Some(member) = &self.replica {
+            return self.propose(member, ops).await;
+        }
         let store = self.store.clone();
         let write = tokio::task::spawn_blocking(move || store.write_parts(split_commit(ops)));
         match tokio::time::timeout(STORE_WRITE_TIMEOUT, write).await {
@@ -105,6 +123,24 @@ impl GroupCommit {
             Ok(Err(e)) => Some(format!("store writer crashed: {e}")),
             Err(_) => Some(format!(
                 "a store write did not finish within {} s",
+                STORE_WRITE_TIMEOUT.as_secs()
+            )),
+        }
+    }
+
+    /// Proposes one batch as a consensus entry and waits until this member applied it (so a majority has it).
+    async fn propose(&self, member: &MemberHandle, ops: Vec<Op>) -> Option<String> {
+        let entry =
+            match tokio::task::spawn_blocking(move || encode_entry(&split_commit(ops))).await {
+                Ok(Ok(entry)) => entry,
+                Ok(Err(e)) => return Some(e.to_string()),
+                Err(e) => return Some(format!("encoding a batch crashed: {e}")),
+            };
+        match tokio::time::timeout(STORE_WRITE_TIMEOUT, member.propose(entry)).await {
+            Ok(Ok(_index)) => None,
+            Ok(Err(e)) => Some(format!("the replicated group did not commit a batch: {e}")),
+            Err(_) => Some(format!(
+                "the replicated group did not commit a batch within {} s",
                 STORE_WRITE_TIMEOUT.as_secs()
             )),
         }

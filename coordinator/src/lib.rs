@@ -10,8 +10,11 @@
 //!   files; it persists the core's records and reads back the snapshot the core starts from.
 //! - [`fsck`]: checks a store and repairs it from its chunk records (`sweep store check|repair`).
 //! - [`metrics`]: the event counters and the RPC latency layer that `/metrics` exports.
-//! - [`group_commit`]: writes the core's outbox as atomic, flushed batches; every acknowledgement waits until
-//!   its writes are flushed.
+//! - [`replica`]: a member of a replicated coordinator (the consensus node of `sweep-replicate` driven by a
+//!   task; its network side is `grpc::replication`).
+//! - [`group_commit`]: writes the core's outbox as atomic, flushed batches (or, on the leader of a replicated
+//!   coordinator, proposes each as a consensus entry); every acknowledgement waits until its writes are
+//!   flushed (committed by a majority).
 //! - [`answers`]: a job's answer, merged artifact and stream of solutions, read from the store off the lock.
 //! - [`auth`]: bearer tokens (worker and admin roles) checked in front of both services, and TLS settings.
 //! - [`coordinator`]: the shell around the core: one lock, the background tasks, and the async methods the
@@ -19,8 +22,6 @@
 //! - [`grpc`]: the gRPC adapters (`Work` for workers, `Jobs` for people, `Replication` between members), the
 //!   only code that sees wire types;
 //!   [`http`]: the read-only web dashboard and `/metrics` (`--http ADDR`); [`server`]: `serve()` and shutdown.
-//! - [`replica`]: a member of a replicated coordinator (the consensus node of `sweep-replicate` driven by a
-//!   task; its network side is `grpc::replication`). The core does not use it yet.
 //! - [`inputs`]: a job's input DAG (the jobs whose artifacts it needs, recursively), shared by submit and
 //!   `sweep solve`.
 //!

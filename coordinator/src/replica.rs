@@ -256,6 +256,18 @@ async fn run<S: StateMachine>(
                 let _ = node.report_snapshot(to, false);
             }
         }
+        // Published before proposals are answered: whoever got `Ok(index)` sees `applied >= index`.
+        status.send_if_modified(|s| {
+            let now = MemberStatus {
+                term: out.term,
+                leader: out.leader,
+                is_leader: out.is_leader,
+                applied: node.applied(),
+            };
+            let changed = *s != now;
+            *s = now;
+            changed
+        });
         if !waiting.is_empty() {
             let applied_terms: HashMap<u64, u64> =
                 out.applied.iter().map(|a| (a.index, a.term)).collect();
@@ -279,17 +291,6 @@ async fn run<S: StateMachine>(
                 });
             }
         }
-        status.send_if_modified(|s| {
-            let now = MemberStatus {
-                term: out.term,
-                leader: out.leader,
-                is_leader: out.is_leader,
-                applied: node.applied(),
-            };
-            let changed = *s != now;
-            *s = now;
-            changed
-        });
     }
     for (_, (_, reply)) in waiting {
         let _ = reply.send(Err(ProposeError::Stopped));

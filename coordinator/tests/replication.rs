@@ -3,6 +3,8 @@
 //! elect a new leader when the leader stops, and a stopped member reopened from its store catches up; with the
 //! coordinator's store as the state machine, group commits proposed on the leader land in every member's store.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -390,10 +392,11 @@ async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
         }
         entries.push(encode_entry(&[ops]).expect("entry"));
     }
+    let mut last = 0;
     for e in entries {
-        handles[&leader].propose(e).await.expect("committed");
+        last = handles[&leader].propose(e).await.expect("committed");
     }
-    let last = handles[&leader].status().applied;
+    assert!(handles[&leader].status().applied >= last);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !handles.values().all(|h| h.status().applied >= last) {
         assert!(
@@ -420,6 +423,110 @@ async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
     }
     for h in handles.values() {
         h.stop().await;
+    }
+    drop(stops);
+}
+
+/// A coordinator on the leader of three members: a job run by a worker over gRPC lands in every member's
+/// store (each result acknowledged only once the group committed it), and once the leader's member stops, the
+/// coordinator on it acknowledges nothing more and nothing more reaches the other members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_on_the_leader_acknowledges_only_what_the_group_committed() {
+    use sweep_coordinator::store::{Store, StoreMachine};
+    use sweep_coordinator::{Coordinator, ServeSecurity};
+
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut urls = BTreeMap::new();
+    let mut listeners = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        urls.insert(id, format!("http://{}", l.local_addr().expect("addr")));
+        listeners.insert(id, l);
+    }
+    let mut handles = BTreeMap::new();
+    let mut stores = BTreeMap::new();
+    let mut stops = Vec::new();
+    for (id, l) in listeners {
+        let store = Arc::new(Store::in_memory());
+        let machine = StoreMachine::open(store.clone()).expect("state machine");
+        let (h, stop) = start_node(id, dirs[id as usize - 1].path(), l, &urls, machine).await;
+        handles.insert(id, h);
+        stores.insert(id, store);
+        stops.push(stop);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let leader = loop {
+        if let Some((&id, _)) = handles.iter().find(|(_, h)| h.status().is_leader) {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "no leader");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let coord = Coordinator::open_member(
+        stores[&leader].clone(),
+        common::config(30_000, 3),
+        handles[&leader].clone(),
+    )
+    .expect("open the coordinator on the leader");
+    let server = common::Server::serve(coord, ServeSecurity::default(), false).await;
+    let (_, mut jobs) = server.clients().await;
+    let job = jobs
+        .submit(common::submit_req(
+            "star",
+            r#"{"points": 6, "method": "brute"}"#,
+            12,
+        ))
+        .await
+        .expect("submit")
+        .into_inner();
+    let job_id = job.job.expect("the job").id;
+    let mut worker = server.worker("w").await;
+    let accepted = worker.run_chunks(100).await.expect("run chunks");
+    assert_eq!(accepted, 12);
+    let last = handles[&leader].status().applied;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !handles.values().all(|h| h.status().applied >= last) {
+        assert!(
+            Instant::now() < deadline,
+            "followers did not apply every entry"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let want = stores[&leader].load().expect("load");
+    assert_eq!(want.done_list().len(), 12);
+    for (id, store) in &stores {
+        let snap = store.load().expect("load");
+        assert_eq!(snap.done_list(), want.done_list(), "member {id}");
+        assert_eq!(snap.tallies, want.tallies, "member {id}");
+        assert_eq!(snap.jobs.len(), 1, "member {id}");
+        assert_eq!(snap.jobs[0].id, job_id, "member {id}");
+    }
+    // The leader's member stops: no proposal can commit, so a submit is refused, not acknowledged, and the
+    // other members never see it.
+    handles[&leader].stop().await;
+    let refused = jobs
+        .submit(common::submit_req(
+            "star",
+            r#"{"points": 7, "method": "brute"}"#,
+            4,
+        ))
+        .await
+        .expect_err("a submit acknowledged without the group");
+    assert!(
+        refused.message().contains("replicated group"),
+        "{}",
+        refused.message()
+    );
+    for (id, store) in stores.iter().filter(|(&id, _)| id != leader) {
+        assert_eq!(store.load().expect("load").jobs.len(), 1, "member {id}");
+    }
+    server.stop().await;
+    for (&id, h) in &handles {
+        if id != leader {
+            h.stop().await;
+        }
     }
     drop(stops);
 }

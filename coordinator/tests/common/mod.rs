@@ -133,6 +133,15 @@ impl Server {
         http: bool,
     ) -> Server {
         let coord = Coordinator::open(store, cfg).expect("open coordinator");
+        Server::serve(coord, security, http).await
+    }
+
+    /// Serves an opened coordinator (one on a replicated member, say) as [`Server::start_with`] does.
+    pub async fn serve(
+        coord: std::sync::Arc<Coordinator>,
+        security: ServeSecurity,
+        http: bool,
+    ) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let scheme = if security.tls.is_some() {
             "https"
