@@ -530,3 +530,118 @@ async fn a_coordinator_on_the_leader_acknowledges_only_what_the_group_committed(
     }
     drop(stops);
 }
+
+/// Durable results per second through three members on one machine against one store written directly: the
+/// same group commits (1,000 results each, as the core stages them under load) proposed on the leader of
+/// three members whose stores are sled on disk, and written with `Store::write_parts` to a fourth. Prints both
+/// rates and their ratio; asserts only that every member holds every result.
+/// `cargo test --release -p sweep-coordinator --test replication -- --ignored --nocapture throughput`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run by name"]
+async fn throughput_of_three_members_against_one_store() {
+    use sweep_coordinator::core::Op;
+    use sweep_coordinator::scheduler::ChunkRecord;
+    use sweep_coordinator::store::{encode_entry, split_commit, Store, StoreMachine};
+    use sweep_space::{ChunkOutput, Tally};
+
+    const COMMITS: u64 = 100;
+    const PER_COMMIT: u64 = 1_000;
+    let commits: Vec<Vec<Op>> = {
+        let mut tally = Tally::default();
+        (0..COMMITS)
+            .map(|c| {
+                let mut ops = Vec::new();
+                for chunk in c * PER_COMMIT..(c + 1) * PER_COMMIT {
+                    let out = ChunkOutput {
+                        nodes: 1,
+                        ..Default::default()
+                    };
+                    tally.add(&out);
+                    ops.push(Op::Chunk(
+                        1,
+                        chunk,
+                        ChunkRecord::Done {
+                            digest: format!("{chunk:016x}"),
+                            worker: "w".into(),
+                        },
+                    ));
+                    ops.push(Op::Output(1, chunk, out));
+                    ops.push(Op::Tally(1, tally.clone()));
+                }
+                ops
+            })
+            .collect()
+    };
+    let results = COMMITS * PER_COMMIT;
+
+    let single_dir = tempfile::tempdir().expect("dir");
+    let single = Arc::new(Store::open(single_dir.path()).expect("store"));
+    let t = Instant::now();
+    for ops in commits.clone() {
+        let s = single.clone();
+        tokio::task::spawn_blocking(move || s.write_parts(split_commit(ops)))
+            .await
+            .expect("join")
+            .expect("write");
+    }
+    let single_rate = results as f64 / t.elapsed().as_secs_f64();
+
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut urls = BTreeMap::new();
+    let mut listeners = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        urls.insert(id, format!("http://{}", l.local_addr().expect("addr")));
+        listeners.insert(id, l);
+    }
+    let mut handles = BTreeMap::new();
+    let mut stores = BTreeMap::new();
+    let mut stops = Vec::new();
+    for (id, l) in listeners {
+        let dir = dirs[id as usize - 1].path();
+        let store = Arc::new(Store::open(&dir.join("store")).expect("store"));
+        let machine = StoreMachine::open(store.clone()).expect("state machine");
+        let (h, stop) = start_node(id, &dir.join("raft"), l, &urls, machine).await;
+        handles.insert(id, h);
+        stores.insert(id, store);
+        stops.push(stop);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let leader = loop {
+        if let Some((&id, _)) = handles.iter().find(|(_, h)| h.status().is_leader) {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "no leader");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let t = Instant::now();
+    let mut last = 0;
+    for ops in commits {
+        let entry = tokio::task::spawn_blocking(move || encode_entry(&split_commit(ops)))
+            .await
+            .expect("join")
+            .expect("encode");
+        last = handles[&leader].propose(entry).await.expect("committed");
+    }
+    let replicated_rate = results as f64 / t.elapsed().as_secs_f64();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !handles.values().all(|h| h.status().applied >= last) {
+        assert!(Instant::now() < deadline, "followers did not catch up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (id, store) in &stores {
+        let snap = store.load().expect("load");
+        assert_eq!(snap.done_list().len() as u64, results, "member {id}");
+        assert_eq!(snap.tallies[&1].chunks, results, "member {id}");
+    }
+    eprintln!(
+        "{results} results in commits of {PER_COMMIT}: one store {single_rate:.0}/s, three members {replicated_rate:.0}/s ({:.2} of one)",
+        replicated_rate / single_rate
+    );
+    for h in handles.values() {
+        h.stop().await;
+    }
+    drop(stops);
+}
