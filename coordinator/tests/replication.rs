@@ -305,44 +305,93 @@ async fn messages_for_another_member_are_refused() {
     assert!(handle.propose(b"one".to_vec()).await.is_ok());
 }
 
+/// Three members whose state machines are coordinator stores (in memory, or sled on disk under their
+/// directories), on loopback, with the id of the leader they elected.
+struct StoreGroup {
+    handles: BTreeMap<u64, MemberHandle>,
+    stores: BTreeMap<u64, Arc<sweep_coordinator::store::Store>>,
+    leader: u64,
+    _stops: Vec<oneshot::Sender<()>>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl StoreGroup {
+    async fn start(on_disk: bool) -> StoreGroup {
+        use sweep_coordinator::store::{Store, StoreMachine};
+        let dirs: Vec<tempfile::TempDir> =
+            (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+        let mut urls = BTreeMap::new();
+        let mut listeners = BTreeMap::new();
+        for id in 1..=3u64 {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            urls.insert(id, format!("http://{}", l.local_addr().expect("addr")));
+            listeners.insert(id, l);
+        }
+        let mut handles = BTreeMap::new();
+        let mut stores = BTreeMap::new();
+        let mut stops = Vec::new();
+        for (id, l) in listeners {
+            let dir = dirs[id as usize - 1].path();
+            let store = Arc::new(if on_disk {
+                Store::open(&dir.join("store")).expect("store")
+            } else {
+                Store::in_memory()
+            });
+            let machine = StoreMachine::open(store.clone()).expect("state machine");
+            let (h, stop) = start_node(id, &dir.join("raft"), l, &urls, machine).await;
+            handles.insert(id, h);
+            stores.insert(id, store);
+            stops.push(stop);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let leader = loop {
+            if let Some((&id, _)) = handles.iter().find(|(_, h)| h.status().is_leader) {
+                break id;
+            }
+            assert!(Instant::now() < deadline, "no leader");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        StoreGroup {
+            handles,
+            stores,
+            leader,
+            _stops: stops,
+            _dirs: dirs,
+        }
+    }
+
+    /// Waits (at most `within`) until every member still running applied entry `index`.
+    async fn all_applied(&self, index: u64, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.handles.values().all(|h| h.status().applied >= index) {
+            assert!(
+                Instant::now() < deadline,
+                "members did not apply entry {index}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn stop(self) {
+        for h in self.handles.values() {
+            h.stop().await;
+        }
+    }
+}
+
 /// The coordinator's store as the state machine: group commits proposed on the leader as entries end in the
 /// same store on every member, which opens as a coordinator's with the same jobs and done chunks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
     use sweep_coordinator::core::{JobRecord, Op};
     use sweep_coordinator::scheduler::{ChunkRecord, JobState};
-    use sweep_coordinator::store::{encode_entry, Store, StoreMachine};
+    use sweep_coordinator::store::encode_entry;
     use sweep_space::{ChunkOutput, Tally};
 
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let mut urls = BTreeMap::new();
-    let mut listeners = BTreeMap::new();
-    for id in 1..=3u64 {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        urls.insert(id, format!("http://{}", l.local_addr().expect("addr")));
-        listeners.insert(id, l);
-    }
-    let mut handles = BTreeMap::new();
-    let mut stores = BTreeMap::new();
-    let mut stops = Vec::new();
-    for (id, l) in listeners {
-        let store = Arc::new(Store::in_memory());
-        let machine = StoreMachine::open(store.clone()).expect("state machine");
-        let (h, stop) = start_node(id, dirs[id as usize - 1].path(), l, &urls, machine).await;
-        handles.insert(id, h);
-        stores.insert(id, store);
-        stops.push(stop);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let leader = loop {
-        if let Some((&id, _)) = handles.iter().find(|(_, h)| h.status().is_leader) {
-            break id;
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let group = StoreGroup::start(false).await;
+    let (handles, stores, leader) = (&group.handles, &group.stores, group.leader);
     // A job of 40 chunks, then its results in commits of ten, each with the tally after it, as the core stages
     // them.
     let job = JobRecord {
@@ -397,15 +446,8 @@ async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
         last = handles[&leader].propose(e).await.expect("committed");
     }
     assert!(handles[&leader].status().applied >= last);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !handles.values().all(|h| h.status().applied >= last) {
-        assert!(
-            Instant::now() < deadline,
-            "followers did not apply every entry"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    for (id, store) in &stores {
+    group.all_applied(last, Duration::from_secs(10)).await;
+    for (id, store) in stores {
         let snap = store.load().expect("load");
         assert_eq!(snap.jobs.len(), 1, "member {id}");
         assert_eq!(snap.next_job, 2, "member {id}");
@@ -421,10 +463,7 @@ async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
             stores[&leader].outputs(1).expect("outputs")
         );
     }
-    for h in handles.values() {
-        h.stop().await;
-    }
-    drop(stops);
+    group.stop().await;
 }
 
 /// A coordinator on the leader of three members: a job run by a worker over gRPC lands in every member's
@@ -432,38 +471,10 @@ async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
 /// coordinator on it acknowledges nothing more and nothing more reaches the other members.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coordinator_on_the_leader_acknowledges_only_what_the_group_committed() {
-    use sweep_coordinator::store::{Store, StoreMachine};
     use sweep_coordinator::{Coordinator, ServeSecurity};
 
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let mut urls = BTreeMap::new();
-    let mut listeners = BTreeMap::new();
-    for id in 1..=3u64 {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        urls.insert(id, format!("http://{}", l.local_addr().expect("addr")));
-        listeners.insert(id, l);
-    }
-    let mut handles = BTreeMap::new();
-    let mut stores = BTreeMap::new();
-    let mut stops = Vec::new();
-    for (id, l) in listeners {
-        let store = Arc::new(Store::in_memory());
-        let machine = StoreMachine::open(store.clone()).expect("state machine");
-        let (h, stop) = start_node(id, dirs[id as usize - 1].path(), l, &urls, machine).await;
-        handles.insert(id, h);
-        stores.insert(id, store);
-        stops.push(stop);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let leader = loop {
-        if let Some((&id, _)) = handles.iter().find(|(_, h)| h.status().is_leader) {
-            break id;
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let group = StoreGroup::start(false).await;
+    let (handles, stores, leader) = (&group.handles, &group.stores, group.leader);
     let coord = Coordinator::open_member(
         stores[&leader].clone(),
         common::config(30_000, 3),
@@ -486,17 +497,10 @@ async fn a_coordinator_on_the_leader_acknowledges_only_what_the_group_committed(
     let accepted = worker.run_chunks(100).await.expect("run chunks");
     assert_eq!(accepted, 12);
     let last = handles[&leader].status().applied;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !handles.values().all(|h| h.status().applied >= last) {
-        assert!(
-            Instant::now() < deadline,
-            "followers did not apply every entry"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    group.all_applied(last, Duration::from_secs(10)).await;
     let want = stores[&leader].load().expect("load");
     assert_eq!(want.done_list().len(), 12);
-    for (id, store) in &stores {
+    for (id, store) in stores {
         let snap = store.load().expect("load");
         assert_eq!(snap.done_list(), want.done_list(), "member {id}");
         assert_eq!(snap.tallies, want.tallies, "member {id}");
@@ -523,12 +527,7 @@ async fn a_coordinator_on_the_leader_acknowledges_only_what_the_group_committed(
         assert_eq!(store.load().expect("load").jobs.len(), 1, "member {id}");
     }
     server.stop().await;
-    for (&id, h) in &handles {
-        if id != leader {
-            h.stop().await;
-        }
-    }
-    drop(stops);
+    group.stop().await;
 }
 
 /// Durable results per second through three members on one machine against one store written directly: the
@@ -541,7 +540,7 @@ async fn a_coordinator_on_the_leader_acknowledges_only_what_the_group_committed(
 async fn throughput_of_three_members_against_one_store() {
     use sweep_coordinator::core::Op;
     use sweep_coordinator::scheduler::ChunkRecord;
-    use sweep_coordinator::store::{encode_entry, split_commit, Store, StoreMachine};
+    use sweep_coordinator::store::{encode_entry, split_commit, Store};
     use sweep_space::{ChunkOutput, Tally};
 
     const COMMITS: u64 = 100;
@@ -586,36 +585,8 @@ async fn throughput_of_three_members_against_one_store() {
     }
     let single_rate = results as f64 / t.elapsed().as_secs_f64();
 
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let mut urls = BTreeMap::new();
-    let mut listeners = BTreeMap::new();
-    for id in 1..=3u64 {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        urls.insert(id, format!("http://{}", l.local_addr().expect("addr")));
-        listeners.insert(id, l);
-    }
-    let mut handles = BTreeMap::new();
-    let mut stores = BTreeMap::new();
-    let mut stops = Vec::new();
-    for (id, l) in listeners {
-        let dir = dirs[id as usize - 1].path();
-        let store = Arc::new(Store::open(&dir.join("store")).expect("store"));
-        let machine = StoreMachine::open(store.clone()).expect("state machine");
-        let (h, stop) = start_node(id, &dir.join("raft"), l, &urls, machine).await;
-        handles.insert(id, h);
-        stores.insert(id, store);
-        stops.push(stop);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let leader = loop {
-        if let Some((&id, _)) = handles.iter().find(|(_, h)| h.status().is_leader) {
-            break id;
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let group = StoreGroup::start(true).await;
+    let (handles, stores, leader) = (&group.handles, &group.stores, group.leader);
     let t = Instant::now();
     let mut last = 0;
     for ops in commits {
@@ -626,12 +597,8 @@ async fn throughput_of_three_members_against_one_store() {
         last = handles[&leader].propose(entry).await.expect("committed");
     }
     let replicated_rate = results as f64 / t.elapsed().as_secs_f64();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !handles.values().all(|h| h.status().applied >= last) {
-        assert!(Instant::now() < deadline, "followers did not catch up");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    for (id, store) in &stores {
+    group.all_applied(last, Duration::from_secs(60)).await;
+    for (id, store) in stores {
         let snap = store.load().expect("load");
         assert_eq!(snap.done_list().len() as u64, results, "member {id}");
         assert_eq!(snap.tallies[&1].chunks, results, "member {id}");
@@ -640,8 +607,5 @@ async fn throughput_of_three_members_against_one_store() {
         "{results} results in commits of {PER_COMMIT}: one store {single_rate:.0}/s, three members {replicated_rate:.0}/s ({:.2} of one)",
         replicated_rate / single_rate
     );
-    for h in handles.values() {
-        h.stop().await;
-    }
-    drop(stops);
+    group.stop().await;
 }
