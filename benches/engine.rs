@@ -122,12 +122,23 @@ fn status(url: &str) -> serde_json::Value {
     }
 }
 
+/// A process's peak resident memory, in MB.
 fn peak_rss_mb(pid: u32) -> u64 {
+    status_mb(pid, "VmHWM:")
+}
+
+/// A process's resident memory now, in MB.
+fn rss_mb(pid: u32) -> u64 {
+    status_mb(pid, "VmRSS:")
+}
+
+/// A memory field of `/proc/PID/status` (in kB there), in MB; 0 if it cannot be read.
+fn status_mb(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         })
         .unwrap_or(0)
@@ -310,19 +321,6 @@ fn main() {
     if only == "large" {
         large();
     }
-}
-
-/// The coordinator's resident memory now, in MB.
-fn rss_mb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        / 1024
 }
 
 /// Part 4 (see the module doc): a coordinator holding one job of a hundred million chunks.

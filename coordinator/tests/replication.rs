@@ -305,6 +305,31 @@ async fn messages_for_another_member_are_refused() {
     assert!(handle.propose(b"one".to_vec()).await.is_ok());
 }
 
+/// What the core stages for a result of chunk `chunk` of job 1 counting `nodes` nodes: its `Done` record, its
+/// output and the job's tally after it (`tally`, which it adds to).
+fn result_ops(
+    chunk: u64,
+    nodes: u64,
+    tally: &mut sweep_space::Tally,
+) -> [sweep_coordinator::core::Op; 3] {
+    use sweep_coordinator::core::Op;
+    use sweep_coordinator::scheduler::ChunkRecord;
+    let out = sweep_space::ChunkOutput {
+        nodes,
+        ..Default::default()
+    };
+    tally.add(&out);
+    let done = ChunkRecord::Done {
+        digest: format!("{chunk:016x}"),
+        worker: "w".into(),
+    };
+    [
+        Op::Chunk(1, chunk, done),
+        Op::Output(1, chunk, out),
+        Op::Tally(1, tally.clone()),
+    ]
+}
+
 /// Three members whose state machines are coordinator stores (in memory, or sled on disk under their
 /// directories), on loopback, with the id of the leader they elected.
 struct StoreGroup {
@@ -386,9 +411,9 @@ impl StoreGroup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
     use sweep_coordinator::core::{JobRecord, Op};
-    use sweep_coordinator::scheduler::{ChunkRecord, JobState};
+    use sweep_coordinator::scheduler::JobState;
     use sweep_coordinator::store::encode_entry;
-    use sweep_space::{ChunkOutput, Tally};
+    use sweep_space::Tally;
 
     let group = StoreGroup::start(false).await;
     let (handles, stores, leader) = (&group.handles, &group.stores, group.leader);
@@ -421,24 +446,9 @@ async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
         vec![encode_entry(&[vec![Op::job(job), Op::Meta("next_job", 2)]]).expect("entry")];
     let mut tally = Tally::default();
     for commit in 0..4u64 {
-        let mut ops = Vec::new();
-        for chunk in commit * 10..commit * 10 + 10 {
-            let out = ChunkOutput {
-                nodes: chunk + 1,
-                ..Default::default()
-            };
-            tally.add(&out);
-            ops.push(Op::Chunk(
-                1,
-                chunk,
-                ChunkRecord::Done {
-                    digest: format!("{chunk}"),
-                    worker: "w".into(),
-                },
-            ));
-            ops.push(Op::Output(1, chunk, out));
-            ops.push(Op::Tally(1, tally.clone()));
-        }
+        let ops: Vec<Op> = (commit * 10..commit * 10 + 10)
+            .flat_map(|chunk| result_ops(chunk, chunk + 1, &mut tally))
+            .collect();
         entries.push(encode_entry(&[ops]).expect("entry"));
     }
     let mut last = 0;
@@ -539,9 +549,8 @@ async fn a_coordinator_on_the_leader_acknowledges_only_what_the_group_committed(
 #[ignore = "a measurement: run by name"]
 async fn throughput_of_three_members_against_one_store() {
     use sweep_coordinator::core::Op;
-    use sweep_coordinator::scheduler::ChunkRecord;
     use sweep_coordinator::store::{encode_entry, split_commit, Store};
-    use sweep_space::{ChunkOutput, Tally};
+    use sweep_space::Tally;
 
     const COMMITS: u64 = 100;
     const PER_COMMIT: u64 = 1_000;
@@ -549,25 +558,9 @@ async fn throughput_of_three_members_against_one_store() {
         let mut tally = Tally::default();
         (0..COMMITS)
             .map(|c| {
-                let mut ops = Vec::new();
-                for chunk in c * PER_COMMIT..(c + 1) * PER_COMMIT {
-                    let out = ChunkOutput {
-                        nodes: 1,
-                        ..Default::default()
-                    };
-                    tally.add(&out);
-                    ops.push(Op::Chunk(
-                        1,
-                        chunk,
-                        ChunkRecord::Done {
-                            digest: format!("{chunk:016x}"),
-                            worker: "w".into(),
-                        },
-                    ));
-                    ops.push(Op::Output(1, chunk, out));
-                    ops.push(Op::Tally(1, tally.clone()));
-                }
-                ops
+                (c * PER_COMMIT..(c + 1) * PER_COMMIT)
+                    .flat_map(|chunk| result_ops(chunk, 1, &mut tally))
+                    .collect()
             })
             .collect()
     };
