@@ -556,6 +556,38 @@ async fn overhead_of_tls_and_tokens() {
     secure.stop().await;
 }
 
+/// A coordinator with a store in `dir` that takes `WORKER`, the `users` tokens and `ADMIN`, each in its role's
+/// file, and refuses user submits above `max_user_priority`.
+async fn start_with_user_tokens(
+    dir: &std::path::Path,
+    users: &[&str],
+    max_user_priority: Option<i32>,
+) -> common::Server {
+    let (w, u, a) = (
+        dir.join("worker.tokens"),
+        dir.join("user.tokens"),
+        dir.join("admin.tokens"),
+    );
+    std::fs::write(&w, format!("{WORKER}\n")).unwrap();
+    std::fs::write(
+        &u,
+        users.iter().map(|t| format!("{t}\n")).collect::<String>(),
+    )
+    .unwrap();
+    std::fs::write(&a, format!("{ADMIN}\n")).unwrap();
+    let security = ServeSecurity {
+        auth: Auth::from_role_files(Some(w), Some(u), Some(a)).unwrap(),
+        tls: None,
+    };
+    let store = Store::open(&dir.join("store")).unwrap();
+    let cfg = CoordinatorConfig {
+        registry: common::spaces(),
+        max_user_priority,
+        ..CoordinatorConfig::default()
+    };
+    common::Server::start_with(store, cfg, security, false).await
+}
+
 /// People's tokens: a user token submits jobs under its own identity, up to `--max-user-priority`, never an
 /// `exec` job and never a share; an admin token goes above the ceiling and sets shares; `ListJobs` shows each
 /// identity's share and running threads.
@@ -563,25 +595,7 @@ async fn overhead_of_tls_and_tokens() {
 async fn user_tokens_submit_below_the_ceiling_and_admins_set_shares() {
     const USER: &str = "user-token-dddddddddddddddddd";
     let dir = tempfile::tempdir().unwrap();
-    let (w, u, a) = (
-        dir.path().join("worker.tokens"),
-        dir.path().join("user.tokens"),
-        dir.path().join("admin.tokens"),
-    );
-    std::fs::write(&w, format!("{WORKER}\n")).unwrap();
-    std::fs::write(&u, format!("{USER}\n")).unwrap();
-    std::fs::write(&a, format!("{ADMIN}\n")).unwrap();
-    let security = ServeSecurity {
-        auth: Auth::from_role_files(Some(w), Some(u), Some(a)).unwrap(),
-        tls: None,
-    };
-    let store = Store::open(&dir.path().join("store")).unwrap();
-    let cfg = CoordinatorConfig {
-        registry: common::spaces(),
-        max_user_priority: Some(5),
-        ..CoordinatorConfig::default()
-    };
-    let server = common::Server::start_with(store, cfg, security, false).await;
+    let server = start_with_user_tokens(dir.path(), &[USER], Some(5)).await;
     let (work, mut user) = server.clients_as(Some(USER)).await;
     let (_, mut admin) = server.clients_as(Some(ADMIN)).await;
     let user_id = sweep_coordinator::auth::identity_of(USER);
@@ -679,24 +693,7 @@ async fn user_tokens_control_their_own_jobs_and_admins_anyones() {
     const ALICE: &str = "user-token-alice-eeeeeeeeeeee";
     const BOB: &str = "user-token-bob-ffffffffffffff";
     let dir = tempfile::tempdir().unwrap();
-    let (w, u, a) = (
-        dir.path().join("worker.tokens"),
-        dir.path().join("user.tokens"),
-        dir.path().join("admin.tokens"),
-    );
-    std::fs::write(&w, format!("{WORKER}\n")).unwrap();
-    std::fs::write(&u, format!("{ALICE}\n{BOB}\n")).unwrap();
-    std::fs::write(&a, format!("{ADMIN}\n")).unwrap();
-    let security = ServeSecurity {
-        auth: Auth::from_role_files(Some(w), Some(u), Some(a)).unwrap(),
-        tls: None,
-    };
-    let store = Store::open(&dir.path().join("store")).unwrap();
-    let cfg = CoordinatorConfig {
-        registry: common::spaces(),
-        ..CoordinatorConfig::default()
-    };
-    let server = common::Server::start_with(store, cfg, security, false).await;
+    let server = start_with_user_tokens(dir.path(), &[ALICE, BOB], None).await;
     let (_, mut alice) = server.clients_as(Some(ALICE)).await;
     let (_, mut bob) = server.clients_as(Some(BOB)).await;
     let (_, mut admin) = server.clients_as(Some(ADMIN)).await;

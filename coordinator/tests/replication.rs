@@ -118,6 +118,23 @@ async fn start_node<S: StateMachine + Send + 'static>(
     (handle, stop_tx)
 }
 
+/// Listeners on loopback port 0 for members 1 to 3, and the URL of each.
+async fn bind_three() -> (
+    BTreeMap<u64, tokio::net::TcpListener>,
+    BTreeMap<u64, String>,
+) {
+    let mut listeners = BTreeMap::new();
+    let mut urls = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        urls.insert(id, format!("http://{}", l.local_addr().expect("addr")));
+        listeners.insert(id, l);
+    }
+    (listeners, urls)
+}
+
 /// The id of the member all the given ones agree leads, once they do.
 async fn leader_of(members: &BTreeMap<u64, Member>, within: Duration) -> u64 {
     let deadline = Instant::now() + within;
@@ -162,15 +179,7 @@ async fn all_applied(members: &BTreeMap<u64, Member>, want: &[Vec<u8>], within: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_commit_in_one_order_and_survive_the_loss_of_the_leader() {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let mut listeners = BTreeMap::new();
-    let mut urls = BTreeMap::new();
-    for id in 1..=3u64 {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        urls.insert(id, format!("http://{}", l.local_addr().expect("addr")));
-        listeners.insert(id, l);
-    }
+    let (listeners, urls) = bind_three().await;
     let mut members = BTreeMap::new();
     for (id, l) in listeners {
         let m = start_member(id, dirs[id as usize - 1].path(), l, &urls).await;
@@ -345,15 +354,7 @@ impl StoreGroup {
         use sweep_coordinator::store::{Store, StoreMachine};
         let dirs: Vec<tempfile::TempDir> =
             (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-        let mut urls = BTreeMap::new();
-        let mut listeners = BTreeMap::new();
-        for id in 1..=3u64 {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            urls.insert(id, format!("http://{}", l.local_addr().expect("addr")));
-            listeners.insert(id, l);
-        }
+        let (listeners, urls) = bind_three().await;
         let mut handles = BTreeMap::new();
         let mut stores = BTreeMap::new();
         let mut stops = Vec::new();
