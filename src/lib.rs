@@ -72,7 +72,7 @@ enum Command {
     #[command(disable_help_flag = true)]
     Submit(SpaceArgs),
     /// Serve jobs to workers: gRPC on --listen, progress kept in the sled store in --data.
-    Coordinator(cmd::coordinator::CoordinatorArgs),
+    Coordinator(Box<cmd::coordinator::CoordinatorArgs>),
     /// Lease chunks from a coordinator and run them on all cores.
     Worker(cmd::worker::WorkerArgs),
     /// Show every job, or one job.
@@ -142,7 +142,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
             cmd::local::solve(reg, args)
         }
         Command::Submit(SpaceArgs { args }) => cmd::submit::submit(reg, args),
-        Command::Coordinator(a) => cmd::coordinator::coordinator(reg, a),
+        Command::Coordinator(a) => cmd::coordinator::coordinator(reg, *a),
         Command::Worker(a) => cmd::worker::worker(reg, a),
         Command::Status(a) => cmd::jobs::status(a),
         Command::Watch(a) => cmd::jobs::watch(a),

@@ -524,6 +524,15 @@ impl Client {
         })
         .await
     }
+
+    /// The group as the member called sees it (every member answers, leader or not; see
+    /// [`Client::connect`] with one URL to ask a given member).
+    pub async fn group(&mut self) -> Result<v1::MembersReply, ClientError> {
+        self.call(Repeat::Safe, |mut c| async move {
+            c.members(v1::MembersRequest {}).await
+        })
+        .await
+    }
 }
 
 /// The snapshots of [`Client::watch`], until the coordinator ends the stream.

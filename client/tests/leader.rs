@@ -131,6 +131,9 @@ impl jobs_server::Jobs for Member {
     async fn set_share(&self, _: Request<v1::SetShareRequest>) -> Answer<v1::IdentityInfo> {
         self.unimplemented("set_share")
     }
+    async fn members(&self, _: Request<v1::MembersRequest>) -> Answer<v1::MembersReply> {
+        self.unimplemented("members")
+    }
 }
 
 /// A loopback listener and its URL, bound before any member is made, so members can name each other.

@@ -91,9 +91,10 @@ pub fn required_role(path: &str) -> Role {
     };
     match rest.split_once('/') {
         Some(("Work", _)) => Role::Worker,
-        Some(("Jobs", "ListJobs" | "JobStatus" | "Watch" | "Results" | "ListWorkers")) => {
-            Role::Worker
-        }
+        Some((
+            "Jobs",
+            "ListJobs" | "JobStatus" | "Watch" | "Results" | "ListWorkers" | "Members",
+        )) => Role::Worker,
         Some(("Jobs", "Submit" | "Cancel" | "Pause" | "Resume")) => Role::User,
         _ => Role::Admin,
     }

@@ -8,6 +8,8 @@
 
 mod tasks;
 
+pub use tasks::Tasks;
+
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -126,24 +128,27 @@ impl Coordinator {
 
     /// Loads every job from the store and rebuilds the core.
     pub fn open(store: Store, cfg: CoordinatorConfig) -> Result<Arc<Coordinator>, ServeError> {
-        Coordinator::open_with(Arc::new(store), cfg, None)
+        Coordinator::open_with(Arc::new(store), cfg, None, Arc::default())
     }
 
     /// The coordinator on the leader of a replicated group: its memory rebuilt from this member's `store` (as a
     /// restart does), every batch it decides proposed through `member` (see [`GroupCommit`]). The caller opens
-    /// it when `member` becomes the leader and drops it when it stops being one.
+    /// it when `member` becomes the leader and drops it when it stops being one ([`crate::member`]); `metrics`
+    /// are the process's, kept across terms.
     pub fn open_member(
         store: Arc<Store>,
         cfg: CoordinatorConfig,
         member: MemberHandle,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Arc<Coordinator>, ServeError> {
-        Coordinator::open_with(store, cfg, Some(member))
+        Coordinator::open_with(store, cfg, Some(member), metrics)
     }
 
     fn open_with(
         store: Arc<Store>,
         cfg: CoordinatorConfig,
         member: Option<MemberHandle>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Arc<Coordinator>, ServeError> {
         let snap = store.load().map_err(|e| match e {
             StoreError::Damaged { .. } => ServeError::Damaged(e.to_string()),
@@ -169,7 +174,7 @@ impl Coordinator {
             work_ready: Notify::new(),
             stopping: watch::channel(false).0,
             watch_slots: WatchSlots::new(cfg.limits.max_watch_streams),
-            metrics: Arc::default(),
+            metrics,
             cfg,
         }))
     }
@@ -432,6 +437,11 @@ impl Coordinator {
         self.stopping.subscribe()
     }
 
+    /// Extends every lease by `gap_ms`, a time in which no coordinator served (a change of leader).
+    pub fn extend_leases(&self, gap_ms: u64) {
+        self.lock().extend_leases(gap_ms, now_ms());
+    }
+
     pub(crate) fn begin_stopping(&self) {
         self.stopping.send_replace(true);
     }
@@ -569,16 +579,19 @@ impl Coordinator {
         }
         self.lock().check_writable()?;
         let store = self.store();
-        let (d, n) = (digest.to_string(), bytes.len() as u64);
-        let existing = tokio::task::spawn_blocking(move || -> Result<bool, StoreError> {
-            if store.has_shipped(&d)? {
-                return Ok(true);
+        let d = digest.to_string();
+        let existing = tokio::task::spawn_blocking(move || store.has_shipped(&d))
+            .await
+            .map_err(|e| CoreError::Internal(format!("store task: {e}")))??;
+        let n = bytes.len() as u64;
+        if !existing {
+            // Through group commit: on a replicated coordinator the file reaches a majority of members before
+            // the submit that names it can.
+            let op = crate::core::Op::Shipped(digest.to_string(), Arc::new(bytes));
+            if let Some(e) = self.commit.write(vec![op], None).await {
+                return Err(CoreError::StoreFailed(e));
             }
-            store.put_shipped(&d, &bytes)?;
-            Ok(false)
-        })
-        .await
-        .map_err(|e| CoreError::Internal(format!("store task: {e}")))??;
+        }
         info!(digest = %digest, bytes = n, existing, "file shipped");
         Ok(existing)
     }

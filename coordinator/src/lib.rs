@@ -19,6 +19,8 @@
 //! - [`auth`]: bearer tokens (worker and admin roles) checked in front of both services, and TLS settings.
 //! - [`coordinator`]: the shell around the core: one lock, the background tasks, and the async methods the
 //!   adapters call.
+//! - [`member`]: a replicated coordinator's member as a server: it opens a coordinator while its member leads
+//!   and closes it when a term ends.
 //! - [`grpc`]: the gRPC adapters (`Work` for workers, `Jobs` for people, `Replication` between members), the
 //!   only code that sees wire types;
 //!   [`http`]: the read-only web dashboard and `/metrics` (`--http ADDR`); [`server`]: `serve()` and shutdown.
@@ -39,6 +41,7 @@ pub mod grpc;
 pub mod http;
 pub use sweep_engine::inputs;
 pub mod limits;
+pub mod member;
 pub mod metrics;
 pub mod replica;
 pub mod scheduler;

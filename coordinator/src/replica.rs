@@ -31,6 +31,22 @@ pub struct MemberConfig {
     pub tick: Duration,
 }
 
+impl MemberConfig {
+    /// Member `id` with the consensus defaults (elections after 10 to 20 silent ticks, heartbeats every 2).
+    pub fn new(id: u64, peers: BTreeMap<u64, String>, tick: Duration) -> MemberConfig {
+        MemberConfig {
+            raft: Config::new(id),
+            peers,
+            tick,
+        }
+    }
+
+    /// The longest a follower waits without hearing from a leader before it campaigns.
+    pub fn election_timeout(&self) -> Duration {
+        self.tick * 2 * u32::try_from(self.raft.election_tick).unwrap_or(u32::MAX)
+    }
+}
+
 /// Why a proposal was not committed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProposeError {
@@ -53,6 +69,10 @@ pub struct MemberStatus {
     pub leader: Option<u64>,
     pub is_leader: bool,
     pub applied: u64,
+    /// The last index in this member's log.
+    pub last_index: u64,
+    /// On the leader: for each other member, the last index known to be in its log.
+    pub matched: Vec<(u64, u64)>,
 }
 
 enum Cmd {
@@ -263,6 +283,8 @@ async fn run<S: StateMachine>(
                 leader: out.leader,
                 is_leader: out.is_leader,
                 applied: node.applied(),
+                last_index: node.last_index(),
+                matched: node.progress(),
             };
             let changed = *s != now;
             *s = now;

@@ -1,5 +1,6 @@
 //! Serving: both gRPC services (behind the auth and metrics layers) and the background tasks, until a
-//! shutdown future resolves; then everything still queued is written before `serve` returns.
+//! shutdown future resolves; then everything still queued is written before `serve` returns. A member of a
+//! replicated coordinator serves the same services and `Replication` ([`serve_member`]).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -13,7 +14,11 @@ use tokio_stream::StreamExt;
 use tracing::info;
 
 use crate::auth::ServeSecurity;
-use crate::coordinator::{Coordinator, ServeError};
+use crate::coordinator::{Coordinator, ServeError, Tasks};
+use crate::grpc::replication::ReplicationApi;
+use crate::grpc::Backend;
+use crate::member::Leadership;
+use sweep_proto::v1::replication_server::ReplicationServer;
 
 /// Serves both services on `listener` until `shutdown` resolves, then writes what is still queued and returns.
 /// `security` adds TLS and token checks ([`crate::auth`]); its `Default` serves plain and open.
@@ -23,6 +28,57 @@ pub async fn serve(
     security: ServeSecurity,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    let tasks = Tasks::start(&coord);
+    let result = serve_backend(
+        listener,
+        Backend::Single(coord.clone()),
+        coord.metrics.clone(),
+        security,
+        None,
+        async {
+            shutdown.await;
+            coord.begin_stopping();
+        },
+    )
+    .await;
+    tasks.stop().await;
+    info!("coordinator stopped");
+    result
+}
+
+/// Serves one member of a replicated coordinator on `listener`: the `Replication` service for the other
+/// members, and both client services, which the coordinator `leadership` runs answers while this member leads
+/// (see [`crate::member`]; the caller runs [`Leadership::run`] beside this). Returns when `shutdown`
+/// resolves.
+pub async fn serve_member(
+    listener: TcpListener,
+    leadership: Arc<Leadership>,
+    replication: ReplicationServer<ReplicationApi>,
+    security: ServeSecurity,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let metrics = leadership.metrics().clone();
+    let result = serve_backend(
+        listener,
+        Backend::Member(leadership),
+        metrics,
+        security,
+        Some(replication),
+        shutdown,
+    )
+    .await;
+    info!("member stopped serving");
+    result
+}
+
+async fn serve_backend(
+    listener: TcpListener,
+    backend: Backend,
+    metrics: Arc<crate::metrics::Metrics>,
+    security: ServeSecurity,
+    replication: Option<ReplicationServer<ReplicationApi>>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
     let addr: SocketAddr = listener.local_addr()?;
     let mut server = tonic::transport::Server::builder();
     if let Some(tls) = security.tls {
@@ -30,13 +86,6 @@ pub async fn serve(
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let reloader = (security.auth.clone()).map(|a| tokio::spawn(a.watch_files(stop_rx.clone())));
-    let committer = tokio::spawn(coord.clone().committer(stop_rx.clone()));
-    let expirer = tokio::spawn(coord.clone().expirer(stop_rx.clone()));
-    // The merger stops first and finishes the merge it is in: a merge waits for a commit, so the committer must
-    // outlive it (else `sweep run` could hang at exit waiting for a commit nobody makes).
-    let (merge_stop_tx, merge_stop_rx) = watch::channel(false);
-    let merger = tokio::spawn(coord.clone().merger(merge_stop_rx));
-    let estimator = tokio::spawn(coord.clone().estimator(stop_rx.clone()));
     info!(%addr, "coordinator listening");
     // Small RPCs (lease, complete) must not wait for delayed ACKs: Nagle's algorithm off on every connection,
     // which tonic only does itself for listeners it binds.
@@ -46,42 +95,30 @@ pub async fn serve(
             Ok(c)
         })
     });
-    let (work, jobs) = crate::grpc::services(&coord);
+    let (work, jobs) = crate::grpc::services(&backend);
     // Standard health (Kubernetes gRPC probes, load balancers) and reflection (grpcurl without the .proto).
     let (health_reporter, health) = tonic_health::server::health_reporter();
-    let health_task = tokio::spawn(report_health(
-        coord.clone(),
-        health_reporter,
-        stop_rx.clone(),
-    ));
+    let health_task = tokio::spawn(report_health(backend, health_reporter, stop_rx.clone()));
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sweep_proto::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| ServeError::Reflection(e.to_string()))?;
     let (work, jobs) = limited(work, jobs);
     let result = server
-        .layer(crate::metrics::RpcLayer::new(coord.metrics.clone()))
+        .layer(crate::metrics::RpcLayer::new(metrics))
         .layer(crate::auth::AuthLayer::new(security.auth))
         .add_service(work)
         .add_service(jobs)
+        .add_optional_service(replication)
         .add_service(health)
         .add_service(reflection)
-        .serve_with_incoming_shutdown(incoming, async {
-            shutdown.await;
-            coord.begin_stopping();
-        })
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
-    let _ = merge_stop_tx.send(true);
-    let _ = merger.await;
     let _ = stop_tx.send(true);
-    let _ = committer.await;
-    let _ = expirer.await;
-    let _ = estimator.await;
     let _ = health_task.await;
     if let Some(r) = reloader {
         let _ = r.await;
     }
-    info!("coordinator stopped");
     result.map_err(Into::into)
 }
 
@@ -108,7 +145,7 @@ fn limited(
 /// in [`serve`], which must run beside them.
 pub fn in_process(coord: &Arc<Coordinator>) -> (sweep_proto::Transport, sweep_proto::Transport) {
     use tower_layer::Layer;
-    let (work, jobs) = crate::grpc::services(coord);
+    let (work, jobs) = crate::grpc::services(&Backend::Single(coord.clone()));
     let (work, jobs) = limited(work, jobs);
     let (rpc, auth) = (
         crate::metrics::RpcLayer::new(coord.metrics.clone()),
@@ -125,28 +162,34 @@ const HEALTH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Keeps the standard health service truthful: SERVING (overall, `""`, and per service) while the store works,
 /// NOT_SERVING once a write failed, since from then on the coordinator refuses every change until restarted.
+/// A member of a replicated coordinator is SERVING overall while it runs (it answers, if only with the
+/// leader's address), and its `Work` and `Jobs` are SERVING only while it leads.
 async fn report_health(
-    coord: Arc<Coordinator>,
+    backend: Backend,
     reporter: tonic_health::server::HealthReporter,
     mut stop: watch::Receiver<bool>,
 ) {
+    use tonic_health::ServingStatus::{NotServing, Serving};
     let mut tick = tokio::time::interval(HEALTH_EVERY);
     let mut last = None;
     loop {
-        let status = if coord.store_failure().is_some() {
-            tonic_health::ServingStatus::NotServing
-        } else {
-            tonic_health::ServingStatus::Serving
+        let services = match backend.coord() {
+            Ok(coord) if coord.store_failure().is_none() => Serving,
+            _ => NotServing,
         };
-        if last != Some(status) {
+        let overall = match backend {
+            Backend::Single(_) => services,
+            Backend::Member(_) => Serving,
+        };
+        if last != Some((overall, services)) {
+            reporter.set_service_status("", overall).await;
             for service in [
-                "",
                 <work_server::WorkServer<crate::grpc::WorkApi> as tonic::server::NamedService>::NAME,
                 <jobs_server::JobsServer<crate::grpc::JobsApi> as tonic::server::NamedService>::NAME,
             ] {
-                reporter.set_service_status(service, status).await;
+                reporter.set_service_status(service, services).await;
             }
-            last = Some(status);
+            last = Some((overall, services));
         }
         tokio::select! {
             _ = tick.tick() => {}

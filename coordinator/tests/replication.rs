@@ -106,7 +106,7 @@ async fn start_node<S: StateMachine + Send + 'static>(
         tick: TICK,
     };
     let (handle, inbox, links) = replica::start(config, store, machine).expect("start member");
-    spawn_senders(links);
+    spawn_senders(links, None);
     let (stop_tx, stop_rx) = oneshot::channel();
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -490,6 +490,7 @@ async fn a_coordinator_on_the_leader_acknowledges_only_what_the_group_committed(
         stores[&leader].clone(),
         common::config(30_000, 3),
         handles[&leader].clone(),
+        Default::default(),
     )
     .expect("open the coordinator on the leader");
     let server = common::Server::serve(coord, ServeSecurity::default(), false).await;

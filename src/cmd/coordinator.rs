@@ -1,5 +1,6 @@
 //! `sweep coordinator`: serve jobs to workers over gRPC, with the dashboard on `--http`.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,7 +16,10 @@ use crate::exit::{self, one_line, usage, Exit};
 use crate::runtime::{runtime, shutdown_signal};
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct CoordinatorArgs {
+    #[command(subcommand)]
+    action: Option<CoordinatorAction>,
     /// Address to serve gRPC on (port 0 picks a free port; the chosen address is printed).
     #[arg(long, default_value = "127.0.0.1:7878")]
     listen: String,
@@ -47,7 +51,31 @@ pub struct CoordinatorArgs {
     /// keep it on a trusted network). Port 0 picks a free port; the chosen address is printed.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
+    /// Run as one member of a replicated coordinator: every member's URL, this one's included, in the same
+    /// order on every member (the order gives the ids 1, 2, 3, ...). Each URL serves clients and the other
+    /// members. Three members go on when any one is lost, five when any two are.
+    #[arg(long, value_name = "URL,URL,...", value_delimiter = ',')]
+    peers: Vec<String>,
+    /// This member's id: its place in --peers, from 1. Default: the member whose URL has --listen's host and
+    /// port.
+    #[arg(long, value_name = "N", requires = "peers", value_parser = clap::value_parser!(u64).range(1..=64))]
+    id: Option<u64>,
 }
+
+#[derive(clap::Subcommand)]
+enum CoordinatorAction {
+    /// List a replicated coordinator's members: who leads, each one's term, what it applied and how far it
+    /// lags behind the leader. Asks every URL of --coordinator.
+    Members {
+        #[command(flatten)]
+        remote: crate::remote::Remote,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A consensus tick: a leader sends heartbeats every 2, a follower campaigns after 10 to 20 silent ones.
+const TICK: Duration = Duration::from_millis(100);
 
 /// `--usage-half-life DURATION` in milliseconds: from a second to ten years.
 fn half_life(text: &str) -> Result<u64, String> {
@@ -61,6 +89,19 @@ fn half_life(text: &str) -> Result<u64, String> {
 }
 
 pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
+    if let Some(CoordinatorAction::Members { remote, json }) = a.action {
+        return crate::cmd::members::members(&remote, json);
+    }
+    if !a.peers.is_empty() {
+        return member(registry, a);
+    }
+    if let Some(id) = sweep_coordinator::member::member_of(&a.data) {
+        return Err(usage(format!(
+            "{} is the data directory of member {id} of a replicated coordinator: start it with --peers (and \
+             --id {id}); written to without consensus, its store would differ from the other members'",
+            a.data.display()
+        )));
+    }
     let rt = runtime()?;
     rt.block_on(async move {
         let store = Store::open(&a.data)
@@ -69,18 +110,7 @@ pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<Ex
                 code: exit::USAGE,
                 message: one_line(&e),
             })?;
-        let cfg = CoordinatorConfig {
-            scheduler: SchedulerConfig {
-                lease_ttl_ms: a.lease_ttl_ms,
-                max_attempts: a.max_attempts,
-                max_bad_results: a.max_bad_results,
-                usage_half_life_ms: a.usage_half_life,
-            },
-            limits: a.limits.limits(),
-            registry: registry.clone(),
-            max_user_priority: a.max_user_priority,
-            ..CoordinatorConfig::default()
-        };
+        let cfg = config(registry, &a);
         let coord = Coordinator::open(store, cfg).context("cannot load the stored jobs")?;
         let security = a.security.security()?;
         let listener = tokio::net::TcpListener::bind(&a.listen)
@@ -119,6 +149,180 @@ pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<Ex
         served?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+fn config(registry: &Registry, a: &CoordinatorArgs) -> CoordinatorConfig {
+    CoordinatorConfig {
+        scheduler: SchedulerConfig {
+            lease_ttl_ms: a.lease_ttl_ms,
+            max_attempts: a.max_attempts,
+            max_bad_results: a.max_bad_results,
+            usage_half_life_ms: a.usage_half_life,
+        },
+        limits: a.limits.limits(),
+        registry: registry.clone(),
+        max_user_priority: a.max_user_priority,
+        ..CoordinatorConfig::default()
+    }
+}
+
+/// The members of `--peers` by id, checked: URLs with a scheme and a port, none twice.
+fn peer_urls(peers: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
+    let mut urls = BTreeMap::new();
+    for (i, raw) in peers.iter().enumerate() {
+        let url = raw.trim().trim_end_matches('/').to_string();
+        let authority = url
+            .strip_prefix("http://")
+            .ok_or_else(|| {
+                usage(format!(
+                    "--peers: `{raw}` is not an http:// URL such as http://10.0.0.1:7878 (members do not \
+                     speak TLS to each other yet)"
+                ))
+            })?;
+        if authority.is_empty() || authority.contains('/') || !authority.contains(':') {
+            return Err(usage(format!(
+                "--peers: `{raw}` must be http://HOST:PORT, with the port"
+            )));
+        }
+        if urls.values().any(|u| *u == url) {
+            return Err(usage(format!("--peers names {url} twice")));
+        }
+        urls.insert(i as u64 + 1, url);
+    }
+    if urls.len() > 64 {
+        return Err(usage(format!(
+            "--peers names {} members; at most 64",
+            urls.len()
+        )));
+    }
+    Ok(urls)
+}
+
+/// This member's id: `--id`, else the member of `--peers` whose host and port are `--listen`'s.
+fn own_id(urls: &BTreeMap<u64, String>, id: Option<u64>, listen: &str) -> anyhow::Result<u64> {
+    if let Some(id) = id {
+        if !urls.contains_key(&id) {
+            return Err(usage(format!(
+                "--id {id}: --peers names only {} members",
+                urls.len()
+            )));
+        }
+        return Ok(id);
+    }
+    let found: Vec<u64> = urls
+        .iter()
+        .filter(|(_, u)| u.strip_prefix("http://") == Some(listen))
+        .map(|(&id, _)| id)
+        .collect();
+    match found.as_slice() {
+        [id] => Ok(*id),
+        _ => Err(usage(format!(
+            "no member of --peers is at --listen {listen}: give --id N (this member's place in --peers, from 1)"
+        ))),
+    }
+}
+
+/// `sweep coordinator --peers ...`: one member of a replicated coordinator.
+fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
+    use sweep_coordinator::grpc::replication::{spawn_senders, ReplicationApi};
+    use sweep_coordinator::member::{self, Leadership};
+    use sweep_coordinator::replica::{self, MemberConfig};
+    use sweep_coordinator::store::StoreMachine;
+
+    let urls = peer_urls(&a.peers)?;
+    let id = own_id(&urls, a.id, &a.listen)?;
+    if a.http.is_some() {
+        return Err(usage(
+            "--http is not served by a member of a replicated coordinator yet: watch it with `sweep watch` and \
+             `sweep coordinator members`",
+        ));
+    }
+    if a.security.tls_cert.is_some() {
+        return Err(usage(
+            "--tls-cert with --peers: members do not speak TLS to each other yet; keep the members on a \
+             private network",
+        ));
+    }
+    if urls.len() % 2 == 0 {
+        tracing::warn!(
+            members = urls.len(),
+            "an even number of members tolerates no more lost members than one fewer would"
+        );
+    }
+    let security = a.security.security()?;
+    // Members call each other with an admin token when the group has token files.
+    let token = match &a.security.admin_token_file {
+        Some(file) => Some(first_token(file)?),
+        None => None,
+    };
+    let cfg = config(registry, &a);
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let bad_dir = |e: &dyn std::fmt::Display| Exit {
+            code: exit::USAGE,
+            message: format!("cannot use --data {}: {e}", a.data.display()),
+        };
+        let store = std::sync::Arc::new(Store::open(&a.data).map_err(|e| bad_dir(&e))?);
+        let voters: Vec<u64> = urls.keys().copied().collect();
+        let log = member::open_log(&a.data, id, &voters, &store).map_err(|e| bad_dir(&e))?;
+        let machine = StoreMachine::open(store.clone()).map_err(|e| bad_dir(&e))?;
+        let peers = urls
+            .iter()
+            .filter(|(&p, _)| p != id)
+            .map(|(&p, u)| (p, u.clone()))
+            .collect();
+        let config = MemberConfig::new(id, peers, TICK);
+        let election_timeout = config.election_timeout();
+        let listener = tokio::net::TcpListener::bind(&a.listen)
+            .await
+            .map_err(|e| usage(format!("cannot listen on {}: {e}", a.listen)))?;
+        let addr = listener.local_addr()?;
+        let (handle, inbox, links) = replica::start(config, log, machine)
+            .context("cannot start the consensus member")?;
+        spawn_senders(links, token);
+        let leadership = Leadership::new(id, handle.clone(), urls.clone(), election_timeout);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let run = tokio::spawn(leadership.clone().run(store, cfg, stop_rx));
+        let _ = writeln!(std::io::stdout(), "sweep coordinator listening on {addr}");
+        let _ = writeln!(
+            std::io::stdout(),
+            "member {id} of {} ({})",
+            urls.len(),
+            urls.values().cloned().collect::<Vec<_>>().join(",")
+        );
+        let _ = std::io::stdout().flush();
+        if security.auth.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "no token files: anyone who reaches this address may submit and run jobs, or pose as a member");
+        }
+        let served = sweep_coordinator::server::serve_member(
+            listener,
+            leadership,
+            ReplicationApi(inbox).into_server(),
+            security,
+            async {
+                shutdown_signal().await;
+                // The coordinator stops first, committing what it holds through the other members, so the
+                // member and its server must still run meanwhile.
+                let _ = stop_tx.send(true);
+                let _ = tokio::time::timeout(Duration::from_secs(30), run).await;
+            },
+        )
+        .await;
+        handle.stop().await;
+        served?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// The first token of a token file (lines that are blank or start with `#` are skipped).
+fn first_token(file: &std::path::Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?;
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .ok_or_else(|| usage(format!("{} holds no token", file.display())))
 }
 
 /// Binds `--http ADDR`, prints the dashboard's address (the line after the gRPC one) and serves it until the

@@ -5,6 +5,7 @@ pub mod buzzled;
 pub mod coordinator;
 pub mod jobs;
 pub mod local;
+pub mod members;
 pub mod share;
 pub mod store;
 pub mod submit;

@@ -17,6 +17,46 @@ use crate::scheduler::JobId;
 /// `Coordinator::expirer`): well above scheduling noise, well below a lease time.
 const PAUSE_TOLERANCE_MS: u64 = 2_000;
 
+/// A coordinator's background tasks (committer, expirer, merger, estimator), running until [`Tasks::stop`].
+pub struct Tasks {
+    stop: watch::Sender<bool>,
+    merge_stop: watch::Sender<bool>,
+    merger: tokio::task::JoinHandle<()>,
+    others: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Tasks {
+    /// Starts the tasks of `coord`; must be called within a tokio runtime.
+    pub fn start(coord: &Arc<Coordinator>) -> Tasks {
+        let (stop, stop_rx) = watch::channel(false);
+        // The merger stops first and finishes the merge it is in: a merge waits for a commit, so the committer
+        // must outlive it (else `sweep run` could hang at exit waiting for a commit nobody makes).
+        let (merge_stop, merge_stop_rx) = watch::channel(false);
+        let merger = tokio::spawn(coord.clone().merger(merge_stop_rx));
+        let others = vec![
+            tokio::spawn(coord.clone().committer(stop_rx.clone())),
+            tokio::spawn(coord.clone().expirer(stop_rx.clone())),
+            tokio::spawn(coord.clone().estimator(stop_rx)),
+        ];
+        Tasks {
+            stop,
+            merge_stop,
+            merger,
+            others,
+        }
+    }
+
+    /// Stops the tasks; the committer writes what is still queued before it ends.
+    pub async fn stop(self) {
+        let _ = self.merge_stop.send(true);
+        let _ = self.merger.await;
+        let _ = self.stop.send(true);
+        for t in self.others {
+            let _ = t.await;
+        }
+    }
+}
+
 impl Coordinator {
     /// One group commit: everything the core staged since the last one.
     async fn commit_once(&self) {

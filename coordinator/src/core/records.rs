@@ -168,6 +168,9 @@ pub enum Op {
     /// An identity's share and decayed use (written every few seconds while it changes, and when an admin
     /// sets a share).
     Identity(IdentityRecord),
+    /// A shipped file (an `exec` program) under its digest, checked when the op is made. Through the outbox
+    /// rather than straight to the store, so that a replicated coordinator's members all get it.
+    Shipped(String, std::sync::Arc<Vec<u8>>),
 }
 
 impl Op {

@@ -1,7 +1,6 @@
 //! The `Jobs` service: what people and their tools call (ship, submit, list, status, watch, results, cancel,
 //! pause, resume, workers, drain).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use sweep_proto::v1::{self, jobs_server};
@@ -10,11 +9,11 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::status::status;
-use crate::coordinator::{Coordinator, MAX_SHIPPED_BYTES};
+use crate::coordinator::MAX_SHIPPED_BYTES;
 use crate::core::SubmitSpec;
 
 #[derive(Clone)]
-pub struct JobsApi(pub(super) Arc<Coordinator>);
+pub struct JobsApi(pub(super) super::Backend);
 
 #[tonic::async_trait]
 impl jobs_server::Jobs for JobsApi {
@@ -56,7 +55,7 @@ impl jobs_server::Jobs for JobsApi {
             )));
         }
         let n = bytes.len() as u64;
-        let existing = self.0.ship(&digest, bytes).await.map_err(status)?;
+        let existing = self.0.coord()?.ship(&digest, bytes).await.map_err(status)?;
         Ok(Response::new(v1::ShipResponse {
             digest,
             bytes: n,
@@ -73,6 +72,7 @@ impl jobs_server::Jobs for JobsApi {
         let req = req.into_inner();
         let (job, existing) = self
             .0
+            .coord()?
             .submit(SubmitSpec {
                 share: req.share,
                 chunk_hint_ms: req.chunk_time_hint_ms,
@@ -99,7 +99,7 @@ impl jobs_server::Jobs for JobsApi {
         &self,
         _: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
-        let (jobs, workers, identities) = self.0.jobs().await.map_err(status)?;
+        let (jobs, workers, identities) = self.0.coord()?.jobs().await.map_err(status)?;
         Ok(Response::new(v1::ListJobsResponse {
             jobs: jobs.into_iter().map(convert::job_info).collect(),
             workers,
@@ -111,7 +111,12 @@ impl jobs_server::Jobs for JobsApi {
         &self,
         req: Request<v1::JobRequest>,
     ) -> Result<Response<v1::JobInfo>, Status> {
-        let job = self.0.job(req.into_inner().job_id).await.map_err(status)?;
+        let job = self
+            .0
+            .coord()?
+            .job(req.into_inner().job_id)
+            .await
+            .map_err(status)?;
         Ok(Response::new(convert::job_info(job)))
     }
 
@@ -122,18 +127,18 @@ impl jobs_server::Jobs for JobsApi {
         req: Request<v1::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let req = req.into_inner();
+        let coord = self.0.coord()?;
         if req.job_id != 0 {
-            self.0.job_now(req.job_id).map_err(status)?;
+            coord.job_now(req.job_id).map_err(status)?;
         }
         let interval = Duration::from_millis(
             req.interval_ms
                 .clamp(50, 60_000)
                 .max(if req.interval_ms == 0 { 500 } else { 50 }),
         );
-        let (slot, mut changes) = self.0.open_watch().map_err(status)?;
+        let (slot, mut changes) = coord.open_watch().map_err(status)?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let coord = self.0.clone();
-        let mut stopping = self.0.stopping();
+        let mut stopping = coord.stopping();
         tokio::spawn(async move {
             // Held while the stream lives: the slot frees when the client goes away.
             let _slot = slot;
@@ -164,7 +169,7 @@ impl jobs_server::Jobs for JobsApi {
         let req = req.into_inner();
         // An unknown form (a newer client) reads as BOTH: more than asked, never less.
         let form = req.form();
-        let r = self.0.results(req.job_id).await.map_err(status)?;
+        let r = self.0.coord()?.results(req.job_id).await.map_err(status)?;
         let send_json = form != v1::AnswerForm::Text || r.result.text.is_empty();
         let send_text = form != v1::AnswerForm::Json;
         Ok(Response::new(v1::ResultsResponse {
@@ -198,6 +203,7 @@ impl jobs_server::Jobs for JobsApi {
         use tokio_stream::StreamExt;
         let rx = self
             .0
+            .coord()?
             .solutions(req.into_inner().job_id)
             .await
             .map_err(status)?;
@@ -213,6 +219,7 @@ impl jobs_server::Jobs for JobsApi {
         let by = convert::actor(&req);
         let job = self
             .0
+            .coord()?
             .cancel(req.into_inner().job_id, &by)
             .await
             .map_err(status)?;
@@ -223,6 +230,7 @@ impl jobs_server::Jobs for JobsApi {
         let by = convert::actor(&req);
         let job = self
             .0
+            .coord()?
             .pause(req.into_inner().job_id, &by)
             .await
             .map_err(status)?;
@@ -233,6 +241,7 @@ impl jobs_server::Jobs for JobsApi {
         let by = convert::actor(&req);
         let job = self
             .0
+            .coord()?
             .resume(req.into_inner().job_id, &by)
             .await
             .map_err(status)?;
@@ -245,6 +254,7 @@ impl jobs_server::Jobs for JobsApi {
     ) -> Result<Response<v1::ListWorkersResponse>, Status> {
         let workers = self
             .0
+            .coord()?
             .workers()
             .into_iter()
             .map(convert::worker_status)
@@ -256,8 +266,47 @@ impl jobs_server::Jobs for JobsApi {
         &self,
         req: Request<v1::DrainRequest>,
     ) -> Result<Response<v1::WorkerStatus>, Status> {
-        let w = self.0.drain(&req.into_inner().worker).map_err(status)?;
+        let w = self
+            .0
+            .coord()?
+            .drain(&req.into_inner().worker)
+            .map_err(status)?;
         Ok(Response::new(convert::worker_status(w)))
+    }
+
+    async fn members(
+        &self,
+        _req: Request<v1::MembersRequest>,
+    ) -> Result<Response<v1::MembersReply>, Status> {
+        let super::Backend::Member(l) = &self.0 else {
+            return Ok(Response::new(v1::MembersReply {
+                serving: true,
+                ..Default::default()
+            }));
+        };
+        let s = l.member().status();
+        let matched: std::collections::HashMap<u64, u64> = s.matched.iter().copied().collect();
+        Ok(Response::new(v1::MembersReply {
+            id: l.id(),
+            term: s.term,
+            leader: s.leader.unwrap_or(0),
+            applied: s.applied,
+            last_index: s.last_index,
+            serving: l.coordinator().is_ok(),
+            members: l
+                .urls()
+                .iter()
+                .map(|(&id, url)| v1::MemberInfo {
+                    id,
+                    url: url.clone(),
+                    matched: if id == l.id() && s.is_leader {
+                        s.last_index
+                    } else {
+                        matched.get(&id).copied().unwrap_or(0)
+                    },
+                })
+                .collect(),
+        }))
     }
 
     async fn set_share(
@@ -267,6 +316,7 @@ impl jobs_server::Jobs for JobsApi {
         let req = req.into_inner();
         let u = self
             .0
+            .coord()?
             .set_share(&req.identity, req.share)
             .await
             .map_err(status)?;

@@ -13,12 +13,33 @@ mod work;
 use std::sync::Arc;
 
 use crate::coordinator::Coordinator;
+use crate::member::Leadership;
 
 pub use jobs::JobsApi;
 pub use status::status;
 pub use work::WorkApi;
 
-/// Both services over one coordinator.
-pub fn services(coord: &Arc<Coordinator>) -> (WorkApi, JobsApi) {
-    (WorkApi(coord.clone()), JobsApi(coord.clone()))
+/// What the services call: one coordinator, or whichever this member of a replicated coordinator runs while
+/// it leads (the others answer with the leader's address, [`sweep_proto::not_leader`]).
+#[derive(Clone)]
+pub enum Backend {
+    Single(Arc<Coordinator>),
+    Member(Arc<Leadership>),
+}
+
+impl Backend {
+    /// The coordinator to call now, or the not-leader answer.
+    pub(crate) fn coord(&self) -> Result<Arc<Coordinator>, tonic::Status> {
+        match self {
+            Backend::Single(c) => Ok(c.clone()),
+            Backend::Member(m) => m
+                .coordinator()
+                .map_err(|n| sweep_proto::not_leader(n.leader_url.as_deref())),
+        }
+    }
+}
+
+/// Both services over `backend`.
+pub fn services(backend: &Backend) -> (WorkApi, JobsApi) {
+    (WorkApi(backend.clone()), JobsApi(backend.clone()))
 }

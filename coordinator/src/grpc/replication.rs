@@ -17,13 +17,16 @@ const BATCH: usize = 256;
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 /// How long one call to a peer may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest call between members: a consensus entry carries a group commit whole, artifacts and shipped
+/// programs (up to 1 GiB) included, and gRPC frames a message with a 32-bit length.
+pub const MAX_STEP_BYTES: usize = (2 << 30) - 1;
 
 /// The `Replication` service of one member.
 pub struct ReplicationApi(pub Inbox);
 
 impl ReplicationApi {
     pub fn into_server(self) -> ReplicationServer<ReplicationApi> {
-        ReplicationServer::new(self)
+        ReplicationServer::new(self).max_decoding_message_size(MAX_STEP_BYTES)
     }
 }
 
@@ -46,14 +49,22 @@ impl Replication for ReplicationApi {
     }
 }
 
-/// Starts a sender task per peer link.
-pub fn spawn_senders(links: Vec<PeerLink>) {
+/// Starts a sender task per peer link. `token` is sent as the bearer token of every call (members of a group
+/// with token files call each other with an admin token).
+pub fn spawn_senders(links: Vec<PeerLink>, token: Option<String>) {
+    let token = token.and_then(|t| {
+        let value = format!("Bearer {t}").parse::<tonic::metadata::AsciiMetadataValue>();
+        if value.is_err() {
+            tracing::error!("the token for other members is not ASCII: calls go without it");
+        }
+        value.ok()
+    });
     for link in links {
-        tokio::spawn(send_to_peer(link));
+        tokio::spawn(send_to_peer(link, token.clone()));
     }
 }
 
-async fn send_to_peer(mut link: PeerLink) {
+async fn send_to_peer(mut link: PeerLink, token: Option<tonic::metadata::AsciiMetadataValue>) {
     let mut client: Option<ReplicationClient<tonic::transport::Channel>> = None;
     while let Some(first) = link.queue.recv().await {
         let mut batch = vec![first];
@@ -72,7 +83,7 @@ async fn send_to_peer(mut link: PeerLink) {
                     .connect()
                     .await
                     .ok()
-                    .map(ReplicationClient::new),
+                    .map(|c| ReplicationClient::new(c).max_encoding_message_size(MAX_STEP_BYTES)),
                 Err(e) => {
                     tracing::error!(
                         "member {}'s address {:?} is not a URL: {e}",
@@ -84,14 +95,23 @@ async fn send_to_peer(mut link: PeerLink) {
             };
         }
         let sent = match client.as_mut() {
-            Some(c) => c
-                .step(StepRequest {
+            Some(c) => {
+                let mut request = Request::new(StepRequest {
                     from: link.from,
                     to: link.to,
                     messages: batch.into_iter().map(|m| m.bytes).collect(),
-                })
-                .await
-                .is_ok(),
+                });
+                if let Some(t) = &token {
+                    request.metadata_mut().insert("authorization", t.clone());
+                }
+                match c.step(request).await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::debug!(peer = link.to, "a call to a member failed: {e}");
+                        false
+                    }
+                }
+            }
             None => false,
         };
         for _ in 0..snapshots {

@@ -1,7 +1,5 @@
 //! The `Work` service: what workers call (register, lease, heartbeat, complete, fail, fetch an artifact).
 
-use std::sync::Arc;
-
 use sweep_proto::v1::{self, work_server};
 use sweep_space::ChunkOutput;
 use tokio_stream::wrappers::ReceiverStream;
@@ -10,14 +8,14 @@ use tracing::info;
 
 use super::convert::{self, identity};
 use super::status::status;
-use crate::coordinator::{Coordinator, Report};
+use crate::coordinator::Report;
 use crate::core::{LeaseAnswer, LeaseProgress, Registration};
 
 /// Artifacts travel in pieces well under the message limit.
 const ARTIFACT_PIECE_BYTES: usize = 1 << 20;
 
 #[derive(Clone)]
-pub struct WorkApi(pub(super) Arc<Coordinator>);
+pub struct WorkApi(pub(super) super::Backend);
 
 #[tonic::async_trait]
 impl work_server::Work for WorkApi {
@@ -28,15 +26,16 @@ impl work_server::Work for WorkApi {
         req: Request<v1::FetchArtifactRequest>,
     ) -> Result<Response<Self::FetchArtifactStream>, Status> {
         let req = req.into_inner();
+        let coord = self.0.coord()?;
         let (bytes, digest) = if req.job_id == 0 {
-            self.0.shipped(&req.digest).await
+            coord.shipped(&req.digest).await
         } else {
-            self.0.artifact(req.job_id).await
+            coord.artifact(req.job_id).await
         }
         .map_err(status)?;
         info!(worker = %req.worker_id, job = req.job_id, bytes = bytes.len(), "serving artifact");
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let mut stopping = self.0.stopping();
+        let mut stopping = coord.stopping();
         tokio::spawn(async move {
             let total = bytes.len() as u64;
             let mut offset = 0usize;
@@ -68,7 +67,7 @@ impl work_server::Work for WorkApi {
     ) -> Result<Response<v1::RegisterResponse>, Status> {
         let identity = identity(&req);
         let req = req.into_inner();
-        let (worker_id, ttl) = self.0.register(Registration {
+        let (worker_id, ttl) = self.0.coord()?.register(Registration {
             name: req.name,
             identity,
             threads: req.threads,
@@ -91,6 +90,7 @@ impl work_server::Work for WorkApi {
         let req = req.into_inner();
         let (answer, retry_after_ms) = self
             .0
+            .coord()?
             .lease(&req.worker_id, req.max_chunks)
             .await
             .map_err(status)?;
@@ -122,7 +122,11 @@ impl work_server::Work for WorkApi {
                 checkpoint: p.checkpoint,
             })
             .collect();
-        let beat = self.0.heartbeat(&req.worker_id, progress).map_err(status)?;
+        let beat = self
+            .0
+            .coord()?
+            .heartbeat(&req.worker_id, progress)
+            .map_err(status)?;
         Ok(Response::new(v1::HeartbeatResponse {
             revoked: beat.revoked,
             register_again: beat.register_again,
@@ -149,6 +153,7 @@ impl work_server::Work for WorkApi {
             .collect();
         let acks = self
             .0
+            .coord()?
             .complete(&req.worker_id, reports)
             .await
             .map_err(status)?;
@@ -164,6 +169,7 @@ impl work_server::Work for WorkApi {
         let req = req.into_inner();
         let poisoned = self
             .0
+            .coord()?
             .fail(
                 &req.worker_id,
                 req.lease_id,

@@ -132,11 +132,11 @@ pub(super) fn decode_list(bytes: &[u8]) -> Result<Vec<String>, String> {
     }
 }
 
-fn shipped_blob(digest: &str) -> String {
+pub(super) fn shipped_blob(digest: &str) -> String {
     format!("s-{digest}")
 }
 
-fn shipped_key(digest: &str) -> Vec<u8> {
+pub(super) fn shipped_key(digest: &str) -> Vec<u8> {
     format!("s/{digest}").into_bytes()
 }
 

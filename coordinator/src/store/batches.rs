@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use super::artifacts::{chunk_blob, encode_list_into, hash, job_blob, segment_blob, ListRef};
+use super::artifacts::{
+    chunk_blob, encode_list_into, hash, job_blob, segment_blob, shipped_blob, shipped_key, ListRef,
+};
 use super::blocks::{BlockEdits, INLINE_OUTPUT_MAX};
 use super::error::StoreError;
 use super::handle::Store;
@@ -160,6 +162,10 @@ impl Store {
                 )),
                 Op::Usage(job, usage) => writes.push((job_key(b'u', job), Some(encode(&usage)))),
                 Op::Identity(rec) => writes.push((identity_key(&rec.identity), Some(encode(&rec)))),
+                Op::Shipped(digest, bytes) => {
+                    self.blobs.put(&shipped_blob(&digest), &bytes)?;
+                    writes.push((shipped_key(&digest), Some(hash(&bytes))));
+                }
             }
         }
         self.blobs.put_all(&files)?;

@@ -48,6 +48,7 @@ enum WireOp {
     Votes(JobId, u64, Vec<Vote>),
     Usage(JobId, Usage),
     Identity(IdentityRecord),
+    Shipped(String, usize),
 }
 
 fn damaged(why: impl Into<String>) -> StoreError {
@@ -88,6 +89,9 @@ pub fn encode_entry(parts: &[Vec<Op>]) -> Result<Vec<u8>, StoreError> {
                 Op::Votes(job, chunk, votes) => WireOp::Votes(*job, *chunk, votes.clone()),
                 Op::Usage(job, u) => WireOp::Usage(*job, *u),
                 Op::Identity(rec) => WireOp::Identity(rec.clone()),
+                Op::Shipped(digest, bytes) => {
+                    WireOp::Shipped(digest.clone(), frame(&mut frames, bytes))
+                }
             });
         }
         wire.push(ops);
@@ -164,6 +168,17 @@ pub fn decode_entry(bytes: &[u8]) -> Result<Vec<Vec<Op>>, StoreError> {
                         WireOp::Votes(job, chunk, votes) => Op::Votes(job, chunk, votes),
                         WireOp::Usage(job, u) => Op::Usage(job, u),
                         WireOp::Identity(rec) => Op::Identity(rec),
+                        WireOp::Shipped(digest, i) => {
+                            let bytes = frame(i)?;
+                            if !super::artifacts::is_digest(&digest)
+                                || super::artifacts::digest_hex(&bytes) != digest
+                            {
+                                return Err(damaged(format!(
+                                    "shipped file `{digest}` does not match its digest"
+                                )));
+                            }
+                            Op::Shipped(digest, std::sync::Arc::new(bytes))
+                        }
                     })
                 })
                 .collect()

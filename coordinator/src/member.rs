@@ -1,0 +1,307 @@
+//! One member of a replicated coordinator as a server: it runs the coordinator while its consensus member
+//! (`crate::replica`) leads, and tells clients where the leader is otherwise.
+//!
+//! [`Leadership::run`] watches the member. When it becomes the leader it first commits an empty entry in its
+//! own term (after which its store holds every entry any earlier leader committed), then opens a
+//! [`Coordinator`] over that store, as a restart does, and starts its background tasks. When it stops leading
+//! (another member won an election, or it lost touch with the majority and stepped down) the coordinator stops
+//! and is dropped: whatever it had not committed is not acknowledged, and cannot be, since its proposals no
+//! longer commit. The services ask [`Leadership::coordinator`] on every call.
+//!
+//! Invariant: at most one coordinator per process, and only while its member leads in the term it was opened
+//! in; a term ends it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::coordinator::{Coordinator, CoordinatorConfig, Tasks};
+use crate::metrics::Metrics;
+use crate::replica::MemberHandle;
+use crate::store::{encode_entry, Store};
+
+/// How long a new leader waits before trying again when its first entry or its store did not work out.
+const RETRY_AFTER: Duration = Duration::from_millis(500);
+
+/// This member does not serve the call: it is not the leader, or not serving as one yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotServing {
+    /// The client URL of the member this one believes leads, when it knows one other than itself.
+    pub leader_url: Option<String>,
+}
+
+/// A member's place in the group as its services and operators see it.
+pub struct Leadership {
+    id: u64,
+    member: MemberHandle,
+    /// Every member's client URL (this one's included), by id.
+    urls: BTreeMap<u64, String>,
+    current: watch::Sender<Option<Arc<Coordinator>>>,
+    /// Process-wide counters: coordinators come and go with terms, `/metrics` stays.
+    metrics: Arc<Metrics>,
+    /// The longest a follower waits without hearing from a leader before it campaigns.
+    election_timeout: Duration,
+}
+
+impl Leadership {
+    pub fn new(
+        id: u64,
+        member: MemberHandle,
+        urls: BTreeMap<u64, String>,
+        election_timeout: Duration,
+    ) -> Arc<Leadership> {
+        Arc::new(Leadership {
+            id,
+            member,
+            urls,
+            current: watch::channel(None).0,
+            metrics: Arc::default(),
+            election_timeout,
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn member(&self) -> &MemberHandle {
+        &self.member
+    }
+
+    /// Every member's client URL, by id.
+    pub fn urls(&self) -> &BTreeMap<u64, String> {
+        &self.urls
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The coordinator to call, if this member serves as the leader now.
+    pub fn coordinator(&self) -> Result<Arc<Coordinator>, NotServing> {
+        if let Some(c) = self.current.borrow().as_ref() {
+            return Ok(c.clone());
+        }
+        let leader_url = self
+            .member
+            .status()
+            .leader
+            .filter(|&l| l != self.id)
+            .and_then(|l| self.urls.get(&l).cloned());
+        Err(NotServing { leader_url })
+    }
+
+    /// Sees every coordinator opened and closed here (`None` while not serving).
+    pub fn watch(&self) -> watch::Receiver<Option<Arc<Coordinator>>> {
+        self.current.subscribe()
+    }
+
+    /// Opens a coordinator whenever the member leads and closes it when it stops leading, until `stop` turns
+    /// true; then closes the one open and returns.
+    pub async fn run(
+        self: Arc<Self>,
+        store: Arc<Store>,
+        cfg: CoordinatorConfig,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut status = self.member.watch();
+        // When this member stopped knowing another member as the leader: leases that leader granted could not
+        // be renewed from a little before then (an election timeout) until this one serves.
+        let mut lost_leader: Option<Instant> = None;
+        // Whether a leader (this member included) served since this process started: if not, the group is
+        // starting together and, as after a single coordinator's restart, leases are not extended.
+        let mut knew_leader = false;
+        loop {
+            let term = loop {
+                let s = status.borrow_and_update().clone();
+                if s.is_leader {
+                    if knew_leader && lost_leader.is_none() {
+                        lost_leader = Some(Instant::now());
+                    }
+                    break s.term;
+                }
+                if s.leader.is_some_and(|l| l != self.id) {
+                    knew_leader = true;
+                    lost_leader = None;
+                } else if knew_leader && lost_leader.is_none() {
+                    lost_leader = Some(Instant::now());
+                }
+                tokio::select! {
+                    r = status.changed() => if r.is_err() { return },
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            };
+            let Some(coord) = self.open(&store, &cfg, term, lost_leader).await else {
+                tokio::select! {
+                    _ = tokio::time::sleep(RETRY_AFTER) => continue,
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            };
+            let tasks = Tasks::start(&coord);
+            self.current.send_replace(Some(coord.clone()));
+            info!(member = self.id, term, "leading: serving clients");
+            let stopping = tokio::select! {
+                r = status.wait_for(|s| !(s.is_leader && s.term == term)) => r.is_err(),
+                _ = stop.wait_for(|s| *s) => true,
+            };
+            self.current.send_replace(None);
+            coord.begin_stopping();
+            tasks.stop().await;
+            drop(coord);
+            if stopping {
+                return;
+            }
+            let now = self.member.status();
+            warn!(member = self.id, term, new_term = now.term, leader = ?now.leader, "no longer leading: stopped serving clients");
+            knew_leader = true;
+            lost_leader = Some(Instant::now());
+        }
+    }
+
+    /// Brings the store up to date with everything committed before `term` and opens the coordinator over it;
+    /// `None` (logged) when the member stopped leading meanwhile or the store cannot be loaded.
+    async fn open(
+        &self,
+        store: &Arc<Store>,
+        cfg: &CoordinatorConfig,
+        term: u64,
+        lost_leader: Option<Instant>,
+    ) -> Option<Arc<Coordinator>> {
+        let barrier = match encode_entry(&[]) {
+            Ok(e) => e,
+            Err(e) => {
+                warn!(error = %e, "cannot encode an empty entry");
+                return None;
+            }
+        };
+        if let Err(e) = self.member.propose(barrier).await {
+            info!(member = self.id, term, error = %e, "not leading after all");
+            return None;
+        }
+        let (store, cfg, member, metrics) = (
+            store.clone(),
+            cfg.clone(),
+            self.member.clone(),
+            self.metrics.clone(),
+        );
+        let opened = tokio::task::spawn_blocking(move || {
+            Coordinator::open_member(store, cfg, member, metrics)
+        })
+        .await;
+        let coord = match opened {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                warn!(member = self.id, error = %e, "the store does not load; not serving");
+                return None;
+            }
+            Err(e) => {
+                warn!(member = self.id, error = %e, "loading the store crashed; not serving");
+                return None;
+            }
+        };
+        let s = self.member.status();
+        if !(s.is_leader && s.term == term) {
+            return None;
+        }
+        if let Some(lost) = lost_leader {
+            let gap = lost.elapsed() + self.election_timeout;
+            coord.extend_leases(u64::try_from(gap.as_millis()).unwrap_or(u64::MAX));
+        }
+        Some(coord)
+    }
+}
+
+/// Why a member cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    #[error("cannot open the consensus log in {}: {source}", path.display())]
+    Open {
+        path: std::path::PathBuf,
+        source: sled::Error,
+    },
+    #[error(
+        "{} holds a single coordinator's store with {jobs} job(s): a replicated group starts from empty stores \
+         (keep running it without --peers, or start the group in new directories)",
+        path.display()
+    )]
+    NotEmpty {
+        path: std::path::PathBuf,
+        jobs: usize,
+    },
+    #[error(
+        "{} is the directory of member {stored}, not {given}: a member keeps its id for life (give --id {stored}, \
+         or start member {given} in its own directory)",
+        path.display()
+    )]
+    OtherMember {
+        path: std::path::PathBuf,
+        stored: u64,
+        given: u64,
+    },
+    #[error("the consensus log: {0}")]
+    Replicate(#[from] sweep_replicate::ReplicateError),
+    #[error("the consensus log: {0}")]
+    Sled(#[from] sled::Error),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// Where a member keeps its consensus log, inside its data directory beside the store's files.
+pub const LOG_DIR: &str = "consensus";
+
+/// The id of the member whose data directory `data` is, if it is one (a single coordinator refuses such a
+/// directory: writing to it outside consensus would make that member's store differ from the others').
+pub fn member_of(data: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(data.join(LOG_DIR).join("member")).ok()?;
+    text.trim().parse().ok()
+}
+
+/// Opens member `id`'s consensus log in `data` (beside its store), founding a group of `voters` if the log is
+/// new. Refuses a directory of another member, and a new log beside a store that already holds jobs: every
+/// founding member must start from the same (empty) state.
+pub fn open_log(
+    data: &std::path::Path,
+    id: u64,
+    voters: &[u64],
+    store: &Store,
+) -> Result<sweep_replicate::LogStore, MemberError> {
+    let dir = data.join(LOG_DIR);
+    if let Some(stored) = member_of(data) {
+        if stored != id {
+            return Err(MemberError::OtherMember {
+                path: data.into(),
+                stored,
+                given: id,
+            });
+        }
+    }
+    let db = sled::Config::new()
+        .path(&dir)
+        .open()
+        .map_err(|source| MemberError::Open {
+            path: dir.clone(),
+            source,
+        })?;
+    let mut log = sweep_replicate::LogStore::open(db.open_tree("raft")?)?;
+    if !log.is_initialized() {
+        let jobs = store.load()?.jobs.len();
+        if jobs > 0 {
+            return Err(MemberError::NotEmpty {
+                path: data.into(),
+                jobs,
+            });
+        }
+        log.bootstrap(voters, Vec::new())?;
+    }
+    let marker = dir.join("member");
+    if !marker.exists() {
+        std::fs::write(&marker, format!("{id}\n")).map_err(|e| MemberError::Open {
+            path: marker.clone(),
+            source: sled::Error::Io(e),
+        })?;
+    }
+    Ok(log)
+}
