@@ -35,6 +35,7 @@ mod exec;
 mod fuzz_cli;
 mod netns;
 mod queens;
+mod replicated;
 mod security;
 mod shares;
 mod spaces;

@@ -7,6 +7,7 @@
 
 #![allow(dead_code)] // not every helper is used by the tests of the day
 
+pub mod group;
 pub mod netns;
 #[path = "../../../coordinator/tests/common/pki.rs"]
 pub mod pki;
@@ -502,15 +503,7 @@ impl<N: Network> Cluster<N> {
     }
 
     fn submit_with(&self, token: Option<&str>, space_args: &[&str]) -> u64 {
-        let mut args = vec!["submit"];
-        args.extend_from_slice(space_args);
-        // Before `--`: what follows it is an `exec` job's command, flags and all.
-        let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
-        args.insert(at, "--json");
-        let v = stdout_json(&self.sweep_with(token, &args));
-        v["job"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no job id in {v}"))
+        job_id(&self.sweep_with(token, &submit_args(space_args)))
     }
 
     /// `sweep status JOB --json`: the job's entry.
@@ -521,13 +514,7 @@ impl<N: Network> Cluster<N> {
 
     /// `sweep status JOB --json`, or `None` while the coordinator does not answer (restarting).
     pub fn try_status(&self, job: u64) -> Option<serde_json::Value> {
-        let out = self.sweep(&["status", &job.to_string(), "--json"]);
-        if !out.status.success() {
-            return None;
-        }
-        serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            .ok()
-            .map(|v| v["jobs"][0].clone())
+        status_entry(&self.sweep(&["status", &job.to_string(), "--json"]))
     }
 
     /// `sweep results JOB --json`.
@@ -554,18 +541,7 @@ impl<N: Network> Cluster<N> {
         timeout: Duration,
         pred: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let deadline = Instant::now() + timeout;
-        let mut last = serde_json::Value::Null;
-        while Instant::now() < deadline {
-            if let Some(s) = self.try_status(job) {
-                if pred(&s) {
-                    return s;
-                }
-                last = s;
-            }
-            std::thread::sleep(self.opts.poll);
-        }
-        panic!("job {job}: condition not reached within {timeout:?}; last status {last}");
+        poll_until(job, timeout, self.opts.poll, || self.try_status(job), pred)
     }
 
     /// `sweep status --json`: every job's entry, or `None` while the coordinator does not answer (restarting).
@@ -597,24 +573,79 @@ impl<N: Network> Drop for Cluster<N> {
     /// A failing test keeps its cluster's logs (the scratch directory goes with the cluster): they are copied
     /// to a directory named in the test's output.
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
+        if std::thread::panicking() {
+            keep_logs(self.dir.path());
         }
-        let name = self.dir.path().file_name().unwrap_or_default();
-        let keep = std::env::temp_dir().join(format!("{}-logs", name.to_string_lossy()));
-        if std::fs::create_dir_all(&keep).is_err() {
-            return;
-        }
-        if let Ok(entries) = std::fs::read_dir(self.dir.path()) {
-            for e in entries.flatten() {
-                let path = e.path();
-                if path.extension().is_some_and(|x| x == "log") {
-                    let _ = std::fs::copy(&path, keep.join(e.file_name()));
-                }
+    }
+}
+
+/// Copies the `.log` files of `dir` to a directory beside it that outlives the test, and names it.
+fn keep_logs(dir: &Path) {
+    let name = dir.file_name().unwrap_or_default();
+    let keep = std::env::temp_dir().join(format!("{}-logs", name.to_string_lossy()));
+    if std::fs::create_dir_all(&keep).is_err() {
+        return;
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().is_some_and(|x| x == "log") {
+                let _ = std::fs::copy(&path, keep.join(e.file_name()));
             }
         }
-        eprintln!("cluster logs of the failed test kept in {}", keep.display());
     }
+    eprintln!("logs of the failed test kept in {}", keep.display());
+}
+
+/// The job's entry in the output of `sweep status JOB --json`; `None` if the command failed (a coordinator
+/// restarting, a replicated one electing its leader).
+pub fn status_entry(out: &Output) -> Option<serde_json::Value> {
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()
+        .map(|v| v["jobs"][0].clone())
+}
+
+/// Polls `try_status` every `poll` until `pred` holds for the job (bounded by `timeout`); returns that status.
+/// Polls that get no answer are retried.
+pub fn poll_until(
+    job: u64,
+    timeout: Duration,
+    poll: Duration,
+    try_status: impl Fn() -> Option<serde_json::Value>,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + timeout;
+    let mut last = serde_json::Value::Null;
+    while Instant::now() < deadline {
+        if let Some(s) = try_status() {
+            if pred(&s) {
+                return s;
+            }
+            last = s;
+        }
+        std::thread::sleep(poll);
+    }
+    panic!("job {job}: condition not reached within {timeout:?}; last status {last}");
+}
+
+/// `submit SPACE_ARGS --json`, the flag placed before `--` (what follows it is an `exec` job's command).
+pub fn submit_args<'a>(space_args: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["submit"];
+    args.extend_from_slice(space_args);
+    let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+    args.insert(at, "--json");
+    args
+}
+
+/// The job id `sweep submit --json` printed.
+pub fn job_id(out: &Output) -> u64 {
+    let v = stdout_json(out);
+    v["job"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no job id in {v}"))
 }
 
 /// Whether a job's status (an entry of `sweep status --json`) says it has not finished.

@@ -1,0 +1,234 @@
+//! A replicated coordinator as real processes: [`Group`] starts members (`sweep coordinator --peers ...`), each
+//! with its own data directory, on loopback ports chosen before they start (every member must know every
+//! other's URL) or, on a [`Network`] of namespaces, each member on a host of its own; workers and client
+//! commands get the list of all members' URLs and follow the leader. Members are SIGKILLed and restarted on
+//! their directories by index (member `i` has id `i + 1`).
+
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{
+    append, job_id, poll_until, run_bounded, spawn_coordinator, status_entry, stdout_json,
+    submit_args, Loopback, Network, Opts, Proc,
+};
+
+pub struct Group<N: Network = Loopback> {
+    /// Member `i` (id `i + 1`), `None` while it is down.
+    pub members: Vec<Option<Proc>>,
+    pub workers: Vec<Proc>,
+    pub net: N,
+    /// Every member's URL, by index.
+    pub urls: Vec<String>,
+    /// The URLs joined by commas: what clients and workers are given.
+    pub list: String,
+    pub opts: Opts,
+    hosts: Vec<N::Host>,
+    listens: Vec<String>,
+    /// Starts of each member so far.
+    starts: Vec<u32>,
+    pub dir: tempfile::TempDir,
+}
+
+/// A free loopback port: bound and released, so a member can take it a moment later.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl Group {
+    /// `members` members on loopback and `opts.workers` workers.
+    pub fn start(members: usize, opts: Opts) -> Group {
+        Group::start_on(Loopback, members, opts, super::scratch())
+    }
+}
+
+impl<N: Network> Group<N> {
+    pub fn start_on(mut net: N, members: usize, opts: Opts, dir: tempfile::TempDir) -> Group<N> {
+        let mut hosts = Vec::new();
+        let mut listens = Vec::new();
+        for _ in 0..members {
+            let (host, listen) = net.coordinator_host();
+            // On loopback the harness offers port 0, which no other member could be told in advance.
+            let listen = match listen.strip_suffix(":0") {
+                Some(ip) => format!("{ip}:{}", free_port()),
+                None => listen,
+            };
+            hosts.push(host);
+            listens.push(listen);
+        }
+        let urls: Vec<String> = listens.iter().map(|l| format!("http://{l}")).collect();
+        let mut g = Group {
+            members: (0..members).map(|_| None).collect(),
+            workers: Vec::new(),
+            net,
+            list: urls.join(","),
+            urls,
+            opts,
+            hosts,
+            listens,
+            starts: vec![0; members],
+            dir,
+        };
+        for i in 0..members {
+            g.start_member(i);
+        }
+        for _ in 0..g.opts.workers {
+            g.add_worker();
+        }
+        g
+    }
+
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("member{}", i + 1))
+    }
+
+    pub fn log_path(&self, what: &str) -> PathBuf {
+        self.dir.path().join(format!("{what}.log"))
+    }
+
+    /// Starts member `i` on its data directory and address (retrying while the address of a member just
+    /// killed is still held, at most 20 s).
+    pub fn start_member(&mut self, i: usize) {
+        let mut opts = self.opts.clone();
+        opts.coordinator_args.extend([
+            "--peers".into(),
+            self.list.clone(),
+            "--id".into(),
+            (i + 1).to_string(),
+        ]);
+        let log = self.log_path(&format!("member{}", i + 1));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            self.starts[i] += 1;
+            match spawn_coordinator(
+                &self.net,
+                &self.hosts[i],
+                &opts,
+                &self.listens[i],
+                &self.data_dir(i),
+                &log,
+                self.starts[i],
+            ) {
+                Ok((p, _)) => {
+                    self.members[i] = Some(p);
+                    return;
+                }
+                Err(e) if Instant::now() < deadline && e.contains("cannot listen") => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("member {} start {} failed: {e}", i + 1, self.starts[i]),
+            }
+        }
+    }
+
+    /// SIGKILLs member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].take() {
+            p.kill9();
+        }
+    }
+
+    /// Starts one more worker, connected to every member.
+    pub fn add_worker(&mut self) -> usize {
+        let name = format!("w{}", self.workers.len());
+        let host = self.net.worker_host(&name);
+        let mut cmd = self.net.command(&host, &self.opts.bin);
+        cmd.args(["worker", "--connect", &self.list, "--threads"])
+            .arg(self.opts.threads.to_string())
+            .args(["--name", &name, "--grace-secs", "5"]);
+        if let Some(p) = self.opts.prefetch {
+            cmd.args(["--prefetch", &p.to_string()]);
+        }
+        let child = cmd
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(append(&self.log_path(&name)))
+            .spawn()
+            .expect("spawn worker");
+        self.workers.push(Proc { child, name });
+        self.workers.len() - 1
+    }
+
+    /// `sweep ARGS` against the group (every member's URL; the command follows the leader).
+    pub fn sweep(&self, args: &[&str]) -> Output {
+        let mut cmd = self.net.client_command(&self.opts.bin);
+        cmd.args(args).env("SWEEP_COORDINATOR", &self.list);
+        run_bounded(cmd, Duration::from_secs(60))
+    }
+
+    pub fn submit(&self, space_args: &[&str]) -> u64 {
+        job_id(&self.sweep(&submit_args(space_args)))
+    }
+
+    pub fn try_status(&self, job: u64) -> Option<serde_json::Value> {
+        status_entry(&self.sweep(&["status", &job.to_string(), "--json"]))
+    }
+
+    pub fn wait_until(
+        &self,
+        job: u64,
+        timeout: Duration,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        poll_until(job, timeout, self.opts.poll, || self.try_status(job), pred)
+    }
+
+    pub fn results(&self, job: u64) -> serde_json::Value {
+        stdout_json(&self.sweep(&["results", &job.to_string(), "--json"]))
+    }
+
+    /// `sweep coordinator members --json`: one entry per member, reachable or not.
+    pub fn members_view(&self) -> Vec<serde_json::Value> {
+        let out = self.sweep(&["coordinator", "members", "--json"]);
+        if !out.status.success() {
+            return Vec::new();
+        }
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// The index of the member serving as the leader now, if one does.
+    pub fn leader(&self) -> Option<usize> {
+        self.members_view()
+            .iter()
+            .find(|m| m["state"] == "leader")
+            .and_then(|m| m["id"].as_u64())
+            .map(|id| id as usize - 1)
+    }
+
+    /// Waits (at most `timeout`) until a member other than `not` serves as the leader; returns it.
+    pub fn wait_leader(&self, not: Option<usize>, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.leader().filter(|&l| Some(l) != not) {
+                return l;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no leader (other than {not:?}) within {timeout:?}: {:?}",
+                self.members_view()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Everything member `i` logged, across its restarts.
+    pub fn member_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.log_path(&format!("member{}", i + 1))).unwrap_or_default()
+    }
+}
+
+impl<N: Network> Drop for Group<N> {
+    /// A failing test keeps the group's logs, as a failing [`super::Cluster`] does.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            super::keep_logs(self.dir.path());
+        }
+    }
+}
