@@ -71,6 +71,10 @@ enum CoordinatorAction {
         remote: crate::remote::Remote,
         #[arg(long)]
         json: bool,
+        /// Ask only the URLs given, not the other members their answers name (a member that is cut off costs
+        /// a connect timeout).
+        #[arg(long)]
+        listed_only: bool,
     },
 }
 
@@ -89,8 +93,13 @@ fn half_life(text: &str) -> Result<u64, String> {
 }
 
 pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
-    if let Some(CoordinatorAction::Members { remote, json }) = a.action {
-        return crate::cmd::members::members(&remote, json);
+    if let Some(CoordinatorAction::Members {
+        remote,
+        json,
+        listed_only,
+    }) = a.action
+    {
+        return crate::cmd::members::members(&remote, json, listed_only);
     }
     if !a.peers.is_empty() {
         return member(registry, a);

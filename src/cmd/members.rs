@@ -17,35 +17,29 @@ struct Row {
     answer: Result<v1::MembersReply, String>,
 }
 
-pub fn members(remote: &Remote, json: bool) -> anyhow::Result<ExitCode> {
+pub fn members(remote: &Remote, json: bool, listed_only: bool) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
         let security = remote.security.security();
-        let mut asked: Vec<String> = remote
+        let listed: Vec<String> = remote
             .coordinator
             .split(',')
             .map(|u| u.trim().trim_end_matches('/').to_string())
             .filter(|u| !u.is_empty())
             .collect();
-        let mut rows: Vec<Row> = Vec::new();
-        let mut i = 0;
-        // Members named by an answer but not in the list are asked too (bounded: the group has at most 64).
-        while i < asked.len() && i < 64 {
-            let url = asked[i].clone();
-            i += 1;
-            let answer = match Client::connect(&url, &security).await {
-                Ok(mut c) => c.group().await.map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            if let Ok(a) = &answer {
-                for m in &a.members {
-                    let u = m.url.trim_end_matches('/').to_string();
-                    if !asked.contains(&u) {
-                        asked.push(u);
-                    }
+        let mut rows = ask_all(listed, &security).await;
+        // Members named by an answer but not listed are asked too, in a second round.
+        let mut named: Vec<String> = Vec::new();
+        for r in &rows {
+            for m in r.answer.iter().flat_map(|a| &a.members) {
+                let u = m.url.trim_end_matches('/').to_string();
+                if !rows.iter().any(|r| r.url == u) && !named.contains(&u) {
+                    named.push(u);
                 }
             }
-            rows.push(Row { url, answer });
+        }
+        if !listed_only {
+            rows.extend(ask_all(named, &security).await);
         }
         if rows.iter().all(|r| r.answer.is_err()) {
             let why: Vec<String> = rows
@@ -120,6 +114,34 @@ pub fn members(remote: &Remote, json: bool) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Asks every URL at once (a member cut off costs one connect timeout, not one per member), in their order.
+async fn ask_all(urls: Vec<String>, security: &sweep_client::ClientSecurity) -> Vec<Row> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, url) in urls.iter().enumerate() {
+        let (url, security) = (url.clone(), security.clone());
+        tasks.spawn(async move {
+            let answer = match Client::connect(&url, &security).await {
+                Ok(mut c) => c.group().await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            (i, answer)
+        });
+    }
+    let mut answers: Vec<Option<Result<v1::MembersReply, String>>> = vec![None; urls.len()];
+    while let Some(done) = tasks.join_next().await {
+        if let Ok((i, answer)) = done {
+            answers[i] = Some(answer);
+        }
+    }
+    urls.into_iter()
+        .zip(answers)
+        .map(|(url, answer)| Row {
+            url,
+            answer: answer.unwrap_or_else(|| Err("the call crashed".into())),
+        })
+        .collect()
 }
 
 fn state(a: &v1::MembersReply) -> &'static str {

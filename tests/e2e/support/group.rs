@@ -183,7 +183,19 @@ impl<N: Network> Group<N> {
 
     /// `sweep coordinator members --json`: one entry per member, reachable or not.
     pub fn members_view(&self) -> Vec<serde_json::Value> {
-        let out = self.sweep(&["coordinator", "members", "--json"]);
+        self.view_of(&self.list)
+    }
+
+    /// The entries of the members in `list` (URLs joined by commas) alone.
+    fn view_of(&self, list: &str) -> Vec<serde_json::Value> {
+        let out = self.sweep(&[
+            "coordinator",
+            "members",
+            "--json",
+            "--listed-only",
+            "--coordinator",
+            list,
+        ]);
         if !out.status.success() {
             return Vec::new();
         }
@@ -202,11 +214,23 @@ impl<N: Network> Group<N> {
             .map(|id| id as usize - 1)
     }
 
-    /// Waits (at most `timeout`) until a member other than `not` serves as the leader; returns it.
+    /// Waits (at most `timeout`) until a member other than `not` serves as the leader; returns it. Only the
+    /// others are asked: `not` may be cut off, and asking it would cost a connect timeout each time.
     pub fn wait_leader(&self, not: Option<usize>, timeout: Duration) -> usize {
+        let others: Vec<&str> = (0..self.urls.len())
+            .filter(|&i| Some(i) != not)
+            .map(|i| self.urls[i].as_str())
+            .collect();
+        let others = others.join(",");
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(l) = self.leader().filter(|&l| Some(l) != not) {
+            let leader = self
+                .view_of(&others)
+                .iter()
+                .find(|m| m["state"] == "leader")
+                .and_then(|m| m["id"].as_u64())
+                .map(|id| id as usize - 1);
+            if let Some(l) = leader {
                 return l;
             }
             assert!(
@@ -216,6 +240,31 @@ impl<N: Network> Group<N> {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Where member `i` runs.
+    pub fn host(&self, i: usize) -> &N::Host {
+        &self.hosts[i]
+    }
+
+    /// `sweep coordinator members --json` run where member `i` runs, asking only it: its own view even while
+    /// it is cut off from everyone else.
+    pub fn own_view(&self, i: usize) -> Option<serde_json::Value> {
+        let mut cmd = self.net.command(&self.hosts[i], &self.opts.bin);
+        cmd.args([
+            "coordinator",
+            "members",
+            "--json",
+            "--coordinator",
+            &self.urls[i],
+        ]);
+        let out = run_bounded(cmd, Duration::from_secs(30));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let own = v
+            .as_array()?
+            .iter()
+            .find(|m| m["url"] == self.urls[i].as_str())?;
+        Some(own.clone())
     }
 
     /// Everything member `i` logged, across its restarts.

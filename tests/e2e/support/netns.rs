@@ -180,7 +180,7 @@ impl Net {
         let i = self.nodes.len() + 1;
         assert!(i < 254, "at most 253 nodes per network");
         let node = Node {
-            ns: format!("{}-{role}", self.prefix),
+            ns: format!("{}-{role}{i}", self.prefix),
             addr: format!("{SUBNET}.{i}"),
             hub_port: format!("p{i}"),
         };
