@@ -21,6 +21,11 @@
 //!    100,000,000) chunks of `/bin/echo` its final line, run by one worker for `SWEEP_BENCH_LARGE_SECS` (default 60) seconds; the
 //!    coordinator's memory once the job is submitted and while it runs, a SIGKILL, the time to load the store
 //!    and serve again, the memory after, and chunks completed after the restart (none lost, none twice).
+//!
+//! 5. A replicated coordinator, only with `SWEEP_BENCH_ONLY=replicated`: the throughput job (part 2's sizes) on
+//!    a single coordinator and on three members on this machine, alternated `SWEEP_BENCH_ROUNDS` times, each run
+//!    with one SIGKILL of its coordinator (the group's leader) half-way; durable completions per second of both,
+//!    their ratio, and how long clients went unserved after each kill.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -84,9 +89,19 @@ fn overhead() {
 /// Starts a coordinator on `store`, at `listen`; returns it and its URL once it is serving (after it has loaded
 /// the whole store: the listening line is printed only then).
 fn start_coordinator(store: &std::path::Path, listen: &str) -> (std::process::Child, String) {
+    start_coordinator_with(store, listen, &[])
+}
+
+/// A coordinator (or, with `--peers` in `extra`, a member) on `listen`, and the URL it printed.
+fn start_coordinator_with(
+    store: &std::path::Path,
+    listen: &str,
+    extra: &[&str],
+) -> (std::process::Child, String) {
     let mut coord = Command::new(sweep_bin())
         .args(["coordinator", "--listen", listen, "--data"])
         .arg(store)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -153,103 +168,25 @@ fn throughput() {
     let dir = tempfile::tempdir().expect("scratch dir");
     let store = dir.path().join("store");
     let (mut coord, url) = start_coordinator(&store, "127.0.0.1:0");
-    let chunks_s = chunks.to_string();
-    let out = Command::new(sweep_bin())
-        .args([
-            "submit", "star", "--points", "5", "--method", "brute", "--chunks", &chunks_s,
-        ])
-        .args(["--coordinator", &url, "--json"])
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let jobs = env_or("SWEEP_BENCH_JOBS", 1).max(1);
     let job_chunks = env_or("SWEEP_BENCH_JOB_CHUNKS", 100);
-    let job_chunks_s = job_chunks.to_string();
-    for _ in 1..jobs {
-        let out = Command::new(sweep_bin())
-            .args([
-                "submit",
-                "star",
-                "--points",
-                "5",
-                "--method",
-                "brute",
-                "--chunks",
-                &job_chunks_s,
-            ])
-            .args(["--coordinator", &url, "--json"])
-            .output()
-            .expect("submit");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
     let total = chunks + (jobs - 1) * job_chunks;
-    let started = Instant::now();
-    let mut ws: Vec<_> = (0..workers)
-        .map(|i| {
-            Command::new(sweep_bin())
-                .args([
-                    "worker",
-                    "--connect",
-                    &url,
-                    "--threads",
-                    "1",
-                    "--prefetch",
-                    "64",
-                ])
-                .args(["--name", &format!("bench{i}")])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start worker")
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(3600);
     let mut killed_at = None;
     let mut resume_s = 0.0;
     let mut rss_before_kill = 0;
-    let done = loop {
-        let st = status(&url);
-        if st["state"] == "done" {
-            break st;
-        }
-        let done_chunks = st["chunks_done"].as_u64().unwrap_or(0);
-        if killed_at.is_none() && done_chunks >= chunks / 2 {
-            // Half-way: SIGKILL the coordinator and time its restart on the same store and address.
-            rss_before_kill = peak_rss_mb(coord.id());
-            let _ = coord.kill();
-            let _ = coord.wait();
-            killed_at = Some(done_chunks);
-            let t = Instant::now();
-            let listen = url.trim_start_matches("http://").to_string();
-            let (c, _) = start_coordinator(&store, &listen);
-            resume_s = t.elapsed().as_secs_f64();
-            coord = c;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "throughput job did not finish: {st}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    // Every other job too: which of them ends first is the scheduler's choice, the total is not.
-    while jobs > 1 && !all_done(&url, jobs) {
-        assert!(Instant::now() < deadline, "the other jobs did not finish");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let secs = started.elapsed().as_secs_f64();
+    let (secs, done) = drive(&url, chunks, workers, jobs, job_chunks, |done_chunks| {
+        // Half-way: SIGKILL the coordinator and time its restart on the same store and address.
+        rss_before_kill = peak_rss_mb(coord.id());
+        let _ = coord.kill();
+        let _ = coord.wait();
+        killed_at = Some(done_chunks);
+        let t = Instant::now();
+        let listen = url.trim_start_matches("http://").to_string();
+        let (c, _) = start_coordinator(&store, &listen);
+        resume_s = t.elapsed().as_secs_f64();
+        coord = c;
+    });
     let rss_after = peak_rss_mb(coord.id());
-    for w in &mut ws {
-        let _ = w.kill();
-        let _ = w.wait();
-    }
     let _ = coord.kill();
     let _ = coord.wait();
     let disk_mb = dir_size(&store) / (1 << 20);
@@ -271,6 +208,89 @@ fn throughput() {
     if let Some(at) = killed_at {
         println!("  SIGKILLed at {at} done chunks; restart loaded the store and served again in {resume_s:.2} s");
     }
+}
+
+/// The throughput job against `url` (one URL or members' URLs): the star job of `chunks` tiny chunks and
+/// `jobs - 1` others of `job_chunks`, `workers` worker processes of one thread, `kill` called once when half
+/// the chunks are done. Returns the seconds from the workers' start until every job is done, and the big
+/// job's final status (its completions checked: every chunk counted once).
+fn drive(
+    url: &str,
+    chunks: u64,
+    workers: u64,
+    jobs: u64,
+    job_chunks: u64,
+    mut kill: impl FnMut(u64),
+) -> (f64, serde_json::Value) {
+    let submit = |n: u64| {
+        let n = n.to_string();
+        let out = Command::new(sweep_bin())
+            .args([
+                "submit", "star", "--points", "5", "--method", "brute", "--chunks", &n,
+            ])
+            .args(["--coordinator", url, "--json"])
+            .output()
+            .expect("submit");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    submit(chunks);
+    for _ in 1..jobs {
+        submit(job_chunks);
+    }
+    let started = Instant::now();
+    let mut ws: Vec<_> = (0..workers)
+        .map(|i| {
+            Command::new(sweep_bin())
+                .args([
+                    "worker",
+                    "--connect",
+                    url,
+                    "--threads",
+                    "1",
+                    "--prefetch",
+                    "64",
+                ])
+                .args(["--name", &format!("bench{i}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start worker")
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    let mut killed = false;
+    let done = loop {
+        let st = status(url);
+        if st["state"] == "done" {
+            break st;
+        }
+        let done_chunks = st["chunks_done"].as_u64().unwrap_or(0);
+        if !killed && done_chunks >= chunks / 2 {
+            killed = true;
+            kill(done_chunks);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "throughput job did not finish: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Every other job too: which of them ends first is the scheduler's choice, the total is not.
+    while jobs > 1 && !all_done(url, jobs) {
+        assert!(Instant::now() < deadline, "the other jobs did not finish");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    for w in &mut ws {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    assert_eq!(done["completions"], chunks, "{done}");
+    (secs, done)
 }
 
 /// Whether all `jobs` jobs are done (`sweep status --json`; a failed status counts as not yet).
@@ -321,6 +341,128 @@ fn main() {
     if only == "large" {
         large();
     }
+    if only == "replicated" {
+        replicated();
+    }
+}
+
+/// Part 5 (see the module doc): the throughput job on a single coordinator and on three members on this
+/// machine, alternated `SWEEP_BENCH_ROUNDS` times; each run SIGKILLs its coordinator (the single one is
+/// restarted; the group's leader is replaced by an election, then restarted as a follower) half-way.
+fn replicated() {
+    let rounds = env_or("SWEEP_BENCH_ROUNDS", 3);
+    let chunks = env_or("SWEEP_BENCH_CHUNKS", 100_000);
+    let workers = env_or("SWEEP_BENCH_WORKERS", 4);
+    let mut single = Vec::new();
+    let mut group = Vec::new();
+    let mut outages = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let dir = tempfile::tempdir().expect("scratch dir");
+        let store = dir.path().join("store");
+        let (mut coord, url) = start_coordinator(&store, "127.0.0.1:0");
+        let mut outage = 0.0;
+        let (secs, _) = drive(&url, chunks, workers, 1, 0, |_| {
+            let _ = coord.kill();
+            let _ = coord.wait();
+            let t = Instant::now();
+            let (c, _) = start_coordinator(&store, url.trim_start_matches("http://"));
+            coord = c;
+            wait_serving(&url);
+            outage = t.elapsed().as_secs_f64();
+        });
+        let _ = coord.kill();
+        let _ = coord.wait();
+        single.push(chunks as f64 / secs);
+        outages.0.push(outage);
+
+        let dir = tempfile::tempdir().expect("scratch dir");
+        let listens: Vec<String> = (0..3)
+            .map(|_| {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .expect("a free port")
+                    .port();
+                format!("127.0.0.1:{port}")
+            })
+            .collect();
+        let list = listens
+            .iter()
+            .map(|l| format!("http://{l}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let start = |i: usize| {
+            let data = dir.path().join(format!("member{}", i + 1));
+            let id = (i + 1).to_string();
+            start_coordinator_with(&data, &listens[i], &["--peers", &list, "--id", &id]).0
+        };
+        let mut members: Vec<std::process::Child> = (0..3).map(start).collect();
+        wait_serving(&list);
+        let mut outage = 0.0;
+        let (secs, _) = drive(&list, chunks, workers, 1, 0, |_| {
+            let Some(leader) = leader_of(&list) else {
+                eprintln!("no leader to kill");
+                return;
+            };
+            let _ = members[leader].kill();
+            let _ = members[leader].wait();
+            let t = Instant::now();
+            wait_serving(&list);
+            outage = t.elapsed().as_secs_f64();
+            members[leader] = start(leader);
+        });
+        for m in &mut members {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+        group.push(chunks as f64 / secs);
+        outages.1.push(outage);
+        println!(
+            "replicated round {}: single {:.0}/s (restart outage {:.2} s), three members {:.0}/s (leader change \
+             outage {:.2} s): ratio {:.2}",
+            round + 1,
+            single[round as usize],
+            outages.0[round as usize],
+            group[round as usize],
+            outages.1[round as usize],
+            group[round as usize] / single[round as usize]
+        );
+    }
+    println!(
+        "replicated: {chunks} chunks, {workers} workers x 1 thread, one SIGKILL each run; durable completions/s \
+         single {:.0}, three members {:.0} (medians), ratio {:.2}",
+        median(single.clone()),
+        median(group.clone()),
+        median(group) / median(single)
+    );
+}
+
+/// Waits (at most 60 s) until `sweep status` answers through `url` (one URL or a list).
+fn wait_serving(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let ok = Command::new(sweep_bin())
+            .args(["status", "--json", "--coordinator", url])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{url} did not serve within 60 s");
+}
+
+/// The index of the member that leads, from `sweep coordinator members --json`.
+fn leader_of(list: &str) -> Option<usize> {
+    let out = Command::new(sweep_bin())
+        .args(["coordinator", "members", "--json", "--coordinator", list])
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let id = v.as_array()?.iter().find(|m| m["state"] == "leader")?["id"].as_u64()?;
+    Some(id as usize - 1)
 }
 
 /// Part 4 (see the module doc): a coordinator holding one job of a hundred million chunks.

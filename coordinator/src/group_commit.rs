@@ -136,8 +136,17 @@ impl GroupCommit {
                 Ok(Err(e)) => return Some(e.to_string()),
                 Err(e) => return Some(format!("encoding a batch crashed: {e}")),
             };
+        let (bytes, started) = (entry.len(), std::time::Instant::now());
         match tokio::time::timeout(STORE_WRITE_TIMEOUT, member.propose(entry)).await {
-            Ok(Ok(_index)) => None,
+            Ok(Ok(index)) => {
+                tracing::debug!(
+                    index,
+                    bytes,
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    "batch committed"
+                );
+                None
+            }
             Ok(Err(e)) => Some(format!("the replicated group did not commit a batch: {e}")),
             Err(_) => Some(format!(
                 "the replicated group did not commit a batch within {} s",

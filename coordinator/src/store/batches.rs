@@ -47,6 +47,16 @@ pub fn split_commit(ops: Vec<Op>) -> Vec<Vec<Op>> {
     parts
 }
 
+/// Whether a write returns only once its sled batches are flushed. Files beside sled (artifacts, lists) are
+/// synced either way: a key that names them may reach the disk before the next flush.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Durability {
+    Flushed,
+    /// For a replicated member's store: every entry it applies is durable in its consensus log already, and
+    /// is applied again after a crash (see `replicated`), so waiting for sled's flush would only add latency.
+    Lazy,
+}
+
 /// A job's lists of one commit part: their bytes, and where each chunk's list starts in them and how long it
 /// is.
 type SegmentAppend = (Vec<u8>, Vec<(u64, usize, usize)>);
@@ -61,7 +71,7 @@ impl Store {
     /// [`Store::write`] for a group commit split into parts (see
     /// [`Kv::apply_parts`](super::Kv::apply_parts)): each part one atomic batch, all durable on return.
     pub fn write_parts(&self, parts: Vec<Vec<Op>>) -> Result<(), StoreError> {
-        self.write_parts_then(parts, Vec::new())
+        self.write_parts_then(parts, Vec::new(), Durability::Flushed)
     }
 
     /// [`Store::write_parts`], with `extra` raw writes in the last part's batch (a replicated member's
@@ -70,6 +80,7 @@ impl Store {
         &self,
         parts: Vec<Vec<Op>>,
         extra: Writes,
+        durability: Durability,
     ) -> Result<(), StoreError> {
         let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let mut superseded = Vec::new();
@@ -89,7 +100,10 @@ impl Store {
             None if !extra.is_empty() => batches.push(extra),
             None => {}
         }
-        self.kv.apply_parts(batches)?;
+        match durability {
+            Durability::Flushed => self.kv.apply_parts(batches)?,
+            Durability::Lazy => self.kv.apply_parts_lazily(batches)?,
+        }
         // No longer referenced; a failure here only leaves files that the next start-up removes.
         for name in superseded {
             let _ = self.blobs.remove(&name);

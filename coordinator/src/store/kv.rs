@@ -24,6 +24,11 @@ pub trait Kv: Send + Sync {
     fn apply_parts(&self, parts: Vec<Writes>) -> Result<(), StoreError> {
         parts.into_iter().try_for_each(|p| self.apply(p))
     }
+    /// As [`Kv::apply_parts`], without waiting until the parts are durable: for a store whose every write can
+    /// be made again from elsewhere (a replicated member's, from its consensus log). A crash keeps a prefix.
+    fn apply_parts_lazily(&self, parts: Vec<Writes>) -> Result<(), StoreError> {
+        self.apply_parts(parts)
+    }
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     fn scan(&self, prefix: &[u8]) -> Result<Pairs, StoreError>;
     /// Calls `f` with each pair under `prefix`, in key order. sled's override does not collect them first,
@@ -90,6 +95,12 @@ impl Kv for SledKv {
     }
 
     fn apply_parts(&self, parts: Vec<Writes>) -> Result<(), StoreError> {
+        self.apply_parts_lazily(parts)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn apply_parts_lazily(&self, parts: Vec<Writes>) -> Result<(), StoreError> {
         for writes in parts {
             let mut batch = sled::Batch::default();
             for (k, v) in writes {
@@ -100,7 +111,6 @@ impl Kv for SledKv {
             }
             self.db.apply_batch(batch)?;
         }
-        self.db.flush()?;
         Ok(())
     }
 
