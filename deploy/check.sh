@@ -19,8 +19,8 @@ fail() {
 
 # 1. YAML: every document parses and has the fields its kind needs.
 if command -v python3 >/dev/null && python3 -c 'import yaml' 2>/dev/null; then
-    ran "python3 + PyYAML: parse deploy/k8s/*.yaml"
-    python3 - "$here"/k8s/*.yaml <<'PY' || fail "YAML"
+    ran "python3 + PyYAML: parse deploy/k8s/*.yaml deploy/k8s/replicated/*.yaml"
+    python3 - "$here"/k8s/*.yaml "$here"/k8s/replicated/*.yaml <<'PY' || fail "YAML"
 import sys, yaml
 need = {
     "Namespace": ["metadata.name"],
@@ -29,6 +29,7 @@ need = {
                     "spec.volumeClaimTemplates"],
     "Deployment": ["metadata.name", "spec.selector", "spec.template.spec.containers"],
     "Job": ["spec.template.spec.containers", "spec.template.spec.restartPolicy"],
+    "PodDisruptionBudget": ["metadata.name", "spec.selector", "spec.maxUnavailable"],
     "Kustomization": ["resources"],
 }
 def get(doc, path):
@@ -48,7 +49,7 @@ for path in sys.argv[1:]:
         for field in need[kind]:
             if get(d, field) in (None, [], {}):
                 print(f"{path}: {kind} lacks {field}"); bad += 1
-        print(f"  {path.rsplit('/', 1)[-1]}: {kind} {get(d, 'metadata.name') or get(d, 'metadata.generateName') or ''}")
+        print(f"  {'/'.join(path.rsplit('/', 2)[-2:])}: {kind} {get(d, 'metadata.name') or get(d, 'metadata.generateName') or ''}")
 sys.exit(1 if bad else 0)
 PY
 else
@@ -64,10 +65,12 @@ else
     skipped+=("yamllint (not found: pip install yamllint)")
 fi
 
-# 2. Kustomize renders the whole set (client-side only; no cluster needed).
+# 2. Kustomize renders both sets (client-side only; no cluster needed).
 if command -v kubectl >/dev/null; then
-    ran "kubectl kustomize deploy/k8s"
-    kubectl kustomize "$here/k8s" >/dev/null || fail "kubectl kustomize"
+    for set in k8s k8s/replicated; do
+        ran "kubectl kustomize deploy/$set"
+        kubectl kustomize "$here/$set" >/dev/null || fail "kubectl kustomize deploy/$set"
+    done
 else
     skipped+=("kubectl kustomize (kubectl not found)")
 fi
@@ -75,6 +78,7 @@ skipped+=("kubectl apply against a cluster (none here; try: kubectl apply --dry-
 
 # 3. Shell scripts.
 if command -v shellcheck >/dev/null; then
+    # The manifests' shell wrappers are checked by `cargo test --release --test e2e deploy::`, which extracts them.
     ran "shellcheck deploy/slurm/*.sbatch deploy/check.sh"
     shellcheck "$here"/slurm/*.sbatch "$here/check.sh" || fail "shellcheck"
 else

@@ -16,7 +16,8 @@
 //!   streamed from the store.
 //! - `shares.rs`: fair share between jobs of one priority, with real processes.
 //! - `cli.rs`, `fuzz_cli.rs`: the command line's errors and a property test of its argument handling.
-//! - `deploy.rs`: the recipes in `deploy/` (flags exist, manifests parse, the Slurm script runs).
+//! - `deploy.rs`: the recipes in `deploy/` (flags exist, manifests parse and agree, the Slurm scripts run, the
+//!   replicated one through the loss of its leader).
 //! - `netns.rs`: faults between (simulated) hosts: partitions, a full disk; needs root (fails without it).
 //!
 //! One module: `cargo test --release --test e2e engine_faults::`. The slow ignored ones:
