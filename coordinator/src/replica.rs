@@ -73,6 +73,8 @@ pub struct MemberStatus {
     pub last_index: u64,
     /// On the leader: for each other member, the last index known to be in its log.
     pub matched: Vec<(u64, u64)>,
+    /// Why the member stopped taking part, once it has (it is not used again in this process).
+    pub failure: Option<String>,
 }
 
 enum Cmd {
@@ -109,6 +111,20 @@ impl MemberHandle {
     /// A receiver that sees every change of the member's view.
     pub fn watch(&self) -> watch::Receiver<MemberStatus> {
         self.status.clone()
+    }
+
+    /// Resolves with why the member stopped taking part, if it stops by itself (not by [`MemberHandle::stop`]).
+    pub async fn failed(&self) -> String {
+        let mut rx = self.status.clone();
+        loop {
+            if let Some(why) = rx.borrow_and_update().failure.clone() {
+                return why;
+            }
+            if rx.changed().await.is_err() {
+                // Stopped on request: never resolves, as nothing failed.
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// Stops the member's task (its store stays as it is, to be reopened).
@@ -264,6 +280,11 @@ async fn run<S: StateMachine>(
             Err(e) => {
                 // A poisoned node is not trusted again in this process: it is reopened from its store.
                 tracing::error!(member = node.id(), "the consensus node stopped: {e}");
+                status.send_modify(|s| {
+                    s.is_leader = false;
+                    s.leader = None;
+                    s.failure = Some(e.to_string());
+                });
                 break;
             }
         };
@@ -285,6 +306,7 @@ async fn run<S: StateMachine>(
                 applied: node.applied(),
                 last_index: node.last_index(),
                 matched: node.progress(),
+                failure: None,
             };
             let changed = *s != now;
             *s = now;

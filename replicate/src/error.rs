@@ -29,6 +29,10 @@ pub enum ReplicateError {
     /// The log store holds something this code did not write, or a request contradicts what it holds.
     #[error("log store is inconsistent: {0}")]
     Inconsistent(String),
+    /// The state machine cannot apply committed entries any more; the member must stop and be repaired or
+    /// replaced.
+    #[error("the state machine failed: {0}")]
+    StateMachine(String),
     /// raft panicked while handling a message or a tick; the node is not used again (it is `Poisoned`).
     #[error("raft panicked: {0}")]
     Panicked(String),

@@ -34,6 +34,11 @@ pub trait StateMachine {
     /// the node then does not apply those entries again; one kept in memory returns 0 after a restart and is
     /// rebuilt from the stored snapshot and the log.
     fn applied(&self) -> u64;
+    /// Why the state machine can apply nothing more (its disk failed, an entry it cannot read), once that is
+    /// so: the node then stops (`ReplicateError::StateMachine`) rather than acknowledge entries it cannot apply.
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A member's settings. Ticks are the caller's unit of time (the coordinator's would be some 100 ms).
@@ -378,6 +383,7 @@ impl<S: StateMachine> Node<S> {
             store.flush()?;
         }
         self.apply(rd.take_committed_entries(), out)?;
+        self.check_state_machine()?;
         encode_into(&mut out.messages, rd.take_persisted_messages())?;
         let mut light = self.raw.advance(rd);
         if let Some(commit) = light.commit_index() {
@@ -385,6 +391,7 @@ impl<S: StateMachine> Node<S> {
         }
         encode_into(&mut out.messages, light.take_messages())?;
         self.apply(light.take_committed_entries(), out)?;
+        self.check_state_machine()?;
         self.raw.advance_apply();
         self.maybe_snapshot()
     }
@@ -431,6 +438,13 @@ impl<S: StateMachine> Node<S> {
             self.applied = entry.index;
         }
         Ok(())
+    }
+
+    fn check_state_machine(&self) -> Result<(), ReplicateError> {
+        match self.sm.failure() {
+            Some(why) => Err(ReplicateError::StateMachine(why)),
+            None => Ok(()),
+        }
     }
 
     fn record_membership(&mut self, cs: ConfState) -> Result<(), ReplicateError> {

@@ -303,13 +303,18 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         if security.auth.is_none() && !addr.ip().is_loopback() {
             tracing::warn!(%addr, "no token files: anyone who reaches this address may submit and run jobs, or pose as a member");
         }
+        let watched = handle.clone();
+        let failure = std::sync::Mutex::new(None::<String>);
         let served = sweep_coordinator::server::serve_member(
             listener,
             leadership,
             ReplicationApi(inbox).into_server(),
             security,
             async {
-                shutdown_signal().await;
+                tokio::select! {
+                    _ = shutdown_signal() => {}
+                    why = watched.failed() => *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(why),
+                }
                 // The coordinator stops first, committing what it holds through the other members, so the
                 // member and its server must still run meanwhile.
                 let _ = stop_tx.send(true);
@@ -319,6 +324,12 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         .await;
         handle.stop().await;
         served?;
+        if let Some(why) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(anyhow::anyhow!(
+                "member {id} stopped: {why}. If its data directory was lost or replaced, it cannot come back \
+                 under the same id: the group's log says it had entries it no longer has"
+            ));
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

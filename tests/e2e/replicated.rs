@@ -98,3 +98,39 @@ fn sigkilled_leaders_lose_nothing_acknowledged_and_the_answer_is_exact() {
         assert!(*e < Duration::from_secs(15), "a leader change took {e:?}");
     }
 }
+
+/// A member whose data directory was lost cannot come back under its old id (the group's log says it has
+/// entries it no longer has): it stops and says why instead of running as a member that never catches up, and
+/// the other two go on.
+#[test]
+fn a_member_that_lost_its_directory_stops_and_says_why() {
+    let opts = Opts {
+        workers: 1,
+        threads: 1,
+        ..Opts::default()
+    };
+    let mut g = Group::start(3, opts);
+    let leader = g.wait_leader(None, Duration::from_secs(30));
+    let job = g.submit(&["primes", "--below", "1000000", "--chunks", "16"]);
+    g.wait_until(job, LONG, |s| s["state"] == "done");
+    let victim = (leader + 1) % 3;
+    g.kill(victim);
+    std::fs::remove_dir_all(g.data_dir(victim)).expect("remove the member's directory");
+    g.start_member(victim);
+    let exited = g.members[victim]
+        .as_mut()
+        .expect("started")
+        .wait_exit(Duration::from_secs(60));
+    let log = g.member_log(victim);
+    assert!(
+        exited.is_some_and(|s| !s.success()),
+        "the member with an empty directory kept running ({exited:?}); its log:\n{log}"
+    );
+    assert!(
+        log.contains("cannot come back under the same id"),
+        "{log}"
+    );
+    let second = g.submit(&["primes", "--below", "1000000", "--chunks", "16"]);
+    let done = g.wait_until(second, LONG, |s| s["state"] != "running");
+    assert_eq!(done["state"], "done", "the other two go on: {done}");
+}

@@ -423,6 +423,10 @@ impl StateMachine for StoreMachine {
     fn applied(&self) -> u64 {
         self.applied
     }
+
+    fn failure(&self) -> Option<String> {
+        self.failure.clone()
+    }
 }
 
 #[cfg(test)]
