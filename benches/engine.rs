@@ -25,7 +25,7 @@
 //! 5. A replicated coordinator, only with `SWEEP_BENCH_ONLY=replicated`: the throughput job (part 2's sizes) on
 //!    a single coordinator and on three members on this machine, alternated `SWEEP_BENCH_ROUNDS` times, each run
 //!    with one SIGKILL of its coordinator (the group's leader) half-way; durable completions per second of both,
-//!    their ratio, and how long clients went unserved after each kill.
+//!    their ratio, and how long clients went unserved after each kill (`SWEEP_BENCH_KILL=0`: no kill).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -353,6 +353,8 @@ fn replicated() {
     let rounds = env_or("SWEEP_BENCH_ROUNDS", 3);
     let chunks = env_or("SWEEP_BENCH_CHUNKS", 100_000);
     let workers = env_or("SWEEP_BENCH_WORKERS", 4);
+    // SWEEP_BENCH_KILL=0: no kill, the steady state alone.
+    let kill = env_or("SWEEP_BENCH_KILL", 1) != 0;
     let mut single = Vec::new();
     let mut group = Vec::new();
     let mut outages = (Vec::new(), Vec::new());
@@ -362,6 +364,9 @@ fn replicated() {
         let (mut coord, url) = start_coordinator(&store, "127.0.0.1:0");
         let mut outage = 0.0;
         let (secs, _) = drive(&url, chunks, workers, 1, 0, |_| {
+            if !kill {
+                return;
+            }
             let _ = coord.kill();
             let _ = coord.wait();
             let t = Instant::now();
@@ -399,6 +404,9 @@ fn replicated() {
         wait_serving(&list);
         let mut outage = 0.0;
         let (secs, _) = drive(&list, chunks, workers, 1, 0, |_| {
+            if !kill {
+                return;
+            }
             let Some(leader) = leader_of(&list) else {
                 eprintln!("no leader to kill");
                 return;
@@ -428,8 +436,9 @@ fn replicated() {
         );
     }
     println!(
-        "replicated: {chunks} chunks, {workers} workers x 1 thread, one SIGKILL each run; durable completions/s \
+        "replicated: {chunks} chunks, {workers} workers x 1 thread, {} each run; durable completions/s \
          single {:.0}, three members {:.0} (medians), ratio {:.2}",
+        if kill { "one SIGKILL" } else { "no kill" },
         median(single.clone()),
         median(group.clone()),
         median(group) / median(single)

@@ -77,3 +77,16 @@ pub fn one_line(e: &anyhow::Error) -> String {
     }
     parts.join(": ")
 }
+
+/// For a command that only prints (status, results, ...): a reader that goes away (`sweep status | head`) ends
+/// it quietly, as it ends other Unix tools, instead of a failed print panicking. Rust's runtime ignores SIGPIPE
+/// for every process; only these get the default back, never a coordinator or worker, whose pipes to chunk
+/// programs may close at any time.
+pub fn quiet_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to the default has no memory-safety preconditions; it is done
+    // before the command starts any thread that could race with it.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}

@@ -69,6 +69,7 @@ pub enum Control {
 }
 
 pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
+    crate::exit::quiet_on_closed_pipe();
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
@@ -139,6 +140,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
+    crate::exit::quiet_on_closed_pipe();
     let rt = runtime()?;
     rt.block_on(async move {
         // On stdout: watching is this command's whole output, so `sweep watch > log` gets plain lines.
@@ -196,6 +198,7 @@ pub fn results(
         solutions,
     }: ResultsArgs,
 ) -> anyhow::Result<ExitCode> {
+    crate::exit::quiet_on_closed_pipe();
     let started = Instant::now();
     let rt = runtime()?;
     rt.block_on(async move {

@@ -18,6 +18,7 @@ struct Row {
 }
 
 pub fn members(remote: &Remote, json: bool, listed_only: bool) -> anyhow::Result<ExitCode> {
+    crate::exit::quiet_on_closed_pipe();
     let rt = runtime()?;
     rt.block_on(async move {
         let security = remote.security.security();

@@ -28,6 +28,7 @@ pub struct DrainArgs {
 
 /// `sweep workers`: every worker the coordinator has seen, with its standing.
 pub fn workers(a: WorkersArgs) -> anyhow::Result<ExitCode> {
+    crate::exit::quiet_on_closed_pipe();
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;

@@ -79,3 +79,36 @@ fn a_finished_job_is_answered_from_the_store() {
     assert_eq!(second["job"], 1);
     assert!(String::from_utf8_lossy(&again.stderr).contains("already done"));
 }
+
+/// A reader that goes away before a printing command writes (`sweep status | head -0`) ends the command the way
+/// it ends other Unix tools (SIGPIPE), never with a panic.
+#[test]
+fn a_closed_output_pipe_ends_a_printing_command_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let c = crate::support::Cluster::start(0, 1);
+    c.submit(&["primes", "--below", "1000", "--chunks", "4"]);
+    for args in [
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["workers"],
+        vec!["coordinator", "members"],
+    ] {
+        let mut child = std::process::Command::new(crate::support::SWEEP)
+            .args(&args)
+            .env("SWEEP_COORDINATOR", &c.url)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn sweep");
+        // The reading end closed before the command writes anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "sweep {args:?}: {stderr}");
+        assert!(
+            out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+            "sweep {args:?}: {:?} {stderr}",
+            out.status
+        );
+    }
+}

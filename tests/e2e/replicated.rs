@@ -126,10 +126,7 @@ fn a_member_that_lost_its_directory_stops_and_says_why() {
         exited.is_some_and(|s| !s.success()),
         "the member with an empty directory kept running ({exited:?}); its log:\n{log}"
     );
-    assert!(
-        log.contains("cannot come back under the same id"),
-        "{log}"
-    );
+    assert!(log.contains("cannot come back under the same id"), "{log}");
     let second = g.submit(&["primes", "--below", "1000000", "--chunks", "16"]);
     let done = g.wait_until(second, LONG, |s| s["state"] != "running");
     assert_eq!(done["state"], "done", "the other two go on: {done}");
