@@ -16,3 +16,8 @@ pub(super) fn take_u32(rest: &mut &[u8]) -> Option<u32> {
     let b: [u8; 4] = take(rest, 4)?.try_into().ok()?;
     Some(u32::from_le_bytes(b))
 }
+
+pub(super) fn take_u64(rest: &mut &[u8]) -> Option<u64> {
+    let b: [u8; 8] = take(rest, 8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(b))
+}

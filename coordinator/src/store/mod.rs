@@ -47,7 +47,8 @@
 //! - `chunks`: chunk records and outputs read wherever they live, and fsck's writes to them;
 //! - `batches`: group commits, split into crash-consistent parts and encoded as batches;
 //! - `snapshot`: what start-up reads to rebuild the core;
-//! - `replicated`: the store as a replicated coordinator's state machine (entries, their application, snapshots);
+//! - `entry`: a group commit's parts as one consensus entry (a compact binary form for the ops of results);
+//! - `replicated`: the store as a replicated coordinator's state machine (applying entries, snapshots);
 //! - `upgrade`: the one-way upgrades of older formats on open.
 //!
 //! This file is only the facade: it re-exports what the rest of the coordinator may name, and nothing below
@@ -58,6 +59,7 @@ mod batches;
 mod blobs;
 mod blocks;
 mod chunks;
+mod entry;
 mod error;
 mod format;
 mod framing;
@@ -77,9 +79,10 @@ pub use batches::{split_commit, MAX_BATCH_OPS};
 pub use blobs::{Blobs, FileBlobs, MemBlobs};
 pub use blocks::{BLOCK, INLINE_OUTPUT_MAX};
 pub use chunks::Lists;
+pub use entry::{decode_entry, encode_entry};
 pub use error::StoreError;
 pub use handle::Store;
 pub(crate) use keys::{be_u64, chunk_key, job_key, key_text};
 pub use kv::{Kv, MemKv, Pairs, ScanFn, SledKv, Writes};
 pub(crate) use records::decode;
-pub use replicated::{decode_entry, encode_entry, StoreMachine};
+pub use replicated::StoreMachine;

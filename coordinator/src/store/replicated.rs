@@ -18,221 +18,24 @@
 //! stores of tests and small jobs. A store of millions of results needs snapshots streamed from its files
 //! instead, which this does not do yet.
 
-use serde::{Deserialize, Serialize};
 use sweep_replicate::StateMachine;
-use sweep_space::{ChunkOutput, Tally};
 
+use super::entry::decode_entry;
 use super::error::StoreError;
-use super::framing::{take, take_u32};
+use super::framing::{take, take_u32, take_u64};
 use super::handle::Store;
 use super::keys::be_u64;
-use crate::core::{IdentityRecord, JobRecord, Op};
-use crate::limits::Usage;
-use crate::scheduler::{ChunkRecord, JobId, Vote};
 
 /// Where a member keeps the index of the last entry applied to its store.
 const APPLIED_KEY: &[u8] = b"m/applied";
 
-const ENTRY_VERSION: u8 = 1;
 const SNAPSHOT_VERSION: u8 = 1;
-
-/// The counters an [`Op::Meta`] may name; an entry naming another is damaged.
-const META_NAMES: [&str; 2] = ["next_job", "next_lease"];
-
-/// An [`Op`] as an entry carries it: bytes (artifacts) travel as frames after the JSON, by index.
-#[derive(Serialize, Deserialize)]
-enum WireOp {
-    Job(JobRecord),
-    Tally(JobId, Tally),
-    Chunk(JobId, u64, ChunkRecord),
-    /// The output without its artifact, and the frame holding that artifact if it has one.
-    Output(JobId, u64, ChunkOutput, Option<usize>),
-    Artifact(JobId, usize),
-    Meta(String, u64),
-    Checkpoint(JobId, u64, Option<String>),
-    Votes(JobId, u64, Vec<Vote>),
-    Usage(JobId, Usage),
-    Identity(IdentityRecord),
-    Shipped(String, usize),
-}
 
 fn damaged(why: impl Into<String>) -> StoreError {
     StoreError::Damaged {
-        key: "a replicated entry".into(),
+        key: "a replicated snapshot".into(),
         why: why.into(),
     }
-}
-
-/// One consensus entry holding a group commit's parts. Encoding: a version byte, the JSON of the parts
-/// (artifacts replaced by frame numbers) with its length (u32 LE) before it, then each artifact's length (u64
-/// LE) and bytes.
-pub fn encode_entry(parts: &[Vec<Op>]) -> Result<Vec<u8>, StoreError> {
-    let mut frames: Vec<&[u8]> = Vec::new();
-    fn frame<'a>(frames: &mut Vec<&'a [u8]>, bytes: &'a [u8]) -> usize {
-        frames.push(bytes);
-        frames.len() - 1
-    }
-    let mut wire: Vec<Vec<WireOp>> = Vec::with_capacity(parts.len());
-    for part in parts {
-        let mut ops = Vec::with_capacity(part.len());
-        for op in last_writes(part) {
-            ops.push(match op {
-                Op::Job(rec) => WireOp::Job((**rec).clone()),
-                Op::Tally(job, t) => WireOp::Tally(*job, t.clone()),
-                Op::Chunk(job, chunk, rec) => WireOp::Chunk(*job, *chunk, rec.clone()),
-                Op::Output(job, chunk, out) => {
-                    let at = (!out.artifact.is_empty()).then(|| frame(&mut frames, &out.artifact));
-                    let mut bare = out.clone();
-                    bare.artifact = Vec::new();
-                    WireOp::Output(*job, *chunk, bare, at)
-                }
-                Op::Artifact(job, bytes) => WireOp::Artifact(*job, frame(&mut frames, bytes)),
-                Op::Meta(name, v) => WireOp::Meta((*name).to_string(), *v),
-                Op::Checkpoint(job, chunk, state) => {
-                    WireOp::Checkpoint(*job, *chunk, state.clone())
-                }
-                Op::Votes(job, chunk, votes) => WireOp::Votes(*job, *chunk, votes.clone()),
-                Op::Usage(job, u) => WireOp::Usage(*job, *u),
-                Op::Identity(rec) => WireOp::Identity(rec.clone()),
-                Op::Shipped(digest, bytes) => {
-                    WireOp::Shipped(digest.clone(), frame(&mut frames, bytes))
-                }
-            });
-        }
-        wire.push(ops);
-    }
-    let json = serde_json::to_vec(&wire).map_err(|e| damaged(e.to_string()))?;
-    let len = u32::try_from(json.len()).map_err(|_| damaged("over 4 GB of records"))?;
-    let mut out =
-        Vec::with_capacity(5 + json.len() + frames.iter().map(|f| 8 + f.len()).sum::<usize>());
-    out.push(ENTRY_VERSION);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&json);
-    for f in frames {
-        out.extend_from_slice(&(f.len() as u64).to_le_bytes());
-        out.extend_from_slice(f);
-    }
-    Ok(out)
-}
-
-fn take_u64(rest: &mut &[u8]) -> Option<u64> {
-    let b: [u8; 8] = take(rest, 8)?.try_into().ok()?;
-    Some(u64::from_le_bytes(b))
-}
-
-/// What a part's ops write, without the ops whose every write a later op of the same part overwrites: a chunk's
-/// lease record replaced by its `Done` record, the tally staged after each result, a counter moved several
-/// times. Within one part (one atomic batch) only the last write of a key reaches the store, so an entry needs
-/// only that; it makes entries about half as large (measured on a job of tiny chunks, where leases and tallies
-/// are most of the ops). Outputs, artifacts and shipped files are all kept: they append or write files.
-fn last_writes(part: &[Op]) -> impl Iterator<Item = &Op> {
-    #[derive(PartialEq, Eq, Hash)]
-    enum Key<'a> {
-        Job(JobId),
-        Tally(JobId),
-        Chunk(JobId, u64),
-        Meta(&'a str),
-        Checkpoint(JobId, u64),
-        Votes(JobId, u64),
-        Usage(JobId),
-        Identity(&'a str),
-    }
-    fn key(op: &Op) -> Option<Key<'_>> {
-        Some(match op {
-            Op::Job(rec) => Key::Job(rec.id),
-            Op::Tally(job, _) => Key::Tally(*job),
-            Op::Chunk(job, chunk, _) => Key::Chunk(*job, *chunk),
-            Op::Meta(name, _) => Key::Meta(name),
-            Op::Checkpoint(job, chunk, _) => Key::Checkpoint(*job, *chunk),
-            Op::Votes(job, chunk, _) => Key::Votes(*job, *chunk),
-            Op::Usage(job, _) => Key::Usage(*job),
-            Op::Identity(rec) => Key::Identity(&rec.identity),
-            Op::Output(..) | Op::Artifact(..) | Op::Shipped(..) => return None,
-        })
-    }
-    // The index of the last op writing each key.
-    let mut last: std::collections::HashMap<Key<'_>, usize> =
-        std::collections::HashMap::with_capacity(part.len());
-    for (i, op) in part.iter().enumerate() {
-        if let Some(k) = key(op) {
-            last.insert(k, i);
-        }
-    }
-    part.iter()
-        .enumerate()
-        .filter(move |(i, op)| key(op).is_none_or(|k| last.get(&k) == Some(i)))
-        .map(|(_, op)| op)
-}
-
-/// The parts of an entry written by [`encode_entry`]; a damaged one is refused whole.
-pub fn decode_entry(bytes: &[u8]) -> Result<Vec<Vec<Op>>, StoreError> {
-    let mut rest = bytes;
-    match take(&mut rest, 1) {
-        Some([ENTRY_VERSION]) => {}
-        Some([v]) => return Err(damaged(format!("unknown entry version {v}"))),
-        _ => return Err(damaged("an empty entry")),
-    }
-    let len = take_u32(&mut rest).ok_or_else(|| damaged("truncated length"))? as usize;
-    let json = take(&mut rest, len).ok_or_else(|| damaged("truncated records"))?;
-    let wire: Vec<Vec<WireOp>> =
-        serde_json::from_slice(json).map_err(|e| damaged(format!("records: {e}")))?;
-    let mut frames: Vec<Vec<u8>> = Vec::new();
-    while !rest.is_empty() {
-        let n = take_u64(&mut rest).ok_or_else(|| damaged("truncated frame length"))?;
-        let n = usize::try_from(n).map_err(|_| damaged("a frame beyond memory"))?;
-        let f = take(&mut rest, n).ok_or_else(|| damaged("truncated frame"))?;
-        frames.push(f.to_vec());
-    }
-    let frame = |i: usize| -> Result<Vec<u8>, StoreError> {
-        frames
-            .get(i)
-            .cloned()
-            .ok_or_else(|| damaged(format!("frame {i} missing ({} frames)", frames.len())))
-    };
-    wire.into_iter()
-        .map(|part| {
-            part.into_iter()
-                .map(|op| {
-                    Ok(match op {
-                        WireOp::Job(rec) => Op::job(rec),
-                        WireOp::Tally(job, t) => Op::Tally(job, t),
-                        WireOp::Chunk(job, chunk, rec) => Op::Chunk(job, chunk, rec),
-                        WireOp::Output(job, chunk, mut out, at) => {
-                            if let Some(i) = at {
-                                out.artifact = frame(i)?;
-                            }
-                            Op::Output(job, chunk, out)
-                        }
-                        WireOp::Artifact(job, i) => {
-                            Op::Artifact(job, std::sync::Arc::new(frame(i)?))
-                        }
-                        WireOp::Meta(name, v) => {
-                            let name = META_NAMES
-                                .iter()
-                                .find(|n| **n == name)
-                                .ok_or_else(|| damaged(format!("unknown counter `{name}`")))?;
-                            Op::Meta(name, v)
-                        }
-                        WireOp::Checkpoint(job, chunk, state) => Op::Checkpoint(job, chunk, state),
-                        WireOp::Votes(job, chunk, votes) => Op::Votes(job, chunk, votes),
-                        WireOp::Usage(job, u) => Op::Usage(job, u),
-                        WireOp::Identity(rec) => Op::Identity(rec),
-                        WireOp::Shipped(digest, i) => {
-                            let bytes = frame(i)?;
-                            if !super::artifacts::is_digest(&digest)
-                                || super::artifacts::digest_hex(&bytes) != digest
-                            {
-                                return Err(damaged(format!(
-                                    "shipped file `{digest}` does not match its digest"
-                                )));
-                            }
-                            Op::Shipped(digest, std::sync::Arc::new(bytes))
-                        }
-                    })
-                })
-                .collect()
-        })
-        .collect()
 }
 
 /// A member's store, applying committed entries. A store that cannot apply an entry (damaged, or its disk
@@ -431,10 +234,14 @@ impl StateMachine for StoreMachine {
 
 #[cfg(test)]
 mod tests {
-    use sweep_space::{ChunkOutput, Tally};
 
     use super::*;
+    use crate::core::{IdentityRecord, JobRecord, Op};
+    use crate::limits::Usage;
+    use crate::scheduler::{ChunkRecord, Vote};
     use crate::store::test_support::{done_record, record};
+    use crate::store::{decode_entry, encode_entry};
+    use sweep_space::{ChunkOutput, Tally};
 
     /// A group commit with every kind of op, artifacts included, split in two parts.
     fn commit(first: u64) -> Vec<Vec<Op>> {
@@ -641,6 +448,44 @@ mod tests {
             (pairs, files)
         };
         assert_eq!(without_index(&via_entry), without_index(&direct));
+    }
+
+    /// Every prefix of an entry, and the entry with any one byte changed, decodes to an error or to ops, never
+    /// a panic (an entry comes from the network); a version 1 entry (JSON only) still reads.
+    #[test]
+    fn damaged_entries_are_errors_and_version_1_still_reads() {
+        let bytes = encode_entry(&commit(0)).unwrap();
+        for end in 0..bytes.len() {
+            assert!(
+                decode_entry(&bytes[..end]).is_err(),
+                "prefix of {end} bytes"
+            );
+        }
+        for at in 0..bytes.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut b = bytes.clone();
+                b[at] ^= flip;
+                let _ = decode_entry(&b);
+            }
+        }
+        let v1 = br#""#;
+        assert!(decode_entry(v1).is_err());
+        let json =
+            br#"[[{"Meta":["next_job",7]},{"Chunk":[1,2,{"state":"pending","attempts":1}]}]]"#;
+        let mut v1 = vec![1u8];
+        v1.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        v1.extend_from_slice(json);
+        let parts = decode_entry(&v1).unwrap();
+        assert_eq!(
+            format!("{parts:?}"),
+            format!(
+                "{:?}",
+                vec![vec![
+                    Op::Meta("next_job", 7),
+                    Op::Chunk(1, 2, ChunkRecord::Pending { attempts: 1 })
+                ]]
+            )
+        );
     }
 
     #[test]
