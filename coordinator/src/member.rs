@@ -33,6 +33,29 @@ pub struct NotServing {
     pub leader_url: Option<String>,
 }
 
+/// What one member knows of the group.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GroupView {
+    pub id: u64,
+    pub term: u64,
+    /// The leader it knows of in its term (`None`: an election).
+    pub leader: Option<u64>,
+    /// The last entry applied to its store, and the last entry in its log.
+    pub applied: u64,
+    pub last_index: u64,
+    /// It leads and its coordinator is open.
+    pub serving: bool,
+    pub members: Vec<MemberView>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MemberView {
+    pub id: u64,
+    pub url: String,
+    /// In the leader's view only: the last entry known to be in this member's log.
+    pub matched: Option<u64>,
+}
+
 /// A member's place in the group as its services and operators see it.
 pub struct Leadership {
     id: u64,
@@ -92,6 +115,36 @@ impl Leadership {
             .filter(|&l| l != self.id)
             .and_then(|l| self.urls.get(&l).cloned());
         Err(NotServing { leader_url })
+    }
+
+    /// The group as this member sees it now (`sweep coordinator members`, `/metrics`).
+    pub fn view(&self) -> GroupView {
+        let s = self.member.status();
+        let matched: std::collections::HashMap<u64, u64> = s.matched.iter().copied().collect();
+        GroupView {
+            id: self.id,
+            term: s.term,
+            leader: s.leader,
+            applied: s.applied,
+            last_index: s.last_index,
+            serving: self.current.borrow().is_some(),
+            members: self
+                .urls
+                .iter()
+                .map(|(&id, url)| MemberView {
+                    id,
+                    url: url.clone(),
+                    // Known on the leader only; its own log is its last index.
+                    matched: if !s.is_leader {
+                        None
+                    } else if id == self.id {
+                        Some(s.last_index)
+                    } else {
+                        matched.get(&id).copied()
+                    },
+                })
+                .collect(),
+        }
     }
 
     /// Sees every coordinator opened and closed here (`None` while not serving).

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use sweep_coordinator::grpc::Backend;
 use sweep_coordinator::scheduler::SchedulerConfig;
 use sweep_coordinator::{store::Store, Coordinator, CoordinatorConfig};
 use sweep_space::Registry;
@@ -134,7 +135,7 @@ pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<Ex
             tracing::warn!(%addr, "no token files: anyone who reaches this address may submit and run jobs");
         }
         let dashboard = match &a.http {
-            Some(http) => Some(start_dashboard(http, coord.clone()).await?),
+            Some(http) => Some(start_dashboard(http, Backend::Single(coord.clone())).await?),
             None => None,
         };
         let recovery = tokio::spawn(crate::recover::restart_when_space_returns(
@@ -240,12 +241,6 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
 
     let urls = peer_urls(&a.peers)?;
     let id = own_id(&urls, a.id, &a.listen)?;
-    if a.http.is_some() {
-        return Err(usage(
-            "--http is not served by a member of a replicated coordinator yet: watch it with `sweep watch` and \
-             `sweep coordinator members`",
-        ));
-    }
     if a.security.tls_cert.is_some() {
         return Err(usage(
             "--tls-cert with --peers: members do not speak TLS to each other yet; keep the members on a \
@@ -303,6 +298,10 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         if security.auth.is_none() && !addr.ip().is_loopback() {
             tracing::warn!(%addr, "no token files: anyone who reaches this address may submit and run jobs, or pose as a member");
         }
+        let dashboard = match &a.http {
+            Some(http) => Some(start_dashboard(http, Backend::Member(leadership.clone())).await?),
+            None => None,
+        };
         let watched = handle.clone();
         let failure = std::sync::Mutex::new(None::<String>);
         let served = sweep_coordinator::server::serve_member(
@@ -323,6 +322,10 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         )
         .await;
         handle.stop().await;
+        if let Some((stop, task, _)) = dashboard {
+            let _ = stop.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
         served?;
         if let Some(why) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(anyhow::anyhow!(
@@ -349,7 +352,7 @@ fn first_token(file: &std::path::Path) -> anyhow::Result<String> {
 /// returned sender fires; also returns the address bound.
 async fn start_dashboard(
     addr: &str,
-    coord: std::sync::Arc<Coordinator>,
+    source: Backend,
 ) -> anyhow::Result<(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
@@ -365,7 +368,7 @@ async fn start_dashboard(
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(sweep_coordinator::http::serve_http(
         listener,
-        coord,
+        source,
         async {
             let _ = stopped.await;
         },

@@ -4,7 +4,7 @@
 //! - every `sweep` command line in the recipes (container args and shell wrappers of the Kubernetes manifests,
 //!   `ExecStart=` and the documented `SWEEP_*_ARGS` of the systemd units, the Slurm scripts, the code blocks of
 //!   `deploy/README.md`) names a real subcommand (or sub-subcommand, `coordinator members`) and only flags that
-//!   its `--help` lists, and never a flag a replicated member refuses (`--http`, `--tls-cert` with `--peers`);
+//!   its `--help` lists, and never a flag a replicated member refuses (`--tls-cert` with `--peers`);
 //! - the manifests of both sets parse, have what their kind needs, and agree with each other: token files live
 //!   where the Secret is mounted, probes are gRPC probes of the gRPC port, every client URL is a Service port or
 //!   a pod of a StatefulSet behind its governing Service. `deploy/k8s` runs one coordinator replica;
@@ -1072,7 +1072,7 @@ fn every_sweep_flag_in_the_recipes_exists() {
         }
     }
     for inv in &members {
-        for refused in ["--http", "--tls-cert"] {
+        for refused in ["--tls-cert"] {
             if inv.flags.iter().any(|f| f == refused) {
                 errors.push(format!(
                     "{}: a member (--peers) refuses {refused}",

@@ -36,7 +36,7 @@ fn sigkilled_leaders_lose_nothing_acknowledged_and_the_answer_is_exact() {
         lease_ttl_ms: 3_000,
         ..Opts::default()
     };
-    let mut g = Group::start(3, opts);
+    let mut g = Group::start_with_http(3, opts);
     let first = g.wait_leader(None, Duration::from_secs(30));
     let job = g.submit(&JOB);
     let mut elections = Vec::new();
@@ -89,6 +89,34 @@ fn sigkilled_leaders_lose_nothing_acknowledged_and_the_answer_is_exact() {
         1,
         "{members:?}"
     );
+    // Every member's /metrics has its own series; the job's series and the page's state only the leader's.
+    let leader = g.wait_leader(None, Duration::from_secs(30));
+    for i in 0..3 {
+        let (code, text) = g.http_get(i, "/metrics");
+        assert_eq!(code, 200, "member {}: {text}", i + 1);
+        assert!(
+            text.contains("sweep_member_term"),
+            "member {}: {text}",
+            i + 1
+        );
+        assert_eq!(
+            text.contains("sweep_job_chunks"),
+            i == leader,
+            "member {} (leader {}): {text}",
+            i + 1,
+            leader + 1
+        );
+        let (code, body) = g.http_get(i, "/api/state");
+        assert_eq!(
+            code,
+            if i == leader { 200 } else { 503 },
+            "member {}: {body}",
+            i + 1
+        );
+        let (code, body) = g.http_get(i, "/api/members");
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains(&format!("\"id\":{}", i + 1)), "{body}");
+    }
     eprintln!(
         "first leader {}; leader changes after SIGKILL took {:?}; {acknowledged} acknowledged chunks at the kills, none lost",
         first + 1,

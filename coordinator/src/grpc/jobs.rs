@@ -284,26 +284,21 @@ impl jobs_server::Jobs for JobsApi {
                 ..Default::default()
             }));
         };
-        let s = l.member().status();
-        let matched: std::collections::HashMap<u64, u64> = s.matched.iter().copied().collect();
+        let v = l.view();
         Ok(Response::new(v1::MembersReply {
-            id: l.id(),
-            term: s.term,
-            leader: s.leader.unwrap_or(0),
-            applied: s.applied,
-            last_index: s.last_index,
-            serving: l.coordinator().is_ok(),
-            members: l
-                .urls()
-                .iter()
-                .map(|(&id, url)| v1::MemberInfo {
-                    id,
-                    url: url.clone(),
-                    matched: if id == l.id() && s.is_leader {
-                        s.last_index
-                    } else {
-                        matched.get(&id).copied().unwrap_or(0)
-                    },
+            id: v.id,
+            term: v.term,
+            leader: v.leader.unwrap_or(0),
+            applied: v.applied,
+            last_index: v.last_index,
+            serving: v.serving,
+            members: v
+                .members
+                .into_iter()
+                .map(|m| v1::MemberInfo {
+                    id: m.id,
+                    url: m.url,
+                    matched: m.matched.unwrap_or(0),
                 })
                 .collect(),
         }))

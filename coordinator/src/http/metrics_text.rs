@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use super::state::chunk_totals;
 use crate::core::Observation;
+use crate::member::GroupView;
 use crate::metrics::{Labels, Metrics};
 use crate::scheduler::JobState;
 
@@ -31,13 +32,76 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 /// A registry is built per scrape: the snapshot's series (one per job and state) come and go with the jobs,
 /// while the long-lived counters are registered by handle (prometheus-client metrics are shared handles).
 pub(super) fn render_metrics(
+    coordinator: Option<(&Observation, &Metrics, f64, f64)>,
+    group: Option<&GroupView>,
+) -> Result<String, std::fmt::Error> {
+    let mut reg = Registry::default();
+    if let Some(g) = group {
+        register_member(&mut reg, g);
+    }
+    if let Some((obs, m, nodes_per_s, chunks_per_s)) = coordinator {
+        register_coordinator(&mut reg, obs, m, nodes_per_s, chunks_per_s);
+    }
+    let mut text = String::new();
+    encode(&mut text, &reg)?;
+    Ok(text)
+}
+
+/// A replicated member's own gauges (`sweep coordinator members` as series).
+fn register_member(reg: &mut Registry, g: &GroupView) {
+    let gauge = |v: u64| {
+        let x = Gauge::<i64>::default();
+        x.set(i64::try_from(v).unwrap_or(i64::MAX));
+        x
+    };
+    reg.register("sweep_member_id", "This member's id", gauge(g.id));
+    reg.register(
+        "sweep_member_term",
+        "This member's current term",
+        gauge(g.term),
+    );
+    reg.register(
+        "sweep_member_leader",
+        "The id of the leader this member knows of (0: none, an election)",
+        gauge(g.leader.unwrap_or(0)),
+    );
+    reg.register(
+        "sweep_member_serving",
+        "1 while this member leads and runs the coordinator",
+        gauge(u64::from(g.serving)),
+    );
+    reg.register(
+        "sweep_member_applied_index",
+        "The last entry this member applied to its store",
+        gauge(g.applied),
+    );
+    reg.register(
+        "sweep_member_last_index",
+        "The last entry in this member's log",
+        gauge(g.last_index),
+    );
+    let lag = Family::<Labels, Gauge>::default();
+    for m in &g.members {
+        if let Some(matched) = m.matched {
+            lag.get_or_create(&labels([("member", m.id.to_string())]))
+                .set(i64::try_from(g.last_index.saturating_sub(matched)).unwrap_or(i64::MAX));
+        }
+    }
+    reg.register(
+        "sweep_member_lag_entries",
+        "On the leader: how many entries each member's log is behind its own",
+        lag,
+    );
+}
+
+/// The coordinator's gauges, counters and histograms.
+fn register_coordinator(
+    reg: &mut Registry,
     obs: &Observation,
     m: &Metrics,
     nodes_per_s: f64,
     chunks_per_s: f64,
-) -> Result<String, std::fmt::Error> {
-    let mut reg = Registry::default();
-
+) {
     let chunks = Family::<Labels, Gauge>::default();
     let totals = chunk_totals(obs);
     for (state, n) in [
@@ -226,8 +290,4 @@ pub(super) fn render_metrics(
         "gRPC calls answered with an error status, by method and code",
         m.rpc_errors.clone(),
     );
-
-    let mut text = String::new();
-    encode(&mut text, &reg)?;
-    Ok(text)
 }

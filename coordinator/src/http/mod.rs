@@ -35,6 +35,7 @@ use tracing::{info, warn};
 
 use crate::coordinator::Coordinator;
 use crate::core::CoreError;
+use crate::grpc::Backend;
 use crate::scheduler::JobId;
 use metrics_text::render_metrics;
 use state::{state_view, History};
@@ -62,7 +63,7 @@ struct ResultView {
 }
 
 struct Dashboard {
-    coord: Arc<Coordinator>,
+    source: Backend,
     history: Mutex<History>,
     results: Mutex<HashMap<JobId, Arc<ResultView>>>,
 }
@@ -71,14 +72,23 @@ fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Serves the dashboard and `/metrics` on `listener` until `shutdown` resolves.
+impl Dashboard {
+    /// The coordinator to read, or why this member does not run one now (it names the leader): answered
+    /// `503` ([`unavailable`]).
+    fn coord(&self) -> Result<Arc<Coordinator>, String> {
+        self.source.coord().map_err(|s| s.message().to_string())
+    }
+}
+
+/// Serves the dashboard and `/metrics` on `listener` until `shutdown` resolves. On a member of a replicated
+/// coordinator, `/metrics` and `/api/members` answer on every member; the rest only where the coordinator runs.
 pub async fn serve_http(
     listener: TcpListener,
-    coord: Arc<Coordinator>,
+    source: Backend,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let state = Arc::new(Dashboard {
-        coord,
+        source,
         history: Mutex::new(History::default()),
         results: Mutex::new(HashMap::new()),
     });
@@ -93,8 +103,10 @@ pub async fn serve_http(
                     _ = tick.tick() => {}
                     _ = stop_rx.changed() => return,
                 }
-                let obs = state.coord.observe();
-                relock(&state.history).record(&obs, &state.coord.metrics);
+                if let Ok(coord) = state.coord() {
+                    let obs = coord.observe();
+                    relock(&state.history).record(&obs, &coord.metrics);
+                }
             }
         })
     };
@@ -117,6 +129,7 @@ fn router(state: Arc<Dashboard>) -> Router {
         .route("/api/state", get(api_state))
         .route("/api/jobs/{id}/result", get(api_result))
         .route("/api/jobs/{id}/pictures/{n}", get(api_picture))
+        .route("/api/members", get(api_members))
         .route("/metrics", get(metrics))
         .with_state(state)
 }
@@ -165,9 +178,28 @@ struct StateQuery {
 }
 
 async fn api_state(State(d): State<Arc<Dashboard>>, Query(q): Query<StateQuery>) -> Response {
-    let obs = d.coord.observe();
-    let view = state_view(obs, &relock(&d.history), &d.coord.metrics, q.since);
+    let coord = match d.coord() {
+        Ok(c) => c,
+        Err(why) => return unavailable(why),
+    };
+    let obs = coord.observe();
+    let view = state_view(obs, &relock(&d.history), &coord.metrics, q.since);
     ([(header::CACHE_CONTROL, "no-store")], Json(view)).into_response()
+}
+
+/// The group as this member sees it (`sweep coordinator members --json` of one member); 404 on a single
+/// coordinator.
+async fn api_members(State(d): State<Arc<Dashboard>>) -> Response {
+    match &d.source {
+        Backend::Member(l) => {
+            ([(header::CACHE_CONTROL, "no-store")], Json(l.view())).into_response()
+        }
+        Backend::Single(_) => error(StatusCode::NOT_FOUND, "a single coordinator has no members"),
+    }
+}
+
+fn unavailable(why: String) -> Response {
+    error(StatusCode::SERVICE_UNAVAILABLE, why)
 }
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
@@ -178,13 +210,18 @@ async fn result_view(d: &Dashboard, id: JobId) -> Result<Arc<ResultView>, Respon
     if let Some(r) = relock(&d.results).get(&id) {
         return Ok(r.clone());
     }
-    let resp = d.coord.results(id).await.map_err(|e| {
-        let code = match e {
-            CoreError::UnknownJob(_) | CoreError::NotFound(_) => StatusCode::NOT_FOUND,
-            _ => StatusCode::SERVICE_UNAVAILABLE,
-        };
-        error(code, e.to_string())
-    })?;
+    let resp = d
+        .coord()
+        .map_err(unavailable)?
+        .results(id)
+        .await
+        .map_err(|e| {
+            let code = match e {
+                CoreError::UnknownJob(_) | CoreError::NotFound(_) => StatusCode::NOT_FOUND,
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            error(code, e.to_string())
+        })?;
     let info = resp.job;
     if !matches!(
         info.state,
@@ -199,7 +236,7 @@ async fn result_view(d: &Dashboard, id: JobId) -> Result<Arc<ResultView>, Respon
     // Pictures need the tree, so the page parses the JSON and renders the text with them.
     let result = resp.result.json;
     // Rendering (text and pictures) may take a moment for large answers: off the async runtime.
-    let registry = d.coord.registry().clone();
+    let registry = d.coord().map_err(unavailable)?.registry().clone();
     let view = tokio::task::spawn_blocking(move || -> Result<ResultView, String> {
         let params: serde_json::Value = serde_json::from_str(&info.params_json)
             .map_err(|e| format!("stored parameters are not JSON: {e}"))?;
@@ -284,12 +321,21 @@ async fn api_picture(
 }
 
 async fn metrics(State(d): State<Arc<Dashboard>>) -> Response {
-    let obs = d.coord.observe();
     let (nodes_per_s, chunks_per_s) = {
         let h = relock(&d.history);
         (h.rates.nodes_per_s, h.rates.chunks_per_s)
     };
-    match render_metrics(&obs, &d.coord.metrics, nodes_per_s, chunks_per_s) {
+    let group = match &d.source {
+        Backend::Member(l) => Some(l.view()),
+        Backend::Single(_) => None,
+    };
+    // Every member is scraped: its own gauges always, the coordinator's where it runs.
+    let coord = d.coord().ok();
+    let observed = coord.as_ref().map(|c| (c.observe(), c.metrics.clone()));
+    let coordinator = observed
+        .as_ref()
+        .map(|(obs, m)| (obs, m.as_ref(), nodes_per_s, chunks_per_s));
+    match render_metrics(coordinator, group.as_ref()) {
         Ok(text) => {
             let mut resp = text.into_response();
             resp.headers_mut().insert(

@@ -188,7 +188,7 @@ fn metric_text_parses_back_to_the_snapshot() {
     m.report("w0", AckStatus::Rejected, 10, true);
     m.report("w0", AckStatus::Duplicate, 10, false);
     m.lease_expiries.inc_by(3);
-    let text = render_metrics(&observation(), &m, 1234.5, 2.0).expect("encode");
+    let text = render_metrics(Some((&observation(), &m, 1234.5, 2.0)), None).expect("encode");
     let (lines, types) = parse(&text);
 
     assert_eq!(value(&lines, "sweep_chunks", &[("state", "pending")]), 2.0);
@@ -243,7 +243,7 @@ fn rpc_histogram_counts_by_method() {
         .get_or_create(&vec![("method".into(), "Work/Lease".into())]);
     h.observe(0.001);
     h.observe(0.003);
-    let text = render_metrics(&Observation::default(), &m, 0.0, 0.0).expect("encode");
+    let text = render_metrics(Some((&Observation::default(), &m, 0.0, 0.0)), None).expect("encode");
     let (lines, types) = parse(&text);
     assert_eq!(types["sweep_rpc_duration_seconds"], "histogram");
     assert_eq!(
@@ -317,4 +317,65 @@ fn an_expired_lease_never_makes_a_negative_rate() {
         h.record(&obs, &m);
     }
     assert_eq!(h.rates.nodes_per_s, 0.0);
+}
+
+/// A replicated member's own series: answered with or without a coordinator, the leader's view giving each
+/// member's lag.
+#[test]
+fn a_member_exports_its_view_of_the_group() {
+    use crate::member::{GroupView, MemberView};
+    let view = GroupView {
+        id: 1,
+        term: 7,
+        leader: Some(1),
+        applied: 120,
+        last_index: 125,
+        serving: true,
+        members: vec![
+            MemberView {
+                id: 1,
+                url: "http://a:7878".into(),
+                matched: Some(125),
+            },
+            MemberView {
+                id: 2,
+                url: "http://b:7878".into(),
+                matched: Some(100),
+            },
+            MemberView {
+                id: 3,
+                url: "http://c:7878".into(),
+                matched: None,
+            },
+        ],
+    };
+    let text = render_metrics(None, Some(&view)).expect("encode");
+    let (lines, types) = parse(&text);
+    assert_eq!(types["sweep_member_term"], "gauge");
+    assert_eq!(value(&lines, "sweep_member_term", &[]), 7.0);
+    assert_eq!(value(&lines, "sweep_member_leader", &[]), 1.0);
+    assert_eq!(value(&lines, "sweep_member_serving", &[]), 1.0);
+    assert_eq!(value(&lines, "sweep_member_applied_index", &[]), 120.0);
+    assert_eq!(
+        value(&lines, "sweep_member_lag_entries", &[("member", "1")]),
+        0.0
+    );
+    assert_eq!(
+        value(&lines, "sweep_member_lag_entries", &[("member", "2")]),
+        25.0
+    );
+    assert!(
+        !text.contains("member=\"3\""),
+        "a member the leader has no match for has no lag series: {text}"
+    );
+    assert!(
+        !text.contains("sweep_chunks"),
+        "no coordinator here: {text}"
+    );
+    let both = render_metrics(
+        Some((&Observation::default(), &Metrics::default(), 0.0, 0.0)),
+        Some(&view),
+    )
+    .expect("encode");
+    assert!(both.contains("sweep_chunks") && both.contains("sweep_member_term"));
 }

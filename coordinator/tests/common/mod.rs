@@ -163,9 +163,13 @@ impl Server {
             let c = coord.clone();
             server.stops.push(stop);
             server.tasks.push(tokio::spawn(async move {
-                sweep_coordinator::http::serve_http(http_listener, c, async {
-                    let _ = stopped.await;
-                })
+                sweep_coordinator::http::serve_http(
+                    http_listener,
+                    sweep_coordinator::grpc::Backend::Single(c),
+                    async {
+                        let _ = stopped.await;
+                    },
+                )
                 .await
                 .expect("serve HTTP");
             }));

@@ -27,15 +27,19 @@ pub struct Group<N: Network = Loopback> {
     listens: Vec<String>,
     /// Starts of each member so far.
     starts: Vec<u32>,
+    /// Each member's dashboard address (`--http`), when the group serves them.
+    pub http: Vec<Option<String>>,
     pub dir: tempfile::TempDir,
 }
 
-/// A free loopback port: bound and released, so a member can take it a moment later.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+/// `n` distinct free loopback ports: bound together and released, so members can take them a moment later.
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("its address").port())
+        .collect()
 }
 
 impl Group {
@@ -43,22 +47,43 @@ impl Group {
     pub fn start(members: usize, opts: Opts) -> Group {
         Group::start_on(Loopback, members, opts, super::scratch())
     }
+
+    /// As [`Group::start`], each member also serving `--http` on a loopback port of its own.
+    pub fn start_with_http(members: usize, opts: Opts) -> Group {
+        Group::start_inner(Loopback, members, opts, super::scratch(), true)
+    }
 }
 
 impl<N: Network> Group<N> {
-    pub fn start_on(mut net: N, members: usize, opts: Opts, dir: tempfile::TempDir) -> Group<N> {
+    pub fn start_on(net: N, members: usize, opts: Opts, dir: tempfile::TempDir) -> Group<N> {
+        Group::start_inner(net, members, opts, dir, false)
+    }
+
+    fn start_inner(
+        mut net: N,
+        members: usize,
+        opts: Opts,
+        dir: tempfile::TempDir,
+        http: bool,
+    ) -> Group<N> {
         let mut hosts = Vec::new();
         let mut listens = Vec::new();
+        // Every port this group needs, picked at once so that none is picked twice.
+        let mut ports = free_ports(2 * members).into_iter();
+        let mut port = || ports.next().expect("enough ports");
         for _ in 0..members {
             let (host, listen) = net.coordinator_host();
             // On loopback the harness offers port 0, which no other member could be told in advance.
             let listen = match listen.strip_suffix(":0") {
-                Some(ip) => format!("{ip}:{}", free_port()),
+                Some(ip) => format!("{ip}:{}", port()),
                 None => listen,
             };
             hosts.push(host);
             listens.push(listen);
         }
+        let http: Vec<Option<String>> = (0..members)
+            .map(|_| http.then(|| format!("127.0.0.1:{}", port())))
+            .collect();
         let urls: Vec<String> = listens.iter().map(|l| format!("http://{l}")).collect();
         let mut g = Group {
             members: (0..members).map(|_| None).collect(),
@@ -70,6 +95,7 @@ impl<N: Network> Group<N> {
             hosts,
             listens,
             starts: vec![0; members],
+            http,
             dir,
         };
         for i in 0..members {
@@ -99,6 +125,10 @@ impl<N: Network> Group<N> {
             "--id".into(),
             (i + 1).to_string(),
         ]);
+        if let Some(addr) = &self.http[i] {
+            opts.coordinator_args
+                .extend(["--http".into(), addr.clone()]);
+        }
         let log = self.log_path(&format!("member{}", i + 1));
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -265,6 +295,39 @@ impl<N: Network> Group<N> {
             .iter()
             .find(|m| m["url"] == self.urls[i].as_str())?;
         Some(own.clone())
+    }
+
+    /// `GET path` from member `i`'s dashboard: the status code and the body.
+    pub fn http_get(&self, i: usize, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let addr = self.http[i].as_ref().expect("the group serves --http");
+        let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| {
+            panic!(
+                "member {}: connect to the dashboard at {addr}: {e}; its log: {}",
+                i + 1,
+                self.member_log(i)
+                    .lines()
+                    .rev()
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            )
+        });
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("response");
+        let code = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map_or("", |(_, b)| b)
+            .to_string();
+        (code, body)
     }
 
     /// Everything member `i` logged, across its restarts.
