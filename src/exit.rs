@@ -78,15 +78,18 @@ pub fn one_line(e: &anyhow::Error) -> String {
     parts.join(": ")
 }
 
-/// For a command that only prints (status, results, ...): a reader that goes away (`sweep status | head`) ends
-/// it quietly, as it ends other Unix tools, instead of a failed print panicking. Rust's runtime ignores SIGPIPE
-/// for every process; only these get the default back, never a coordinator or worker, whose pipes to chunk
-/// programs may close at any time.
-pub fn quiet_on_closed_pipe() {
-    #[cfg(unix)]
-    // SAFETY: setting a signal's disposition to the default has no memory-safety preconditions; it is done
-    // before the command starts any thread that could race with it.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+/// Writes one line of a command's output (the `outln!` macro). A reader that went away (`sweep status | head`)
+/// ends the command quietly with the shell's code for a broken pipe (141), where `println!` would panic; any
+/// other failure to write is said on stderr (exit code 1). SIGPIPE itself stays ignored, as Rust sets it: a
+/// client's socket writes (`writev` has no `MSG_NOSIGNAL`) would otherwise kill it when a server hangs up.
+pub fn print_line(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.write_all(b"\n")) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        let _ = writeln!(std::io::stderr(), "cannot write the output: {e}");
+        std::process::exit(i32::from(FAILURE));
     }
 }

@@ -14,6 +14,16 @@
 
 pub use sweep_space::{self as space, Registry};
 
+/// `println!` for what a command prints, ending quietly when the reader went away ([`exit::print_line`]).
+macro_rules! outln {
+    () => {
+        $crate::exit::print_line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::exit::print_line(format_args!($($arg)*))
+    };
+}
+
 mod args;
 mod cmd;
 mod exec_args;

@@ -69,7 +69,6 @@ pub enum Control {
 }
 
 pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
-    crate::exit::quiet_on_closed_pipe();
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
@@ -83,20 +82,25 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
         if a.json {
             let list: Vec<_> = jobs.iter().map(info_json).collect();
             let identities: Vec<_> = identities.iter().map(identity_json).collect();
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({ "jobs": list, "workers": workers, "identities": identities })
             );
         } else {
             if let Some(w) = workers {
-                println!("{w} live workers");
+                outln!("{w} live workers");
             }
-            println!(
+            outln!(
                 "{:>5} {:<10} {:<26} {:>17} {:>8} {:>8}  params",
-                "job", "space", "state", "chunks", "poisoned", "reissued"
+                "job",
+                "space",
+                "state",
+                "chunks",
+                "poisoned",
+                "reissued"
             );
             for j in &jobs {
-                println!(
+                outln!(
                     "{:>5} {:<10} {:<26} {:>8}/{:<8} {:>8} {:>8}  {}",
                     j.id,
                     j.space,
@@ -110,14 +114,17 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
             }
             for j in &jobs {
                 for line in caveats(j) {
-                    println!("{line}");
+                    outln!("{line}");
                 }
             }
             if !identities.is_empty() {
-                println!();
-                println!(
+                outln!();
+                outln!(
                     "{:<24} {:>8} {:>8} {:>22}",
-                    "identity", "share", "threads", "use (thread-h, decayed)"
+                    "identity",
+                    "share",
+                    "threads",
+                    "use (thread-h, decayed)"
                 );
                 for u in &identities {
                     let name = if u.identity.is_empty() {
@@ -125,7 +132,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
                     } else {
                         u.identity.as_str()
                     };
-                    println!(
+                    outln!(
                         "{:<24} {:>8} {:>8} {:>22.2}",
                         name,
                         u.share,
@@ -140,7 +147,6 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
-    crate::exit::quiet_on_closed_pipe();
     let rt = runtime()?;
     rt.block_on(async move {
         // On stdout: watching is this command's whole output, so `sweep watch > log` gets plain lines.
@@ -198,7 +204,6 @@ pub fn results(
         solutions,
     }: ResultsArgs,
 ) -> anyhow::Result<ExitCode> {
-    crate::exit::quiet_on_closed_pipe();
     let started = Instant::now();
     let rt = runtime()?;
     rt.block_on(async move {
@@ -254,9 +259,9 @@ pub fn control(a: JobArgs, what: Control) -> anyhow::Result<ExitCode> {
             Control::Resume => c.resume(a.job).await?,
         };
         if a.json {
-            println!("{}", info_json(&info));
+            outln!("{}", info_json(&info));
         } else {
-            println!("job {} is {}", info.id, info.state().label());
+            outln!("job {} is {}", info.id, info.state().label());
         }
         Ok(ExitCode::SUCCESS)
     })

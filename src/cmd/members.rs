@@ -18,7 +18,6 @@ struct Row {
 }
 
 pub fn members(remote: &Remote, json: bool, listed_only: bool) -> anyhow::Result<ExitCode> {
-    crate::exit::quiet_on_closed_pipe();
     let rt = runtime()?;
     rt.block_on(async move {
         let security = remote.security.security();
@@ -88,16 +87,21 @@ pub fn members(remote: &Remote, json: bool, listed_only: bool) -> anyhow::Result
                     Err(e) => serde_json::json!({"url": r.url, "state": "unreachable", "error": e}),
                 })
                 .collect();
-            println!("{}", serde_json::Value::Array(list));
+            outln!("{}", serde_json::Value::Array(list));
             return Ok(ExitCode::SUCCESS);
         }
-        println!(
+        outln!(
             "{:<6} {:<32} {:<12} {:>6} {:>10} {:>8}",
-            "member", "url", "state", "term", "applied", "lag"
+            "member",
+            "url",
+            "state",
+            "term",
+            "applied",
+            "lag"
         );
         for r in &rows {
             match &r.answer {
-                Ok(a) => println!(
+                Ok(a) => outln!(
                     "{:<6} {:<32} {:<12} {:>6} {:>10} {:>8}",
                     if a.id == 0 {
                         "-".to_string()
@@ -110,7 +114,7 @@ pub fn members(remote: &Remote, json: bool, listed_only: bool) -> anyhow::Result
                     a.applied,
                     lag(&r.url).map_or("-".to_string(), |l| l.to_string())
                 ),
-                Err(e) => println!("{:<6} {:<32} unreachable: {e}", "?", r.url),
+                Err(e) => outln!("{:<6} {:<32} unreachable: {e}", "?", r.url),
             }
         }
         Ok(ExitCode::SUCCESS)

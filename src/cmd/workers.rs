@@ -28,23 +28,29 @@ pub struct DrainArgs {
 
 /// `sweep workers`: every worker the coordinator has seen, with its standing.
 pub fn workers(a: WorkersArgs) -> anyhow::Result<ExitCode> {
-    crate::exit::quiet_on_closed_pipe();
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
         let list = c.list_workers().await?;
         if a.json {
             let list: Vec<_> = list.iter().map(worker_json).collect();
-            println!("{}", serde_json::json!({ "workers": list }));
+            outln!("{}", serde_json::json!({ "workers": list }));
             return Ok(ExitCode::SUCCESS);
         }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        println!(
+        outln!(
             "{:<28} {:>7} {:>10} {:>10} {:>8} {:>6} {:>4}  {:<21}  containment",
-            "worker", "threads", "memory", "last seen", "chunks", "leases", "bad", "state"
+            "worker",
+            "threads",
+            "memory",
+            "last seen",
+            "chunks",
+            "leases",
+            "bad",
+            "state"
         );
         for w in &list {
             let state = if w.banned {
@@ -63,7 +69,7 @@ pub fn workers(a: WorkersArgs) -> anyhow::Result<ExitCode> {
                 "" => "-",
                 c => c,
             };
-            println!(
+            outln!(
                 "{:<28} {:>7} {:>10} {:>9.1}s {:>8} {:>6} {:>4}  {:<21}  {}",
                 w.name,
                 w.threads,
@@ -87,11 +93,12 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
         let mut c = connect(&a.remote.coordinator, &a.remote.security).await?;
         let w = c.drain(&a.worker).await?;
         if a.json {
-            println!("{}", worker_json(&w));
+            outln!("{}", worker_json(&w));
         } else {
-            println!(
+            outln!(
                 "worker {} is draining: it finishes its {} leased chunks, then stops",
-                w.name, w.leases_held
+                w.name,
+                w.leases_held
             );
         }
         Ok(ExitCode::SUCCESS)

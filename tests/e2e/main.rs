@@ -18,7 +18,10 @@
 //! - `cli.rs`, `fuzz_cli.rs`: the command line's errors and a property test of its argument handling.
 //! - `deploy.rs`: the recipes in `deploy/` (flags exist, manifests parse and agree, the Slurm scripts run, the
 //!   replicated one through the loss of its leader).
-//! - `netns.rs`: faults between (simulated) hosts: partitions, a full disk; needs root (fails without it).
+//! - `replicated.rs`: three coordinator members (`support/group.rs`) whose leader is SIGKILLed; a member that
+//!   lost its directory.
+//! - `netns.rs`: faults between (simulated) hosts: partitions, a full disk, the replicated coordinator's nemesis;
+//!   needs root (fails without it).
 //!
 //! One module: `cargo test --release --test e2e engine_faults::`. The slow ignored ones:
 //! `cargo test --release --test e2e -- --ignored --nocapture`.
