@@ -92,7 +92,7 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 if sweep_client::is_refusal(&e) {
                     warn!(error = %e.message(), "the coordinator refused the registration");
                 }
-                backoff.wait().await;
+                backoff.wait_after(&e).await;
                 continue;
             }
         };
@@ -158,7 +158,11 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 }
                 debug!(error = %e, "lease failed; backing off");
                 sh.link.failed(clients.generation, &e);
-                Some(backoff.delay())
+                if sweep_proto::is_not_leader(&e) {
+                    Some(crate::backoff::NOT_LEADER_PAUSE)
+                } else {
+                    Some(backoff.delay())
+                }
             }
         };
         if let Some(p) = pause {

@@ -128,7 +128,7 @@ pub async fn run(
                 Err(e) => {
                     debug!(error = %e, "register failed; retrying");
                     link.failed(clients.generation, &e);
-                    backoff.wait().await;
+                    backoff.wait_after(&e).await;
                 }
             },
             _ = &mut shutdown => return Ok(WorkerStats::default()),

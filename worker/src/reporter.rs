@@ -124,11 +124,12 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     st.failures.splice(0..0, failures);
                     st.sending = 0;
                 }
-                backoff.wait().await;
+                backoff.wait_after(&e).await;
                 continue;
             }
         };
         let mut ok = true;
+        let mut not_leader = false;
         if !reports.is_empty() {
             last_sent = Some(Instant::now());
             let req = v1::EncodedCompleteRequest {
@@ -152,6 +153,7 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     sh.link.failed(clients.generation, &e);
                     sh.lock().outbox.extend(reports);
                     ok = false;
+                    not_leader = sweep_proto::is_not_leader(&e);
                 }
             }
             sh.lock().sending = 0;
@@ -175,6 +177,8 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         sh.lock().failures.extend(unsent);
         if ok {
             backoff = Backoff::new();
+        } else if not_leader {
+            tokio::time::sleep(crate::backoff::NOT_LEADER_PAUSE).await;
         } else {
             backoff.wait().await;
         }
