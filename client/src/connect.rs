@@ -158,7 +158,9 @@ fn bearer(token: &str, from: &str) -> Result<MetadataValue<Ascii>, ConnectError>
     Ok(value)
 }
 
-fn read_token_file(file: &Path) -> Result<MetadataValue<Ascii>, ConnectError> {
+/// The `authorization` value of the first token in `file` (its first line that is neither blank nor a `#`
+/// comment), as every client sends it; also what members of a replicated coordinator call each other with.
+pub fn read_token_file(file: &Path) -> Result<MetadataValue<Ascii>, ConnectError> {
     let text = std::fs::read_to_string(file).map_err(|source| ConnectError::TokenFile {
         file: file.to_path_buf(),
         source,

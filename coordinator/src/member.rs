@@ -90,15 +90,6 @@ impl Leadership {
         self.id
     }
 
-    pub fn member(&self) -> &MemberHandle {
-        &self.member
-    }
-
-    /// Every member's client URL, by id.
-    pub fn urls(&self) -> &BTreeMap<u64, String> {
-        &self.urls
-    }
-
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
@@ -145,11 +136,6 @@ impl Leadership {
                 })
                 .collect(),
         }
-    }
-
-    /// Sees every coordinator opened and closed here (`None` while not serving).
-    pub fn watch(&self) -> watch::Receiver<Option<Arc<Coordinator>>> {
-        self.current.subscribe()
     }
 
     /// Opens a coordinator whenever the member leads and closes it when it stops leading, until `stop` turns

@@ -256,7 +256,7 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
     let security = a.security.security()?;
     // Members call each other with an admin token when the group has token files.
     let token = match &a.security.admin_token_file {
-        Some(file) => Some(first_token(file)?),
+        Some(file) => Some(sweep_client::read_token_file(file).map_err(|e| usage(e.to_string()))?),
         None => None,
     };
     let cfg = config(registry, &a);
@@ -335,17 +335,6 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
-}
-
-/// The first token of a token file (lines that are blank or start with `#` are skipped).
-fn first_token(file: &std::path::Path) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?;
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_string)
-        .ok_or_else(|| usage(format!("{} holds no token", file.display())))
 }
 
 /// Binds `--http ADDR`, prints the dashboard's address (the line after the gRPC one) and serves it until the

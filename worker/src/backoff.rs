@@ -22,8 +22,8 @@ impl Backoff {
 
     /// After a call that failed with `e`. A member that answered "not the leader" is alive, and a replicated
     /// coordinator elects a leader within a second or two: the call goes again after [`NOT_LEADER_PAUSE`],
-    /// without growing the backoff, so a worker is back soon after the new leader serves (doubling up to 2 s
-    /// kept workers away for 1.5-3 s after a 1.2 s election). Anything else backs off as before.
+    /// without growing the backoff, so a worker is back soon after the new leader serves, where a backoff
+    /// doubled through the election would keep it away up to 2 s longer. Anything else backs off.
     pub(crate) async fn wait_after(&mut self, e: &tonic::Status) {
         if sweep_proto::is_not_leader(e) {
             tokio::time::sleep(NOT_LEADER_PAUSE).await;

@@ -49,16 +49,9 @@ impl Replication for ReplicationApi {
     }
 }
 
-/// Starts a sender task per peer link. `token` is sent as the bearer token of every call (members of a group
-/// with token files call each other with an admin token).
-pub fn spawn_senders(links: Vec<PeerLink>, token: Option<String>) {
-    let token = token.and_then(|t| {
-        let value = format!("Bearer {t}").parse::<tonic::metadata::AsciiMetadataValue>();
-        if value.is_err() {
-            tracing::error!("the token for other members is not ASCII: calls go without it");
-        }
-        value.ok()
-    });
+/// Starts a sender task per peer link. `token` is sent as the `authorization` value of every call (members of
+/// a group with token files call each other with an admin token).
+pub fn spawn_senders(links: Vec<PeerLink>, token: Option<tonic::metadata::AsciiMetadataValue>) {
     for link in links {
         tokio::spawn(send_to_peer(link, token.clone()));
     }
