@@ -525,6 +525,25 @@ impl Client {
         .await
     }
 
+    /// Adds a new empty member at `url` to a replicated coordinator (admin token). Safe to send again: a
+    /// member already at `url` is named, not added twice.
+    pub async fn add_member(&mut self, url: &str) -> Result<v1::AddMemberReply, ClientError> {
+        let req = v1::AddMemberRequest { url: url.into() };
+        self.call(Repeat::Safe, |mut c| {
+            let req = req.clone();
+            async move { c.add_member(req).await }
+        })
+        .await
+    }
+
+    /// Removes member `id` from a replicated coordinator (admin token); the group as the leader sees it then.
+    pub async fn remove_member(&mut self, id: u64) -> Result<v1::MembersReply, ClientError> {
+        self.call(Repeat::NotTwice, |mut c| async move {
+            c.remove_member(v1::RemoveMemberRequest { id }).await
+        })
+        .await
+    }
+
     /// The group as the member called sees it (every member answers, leader or not; see
     /// [`Client::connect`] with one URL to ask a given member).
     pub async fn group(&mut self) -> Result<v1::MembersReply, ClientError> {

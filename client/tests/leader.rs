@@ -134,6 +134,12 @@ impl jobs_server::Jobs for Member {
     async fn members(&self, _: Request<v1::MembersRequest>) -> Answer<v1::MembersReply> {
         self.unimplemented("members")
     }
+    async fn add_member(&self, _: Request<v1::AddMemberRequest>) -> Answer<v1::AddMemberReply> {
+        self.unimplemented("add_member")
+    }
+    async fn remove_member(&self, _: Request<v1::RemoveMemberRequest>) -> Answer<v1::MembersReply> {
+        self.unimplemented("remove_member")
+    }
 }
 
 /// A loopback listener and its URL, bound before any member is made, so members can name each other.

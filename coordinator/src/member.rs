@@ -20,8 +20,11 @@ use tracing::{info, warn};
 
 use crate::coordinator::{Coordinator, CoordinatorConfig, Tasks};
 use crate::metrics::Metrics;
-use crate::replica::MemberHandle;
+use crate::replica::{Change, MemberHandle, ProposeError};
 use crate::store::{encode_entry, Store};
+
+/// A member's consensus log, as `open_log` gives it.
+pub use sweep_replicate::LogStore;
 
 /// How long a new leader waits before trying again when its first entry or its store did not work out.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
@@ -60,8 +63,9 @@ pub struct MemberView {
 pub struct Leadership {
     id: u64,
     member: MemberHandle,
-    /// Every member's client URL (this one's included), by id.
-    urls: BTreeMap<u64, String>,
+    /// The members' client URLs this process was started with (this one's included), by id: the log's
+    /// membership replaces them as soon as it names any.
+    started_with: BTreeMap<u64, String>,
     current: watch::Sender<Option<Arc<Coordinator>>>,
     /// Process-wide counters: coordinators come and go with terms, `/metrics` stays.
     metrics: Arc<Metrics>,
@@ -73,13 +77,13 @@ impl Leadership {
     pub fn new(
         id: u64,
         member: MemberHandle,
-        urls: BTreeMap<u64, String>,
+        started_with: BTreeMap<u64, String>,
         election_timeout: Duration,
     ) -> Arc<Leadership> {
         Arc::new(Leadership {
             id,
             member,
-            urls,
+            started_with,
             current: watch::channel(None).0,
             metrics: Arc::default(),
             election_timeout,
@@ -94,23 +98,62 @@ impl Leadership {
         &self.metrics
     }
 
+    /// Every member's client URL by id, as of the membership this member applied (the URLs it was started
+    /// with until its log names members; a member recorded without a URL keeps the one it was started with).
+    pub fn urls(&self) -> BTreeMap<u64, String> {
+        urls_of(&self.member.status().members, &self.started_with)
+    }
+
     /// The coordinator to call, if this member serves as the leader now.
     pub fn coordinator(&self) -> Result<Arc<Coordinator>, NotServing> {
         if let Some(c) = self.current.borrow().as_ref() {
             return Ok(c.clone());
         }
+        Err(self.not_serving())
+    }
+
+    fn not_serving(&self) -> NotServing {
         let leader_url = self
             .member
             .status()
             .leader
             .filter(|&l| l != self.id)
-            .and_then(|l| self.urls.get(&l).cloned());
-        Err(NotServing { leader_url })
+            .and_then(|l| self.urls().get(&l).cloned());
+        NotServing { leader_url }
+    }
+
+    /// Adds a new empty member at `url` (or finds the member already there) once the change is applied here;
+    /// its id and every member's URL then. Only the leader changes the membership.
+    pub async fn add_member(
+        &self,
+        url: String,
+    ) -> Result<(u64, BTreeMap<u64, String>), ChangeError> {
+        let id = self.change(Change::Add(url)).await?;
+        Ok((id, self.urls()))
+    }
+
+    /// Removes member `id` once the change is applied here; every member's URL then.
+    pub async fn remove_member(&self, id: u64) -> Result<BTreeMap<u64, String>, ChangeError> {
+        self.change(Change::Remove(id)).await?;
+        Ok(self.urls())
+    }
+
+    async fn change(&self, change: Change) -> Result<u64, ChangeError> {
+        match self.member.change(change).await {
+            Ok(id) => Ok(id),
+            Err(ProposeError::NotLeader { .. } | ProposeError::Superseded { .. }) => {
+                Err(ChangeError::NotLeader(self.not_serving()))
+            }
+            Err(ProposeError::ChangePending) => Err(ChangeError::Pending),
+            Err(ProposeError::BadMembership(why)) => Err(ChangeError::Refused(why)),
+            Err(e) => Err(ChangeError::Failed(e.to_string())),
+        }
     }
 
     /// The group as this member sees it now (`sweep coordinator members`, `/metrics`).
     pub fn view(&self) -> GroupView {
         let s = self.member.status();
+        let urls = urls_of(&s.members, &self.started_with);
         let matched: std::collections::HashMap<u64, u64> = s.matched.iter().copied().collect();
         GroupView {
             id: self.id,
@@ -119,8 +162,7 @@ impl Leadership {
             applied: s.applied,
             last_index: s.last_index,
             serving: self.current.borrow().is_some(),
-            members: self
-                .urls
+            members: urls
                 .iter()
                 .map(|(&id, url)| MemberView {
                     id,
@@ -253,6 +295,39 @@ impl Leadership {
     }
 }
 
+/// The members' URLs: the applied membership's, else the ones started with.
+fn urls_of(
+    members: &BTreeMap<u64, String>,
+    started_with: &BTreeMap<u64, String>,
+) -> BTreeMap<u64, String> {
+    if members.is_empty() {
+        return started_with.clone();
+    }
+    members
+        .iter()
+        .map(|(&id, url)| {
+            let url = match url.is_empty() {
+                true => started_with.get(&id).cloned().unwrap_or_default(),
+                false => url.clone(),
+            };
+            (id, url)
+        })
+        .collect()
+}
+
+/// Why a membership change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    #[error("this member does not lead")]
+    NotLeader(NotServing),
+    #[error("another membership change is under way; try again once it is applied")]
+    Pending,
+    #[error("{0}")]
+    Refused(String),
+    #[error("the change was not made: {0}")]
+    Failed(String),
+}
+
 /// Why a member cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum MemberError {
@@ -298,17 +373,19 @@ pub fn member_of(data: &std::path::Path) -> Option<u64> {
     text.trim().parse().ok()
 }
 
-/// Opens member `id`'s consensus log in `data` (beside its store), founding a group of `voters` if the log is
-/// new. Refuses a directory of another member, and a new log beside a store that already holds jobs: every
-/// founding member must start from the same (empty) state.
+/// Opens member `id`'s consensus log in `data` (beside its store). A new log founds the group of `founders`
+/// (id to URL), or, for a member being added (`None`), stays empty until the leader sends a snapshot. Refuses
+/// a directory of another member, and a new log beside a store that already holds jobs: every founding
+/// member starts from the same (empty) state, and an added member's store is replaced by the snapshot.
 pub fn open_log(
     data: &std::path::Path,
     id: u64,
-    voters: &[u64],
+    founders: Option<&BTreeMap<u64, String>>,
     store: &Store,
-) -> Result<sweep_replicate::LogStore, MemberError> {
+) -> Result<LogStore, MemberError> {
     let dir = data.join(LOG_DIR);
-    if let Some(stored) = member_of(data) {
+    let known = member_of(data);
+    if let Some(stored) = known {
         if stored != id {
             return Err(MemberError::OtherMember {
                 path: data.into(),
@@ -333,7 +410,12 @@ pub fn open_log(
                 jobs,
             });
         }
-        log.bootstrap(voters, Vec::new())?;
+        // A member directory with an empty log is an added member still waiting for its first snapshot
+        // (founders write their id only after bootstrapping): it never founds a group of its own.
+        if let (Some(founders), None) = (founders, known) {
+            let members = sweep_replicate::Members::new(founders.clone());
+            log.bootstrap_members(&members, Vec::new())?;
+        }
     }
     let marker = dir.join("member");
     if !marker.exists() {

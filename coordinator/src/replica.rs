@@ -8,14 +8,22 @@
 //! unreachable peer and the fate of snapshots back through its [`Feedback`]. A message that cannot be queued or
 //! sent is dropped: the consensus protocol resends what matters.
 //!
+//! The peers are whoever the applied membership names (a member added or removed gets or loses its link as
+//! the change is applied); a new member that has not caught up yet knows no membership and uses the peers it
+//! was started with.
+//!
 //! Invariant: a proposal is answered `Ok(index)` only once the entry at `index` with the proposal's term has
 //! been applied on this member, which means a majority has it durably.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
-use sweep_replicate::{Config, LogStore, Node, Outgoing, ReplicateError, StateMachine};
+use sweep_replicate::{Config, LogStore, Membership, Node, Outgoing, ReplicateError, StateMachine};
 use tokio::sync::{mpsc, oneshot, watch};
+
+/// The failure of a member that the group removed.
+pub const REMOVED: &str = "this member was removed from the group";
 
 /// Messages queued for one peer before newer ones are dropped (a peer that is down for long).
 const PEER_QUEUE: usize = 4096;
@@ -25,7 +33,8 @@ const PEER_QUEUE: usize = 4096;
 pub struct MemberConfig {
     /// The consensus settings, with this member's id.
     pub raft: Config,
-    /// The other members: id to the URL of their `Replication` service.
+    /// The other members: id to the URL of their `Replication` service, until the log's membership says
+    /// otherwise (a new member's first peers; the founding ones).
     pub peers: BTreeMap<u64, String>,
     /// The length of one tick (elections take `raft.election_tick` to twice that many).
     pub tick: Duration,
@@ -58,8 +67,23 @@ pub enum ProposeError {
     Superseded { index: u64 },
     #[error("the member has stopped")]
     Stopped,
+    #[error("another membership change is under way; try again once it is applied")]
+    ChangePending,
+    #[error("{0}")]
+    BadMembership(String),
     #[error(transparent)]
-    Replicate(#[from] ReplicateError),
+    Replicate(ReplicateError),
+}
+
+impl From<ReplicateError> for ProposeError {
+    fn from(e: ReplicateError) -> Self {
+        match e {
+            ReplicateError::NotLeader { leader } => ProposeError::NotLeader { leader },
+            ReplicateError::ConfChangePending => ProposeError::ChangePending,
+            ReplicateError::BadMembership(why) => ProposeError::BadMembership(why),
+            e => ProposeError::Replicate(e),
+        }
+    }
 }
 
 /// What a member knows of the group, as it changes.
@@ -73,15 +97,33 @@ pub struct MemberStatus {
     pub last_index: u64,
     /// On the leader: for each other member, the last index known to be in its log.
     pub matched: Vec<(u64, u64)>,
+    /// Every member's address (this one's included) as of the applied index; empty on a new member that has
+    /// not caught up yet.
+    pub members: BTreeMap<u64, String>,
     /// Why the member stopped taking part, once it has (it is not used again in this process).
     pub failure: Option<String>,
 }
 
+/// A membership change asked of the leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A new empty member at this address, under the next free id.
+    Add(String),
+    Remove(u64),
+}
+
+type Reply = oneshot::Sender<Result<u64, ProposeError>>;
+
 enum Cmd {
     Step(Vec<u8>),
-    Propose(Vec<u8>, oneshot::Sender<Result<u64, ProposeError>>),
+    Propose(Vec<u8>, Reply),
+    /// The reply carries the member's id once the change is applied.
+    Change(Change, Reply),
     Unreachable(u64),
-    Snapshot { to: u64, delivered: bool },
+    Snapshot {
+        to: u64,
+        delivered: bool,
+    },
     Stop,
 }
 
@@ -98,6 +140,17 @@ impl MemberHandle {
         let (tx, rx) = oneshot::channel();
         self.cmd
             .send(Cmd::Propose(data, tx))
+            .await
+            .map_err(|_| ProposeError::Stopped)?;
+        rx.await.map_err(|_| ProposeError::Stopped)?
+    }
+
+    /// Changes the membership and waits until the change is applied here; returns the id of the member added
+    /// or removed. Adding the address of a member returns its id, changing nothing.
+    pub async fn change(&self, change: Change) -> Result<u64, ProposeError> {
+        let (tx, rx) = oneshot::channel();
+        self.cmd
+            .send(Cmd::Change(change, tx))
             .await
             .map_err(|_| ProposeError::Stopped)?;
         rx.await.map_err(|_| ProposeError::Stopped)?
@@ -184,7 +237,11 @@ impl Feedback {
     }
 }
 
-/// The messages for one peer, for a sender to carry.
+/// Starts whatever carries a peer link's messages (a sender task); called again for each member added.
+pub type Carrier = Arc<dyn Fn(PeerLink) + Send + Sync>;
+
+/// The messages for one peer, for a sender to carry. Dropping the member's end (the peer was removed) ends
+/// the queue.
 pub struct PeerLink {
     pub from: u64,
     pub to: u64,
@@ -194,33 +251,28 @@ pub struct PeerLink {
     pub feedback: Feedback,
 }
 
-/// Opens the node over `store` and starts its task; returns the handle, the inbox for arriving messages, and a
-/// link per peer for senders to carry (`grpc::replication::spawn_senders`). Must be called within a tokio
-/// runtime.
+/// Opens the node over `store` and starts its task; returns the handle and the inbox for arriving messages.
+/// `carrier` is given a link per peer, now and whenever a member is added (`grpc::replication::carrier`).
+/// Must be called within a tokio runtime.
 pub fn start<S: StateMachine + Send + 'static>(
     config: MemberConfig,
     store: LogStore,
     sm: S,
-) -> Result<(MemberHandle, Inbox, Vec<PeerLink>), ReplicateError> {
+    carrier: Carrier,
+) -> Result<(MemberHandle, Inbox), ReplicateError> {
     let node = Node::new(&config.raft, store, sm)?;
     let id = config.raft.id;
     let (cmd_tx, cmd_rx) = mpsc::channel(PEER_QUEUE);
     let (status_tx, status_rx) = watch::channel(MemberStatus::default());
-    let mut peers: HashMap<u64, mpsc::Sender<Outgoing>> = HashMap::new();
-    let mut links = Vec::new();
-    for (&peer, url) in &config.peers {
-        let (tx, rx) = mpsc::channel(PEER_QUEUE);
-        peers.insert(peer, tx);
-        links.push(PeerLink {
-            from: id,
-            to: peer,
-            url: url.clone(),
-            queue: rx,
-            feedback: Feedback {
-                cmd: cmd_tx.clone(),
-            },
-        });
-    }
+    let peers = Peers {
+        from: id,
+        started_with: config.peers,
+        links: HashMap::new(),
+        carrier,
+        feedback: Feedback {
+            cmd: cmd_tx.clone(),
+        },
+    };
     tokio::spawn(run(node, config.tick, cmd_rx, peers, status_tx));
     Ok((
         MemberHandle {
@@ -228,22 +280,77 @@ pub fn start<S: StateMachine + Send + 'static>(
             status: status_rx,
         },
         Inbox { id, cmd: cmd_tx },
-        links,
     ))
 }
 
-type Waiting = BTreeMap<u64, (u64, oneshot::Sender<Result<u64, ProposeError>>)>;
+/// The member's links to its peers, following the membership.
+struct Peers {
+    from: u64,
+    /// The peers to use while the log names no members (a new member before its first snapshot).
+    started_with: BTreeMap<u64, String>,
+    /// Each peer's address and the queue its sender reads.
+    links: HashMap<u64, (String, mpsc::Sender<Outgoing>)>,
+    carrier: Carrier,
+    feedback: Feedback,
+}
+
+impl Peers {
+    /// Opens a link to every peer of `members` (or of the peers started with, while it is empty) and closes
+    /// the links to anyone else.
+    fn follow(&mut self, members: &BTreeMap<u64, String>) {
+        // A member the log names without an address (a group founded before addresses were recorded) is
+        // reached where it was started with.
+        let wanted: BTreeMap<u64, String> = if members.is_empty() {
+            self.started_with.clone()
+        } else {
+            members
+                .iter()
+                .filter_map(|(&id, url)| match url.is_empty() {
+                    false => Some((id, url.clone())),
+                    true => self.started_with.get(&id).map(|u| (id, u.clone())),
+                })
+                .collect()
+        };
+        self.links
+            .retain(|id, (url, _)| wanted.get(id) == Some(url));
+        for (&to, url) in &wanted {
+            if to == self.from || self.links.contains_key(&to) {
+                continue;
+            }
+            let (tx, rx) = mpsc::channel(PEER_QUEUE);
+            self.links.insert(to, (url.clone(), tx));
+            (self.carrier)(PeerLink {
+                from: self.from,
+                to,
+                url: url.clone(),
+                queue: rx,
+                feedback: self.feedback.clone(),
+            });
+        }
+    }
+
+    fn queue(&self, to: u64) -> Option<&mpsc::Sender<Outgoing>> {
+        self.links.get(&to).map(|(_, q)| q)
+    }
+}
+
+/// Proposals waiting for their entry to be applied: index to (term, reply, the member id a change names).
+type Waiting = BTreeMap<u64, (u64, Reply, Option<u64>)>;
 
 async fn run<S: StateMachine>(
     mut node: Node<S>,
     tick: Duration,
     mut cmds: mpsc::Receiver<Cmd>,
-    peers: HashMap<u64, mpsc::Sender<Outgoing>>,
+    mut peers: Peers,
     status: watch::Sender<MemberStatus>,
 ) {
     let mut ticker = tokio::time::interval(tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut waiting: Waiting = BTreeMap::new();
+    peers.follow(&node.members().addresses);
+    // Whether the applied membership ever named this member: once it did, a membership without it means
+    // the member was removed.
+    let mut was_member = node.members().addresses.contains_key(&node.id());
     loop {
         let step = tokio::select! {
             _ = ticker.tick() => node.tick(),
@@ -259,10 +366,27 @@ async fn run<S: StateMachine>(
                 Some(Cmd::Propose(data, reply)) => {
                     match node.propose(data) {
                         Ok(index) => {
-                            waiting.insert(index, (node.term(), reply));
+                            waiting.insert(index, (node.term(), reply, None));
                         }
-                        Err(ReplicateError::NotLeader { leader }) => {
-                            let _ = reply.send(Err(ProposeError::NotLeader { leader }));
+                        Err(e) => {
+                            let _ = reply.send(Err(e.into()));
+                        }
+                    }
+                    Ok(())
+                }
+                Some(Cmd::Change(change, reply)) => {
+                    let proposed = match change {
+                        Change::Add(address) => node.propose_add(address),
+                        Change::Remove(id) => node
+                            .propose_conf_change(Membership::RemoveVoter(id))
+                            .map(|index| (id, Some(index))),
+                    };
+                    match proposed {
+                        Ok((id, Some(index))) => {
+                            waiting.insert(index, (node.term(), reply, Some(id)));
+                        }
+                        Ok((id, None)) => {
+                            let _ = reply.send(Ok(id));
                         }
                         Err(e) => {
                             let _ = reply.send(Err(e.into()));
@@ -288,8 +412,16 @@ async fn run<S: StateMachine>(
                 break;
             }
         };
+        let members = node.members().addresses.clone();
+        peers.follow(&members);
+        let removed = if members.contains_key(&node.id()) {
+            was_member = true;
+            false
+        } else {
+            was_member
+        };
         for m in out.messages {
-            let Some(queue) = peers.get(&m.to) else {
+            let Some(queue) = peers.queue(m.to) else {
                 continue;
             };
             let (to, snapshot) = (m.to, m.snapshot);
@@ -306,6 +438,7 @@ async fn run<S: StateMachine>(
                 applied: node.applied(),
                 last_index: node.last_index(),
                 matched: node.progress(),
+                members: node.members().addresses.clone(),
                 failure: None,
             };
             let changed = *s != now;
@@ -320,7 +453,7 @@ async fn run<S: StateMachine>(
                 .map(|(&index, _)| index)
                 .collect();
             for index in done {
-                let Some((term, reply)) = waiting.remove(&index) else {
+                let Some((term, reply, member)) = waiting.remove(&index) else {
                     continue;
                 };
                 let committed = applied_terms
@@ -329,14 +462,25 @@ async fn run<S: StateMachine>(
                     .or_else(|| node.entry_term(index))
                     == Some(term);
                 let _ = reply.send(if committed {
-                    Ok(index)
+                    Ok(member.unwrap_or(index))
                 } else {
                     Err(ProposeError::Superseded { index })
                 });
             }
         }
+        if removed {
+            // A removed member is sent nothing more; its log would only mislead if it went on.
+            let why = REMOVED.to_string();
+            tracing::warn!(member = node.id(), "{why}");
+            status.send_modify(|s| {
+                s.is_leader = false;
+                s.leader = None;
+                s.failure = Some(why);
+            });
+            break;
+        }
     }
-    for (_, (_, reply)) in waiting {
+    for (_, (_, reply, _)) in waiting {
         let _ = reply.send(Err(ProposeError::Stopped));
     }
 }

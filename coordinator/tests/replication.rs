@@ -10,9 +10,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sweep_coordinator::grpc::replication::{spawn_senders, ReplicationApi};
-use sweep_coordinator::replica::{self, MemberConfig, MemberHandle, ProposeError};
-use sweep_replicate::{Config, LogStore, StateMachine};
+use sweep_coordinator::grpc::replication::{carrier, ReplicationApi};
+use sweep_coordinator::replica::{self, Change, MemberConfig, MemberHandle, ProposeError};
+use sweep_replicate::{Config, LogStore, Members, StateMachine};
 use tokio::sync::oneshot;
 use tokio_stream::wrappers::TcpListenerStream;
 
@@ -66,7 +66,7 @@ async fn start_member(
     urls: &BTreeMap<u64, String>,
 ) -> Member {
     let log = Log::default();
-    let (handle, stop_tx) = start_node(id, dir, listener, urls, log.clone()).await;
+    let (handle, stop_tx) = start_node(id, dir, listener, urls, true, log.clone()).await;
     Member {
         handle,
         log,
@@ -75,12 +75,14 @@ async fn start_member(
 }
 
 /// One member applying to `machine`, its log in a sled store in `dir`, served on `listener`: its handle and
-/// what stops its server.
+/// what stops its server. A founder of the group of `urls` starts from the bootstrap snapshot; otherwise the
+/// member starts empty, to be added, and knows `urls` as its first peers.
 async fn start_node<S: StateMachine + Send + 'static>(
     id: u64,
     dir: &Path,
     listener: tokio::net::TcpListener,
     urls: &BTreeMap<u64, String>,
+    founder: bool,
     machine: S,
 ) -> (MemberHandle, oneshot::Sender<()>) {
     // The store of a stopped member is released when its task ends: retry the lock for a while.
@@ -95,8 +97,13 @@ async fn start_node<S: StateMachine + Send + 'static>(
         }
     };
     let mut store = LogStore::open(db.open_tree("raft").expect("tree")).expect("log store");
-    store.bootstrap(&[1, 2, 3], Vec::new()).expect("bootstrap");
+    if founder {
+        store
+            .bootstrap_members(&Members::new(urls.clone()), Vec::new())
+            .expect("bootstrap");
+    }
     let config = MemberConfig {
+        // Snapshots at the default pace: a member added catches up from the snapshot taken as it is added.
         raft: Config::new(id),
         peers: urls
             .iter()
@@ -105,8 +112,8 @@ async fn start_node<S: StateMachine + Send + 'static>(
             .collect(),
         tick: TICK,
     };
-    let (handle, inbox, links) = replica::start(config, store, machine).expect("start member");
-    spawn_senders(links, None);
+    let (handle, inbox) =
+        replica::start(config, store, machine, carrier(None)).expect("start member");
     let (stop_tx, stop_rx) = oneshot::channel();
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -271,12 +278,116 @@ async fn three_members_commit_in_one_order_and_survive_the_loss_of_the_leader() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_lost_with_its_disk_is_replaced_by_a_new_one_that_catches_up() {
+    let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let (listeners, urls) = bind_three().await;
+    let mut members = BTreeMap::new();
+    for (id, l) in listeners {
+        let m = start_member(id, dirs[id as usize - 1].path(), l, &urls).await;
+        members.insert(id, m);
+    }
+    let leader = leader_of(&members, Duration::from_secs(10)).await;
+    let mut order = Vec::new();
+    for i in 0..50u32 {
+        let d = format!("before {i}").into_bytes();
+        members[&leader]
+            .handle
+            .propose(d.clone())
+            .await
+            .expect("committed");
+        order.push(d);
+    }
+    all_applied(&members, &order, Duration::from_secs(10)).await;
+
+    // A follower's machine is lost with its disk.
+    let lost = *members
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("a follower");
+    let mut gone = members.remove(&lost).expect("lost");
+    gone.handle.stop().await;
+    if let Some(s) = gone.stop_server.take() {
+        let _ = s.send(());
+    }
+    let h = members[&leader].handle.clone();
+    // Only the leader changes the membership.
+    let other = *members
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("the other one");
+    assert!(matches!(
+        members[&other].handle.change(Change::Remove(lost)).await,
+        Err(ProposeError::NotLeader { .. })
+    ));
+    assert_eq!(h.change(Change::Remove(lost)).await.expect("removed"), lost);
+    assert!(matches!(
+        h.change(Change::Remove(leader)).await,
+        Err(ProposeError::BadMembership(_))
+    ));
+
+    // A new member, on a new address, with an empty directory.
+    let l4 = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url4 = format!("http://{}", l4.local_addr().expect("addr"));
+    let id4 = h.change(Change::Add(url4.clone())).await.expect("added");
+    assert_eq!(id4, 4, "a new id: the lost member's is never given again");
+    // Asked again (the answer was lost on its way to the new member), the same id.
+    assert_eq!(h.change(Change::Add(url4.clone())).await.expect("again"), 4);
+    let peers = h.status().members;
+    assert_eq!(peers.len(), 3);
+    assert_eq!(peers.get(&4), Some(&url4));
+    let log4 = Log::default();
+    let (handle4, stop4) = start_node(4, dirs[3].path(), l4, &peers, false, log4.clone()).await;
+    members.insert(
+        4,
+        Member {
+            handle: handle4,
+            log: log4,
+            stop_server: Some(stop4),
+        },
+    );
+    for i in 0..30u32 {
+        let d = format!("after {i}").into_bytes();
+        h.propose(d.clone()).await.expect("committed");
+        order.push(d);
+    }
+    all_applied(&members, &order, Duration::from_secs(15)).await;
+    for m in members.values() {
+        assert_eq!(
+            m.handle.status().members,
+            peers,
+            "every member knows the new one"
+        );
+    }
+    assert!(
+        members[&4].handle.status().applied > 20,
+        "the new member caught up"
+    );
+
+    // The new member counts in the majority: with the other old member stopped, the leader and the new one
+    // still commit.
+    let mut stopped = members.remove(&other).expect("other");
+    stopped.handle.stop().await;
+    if let Some(s) = stopped.stop_server.take() {
+        let _ = s.send(());
+    }
+    let d = b"with the new member".to_vec();
+    tokio::time::timeout(Duration::from_secs(10), h.propose(d.clone()))
+        .await
+        .expect("committed in time")
+        .expect("committed by the leader and the new member");
+    order.push(d);
+    all_applied(&members, &order, Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_for_another_member_are_refused() {
     let dir = tempfile::tempdir().expect("dir");
     let db = sled::open(dir.path()).expect("sled");
     let mut store = LogStore::open(db.open_tree("raft").expect("tree")).expect("store");
     store.bootstrap(&[1], Vec::new()).expect("bootstrap");
-    let (handle, inbox, _links) = replica::start(
+    let (handle, inbox) = replica::start(
         MemberConfig {
             raft: Config::new(1),
             peers: BTreeMap::new(),
@@ -284,6 +395,7 @@ async fn messages_for_another_member_are_refused() {
         },
         store,
         Log::default(),
+        carrier(None),
     )
     .expect("start");
     let service = ReplicationApi(inbox);
@@ -366,7 +478,7 @@ impl StoreGroup {
                 Store::in_memory()
             });
             let machine = StoreMachine::open(store.clone()).expect("state machine");
-            let (h, stop) = start_node(id, &dir.join("raft"), l, &urls, machine).await;
+            let (h, stop) = start_node(id, &dir.join("raft"), l, &urls, true, machine).await;
             handles.insert(id, h);
             stores.insert(id, store);
             stops.push(stop);

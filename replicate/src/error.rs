@@ -10,6 +10,10 @@ pub enum ReplicateError {
     /// A membership change is already in the log and not yet applied: raft allows one at a time.
     #[error("a membership change is still pending")]
     ConfChangePending,
+    /// A membership change that cannot be made: an id in use or used before, an address in use, the last
+    /// member removed, ...
+    #[error("{0}")]
+    BadMembership(String),
     /// Bytes from the network that are not a raft message.
     #[error("undecodable raft message: {0}")]
     Decode(#[source] protobuf::ProtobufError),

@@ -14,6 +14,7 @@
 //!
 //! - `store`: `LogStore`, raft's `Storage` in a sled tree (log, hard state, membership, latest snapshot).
 //! - `node`: `Node`, `Config`, `StateMachine`, `Membership`, `Output`.
+//! - `members`: `Members`, the members' addresses (raft knows ids only), kept in the store and in snapshots.
 //! - `error`: `ReplicateError`.
 //!
 //! Invariants:
@@ -27,9 +28,11 @@
 //!   node (`ReplicateError::Poisoned`) so that it is reopened from its store rather than trusted.
 
 mod error;
+mod members;
 mod node;
 mod store;
 
 pub use error::ReplicateError;
+pub use members::Members;
 pub use node::{Applied, Config, Membership, Node, Outgoing, Output, StateMachine};
 pub use store::LogStore;

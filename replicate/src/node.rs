@@ -17,6 +17,7 @@ use raft::eraftpb::{
 use raft::{RawNode, SnapshotStatus, StateRole, Storage};
 
 use crate::error::ReplicateError;
+use crate::members::{check_address, unframe, Members};
 use crate::store::LogStore;
 
 /// What the replicated log drives on every member: committed entries in log order, each exactly once, and
@@ -72,9 +73,13 @@ impl Config {
 }
 
 /// A membership change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Membership {
-    AddVoter(u64),
+    /// A new member, empty, at `address` (how the others reach it); `id` was never used in the group.
+    AddVoter {
+        id: u64,
+        address: String,
+    },
     RemoveVoter(u64),
 }
 
@@ -123,6 +128,10 @@ pub struct Node<S: StateMachine> {
     /// The membership as of `applied`, saved with each snapshot.
     conf_state: ConfState,
     snapshot_every: u64,
+    /// A snapshot is taken at the next `ready` whatever `snapshot_every` says: a member was added, and raft
+    /// installs only a snapshot whose membership names the installing member, so the one it catches up from
+    /// must be taken after its addition.
+    snapshot_due: bool,
     /// Set when raft panicked: its state is then unknown, and every later call refuses.
     poisoned: bool,
 }
@@ -149,7 +158,8 @@ impl<S: StateMachine> Node<S> {
             sm.restore(&store.snapshot_data()?);
             // The membership then starts from the snapshot's and is rebuilt by the entries applied again.
             let cs = store.snapshot_metadata().get_conf_state().clone();
-            store.set_conf_state(&cs)?;
+            let members = store.snapshot_members()?;
+            store.set_membership(&cs, &members)?;
         }
         let applied = sm.applied().max(snap_index);
         let commit = store.hard_state().commit;
@@ -193,6 +203,7 @@ impl<S: StateMachine> Node<S> {
             applied,
             conf_state,
             snapshot_every: config.snapshot_every.max(1),
+            snapshot_due: false,
             poisoned: false,
         })
     }
@@ -276,13 +287,47 @@ impl<S: StateMachine> Node<S> {
             // raft would silently turn the proposal into an empty entry.
             return Err(ReplicateError::ConfChangePending);
         }
-        let (change_type, node_id) = match change {
-            Membership::AddVoter(id) => (ConfChangeType::AddNode, id),
-            Membership::RemoveVoter(id) => (ConfChangeType::RemoveNode, id),
+        // With no change pending, the applied membership is the latest.
+        let members = self.members();
+        let (change_type, node_id, context) = match change {
+            Membership::AddVoter { id, address } => {
+                check_address(&address)?;
+                if id <= members.highest_id {
+                    return Err(ReplicateError::BadMembership(format!(
+                        "member id {id} is or was in use (the next free one is {})",
+                        members.next_id()
+                    )));
+                }
+                if let Some(other) = members.id_at(&address) {
+                    return Err(ReplicateError::BadMembership(format!(
+                        "member {other} is at {address}"
+                    )));
+                }
+                (ConfChangeType::AddNode, id, address.into_bytes())
+            }
+            Membership::RemoveVoter(id) => {
+                if !members.addresses.contains_key(&id) && !self.conf_state.voters.contains(&id) {
+                    return Err(ReplicateError::BadMembership(format!(
+                        "there is no member {id}"
+                    )));
+                }
+                if self.conf_state.voters.len() <= 1 {
+                    return Err(ReplicateError::BadMembership(
+                        "the last member cannot be removed".into(),
+                    ));
+                }
+                if id == self.id {
+                    return Err(ReplicateError::BadMembership(format!(
+                        "member {id} leads: stop it, and remove it from the leader the others elect"
+                    )));
+                }
+                (ConfChangeType::RemoveNode, id, Vec::new())
+            }
         };
         let cc = ConfChange {
             change_type,
             node_id,
+            context: context.into(),
             ..Default::default()
         };
         let leader = self.leader();
@@ -296,6 +341,21 @@ impl<S: StateMachine> Node<S> {
             }
             Ok(raw.raft.raft_log.last_index())
         })
+    }
+
+    /// Adds a new empty member at `address` under the next free id; returns the id and the index of the
+    /// membership entry. A member already at `address` is not added twice: its id is returned, with no entry
+    /// (so a joining member that asks again after a lost answer gets the same id).
+    pub fn propose_add(&mut self, address: String) -> Result<(u64, Option<u64>), ReplicateError> {
+        self.ensure_leader()?;
+        if let Some(id) = self.members().id_at(&address) {
+            if !self.raw.raft.has_pending_conf() {
+                return Ok((id, None));
+            }
+        }
+        let id = self.members().next_id();
+        let index = self.propose_conf_change(Membership::AddVoter { id, address })?;
+        Ok((id, Some(index)))
     }
 
     /// The transport's report on a message that carried a snapshot (see `Outgoing::snapshot`).
@@ -369,7 +429,7 @@ impl<S: StateMachine> Node<S> {
         if !rd.snapshot().is_empty() {
             let snapshot = rd.snapshot().clone();
             self.raw.mut_store().apply_snapshot(&snapshot)?;
-            self.sm.restore(&snapshot.data);
+            self.sm.restore(unframe(&snapshot.data)?.1);
             self.applied = snapshot.get_metadata().index;
             self.conf_state = snapshot.get_metadata().get_conf_state().clone();
             out.restored = Some(self.applied);
@@ -422,7 +482,16 @@ impl<S: StateMachine> Node<S> {
                         ))
                     })?;
                     let cs = self.raw.apply_conf_change(&cc)?;
-                    self.record_membership(cs)?;
+                    let mut members = self.members().clone();
+                    match cc.get_change_type() {
+                        ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
+                            let address = String::from_utf8_lossy(&cc.context).into_owned();
+                            members.add(cc.node_id, address);
+                            self.snapshot_due = true;
+                        }
+                        ConfChangeType::RemoveNode => members.remove(cc.node_id),
+                    }
+                    self.record_membership(cs, members)?;
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc = ConfChangeV2::parse_from_bytes(&entry.data).map_err(|e| {
@@ -432,7 +501,15 @@ impl<S: StateMachine> Node<S> {
                         ))
                     })?;
                     let cs = self.raw.apply_conf_change(&cc)?;
-                    self.record_membership(cs)?;
+                    // Never proposed by this crate; the ids follow raft, without addresses for new ones.
+                    let mut members = self.members().clone();
+                    members.addresses.retain(|id, _| cs.voters.contains(id));
+                    for &id in &cs.voters {
+                        if !members.addresses.contains_key(&id) {
+                            members.add(id, String::new());
+                        }
+                    }
+                    self.record_membership(cs, members)?;
                 }
             }
             self.applied = entry.index;
@@ -447,9 +524,9 @@ impl<S: StateMachine> Node<S> {
         }
     }
 
-    fn record_membership(&mut self, cs: ConfState) -> Result<(), ReplicateError> {
+    fn record_membership(&mut self, cs: ConfState, members: Members) -> Result<(), ReplicateError> {
         let store = self.raw.mut_store();
-        store.set_conf_state(&cs)?;
+        store.set_membership(&cs, &members)?;
         // Durable before the state machine applies anything after it: a durable state machine past this entry
         // is never given it again, so a membership lost in a crash would stay lost.
         store.flush()?;
@@ -457,14 +534,17 @@ impl<S: StateMachine> Node<S> {
         Ok(())
     }
 
-    /// Every `snapshot_every` applied entries: save the state machine's snapshot, and drop the log up to the
-    /// previous snapshot, so that a follower a little behind still gets entries rather than a whole snapshot.
+    /// Every `snapshot_every` applied entries, and once a member was added: save the state machine's snapshot,
+    /// and drop the log up to the previous snapshot, so that a follower a little behind still gets entries
+    /// rather than a whole snapshot.
     fn maybe_snapshot(&mut self) -> Result<(), ReplicateError> {
         let store = self.raw.store();
         let previous = store.snapshot_metadata().index;
-        if self.applied < previous + self.snapshot_every {
+        let due = self.snapshot_due && self.applied > previous;
+        if !due && self.applied < previous + self.snapshot_every {
             return Ok(());
         }
+        self.snapshot_due = false;
         let data = self.sm.snapshot();
         let store = self.raw.mut_store();
         store.save_snapshot(self.applied, &self.conf_state, data)?;
@@ -510,6 +590,11 @@ impl<S: StateMachine> Node<S> {
     /// The voters as of the applied index.
     pub fn voters(&self) -> Vec<u64> {
         self.conf_state.voters.clone()
+    }
+
+    /// The members' addresses as of the applied index (none on a new member before its first snapshot).
+    pub fn members(&self) -> &Members {
+        self.raw.store().members()
     }
 
     /// For each other voter, how far its log matches the leader's (only on the leader).

@@ -3,7 +3,9 @@
 //! Keys (one tree per member, nothing else in it):
 //! - `e` + index (8 bytes big-endian, so that sled's order is the log's order) → an `Entry`;
 //! - `hs` → `HardState` (term, vote, commit); `cs` → `ConfState` (the membership as of the applied index);
-//! - `sm` → the latest snapshot's `SnapshotMetadata`, `sd` → the state machine's bytes of that snapshot;
+//! - `mb` → the members' addresses as of the applied index (`Members`), written with `cs`;
+//! - `sm` → the latest snapshot's `SnapshotMetadata`, `sd` → that snapshot's bytes (framed: the members
+//!   record, then the state machine's bytes; see `members`);
 //! - `tr` → index and term of the last entry no longer in the log (compacted or covered by an installed
 //!   snapshot): raft needs that term to match the entry before the first one it sends.
 //!
@@ -18,9 +20,11 @@ use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 
 use crate::error::ReplicateError;
+use crate::members::{frame, unframe, Members};
 
 const HARD_STATE: &[u8] = b"hs";
 const CONF_STATE: &[u8] = b"cs";
+const MEMBERS: &[u8] = b"mb";
 const SNAPSHOT_META: &[u8] = b"sm";
 const SNAPSHOT_DATA: &[u8] = b"sd";
 const TRUNCATED: &[u8] = b"tr";
@@ -58,6 +62,7 @@ pub struct LogStore {
     tree: sled::Tree,
     hard_state: HardState,
     conf_state: ConfState,
+    members: Members,
     snapshot_meta: SnapshotMetadata,
     /// Index and term of the last entry that is no longer in the log.
     truncated: (u64, u64),
@@ -74,6 +79,10 @@ impl LogStore {
         let conf_state = match tree.get(CONF_STATE)? {
             Some(v) => decode("conf state", &v)?,
             None => ConfState::default(),
+        };
+        let members = match tree.get(MEMBERS)? {
+            Some(v) => Members::decode(&v)?,
+            None => Members::default(),
         };
         let snapshot_meta = match tree.get(SNAPSHOT_META)? {
             Some(v) => decode("snapshot metadata", &v)?,
@@ -106,6 +115,7 @@ impl LogStore {
             tree,
             hard_state,
             conf_state,
+            members,
             snapshot_meta,
             truncated,
             last_index,
@@ -115,24 +125,35 @@ impl LogStore {
     /// Makes an empty store the first state of a founding member: a snapshot at index 1 holding `voters` and
     /// the state machine's initial bytes. Every founding member starts from this same snapshot, and a member
     /// added later starts empty, so it always catches up by a snapshot first (raft's rule for new members).
-    /// Returns false, changing nothing, if the store is already initialized (a restart).
+    /// Returns false, changing nothing, if the store is already initialized (a restart). The members have no
+    /// addresses: for a group whose transport needs none (see `bootstrap_members`).
     pub fn bootstrap(&mut self, voters: &[u64], state: Vec<u8>) -> Result<bool, ReplicateError> {
+        let members = Members::new(voters.iter().map(|&id| (id, String::new())).collect());
+        self.bootstrap_members(&members, state)
+    }
+
+    /// `bootstrap` with each founding member's address.
+    pub fn bootstrap_members(
+        &mut self,
+        members: &Members,
+        state: Vec<u8>,
+    ) -> Result<bool, ReplicateError> {
         if self.is_initialized() {
             return Ok(false);
         }
-        if voters.is_empty() {
+        if members.addresses.is_empty() {
             return Err(ReplicateError::Inconsistent(
                 "bootstrap without voters".into(),
             ));
         }
         let mut snapshot = Snapshot {
-            data: state.into(),
+            data: frame(members, &state).into(),
             ..Default::default()
         };
         let meta = snapshot.mut_metadata();
         meta.index = 1;
         meta.term = 1;
-        meta.mut_conf_state().voters = voters.to_vec();
+        meta.mut_conf_state().voters = members.addresses.keys().copied().collect();
         self.apply_snapshot(&snapshot)?;
         Ok(true)
     }
@@ -197,10 +218,25 @@ impl LogStore {
         Ok(())
     }
 
-    /// Records the membership as of the applied index.
+    /// Records the membership as of the applied index (not flushed).
     pub fn set_conf_state(&mut self, cs: &ConfState) -> Result<(), ReplicateError> {
         self.tree.insert(CONF_STATE, encode(cs)?)?;
         self.conf_state = cs.clone();
+        Ok(())
+    }
+
+    /// Records the membership and the members' addresses as of the applied index, in one batch (not flushed).
+    pub fn set_membership(
+        &mut self,
+        cs: &ConfState,
+        members: &Members,
+    ) -> Result<(), ReplicateError> {
+        let mut batch = sled::Batch::default();
+        batch.insert(CONF_STATE, encode(cs)?);
+        batch.insert(MEMBERS, members.encode());
+        self.tree.apply_batch(batch)?;
+        self.conf_state = cs.clone();
+        self.members = members.clone();
         Ok(())
     }
 
@@ -214,6 +250,18 @@ impl LogStore {
                 meta.index, self.hard_state.commit
             )));
         }
+        // A snapshot from an older version of this code has no members record: the ids are kept, without
+        // addresses.
+        let members = match unframe(&snapshot.data)?.0 {
+            Some(m) => m,
+            None => Members::new(
+                meta.get_conf_state()
+                    .voters
+                    .iter()
+                    .map(|&id| (id, String::new()))
+                    .collect(),
+            ),
+        };
         let mut hs = self.hard_state.clone();
         hs.term = hs.term.max(meta.term);
         hs.commit = meta.index;
@@ -223,6 +271,7 @@ impl LogStore {
         }
         batch.insert(HARD_STATE, encode(&hs)?);
         batch.insert(CONF_STATE, encode(meta.get_conf_state())?);
+        batch.insert(MEMBERS, members.encode());
         batch.insert(SNAPSHOT_META, encode(meta)?);
         batch.insert(SNAPSHOT_DATA, &snapshot.data[..]);
         batch.insert(
@@ -233,6 +282,7 @@ impl LogStore {
         self.flush()?;
         self.hard_state = hs;
         self.conf_state = meta.get_conf_state().clone();
+        self.members = members;
         self.snapshot_meta = meta.clone();
         self.truncated = (meta.index, meta.term);
         self.last_index = meta.index;
@@ -240,13 +290,15 @@ impl LogStore {
     }
 
     /// Stores a snapshot this member took of its own state machine at `index` (applied, so in the log), with
-    /// the membership as of that index. The log is left as it is; `compact` trims it.
+    /// the membership as of that index (the members recorded now: the caller snapshots at its applied index).
+    /// The log is left as it is; `compact` trims it.
     pub fn save_snapshot(
         &mut self,
         index: u64,
         conf_state: &ConfState,
         data: Vec<u8>,
     ) -> Result<(), ReplicateError> {
+        let data = frame(&self.members, &data);
         if index < self.snapshot_meta.index || index > self.hard_state.commit {
             return Err(ReplicateError::Inconsistent(format!(
                 "snapshot at {index}: stored snapshot at {}, commit {}",
@@ -306,6 +358,11 @@ impl LogStore {
         &self.conf_state
     }
 
+    /// The members' addresses as of the applied index.
+    pub fn members(&self) -> &Members {
+        &self.members
+    }
+
     /// The stored snapshot's metadata (index 0: none).
     pub fn snapshot_metadata(&self) -> &SnapshotMetadata {
         &self.snapshot_meta
@@ -313,11 +370,27 @@ impl LogStore {
 
     /// The state machine's bytes in the stored snapshot.
     pub fn snapshot_data(&self) -> Result<Vec<u8>, ReplicateError> {
-        Ok(self
-            .tree
-            .get(SNAPSHOT_DATA)?
-            .map(|v| v.to_vec())
-            .unwrap_or_default())
+        let Some(v) = self.tree.get(SNAPSHOT_DATA)? else {
+            return Ok(Vec::new());
+        };
+        Ok(unframe(&v)?.1.to_vec())
+    }
+
+    /// The members recorded in the stored snapshot (as of its index).
+    pub fn snapshot_members(&self) -> Result<Members, ReplicateError> {
+        let Some(v) = self.tree.get(SNAPSHOT_DATA)? else {
+            return Ok(Members::default());
+        };
+        Ok(unframe(&v)?.0.unwrap_or_else(|| {
+            Members::new(
+                self.snapshot_meta
+                    .get_conf_state()
+                    .voters
+                    .iter()
+                    .map(|&id| (id, String::new()))
+                    .collect(),
+            )
+        }))
     }
 
     fn read_entry(&self, index: u64) -> raft::Result<Entry> {
@@ -546,7 +619,8 @@ mod tests {
         let snap = store.snapshot(0, 2).expect("snapshot");
         assert_eq!(snap.get_metadata().index, 5);
         assert_eq!(snap.get_metadata().term, 5);
-        assert_eq!(&snap.data[..], b"sm");
+        // What is sent carries the members with the state machine's bytes.
+        assert_eq!(unframe(&snap.data).expect("framed").1, b"sm");
         assert_eq!(
             store.snapshot(6, 2),
             Err(raft::Error::Store(

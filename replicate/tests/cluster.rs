@@ -288,24 +288,49 @@ fn a_member_that_lost_its_disk_is_replaced_by_an_empty_one_that_catches_up_by_sn
         .expect("remove");
     sim.process(leader);
     assert!(matches!(
-        sim.node_mut(leader)
-            .propose_conf_change(Membership::AddVoter(4)),
+        sim.node_mut(leader).propose_add("sim://4".into()),
         Err(ReplicateError::ConfChangePending)
     ));
     sim.settle(300);
     assert!(!sim.node(leader).voters().contains(&lost));
+    // The lost member's id is never given again: its old log is still in the others' past.
+    assert!(matches!(
+        sim.node_mut(leader)
+            .propose_conf_change(Membership::AddVoter {
+                id: lost,
+                address: "sim://again".into()
+            }),
+        Err(ReplicateError::BadMembership(_))
+    ));
 
     sim.start_empty(4);
-    sim.node_mut(leader)
-        .propose_conf_change(Membership::AddVoter(4))
+    let (id, index) = sim
+        .node_mut(leader)
+        .propose_add("sim://4".into())
         .expect("add");
+    assert_eq!(id, 4, "the next id after the founders' 1..=3");
+    assert!(index.is_some());
     sim.process(leader);
     propose_many(&mut sim, "after", 20);
     sim.settle(500);
     sim.assert_agreement();
 
+    // Asked again (a lost answer), the same member is named, and nothing is proposed.
+    assert_eq!(
+        sim.node_mut(leader)
+            .propose_add("sim://4".into())
+            .expect("again"),
+        (4, None)
+    );
     let new = sim.node(4);
     assert!(new.voters().contains(&4));
+    // The new member learned every member's address from the snapshot it caught up with.
+    assert_eq!(new.members(), sim.node(leader).members());
+    assert_eq!(
+        new.members().addresses.get(&4).map(String::as_str),
+        Some("sim://4")
+    );
+    assert!(!new.members().addresses.contains_key(&lost));
     let restores = &new.state_machine().restores;
     assert!(
         restores.iter().any(|&i| i > 1),

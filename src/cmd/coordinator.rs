@@ -55,8 +55,22 @@ pub struct CoordinatorArgs {
     /// Run as one member of a replicated coordinator: every member's URL, this one's included, in the same
     /// order on every member (the order gives the ids 1, 2, 3, ...). Each URL serves clients and the other
     /// members. Three members go on when any one is lost, five when any two are.
-    #[arg(long, value_name = "URL,URL,...", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "URL,URL,...",
+        value_delimiter = ',',
+        conflicts_with = "join"
+    )]
     peers: Vec<String>,
+    /// Join a running replicated coordinator as a new member (to replace one lost with its disk, after
+    /// `sweep coordinator remove-member`): any of its members' URLs. The new member gets a new id, starts
+    /// empty in --data and catches up by snapshot. Restarted with the same flags, it goes on as that member.
+    #[arg(long, value_name = "URL,URL,...")]
+    join: Option<String>,
+    /// The URL the other members and clients reach this member at, with --join. Default: http:// and the
+    /// address --listen bound.
+    #[arg(long, value_name = "URL", requires = "join")]
+    advertise: Option<String>,
     /// This member's id: its place in --peers, from 1. Default: the member whose URL has --listen's host and
     /// port.
     #[arg(long, value_name = "N", requires = "peers", value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -77,6 +91,17 @@ enum CoordinatorAction {
         #[arg(long)]
         listed_only: bool,
     },
+    /// Remove a member from a replicated coordinator (admin token): one lost with its disk, before a new one
+    /// joins in its place (`sweep coordinator --join`). The leader cannot remove itself.
+    RemoveMember {
+        /// The member's id, as `sweep coordinator members` lists it.
+        #[arg(value_parser = clap::value_parser!(u64).range(1..))]
+        id: u64,
+        #[command(flatten)]
+        remote: crate::remote::Remote,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// A consensus tick: a leader sends heartbeats every 2, a follower campaigns after 10 to 20 silent ones.
@@ -94,21 +119,24 @@ fn half_life(text: &str) -> Result<u64, String> {
 }
 
 pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
-    if let Some(CoordinatorAction::Members {
-        remote,
-        json,
-        listed_only,
-    }) = a.action
-    {
-        return crate::cmd::members::members(&remote, json, listed_only);
+    match a.action {
+        Some(CoordinatorAction::Members {
+            remote,
+            json,
+            listed_only,
+        }) => return crate::cmd::members::members(&remote, json, listed_only),
+        Some(CoordinatorAction::RemoveMember { id, remote, json }) => {
+            return crate::cmd::members::remove(&remote, id, json)
+        }
+        None => {}
     }
-    if !a.peers.is_empty() {
+    if !a.peers.is_empty() || a.join.is_some() {
         return member(registry, a);
     }
     if let Some(id) = sweep_coordinator::member::member_of(&a.data) {
         return Err(usage(format!(
             "{} is the data directory of member {id} of a replicated coordinator: start it with --peers (and \
-             --id {id}); written to without consensus, its store would differ from the other members'",
+             --id {id}), or with --join if it joined a running group; written to without consensus, its store would differ from the other members'",
             a.data.display()
         )));
     }
@@ -176,24 +204,31 @@ fn config(registry: &Registry, a: &CoordinatorArgs) -> CoordinatorConfig {
     }
 }
 
+/// A member's URL as given to `flag`, checked: http://HOST:PORT, without a trailing slash.
+fn member_url(flag: &str, raw: &str) -> anyhow::Result<String> {
+    let url = raw.trim().trim_end_matches('/').to_string();
+    let authority = url.strip_prefix("http://").ok_or_else(|| {
+        usage(format!(
+            "{flag}: `{raw}` is not an http:// URL such as http://10.0.0.1:7878 (members do not speak TLS to \
+             each other yet)"
+        ))
+    })?;
+    let port_ok = authority
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if authority.contains('/') || !port_ok {
+        return Err(usage(format!(
+            "{flag}: `{raw}` must be http://HOST:PORT, with the port"
+        )));
+    }
+    Ok(url)
+}
+
 /// The members of `--peers` by id, checked: URLs with a scheme and a port, none twice.
 fn peer_urls(peers: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
     let mut urls = BTreeMap::new();
     for (i, raw) in peers.iter().enumerate() {
-        let url = raw.trim().trim_end_matches('/').to_string();
-        let authority = url
-            .strip_prefix("http://")
-            .ok_or_else(|| {
-                usage(format!(
-                    "--peers: `{raw}` is not an http:// URL such as http://10.0.0.1:7878 (members do not \
-                     speak TLS to each other yet)"
-                ))
-            })?;
-        if authority.is_empty() || authority.contains('/') || !authority.contains(':') {
-            return Err(usage(format!(
-                "--peers: `{raw}` must be http://HOST:PORT, with the port"
-            )));
-        }
+        let url = member_url("--peers", raw)?;
         if urls.values().any(|u| *u == url) {
             return Err(usage(format!("--peers names {url} twice")));
         }
@@ -234,24 +269,30 @@ fn own_id(urls: &BTreeMap<u64, String>, id: Option<u64>, listen: &str) -> anyhow
 
 /// `sweep coordinator --peers ...`: one member of a replicated coordinator.
 fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
-    use sweep_coordinator::grpc::replication::{spawn_senders, ReplicationApi};
+    use sweep_coordinator::grpc::replication::{carrier, ReplicationApi};
     use sweep_coordinator::member::{self, Leadership};
     use sweep_coordinator::replica::{self, MemberConfig};
     use sweep_coordinator::store::StoreMachine;
 
-    let urls = peer_urls(&a.peers)?;
-    let id = own_id(&urls, a.id, &a.listen)?;
+    let founding = match a.join {
+        Some(_) => None,
+        None => {
+            let urls = peer_urls(&a.peers)?;
+            let id = own_id(&urls, a.id, &a.listen)?;
+            if urls.len() % 2 == 0 {
+                tracing::warn!(
+                    members = urls.len(),
+                    "an even number of members tolerates no more lost members than one fewer would"
+                );
+            }
+            Some((id, urls))
+        }
+    };
     if a.security.tls_cert.is_some() {
         return Err(usage(
             "--tls-cert with --peers: members do not speak TLS to each other yet; keep the members on a \
              private network",
         ));
-    }
-    if urls.len() % 2 == 0 {
-        tracing::warn!(
-            members = urls.len(),
-            "an even number of members tolerates no more lost members than one fewer would"
-        );
     }
     let security = a.security.security()?;
     // Members call each other with an admin token when the group has token files.
@@ -267,8 +308,23 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
             message: format!("cannot use --data {}: {e}", a.data.display()),
         };
         let store = std::sync::Arc::new(Store::open(&a.data).map_err(|e| bad_dir(&e))?);
-        let voters: Vec<u64> = urls.keys().copied().collect();
-        let log = member::open_log(&a.data, id, &voters, &store).map_err(|e| bad_dir(&e))?;
+        let listener = tokio::net::TcpListener::bind(&a.listen)
+            .await
+            .map_err(|e| usage(format!("cannot listen on {}: {e}", a.listen)))?;
+        let addr = listener.local_addr()?;
+        let (id, log, started_with) = match founding {
+            Some((id, urls)) => {
+                let log = member::open_log(&a.data, id, Some(&urls), &store)
+                    .map_err(|e| bad_dir(&e))?;
+                (id, log, urls)
+            }
+            None => join(&a, &store, addr).await?,
+        };
+        // The log's membership, once it has one, is the group: the flags only found it or join it.
+        let urls = match log.members().addresses.is_empty() {
+            true => started_with,
+            false => log.members().addresses.clone(),
+        };
         let machine = StoreMachine::open(store.clone()).map_err(|e| bad_dir(&e))?;
         let peers = urls
             .iter()
@@ -277,13 +333,8 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
             .collect();
         let config = MemberConfig::new(id, peers, TICK);
         let election_timeout = config.election_timeout();
-        let listener = tokio::net::TcpListener::bind(&a.listen)
-            .await
-            .map_err(|e| usage(format!("cannot listen on {}: {e}", a.listen)))?;
-        let addr = listener.local_addr()?;
-        let (handle, inbox, links) = replica::start(config, log, machine)
+        let (handle, inbox) = replica::start(config, log, machine, carrier(token))
             .context("cannot start the consensus member")?;
-        spawn_senders(links, token);
         let leadership = Leadership::new(id, handle.clone(), urls.clone(), election_timeout);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let run = tokio::spawn(leadership.clone().run(store, cfg, stop_rx));
@@ -328,13 +379,98 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         }
         served?;
         if let Some(why) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if why == replica::REMOVED {
+                return Err(anyhow::anyhow!("member {id} stopped: {why}"));
+            }
             return Err(anyhow::anyhow!(
                 "member {id} stopped: {why}. If its data directory was lost or replaced, it cannot come back \
-                 under the same id: the group's log says it had entries it no longer has"
+                 under the same id: the group's log says it had entries it no longer has. Remove it \
+                 (sweep coordinator remove-member {id}) and start a new member in an empty directory with \
+                 --join"
             ));
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `--join`: this member's id, its consensus log and the members' URLs. A directory that is already a member's
+/// goes on as that member (asking the group for the members again only while it has not caught up); a new
+/// one asks the group to add it at its URL.
+async fn join(
+    a: &CoordinatorArgs,
+    store: &Store,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<(
+    u64,
+    sweep_coordinator::member::LogStore,
+    BTreeMap<u64, String>,
+)> {
+    use sweep_coordinator::member;
+    let bad_dir = |e: &dyn std::fmt::Display| Exit {
+        code: exit::USAGE,
+        message: format!("cannot use --data {}: {e}", a.data.display()),
+    };
+    let url = match &a.advertise {
+        Some(u) => member_url("--advertise", u)?,
+        None => format!("http://{addr}"),
+    };
+    // This member's own address is not asked: it listens already but serves nothing before it joins.
+    let others: Vec<&str> = a
+        .join
+        .as_deref()
+        .unwrap_or_default()
+        .split(',')
+        .map(|u| u.trim())
+        .filter(|u| !u.is_empty() && u.trim_end_matches('/') != url)
+        .collect();
+    if others.is_empty() {
+        return Err(usage(
+            "--join names no member of the running group (only this member's own URL, or nothing)",
+        ));
+    }
+    let list = others.join(",");
+    let list = list.as_str();
+    let known = member::member_of(&a.data);
+    if let Some(id) = known {
+        let log = member::open_log(&a.data, id, None, store).map_err(|e| bad_dir(&e))?;
+        if log.is_initialized() {
+            return Ok((id, log, BTreeMap::new()));
+        }
+        let (asked, urls) = ask_to_join(a, list, &url).await?;
+        if asked != id {
+            return Err(usage(format!(
+                "{} is the directory of member {id}, but the group has member {asked} at {url}: give this \
+                 member its own --advertise URL, or an empty --data directory",
+                a.data.display()
+            )));
+        }
+        return Ok((id, log, urls));
+    }
+    let (id, urls) = ask_to_join(a, list, &url).await?;
+    let log = member::open_log(&a.data, id, None, store).map_err(|e| bad_dir(&e))?;
+    Ok((id, log, urls))
+}
+
+/// Asks the group at `list` to add a member at `url`: the id it got and every member's URL.
+async fn ask_to_join(
+    a: &CoordinatorArgs,
+    list: &str,
+    url: &str,
+) -> anyhow::Result<(u64, BTreeMap<u64, String>)> {
+    let security = sweep_client::ClientSecurity {
+        token_file: a.security.admin_token_file.clone(),
+        ..Default::default()
+    };
+    let mut client = sweep_client::Client::connect(list, &security)
+        .await
+        .with_context(|| format!("cannot reach the group to join at --join {list}"))?;
+    let reply = client
+        .add_member(url)
+        .await
+        .with_context(|| format!("the group at {list} did not add a member at {url}"))?;
+    let urls = reply.members.into_iter().map(|m| (m.id, m.url)).collect();
+    tracing::info!(id = reply.id, %url, "added to the group");
+    Ok((reply.id, urls))
 }
 
 /// Binds `--http ADDR`, prints the dashboard's address (the line after the gRPC one) and serves it until the

@@ -158,3 +158,29 @@ fn state(a: &v1::MembersReply) -> &'static str {
         _ => "follower",
     }
 }
+
+/// `sweep coordinator remove-member ID`: asks the leader to remove member `id`, and prints the members left.
+pub fn remove(remote: &Remote, id: u64, json: bool) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = crate::remote::connect(&remote.coordinator, &remote.security).await?;
+        let group = c.remove_member(id).await?;
+        if json {
+            let members: Vec<serde_json::Value> = group
+                .members
+                .iter()
+                .map(|m| serde_json::json!({"id": m.id, "url": m.url}))
+                .collect();
+            outln!(
+                "{}",
+                serde_json::json!({"removed": id, "term": group.term, "members": members})
+            );
+        } else {
+            outln!("member {id} removed; the members now:");
+            for m in &group.members {
+                outln!("  {} {}", m.id, m.url);
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}

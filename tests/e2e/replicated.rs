@@ -129,9 +129,9 @@ fn sigkilled_leaders_lose_nothing_acknowledged_and_the_answer_is_exact() {
 
 /// A member whose data directory was lost cannot come back under its old id (the group's log says it has
 /// entries it no longer has): it stops and says why instead of running as a member that never catches up, and
-/// the other two go on.
+/// the other two go on. It is then removed, and a new member joins in its place with `--join`.
 #[test]
-fn a_member_that_lost_its_directory_stops_and_says_why() {
+fn a_member_that_lost_its_directory_stops_says_why_and_a_new_one_joins_in_its_place() {
     let opts = Opts {
         workers: 1,
         threads: 1,
@@ -155,7 +155,54 @@ fn a_member_that_lost_its_directory_stops_and_says_why() {
         "the member with an empty directory kept running ({exited:?}); its log:\n{log}"
     );
     assert!(log.contains("cannot come back under the same id"), "{log}");
+    assert!(log.contains("remove-member"), "the way out is named: {log}");
     let second = g.submit(&["primes", "--below", "1000000", "--chunks", "16"]);
     let done = g.wait_until(second, LONG, |s| s["state"] != "running");
     assert_eq!(done["state"], "done", "the other two go on: {done}");
+
+    // The leader cannot remove itself, and says so.
+    let leader = g.wait_leader(None, Duration::from_secs(30));
+    let own = g.sweep(&["coordinator", "remove-member", &g.ids[leader].to_string()]);
+    let err = String::from_utf8_lossy(&own.stderr);
+    assert!(!own.status.success() && err.contains("leads"), "{err}");
+
+    // The lost member is removed and a new one joins in its place, empty, under a new id; it catches up by
+    // snapshot and counts in the majority: with the old leader killed, it and the remaining old member elect
+    // a leader and finish a job exactly.
+    let new_id = g.replace(victim);
+    assert_eq!(new_id, 4, "ids are never reused");
+    let ids: Vec<u64> = g
+        .members_view()
+        .iter()
+        .filter_map(|m| m["id"].as_u64())
+        .collect();
+    assert_eq!(ids.len(), 3, "{:?}", g.members_view());
+    assert!(
+        ids.contains(&4) && !ids.contains(&(victim as u64 + 1)),
+        "{ids:?}"
+    );
+    g.kill(leader);
+    let next = g.wait_leader(Some(leader), Duration::from_secs(30));
+    assert_ne!(next, leader);
+    let third = g.submit(&["primes", "--below", "1000000", "--chunks", "16"]);
+    let done = g.wait_until(third, LONG, |s| s["state"] != "running");
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(done["completions"], done["chunks_total"], "{done}");
+    assert_eq!(g.results(third)["result"]["primes"], 78_498);
+    // Restarted with the same flags, the new member goes on as member 4.
+    g.kill(victim);
+    g.start_member(victim);
+    g.start_member(leader);
+    let fourth = g.submit(&["primes", "--below", "1000000", "--chunks", "16"]);
+    let done = g.wait_until(fourth, LONG, |s| s["state"] != "running");
+    assert_eq!(done["state"], "done", "{done}");
+    let view = g.members_view();
+    assert_eq!(
+        view.iter()
+            .filter(|m| m["url"] == g.urls[victim].as_str())
+            .filter_map(|m| m["id"].as_u64())
+            .collect::<Vec<_>>(),
+        vec![4],
+        "{view:?}"
+    );
 }

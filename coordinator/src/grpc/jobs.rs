@@ -8,7 +8,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use super::status::status;
+use super::status::{change_status, status};
 use crate::coordinator::MAX_SHIPPED_BYTES;
 use crate::core::SubmitSpec;
 
@@ -304,6 +304,33 @@ impl jobs_server::Jobs for JobsApi {
         }))
     }
 
+    async fn add_member(
+        &self,
+        req: Request<v1::AddMemberRequest>,
+    ) -> Result<Response<v1::AddMemberReply>, Status> {
+        let l = self.leadership()?;
+        let url = req.into_inner().url;
+        let url = check_member_url(&url)?;
+        let (id, urls) = l.add_member(url).await.map_err(change_status)?;
+        Ok(Response::new(v1::AddMemberReply {
+            id,
+            members: member_infos(&urls),
+        }))
+    }
+
+    async fn remove_member(
+        &self,
+        req: Request<v1::RemoveMemberRequest>,
+    ) -> Result<Response<v1::MembersReply>, Status> {
+        let l = self.leadership()?;
+        let id = req.into_inner().id;
+        if id == 0 {
+            return Err(Status::invalid_argument("member ids start at 1"));
+        }
+        l.remove_member(id).await.map_err(change_status)?;
+        self.members(Request::new(v1::MembersRequest {})).await
+    }
+
     async fn set_share(
         &self,
         req: Request<v1::SetShareRequest>,
@@ -317,4 +344,43 @@ impl jobs_server::Jobs for JobsApi {
             .map_err(status)?;
         Ok(Response::new(convert::identity_info(u)))
     }
+}
+
+impl JobsApi {
+    fn leadership(&self) -> Result<&std::sync::Arc<crate::member::Leadership>, Status> {
+        match &self.0 {
+            super::Backend::Member(l) => Ok(l),
+            super::Backend::Single(_) => Err(Status::failed_precondition(
+                "this is a single coordinator, not a member of a replicated one: it has no members to change",
+            )),
+        }
+    }
+}
+
+/// A new member's URL as every member will keep it: `http://HOST:PORT` (members speak plain gRPC to each
+/// other), without a trailing slash.
+fn check_member_url(url: &str) -> Result<String, Status> {
+    let url = url.trim().trim_end_matches('/');
+    let ok = url.strip_prefix("http://").is_some_and(|a| {
+        !a.is_empty()
+            && !a.contains('/')
+            && a.rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+    });
+    if !ok {
+        return Err(Status::invalid_argument(format!(
+            "member URL `{url}` is not http://HOST:PORT"
+        )));
+    }
+    Ok(url.to_string())
+}
+
+fn member_infos(urls: &std::collections::BTreeMap<u64, String>) -> Vec<v1::MemberInfo> {
+    urls.iter()
+        .map(|(&id, url)| v1::MemberInfo {
+            id,
+            url: url.clone(),
+            matched: 0,
+        })
+        .collect()
 }

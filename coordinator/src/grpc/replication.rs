@@ -2,6 +2,7 @@
 //! passes arriving messages to the member's inbox, and a sender per peer, which carries the member's messages
 //! in order, batching whatever queued up while a call was in flight.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sweep_proto::v1::replication_client::ReplicationClient;
@@ -9,7 +10,7 @@ use sweep_proto::v1::replication_server::{Replication, ReplicationServer};
 use sweep_proto::v1::{StepReply, StepRequest};
 use tonic::{Request, Response, Status};
 
-use crate::replica::{Inbox, PeerLink};
+use crate::replica::{Carrier, Inbox, PeerLink};
 
 /// Messages sent in one call at most.
 const BATCH: usize = 256;
@@ -49,12 +50,12 @@ impl Replication for ReplicationApi {
     }
 }
 
-/// Starts a sender task per peer link. `token` is sent as the `authorization` value of every call (members of
-/// a group with token files call each other with an admin token).
-pub fn spawn_senders(links: Vec<PeerLink>, token: Option<tonic::metadata::AsciiMetadataValue>) {
-    for link in links {
+/// What starts a sender task for each peer link. `token` is sent as the `authorization` value of every call
+/// (members of a group with token files call each other with an admin token).
+pub fn carrier(token: Option<tonic::metadata::AsciiMetadataValue>) -> Carrier {
+    Arc::new(move |link| {
         tokio::spawn(send_to_peer(link, token.clone()));
-    }
+    })
 }
 
 async fn send_to_peer(mut link: PeerLink, token: Option<tonic::metadata::AsciiMetadataValue>) {

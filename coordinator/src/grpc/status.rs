@@ -26,6 +26,17 @@ pub fn status(e: CoreError) -> Status {
     }
 }
 
+/// A membership change that was not made (`AddMember`, `RemoveMember`).
+pub fn change_status(e: crate::member::ChangeError) -> Status {
+    use crate::member::ChangeError;
+    match e {
+        ChangeError::NotLeader(n) => sweep_proto::not_leader(n.leader_url.as_deref()),
+        ChangeError::Pending => Status::aborted(e.to_string()),
+        ChangeError::Refused(why) => Status::failed_precondition(why),
+        ChangeError::Failed(why) => Status::unavailable(why),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

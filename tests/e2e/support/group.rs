@@ -2,7 +2,8 @@
 //! with its own data directory, on loopback ports chosen before they start (every member must know every
 //! other's URL) or, on a [`Network`] of namespaces, each member on a host of its own; workers and client
 //! commands get the list of all members' URLs and follow the leader. Members are SIGKILLed and restarted on
-//! their directories by index (member `i` has id `i + 1`).
+//! their directories by index (member `i` has id `i + 1` until [`Group::replace`] puts a new member, with a
+//! new id, in its place: same address, empty directory, `--join`).
 
 use std::path::PathBuf;
 use std::process::{Output, Stdio};
@@ -14,8 +15,12 @@ use super::{
 };
 
 pub struct Group<N: Network = Loopback> {
-    /// Member `i` (id `i + 1`), `None` while it is down.
+    /// Member `i` (id `ids[i]`), `None` while it is down.
     pub members: Vec<Option<Proc>>,
+    /// The id of the member at each index.
+    pub ids: Vec<u64>,
+    /// Whether the member at each index joined the running group (`--join`) rather than founded it.
+    joined: Vec<bool>,
     pub workers: Vec<Proc>,
     pub net: N,
     /// Every member's URL, by index.
@@ -87,6 +92,8 @@ impl<N: Network> Group<N> {
         let urls: Vec<String> = listens.iter().map(|l| format!("http://{l}")).collect();
         let mut g = Group {
             members: (0..members).map(|_| None).collect(),
+            ids: (1..=members as u64).collect(),
+            joined: vec![false; members],
             workers: Vec::new(),
             net,
             list: urls.join(","),
@@ -119,12 +126,21 @@ impl<N: Network> Group<N> {
     /// killed is still held, at most 20 s).
     pub fn start_member(&mut self, i: usize) {
         let mut opts = self.opts.clone();
-        opts.coordinator_args.extend([
-            "--peers".into(),
-            self.list.clone(),
-            "--id".into(),
-            (i + 1).to_string(),
-        ]);
+        if self.joined[i] {
+            opts.coordinator_args.extend([
+                "--join".into(),
+                self.list.clone(),
+                "--advertise".into(),
+                self.urls[i].clone(),
+            ]);
+        } else {
+            opts.coordinator_args.extend([
+                "--peers".into(),
+                self.list.clone(),
+                "--id".into(),
+                (i + 1).to_string(),
+            ]);
+        }
         if let Some(addr) = &self.http[i] {
             opts.coordinator_args
                 .extend(["--http".into(), addr.clone()]);
@@ -159,6 +175,64 @@ impl<N: Network> Group<N> {
         if let Some(mut p) = self.members[i].take() {
             p.kill9();
         }
+    }
+
+    /// The machine of member `i` is lost with its disk, and a new member takes its place: SIGKILL, its
+    /// directory deleted, `sweep coordinator remove-member` (retried while the group elects a leader), then a
+    /// new process on the same address with an empty directory and `--join`. Waits until the group lists the
+    /// new member (a new id); returns that id.
+    pub fn replace(&mut self, i: usize) -> u64 {
+        self.kill(i);
+        let dir = self.data_dir(i);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).expect("remove the member's directory");
+        }
+        let old = self.ids[i].to_string();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = self.sweep(&["coordinator", "remove-member", &old, "--json"]);
+            if out.status.success() {
+                break;
+            }
+            let err = String::from_utf8_lossy(&out.stderr).to_string();
+            // Asked again after an answer that was lost, the member is gone already.
+            if err.contains(&format!("there is no member {old}")) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "remove-member {old} kept failing: {err}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self.joined[i] = true;
+        self.start_member(i);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            // The new member answers under its new id once it runs, and follows once it hears the leader.
+            let id = self
+                .members_view()
+                .iter()
+                .find(|m| m["url"] == self.urls[i].as_str() && m["state"] == "follower")
+                .and_then(|m| m["id"].as_u64());
+            if let Some(id) = id.filter(|&id| id != self.ids[i]) {
+                self.ids[i] = id;
+                return id;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the group never listed a new member at {}: {:?}; its log: {}",
+                self.urls[i],
+                self.members_view(),
+                self.member_log(i)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The index of the member with id `id`.
+    pub fn index_of(&self, id: u64) -> Option<usize> {
+        self.ids.iter().position(|&x| x == id)
     }
 
     /// Starts one more worker, connected to every member.
@@ -241,7 +315,7 @@ impl<N: Network> Group<N> {
             .iter()
             .find(|m| m["state"] == "leader")
             .and_then(|m| m["id"].as_u64())
-            .map(|id| id as usize - 1)
+            .and_then(|id| self.index_of(id))
     }
 
     /// Waits (at most `timeout`) until a member other than `not` serves as the leader; returns it. Only the
@@ -259,7 +333,7 @@ impl<N: Network> Group<N> {
                 .iter()
                 .find(|m| m["state"] == "leader")
                 .and_then(|m| m["id"].as_u64())
-                .map(|id| id as usize - 1);
+                .and_then(|id| self.index_of(id));
             if let Some(l) = leader {
                 return l;
             }
