@@ -5,6 +5,9 @@
 //! `SWEEP_DASHBOARD_SCREENSHOT=docs/dashboard.png` set it is kept there (that is how the README's picture is
 //! made: `SWEEP_DASHBOARD_SCREENSHOT=docs/dashboard.png cargo test --release --test e2e dashboard`).
 //!
+//! A replicated coordinator's pages too: three members with `--http`, the leader's page and a follower's, each
+//! listing the members with the leader marked; the follower's saying it is not the leader.
+//!
 //! Needs Chromium (Debian package `chromium`; `.ci/run` installs it). Without it the test fails and says so:
 //! a dashboard that was never rendered has not been tested.
 
@@ -13,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{scratch, stdout_json, sweep, Proc, SWEEP};
+use crate::support::group::Group;
+use crate::support::{scratch, stdout_json, sweep, Opts, Proc, SWEEP};
 
 /// The Chromium binary on `PATH`, or a failed test naming what to install.
 fn chromium() -> PathBuf {
@@ -234,6 +238,11 @@ fn dashboard_shows_the_running_job_in_a_real_browser() {
     );
     // The throughput plot was drawn.
     assert!(dom.contains(r#"aria-label="throughput over time""#));
+    // A single coordinator has no members: their panel stays hidden.
+    assert!(
+        dom.contains(r#"id="members-panel" hidden"#),
+        "members panel shown on a single coordinator: {dom}"
+    );
 
     // A screenshot: always taken (a blank or broken page would still be a PNG, but a failing render is not),
     // kept where SWEEP_DASHBOARD_SCREENSHOT says.
@@ -260,4 +269,146 @@ fn dashboard_shows_the_running_job_in_a_real_browser() {
         std::fs::copy(&shot, &keep).expect("keep the screenshot");
         println!("screenshot written to {keep}");
     }
+}
+
+/// Waits (at most `within`) until `pred` holds of member `i`'s `/api/members`; its last answer.
+fn wait_members(
+    g: &Group,
+    i: usize,
+    within: Duration,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let (code, body) = g.http_get(i, "/api/members");
+        let view: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if code == 200 && pred(&view) {
+            return view;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "member {}: /api/members not as wanted within {within:?}: {code} {body}",
+            i + 1
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The row of member `id` in a dumped page's members table.
+fn member_row(dom: &str, id: usize) -> &str {
+    let start = dom
+        .find(&format!(r#"data-member="{id}""#))
+        .unwrap_or_else(|| panic!("no row for member {id}: {dom}"));
+    let row = &dom[start..];
+    &row[..row.find("</tr>").expect("row ends")]
+}
+
+/// Three members with `--http` on loopback and a pending job. The leader's page: the members table with its
+/// three members, the leader marked as such and as the member that served the page (its lag 0), its term, and
+/// the job; no not-leader line. A follower's page: the same three members with the leader marked, itself marked,
+/// the line saying it is not the leader naming the leader's id and gRPC URL (no dashboard address is known for
+/// it), and no job panels.
+#[test]
+fn a_replicated_coordinators_pages_show_its_members() {
+    let chromium = chromium();
+    let g = Group::start_with_http(
+        3,
+        Opts {
+            workers: 0,
+            ..Opts::default()
+        },
+    );
+    let job = g.submit(&["star", "--points", "7"]);
+    let profile = g.dir.path().join("chromium-profile");
+    // The leader is asked again if leadership moved while the browser ran (a loaded machine can miss a
+    // heartbeat): at most three tries.
+    let mut tries = 0;
+    let (leader, dom) = loop {
+        tries += 1;
+        let leader = g.wait_leader(None, Duration::from_secs(30));
+        let id = leader + 1;
+        wait_members(&g, leader, Duration::from_secs(30), |v| {
+            v["serving"] == true
+        });
+        let http = format!("http://{}/", g.http[leader].as_ref().expect("--http"));
+        let dom = browse(&chromium, &profile, &http, &["--dump-dom"]);
+        let marked = format!(r#"data-member="{id}" data-role="leader" data-self="true""#);
+        if dom.contains(&marked) || tries == 3 {
+            break (leader, dom);
+        }
+        eprintln!("member {id} no longer led when its page was read; asking again");
+    };
+    let id = leader + 1;
+    assert!(dom.contains(r#"class="conn ok""#), "page not live: {dom}");
+    assert!(
+        dom.contains(r#"id="members-panel">"#),
+        "members panel hidden: {dom}"
+    );
+    let own = member_row(&dom, id);
+    assert!(
+        own.contains(r#"data-role="leader" data-self="true""#) && own.contains("this member"),
+        "the leader's own row: {own}"
+    );
+    assert!(own.contains(&g.urls[leader]), "{own}");
+    assert!(
+        own.ends_with(r#"<td class="num">0</td>"#),
+        "the leader lags itself by 0 entries: {own}"
+    );
+    for other in (1..=3).filter(|&m| m != id) {
+        let row = member_row(&dom, other);
+        assert!(
+            row.contains(r#"data-role="follower" data-self="false""#),
+            "member {other} on the leader's page: {row}"
+        );
+        assert!(row.contains(&g.urls[other - 1]), "{row}");
+    }
+    assert!(
+        dom.contains(&format!("this member ({id}): term ")),
+        "no term line: {dom}"
+    );
+    assert!(
+        dom.contains(r#"id="not-leader" hidden"#),
+        "the leader's page says it is not the leader: {dom}"
+    );
+    assert!(
+        dom.contains(&format!(r#"data-job="{job}""#)),
+        "the leader's page lacks job {job}: {dom}"
+    );
+
+    // A follower that knows the leader.
+    let follower = (leader + 1) % 3;
+    wait_members(&g, follower, Duration::from_secs(30), |v| {
+        v["leader"] == id as u64
+    });
+    let http = format!("http://{}/", g.http[follower].as_ref().expect("--http"));
+    let dom = browse(&chromium, &profile, &http, &["--dump-dom"]);
+    assert!(dom.contains(r#"class="conn ok""#), "page not live: {dom}");
+    assert!(
+        dom.contains(r#"id="members-panel">"#),
+        "members panel hidden: {dom}"
+    );
+    let line = format!(
+        "This member is not the leader: member {id} (gRPC {}) leads.",
+        g.urls[leader]
+    );
+    assert!(
+        dom.contains(&line),
+        "no {line:?} on the follower's page: {dom}"
+    );
+    let own = member_row(&dom, follower + 1);
+    assert!(
+        own.contains(r#"data-role="follower" data-self="true""#) && own.contains("this member"),
+        "the follower's own row: {own}"
+    );
+    let lead = member_row(&dom, id);
+    assert!(
+        lead.contains(r#"data-role="leader" data-self="false""#),
+        "the leader's row on the follower's page: {lead}"
+    );
+    let third = member_row(&dom, (leader + 2) % 3 + 1);
+    assert!(third.contains(r#"data-role="follower""#), "{third}");
+    assert!(
+        dom.contains(r#"<body class="standby">"#),
+        "the follower's page shows the job panels: {dom}"
+    );
 }

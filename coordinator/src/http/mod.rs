@@ -11,7 +11,9 @@
 //!
 //! Routes: `/` (the page), `/app.js`, `/style.css`, `/api/state?since=MS` (jobs, workers, chunk counts, rates,
 //! event counters, and the throughput samples newer than `since`), `/api/jobs/{id}/result` (a finished job's
-//! answer as text, with its pictures listed), `/api/jobs/{id}/pictures/{n}` (one SVG), `/metrics`.
+//! answer as text, with its pictures listed), `/api/jobs/{id}/pictures/{n}` (one SVG), `/api/members` (a
+//! replicated coordinator's member: its view of the group, which the page draws as its Members panel),
+//! `/metrics`.
 
 mod metrics_text;
 mod state;

@@ -379,3 +379,88 @@ fn a_member_exports_its_view_of_the_group() {
     .expect("encode");
     assert!(both.contains("sweep_chunks") && both.contains("sweep_member_term"));
 }
+
+/// A served asset: its content security policy and its text.
+async fn served(resp: axum::response::Response) -> (String, String) {
+    let policy = resp
+        .headers()
+        .get(axum::http::header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("asset body");
+    (
+        policy,
+        String::from_utf8(body.to_vec()).expect("UTF-8 asset"),
+    )
+}
+
+/// The literal ids the script looks up (`$('id')`, `setText('id', ...)`); ids it builds at run time are left out.
+fn ids_looked_up(js: &str) -> Vec<&str> {
+    let mut ids = Vec::new();
+    for (call, end) in [("$('", ')'), ("setText('", ',')] {
+        for (at, _) in js.match_indices(call) {
+            let rest = &js[at + call.len()..];
+            let Some(close) = rest.find('\'') else {
+                continue;
+            };
+            if rest[close + 1..].starts_with(end) {
+                ids.push(&rest[..close]);
+            }
+        }
+    }
+    ids
+}
+
+/// The page as served: nothing inline (its policy allows none), every element the script looks up is in it, and
+/// its script asks every member for the group (`/api/members`) and draws the members panel, which starts hidden
+/// so that a single coordinator's page (404 there) shows as it always did.
+#[tokio::test]
+async fn the_page_draws_a_members_panel_only_where_members_are_served() {
+    let (policy, html) = served(super::index().await).await;
+    assert!(policy.starts_with("default-src 'self'"), "{policy}");
+    assert!(
+        !html.contains("<style") && !html.contains(" style="),
+        "inline style"
+    );
+    for (at, _) in html.match_indices("<script") {
+        let tag = &html[at..];
+        assert!(
+            tag[..tag.find('>').expect("tag ends")].contains(" src=")
+                && tag[tag.find('>').unwrap() + 1..].starts_with("</script>"),
+            "inline script: {tag}"
+        );
+    }
+    assert!(html.contains(r#"<section class="panel" id="members-panel" hidden>"#));
+    assert!(html.contains(r#"<table id="members">"#));
+    let (policy_js, js) = served(super::app_js().await).await;
+    assert_eq!(policy_js, policy);
+    assert!(
+        js.contains("fetch('api/members'"),
+        "the script polls the members"
+    );
+    assert!(js.contains("This member is not the leader"));
+    let ids = ids_looked_up(&js);
+    for id in [
+        "members-panel",
+        "members-self",
+        "not-leader",
+        "members-lag-note",
+        "members-link",
+    ] {
+        assert!(ids.contains(&id), "the script does not use #{id}");
+    }
+    for id in ids {
+        assert!(
+            html.contains(&format!(r#"id="{id}""#)),
+            "the script looks up #{id}, which the page lacks"
+        );
+    }
+    let (_, css) = served(super::style_css().await).await;
+    assert!(
+        css.contains("body.standby .coord"),
+        "a follower hides the job panels"
+    );
+}

@@ -1,6 +1,6 @@
-// The sweep dashboard: polls /api/state once a second and redraws. No framework, nothing loaded from
-// elsewhere. Every value from the coordinator goes into the page as text (textContent), never as HTML:
-// job parameters are whatever a user submitted.
+// The sweep dashboard: polls /api/state and /api/members once a second and redraws. No framework, nothing
+// loaded from elsewhere. Every value from the coordinator goes into the page as text (textContent), never as
+// HTML: job parameters are whatever a user submitted.
 'use strict';
 
 const POLL_MS = 1000;
@@ -12,6 +12,8 @@ const model = {
   samples: [],
   results: new Map(), // job id -> result view, or an error string
   resultsKey: '',
+  // The group as this member sees it (/api/members); null on a single coordinator, which has none.
+  group: undefined,
 };
 
 const $ = (id) => document.getElementById(id);
@@ -301,21 +303,109 @@ function render(s) {
   renderResults(s);
 }
 
-async function poll() {
+// A member's role as the member that served the page sees it: it knows the leader of its term, no more.
+function roleOf(g, id) {
+  if (g.leader === null || g.leader === undefined) return 'unknown';
+  return id === g.leader ? 'leader' : 'follower';
+}
+
+// Why this member's page shows no jobs, or null when it leads and serves. Member URLs are gRPC addresses, not
+// dashboards (a member does not know the others' --http), so the leader is named, not linked.
+function standbyNote(g) {
+  if (g.leader === null || g.leader === undefined) {
+    return 'This member is not the leader, and it knows of no leader now: an election is under way.';
+  }
+  if (g.leader !== g.id) {
+    const l = g.members.find((m) => m.id === g.leader);
+    return 'This member is not the leader: member ' + g.leader + (l ? ' (gRPC ' + l.url + ')' : '') +
+      ' leads. Jobs and workers are on the dashboard that member serves with --http.';
+  }
+  if (!g.serving) {
+    return 'This member was elected leader and is loading its store: jobs and workers show once it serves.';
+  }
+  return null;
+}
+
+// The members of a replicated coordinator; the panel stays hidden on a single coordinator. Lag is the
+// leader's last index minus what a member is known to hold, so only the leader's view has it.
+function renderMembers(g) {
+  $('members-panel').hidden = !g;
+  $('members-link').hidden = !g;
+  if (!g) return;
+  const leads = g.leader === g.id;
+  setText('members-self', 'this member (' + g.id + '): term ' + fmtInt(g.term) + ' · applied ' +
+    fmtInt(g.applied) + ' · last index ' + fmtInt(g.last_index));
+  const note = standbyNote(g);
+  $('not-leader').hidden = note === null;
+  setText('not-leader', note || '');
+  const body = document.querySelector('#members tbody');
+  const rows = g.members.map((m) => {
+    const role = roleOf(g, m.id);
+    const self = m.id === g.id;
+    const known = leads && m.matched !== null && m.matched !== undefined;
+    const attrs = { 'data-member': String(m.id), 'data-role': role, 'data-self': String(self) };
+    if (self) attrs.class = 'self';
+    return el('tr', attrs,
+      el('td', { class: 'num' }, String(m.id)),
+      el('td', { class: 'url' }, m.url),
+      el('td', null, badge(role), self ? ' ' : null, self ? badge('this member', 'self') : null),
+      el('td', { class: 'num' }, known ? fmtInt(m.matched) : '–'),
+      el('td', { class: 'num' }, known ? fmtInt(Math.max(0, g.last_index - m.matched)) : '–'));
+  });
+  body.replaceChildren(...rows);
+  $('members-lag-note').hidden = leads;
+}
+
+// The state, or why there is none: {state} or {status, why}.
+async function fetchState() {
   try {
     const resp = await fetch('api/state?since=' + model.since, { cache: 'no-store' });
-    if (!resp.ok) throw new Error('HTTP ' + resp.status);
-    const s = await resp.json();
-    for (const p of s.samples) model.samples.push(p);
-    if (s.samples.length) model.since = s.samples[s.samples.length - 1].t_ms;
-    const oldest = s.now_ms - HISTORY_MS;
-    while (model.samples.length && model.samples[0].t_ms < oldest) model.samples.shift();
-    render(s);
-    const conn = $('conn');
-    conn.className = 'conn ok';
-    conn.textContent = 'live · updated ' + new Date(s.now_ms).toLocaleTimeString();
+    if (!resp.ok) return { status: resp.status, why: 'HTTP ' + resp.status };
+    return { state: await resp.json() };
   } catch (e) {
-    const conn = $('conn');
+    return { why: e.message };
+  }
+}
+
+// The group view; null on a single coordinator (404), undefined when it did not answer (what is shown stays).
+async function fetchMembers() {
+  try {
+    const resp = await fetch('api/members', { cache: 'no-store' });
+    if (resp.status === 404) return null;
+    return resp.ok ? await resp.json() : undefined;
+  } catch (_) {
+    return undefined;
+  }
+}
+
+async function poll() {
+  const [got, group] = await Promise.all([fetchState(), fetchMembers()]);
+  if (group !== undefined) model.group = group;
+  const conn = $('conn');
+  try {
+    // A member that does not run the coordinator now (a follower, or a leader still loading its store)
+    // answers the state with 503: its page shows the members alone.
+    const standby = !got.state && got.status === 503 && !!model.group;
+    document.body.classList.toggle('standby', standby);
+    renderMembers(model.group);
+    if (standby) {
+      conn.className = 'conn ok';
+      const g = model.group;
+      const role = roleOf(g, g.id) === 'unknown' ? 'no leader known' : roleOf(g, g.id);
+      conn.textContent = 'live · member ' + g.id + ', ' + role + ' · updated ' + new Date().toLocaleTimeString();
+    } else if (!got.state) {
+      throw new Error(got.why);
+    } else {
+      const s = got.state;
+      for (const p of s.samples) model.samples.push(p);
+      if (s.samples.length) model.since = s.samples[s.samples.length - 1].t_ms;
+      const oldest = s.now_ms - HISTORY_MS;
+      while (model.samples.length && model.samples[0].t_ms < oldest) model.samples.shift();
+      render(s);
+      conn.className = 'conn ok';
+      conn.textContent = 'live · updated ' + new Date(s.now_ms).toLocaleTimeString();
+    }
+  } catch (e) {
     conn.className = 'conn bad';
     conn.textContent = 'coordinator unreachable, retrying (' + e.message + ')';
   }
