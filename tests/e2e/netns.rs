@@ -506,9 +506,11 @@ fn sled_store_survives_repeated_sigkill_during_heavy_completion_traffic() {
 /// A nemesis against a replicated coordinator: three members and two workers, each on a host of its own; a
 /// seeded schedule of faults, each one of: SIGKILL the leader (restarted on its directory once another
 /// leads), cut the leader off from everyone (it must stop serving, the other two elect a leader; then healed),
-/// SIGSTOP a member for a while (then SIGCONT). Around every fault, what the group reported done (a durable
-/// read: committed by a majority) must still be done; jobs are submitted one after another while faults
-/// remain, and every one ends exact, each chunk counted once.
+/// SIGSTOP a member for a while (then SIGCONT), lose a member with its disk (SIGKILL, its directory deleted,
+/// removed from the group, and a new empty member joined on its host under a new id). The first four faults
+/// are the four kinds in a seeded order, so even a short run has each. Around every fault, what the group
+/// reported done (a durable read: committed by a majority) must still be done; jobs are submitted one after
+/// another while faults remain, and every one ends exact, each chunk counted once.
 ///
 /// In `.ci/run`: 6 faults. The long run: `SWEEP_NEMESIS_FAULTS=60 cargo test --release --test e2e -- --ignored
 /// --nocapture nemesis`.
@@ -527,7 +529,12 @@ fn nemesis(faults: u32, seed: u64) {
     let mut g = Group::start_on(net, 3, opts, scratch());
     g.wait_leader(None, Duration::from_secs(30));
     let mut jobs = vec![g.submit(&JOB)];
-    let (mut kills, mut cuts, mut pauses) = (0u32, 0u32, 0u32);
+    let (mut kills, mut cuts, mut pauses, mut replaced) = (0u32, 0u32, 0u32, 0u32);
+    let mut first_kinds: Vec<u64> = (0..4).collect();
+    for i in (1..first_kinds.len()).rev() {
+        let j = rng.range(0, i as u64 + 1) as usize;
+        first_kinds.swap(i, j);
+    }
     let mut changes: Vec<Duration> = Vec::new();
     let mut acknowledged = 0u64;
     let mut done_faults = 0;
@@ -542,7 +549,11 @@ fn nemesis(faults: u32, seed: u64) {
         }
         acknowledged += chunks_done(&before);
         let leader = g.wait_leader(None, Duration::from_secs(30));
-        match rng.range(0, 3) {
+        let kind = match first_kinds.get(done_faults as usize) {
+            Some(&k) => k,
+            None => rng.range(0, 4),
+        };
+        match kind {
             0 => {
                 g.kill(leader);
                 let at = Instant::now();
@@ -574,7 +585,7 @@ fn nemesis(faults: u32, seed: u64) {
                 );
                 cuts += 1;
             }
-            _ => {
+            2 => {
                 let victim = rng.range(0, 3) as usize;
                 let proc = g.members[victim]
                     .as_ref()
@@ -583,6 +594,17 @@ fn nemesis(faults: u32, seed: u64) {
                 std::thread::sleep(rng.millis(500, 3_000));
                 proc.signal("CONT");
                 pauses += 1;
+            }
+            _ => {
+                let victim = rng.range(0, 3) as usize;
+                let at = Instant::now();
+                let old = g.ids[victim];
+                let new = g.replace(victim);
+                assert!(new > old, "member {old} replaced by {new}: ids are never reused");
+                if victim == leader {
+                    changes.push(at.elapsed());
+                }
+                replaced += 1;
             }
         }
         done_faults += 1;
@@ -604,9 +626,10 @@ fn nemesis(faults: u32, seed: u64) {
     let slowest = changes.iter().max().copied().unwrap_or_default();
     eprintln!(
         "FIGURES nemesis: {done_faults} faults on three members ({kills} leader SIGKILLs, {cuts} leader \
-         partitions, {pauses} SIGSTOPs); {} jobs of {} chunks, every answer exact and every chunk counted once; \
+         partitions, {pauses} SIGSTOPs, {replaced} members lost with their disks and replaced, ids now {:?}); {} jobs of {} chunks, every answer exact and every chunk counted once; \
          {acknowledged} chunks reported done before faults, none lost; leader changes {:?} (slowest {:.2} s); \
          {:.1} s wall",
+        g.ids,
         jobs.len(),
         JOB[4],
         changes,
