@@ -66,7 +66,8 @@ pub struct Leadership {
     /// The members' client URLs this process was started with (this one's included), by id: the log's
     /// membership replaces them as soon as it names any.
     started_with: BTreeMap<u64, String>,
-    current: watch::Sender<Option<Arc<Coordinator>>>,
+    /// The coordinator open now, with the term it serves in.
+    current: watch::Sender<Option<(Arc<Coordinator>, u64)>>,
     /// Process-wide counters: coordinators come and go with terms, `/metrics` stays.
     metrics: Arc<Metrics>,
     /// The longest a follower waits without hearing from a leader before it campaigns.
@@ -106,8 +107,13 @@ impl Leadership {
 
     /// The coordinator to call, if this member serves as the leader now.
     pub fn coordinator(&self) -> Result<Arc<Coordinator>, NotServing> {
-        if let Some(c) = self.current.borrow().as_ref() {
-            return Ok(c.clone());
+        self.coordinator_in_term().map(|(c, _)| c)
+    }
+
+    /// The coordinator to call, with the term it leads in, if this member serves as the leader now.
+    pub fn coordinator_in_term(&self) -> Result<(Arc<Coordinator>, u64), NotServing> {
+        if let Some((c, term)) = self.current.borrow().as_ref() {
+            return Ok((c.clone(), *term));
         }
         Err(self.not_serving())
     }
@@ -222,7 +228,7 @@ impl Leadership {
                 }
             };
             let tasks = Tasks::start(&coord);
-            self.current.send_replace(Some(coord.clone()));
+            self.current.send_replace(Some((coord.clone(), term)));
             info!(member = self.id, term, "leading: serving clients");
             let stopping = tokio::select! {
                 r = status.wait_for(|s| !(s.is_leader && s.term == term)) => r.is_err(),

@@ -79,13 +79,13 @@ where
 
     pub async fn complete(
         &mut self,
-        request: v1::EncodedCompleteRequest,
+        request: impl tonic::IntoRequest<v1::EncodedCompleteRequest>,
     ) -> Result<tonic::Response<v1::CompleteResponse>, tonic::Status> {
         self.inner.ready().await.map_err(|e| {
             tonic::Status::unknown(format!("the channel was not ready: {}", e.into()))
         })?;
         let path = http::uri::PathAndQuery::from_static("/sweep.v1.Work/Complete");
-        let mut request = tonic::Request::new(request);
+        let mut request = request.into_request();
         request
             .extensions_mut()
             .insert(tonic::GrpcMethod::new("sweep.v1.Work", "Complete"));
@@ -110,6 +110,22 @@ pub const MAX_RESULT_BYTES: usize = 512 << 20;
 /// The ASCII metadata key of a not-leader answer that names the leader: its value is the leader's client URL
 /// (what clients give as `--coordinator`). See [`not_leader`] for the whole protocol.
 pub const LEADER_METADATA: &str = "sweep-leader";
+
+/// The ASCII metadata key in which a worker sends the highest leader term it has seen in a lease
+/// (`ChunkLease.term`) with its heartbeats, results and failures: a member whose own term is lower has been
+/// deposed, so it answers not-leader instead of taking the call (fencing). Absent or 0: no term seen (a single
+/// coordinator grants leases in term 0).
+pub const TERM_METADATA: &str = "sweep-term";
+
+/// The term a request carries in [`TERM_METADATA`] (0 when absent or not a number).
+pub fn term_of<T>(request: &tonic::Request<T>) -> u64 {
+    request
+        .metadata()
+        .get(TERM_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
 
 /// How the message of every not-leader answer begins (see [`not_leader`]).
 pub const NOT_LEADER: &str = "this coordinator is not the leader";

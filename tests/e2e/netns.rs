@@ -600,7 +600,10 @@ fn nemesis(faults: u32, seed: u64) {
                 let at = Instant::now();
                 let old = g.ids[victim];
                 let new = g.replace(victim);
-                assert!(new > old, "member {old} replaced by {new}: ids are never reused");
+                assert!(
+                    new > old,
+                    "member {old} replaced by {new}: ids are never reused"
+                );
                 if victim == leader {
                     changes.push(at.elapsed());
                 }

@@ -206,3 +206,98 @@ fn a_member_that_lost_its_directory_stops_says_why_and_a_new_one_joins_in_its_pl
         "{view:?}"
     );
 }
+
+/// Leases carry the term of the leader that granted them, and a worker sends the highest term it has seen with
+/// its heartbeats, results and failures: a member leading in a lower term (deposed, whether it knows yet or
+/// not) answers not-leader instead of taking them. Driven here as a worker would, over gRPC.
+#[test]
+fn leases_carry_the_term_and_a_higher_term_fences_the_leader_off() {
+    use sweep_proto::v1::{self, work_client::WorkClient};
+
+    let mut g = Group::start(
+        3,
+        Opts {
+            workers: 0,
+            ..Opts::default()
+        },
+    );
+    let leader = g.wait_leader(None, Duration::from_secs(30));
+    let job = g.submit(&["primes", "--below", "1000000", "--chunks", "16"]);
+    let term = g
+        .members_view()
+        .iter()
+        .find(|m| m["state"] == "leader")
+        .and_then(|m| m["term"].as_u64())
+        .expect("the leader's term");
+    let url = g.urls[leader].clone();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async move {
+        let mut w = WorkClient::connect(url).await.expect("connect");
+        let id = w
+            .register(v1::RegisterRequest {
+                name: "fencing-probe".into(),
+                threads: 1,
+                version: env!("CARGO_PKG_VERSION").into(),
+                spaces: vec!["primes".into()],
+                memory_bytes: 1 << 30,
+                ..Default::default()
+            })
+            .await
+            .expect("register")
+            .into_inner()
+            .worker_id;
+        let leases = w
+            .lease(v1::LeaseRequest {
+                worker_id: id.clone(),
+                max_chunks: 1,
+            })
+            .await
+            .expect("lease")
+            .into_inner()
+            .leases;
+        assert_eq!(leases.len(), 1, "job {job} has chunks to lease");
+        assert_eq!(leases[0].term, term, "the lease names the leader's term");
+        let beat = |seen: u64| {
+            let mut req = tonic::Request::new(v1::HeartbeatRequest {
+                worker_id: id.clone(),
+                progress: vec![v1::LeaseProgress {
+                    lease_id: leases[0].lease_id,
+                    nodes: 1,
+                    checkpoint: None,
+                }],
+            });
+            req.metadata_mut()
+                .insert(sweep_proto::TERM_METADATA, seen.into());
+            req
+        };
+        w.heartbeat(beat(term))
+            .await
+            .expect("the leader's own term is served");
+        let refused = w
+            .heartbeat(beat(term + 1))
+            .await
+            .expect_err("a worker that saw a newer leader is not served by this one");
+        assert!(sweep_proto::is_not_leader(&refused), "{refused:?}");
+        let refused = w
+            .complete(tonic::Request::new(v1::CompleteRequest {
+                worker_id: id.clone(),
+                reports: Vec::new(),
+            }))
+            .await;
+        assert!(
+            refused.is_ok(),
+            "no term sent: served as before ({refused:?})"
+        );
+        let mut late = tonic::Request::new(v1::FailRequest {
+            worker_id: id.clone(),
+            lease_id: leases[0].lease_id,
+            release: true,
+            ..Default::default()
+        });
+        late.metadata_mut()
+            .insert(sweep_proto::TERM_METADATA, (term + 1).into());
+        let refused = w.fail(late).await.expect_err("fenced off");
+        assert!(sweep_proto::is_not_leader(&refused), "{refused:?}");
+    });
+    g.kill(leader);
+}

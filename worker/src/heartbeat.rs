@@ -80,12 +80,13 @@ pub(crate) async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>
                 continue;
             }
         };
-        match clients.work.heartbeat(req).await {
+        match clients.work.heartbeat(sh.link.stamped(req)).await {
             Ok(resp) => {
                 let resp = resp.into_inner();
                 if resp.register_again {
                     // The coordinator restarted while every thread was busy (so no lease asked): describe this
                     // worker again, or `sweep workers` shows it with no threads until its next lease.
+                    sh.link.forget_term();
                     let req = register_request(&sh.cfg, &sh.worker_id);
                     match clients.work.register(req).await {
                         Ok(_) => info!("registered again with a restarted coordinator"),

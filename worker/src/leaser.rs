@@ -114,7 +114,11 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     // can be dropped unanswered, and `sweep run` does not wait out the hold at its end.
                     if sh.cfg.in_process.is_none() {
                         if let Ok(Ok(resp)) = tokio::time::timeout(IN_FLIGHT_LEASE_GRACE, call).await {
-                            sh.lock().queue.extend(resp.into_inner().leases);
+                            let leases = resp.into_inner().leases;
+                            for l in &leases {
+                                sh.link.saw_term(l.term);
+                            }
+                            sh.lock().queue.extend(leases);
                         }
                     }
                     return;
@@ -127,6 +131,7 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 let resp = resp.into_inner();
                 if resp.register_again {
                     // The coordinator restarted and lost who we are: tell it again, under our name.
+                    sh.link.forget_term();
                     let req = register_request(&sh.cfg, &sh.worker_id);
                     if let Err(e) = clients.work.register(req).await {
                         debug!(error = %e, "register again failed");
@@ -144,6 +149,9 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     Some(Duration::from_millis(resp.retry_after_ms.clamp(20, 5000)))
                 } else {
                     let n = resp.leases.len();
+                    for l in &resp.leases {
+                        sh.link.saw_term(l.term);
+                    }
                     sh.lock().queue.extend(resp.leases);
                     for _ in 0..n {
                         sh.work_ready.notify_one();

@@ -11,6 +11,7 @@
 //! With one URL and a coordinator that never answers "not the leader", nothing here ever moves: the one lazily
 //! connected channel reconnects by itself, as before there were members.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use sweep_client::{
@@ -37,6 +38,9 @@ pub(crate) struct Link {
     now: Mutex<Now>,
     /// Held while registering with a member moved to, so the tasks that find it new register once.
     registering: tokio::sync::Mutex<()>,
+    /// The highest leader term seen in a lease: sent with heartbeats, results and failures, so that a leader
+    /// deposed by a newer one refuses them instead of taking them (see `sweep_proto::TERM_METADATA`).
+    term: AtomicU64,
 }
 
 struct Route {
@@ -89,7 +93,33 @@ impl Link {
                 registered: false,
             }),
             registering: tokio::sync::Mutex::new(()),
+            term: AtomicU64::new(0),
         })
+    }
+
+    /// A lease granted in `term` arrived.
+    pub(crate) fn saw_term(&self, term: u64) {
+        self.term.fetch_max(term, Ordering::Relaxed);
+    }
+
+    /// The coordinator called does not know this worker (a restart of a single coordinator, or a new group on
+    /// the same addresses, whose terms start again): terms seen before mean nothing to it. A member that took
+    /// over from a leader knows the workers from the replicated store, so a leader change keeps the term.
+    pub(crate) fn forget_term(&self) {
+        self.term.store(0, Ordering::Relaxed);
+    }
+
+    /// `message` as a request carrying the highest term seen (nothing while none was: a single coordinator).
+    pub(crate) fn stamped<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        let term = self.term.load(Ordering::Relaxed);
+        if term > 0 {
+            request.metadata_mut().insert(
+                sweep_proto::TERM_METADATA,
+                tonic::metadata::AsciiMetadataValue::from(term),
+            );
+        }
+        request
     }
 
     fn lock(&self) -> MutexGuard<'_, Now> {

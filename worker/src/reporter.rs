@@ -136,7 +136,7 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 worker_id: sh.worker_id.clone(),
                 reports: reports.iter().map(|r| r.report.clone()).collect(),
             };
-            match clients.reports.complete(req).await {
+            match clients.reports.complete(sh.link.stamped(req)).await {
                 Ok(resp) => {
                     for ack in resp.into_inner().acks {
                         if ack.status == v1::AckStatus::Rejected as i32 {
@@ -166,7 +166,7 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 unsent.extend(failures[i..].iter().cloned());
                 break;
             }
-            if let Err(e) = clients.work.fail(f.clone()).await {
+            if let Err(e) = clients.work.fail(sh.link.stamped(f.clone())).await {
                 debug!(error = %e, "fail report failed; will retry");
                 sh.link.failed(clients.generation, &e);
                 unsent.extend(failures[i..].iter().cloned());

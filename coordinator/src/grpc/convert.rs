@@ -129,6 +129,8 @@ pub fn chunk_lease(l: LeaseView) -> v1::ChunkLease {
         checkpoint: l.checkpoint.unwrap_or_default(),
         shipped: l.shipped,
         count_only: l.count_only,
+        // The caller sets the term it leads in.
+        term: 0,
     }
 }
 

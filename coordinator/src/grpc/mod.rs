@@ -28,6 +28,34 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// The coordinator to call for a worker's `request`, with the term to grant leases in (0 on a single
+    /// coordinator), or the not-leader answer: also when the request carries a higher term than this member
+    /// leads in (`sweep_proto::TERM_METADATA`), since the worker has then seen a newer leader and this one is
+    /// deposed, whether it knows yet or not.
+    pub(crate) fn fenced<T>(
+        &self,
+        request: &tonic::Request<T>,
+    ) -> Result<(Arc<Coordinator>, u64), tonic::Status> {
+        match self {
+            Backend::Single(c) => Ok((c.clone(), 0)),
+            Backend::Member(m) => {
+                let not_leader =
+                    |n: crate::member::NotServing| sweep_proto::not_leader(n.leader_url.as_deref());
+                let (c, term) = m.coordinator_in_term().map_err(not_leader)?;
+                let seen = sweep_proto::term_of(request);
+                if seen > term {
+                    tracing::info!(
+                        term,
+                        seen,
+                        "a worker has seen a newer leader: not taking its call"
+                    );
+                    return Err(sweep_proto::not_leader(None));
+                }
+                Ok((c, term))
+            }
+        }
+    }
+
     /// The coordinator to call now, or the not-leader answer.
     pub(crate) fn coord(&self) -> Result<Arc<Coordinator>, tonic::Status> {
         match self {

@@ -87,10 +87,9 @@ impl work_server::Work for WorkApi {
         &self,
         req: Request<v1::LeaseRequest>,
     ) -> Result<Response<v1::LeaseResponse>, Status> {
+        let (coord, term) = self.0.fenced(&req)?;
         let req = req.into_inner();
-        let (answer, retry_after_ms) = self
-            .0
-            .coord()?
+        let (answer, retry_after_ms) = coord
             .lease(&req.worker_id, req.max_chunks)
             .await
             .map_err(status)?;
@@ -100,7 +99,13 @@ impl work_server::Work for WorkApi {
         };
         match answer {
             LeaseAnswer::Chunks(leases) => {
-                resp.leases = leases.into_iter().map(convert::chunk_lease).collect()
+                resp.leases = leases
+                    .into_iter()
+                    .map(|l| v1::ChunkLease {
+                        term,
+                        ..convert::chunk_lease(l)
+                    })
+                    .collect()
             }
             LeaseAnswer::Drain => resp.drain = true,
             LeaseAnswer::RegisterAgain => resp.register_again = true,
@@ -112,6 +117,7 @@ impl work_server::Work for WorkApi {
         &self,
         req: Request<v1::HeartbeatRequest>,
     ) -> Result<Response<v1::HeartbeatResponse>, Status> {
+        let (coord, _) = self.0.fenced(&req)?;
         let req = req.into_inner();
         let progress = req
             .progress
@@ -122,11 +128,7 @@ impl work_server::Work for WorkApi {
                 checkpoint: p.checkpoint,
             })
             .collect();
-        let beat = self
-            .0
-            .coord()?
-            .heartbeat(&req.worker_id, progress)
-            .map_err(status)?;
+        let beat = coord.heartbeat(&req.worker_id, progress).map_err(status)?;
         Ok(Response::new(v1::HeartbeatResponse {
             revoked: beat.revoked,
             register_again: beat.register_again,
@@ -137,6 +139,7 @@ impl work_server::Work for WorkApi {
         &self,
         req: Request<v1::CompleteRequest>,
     ) -> Result<Response<v1::CompleteResponse>, Status> {
+        let (coord, _) = self.0.fenced(&req)?;
         let req = req.into_inner();
         let reports = req
             .reports
@@ -151,9 +154,7 @@ impl work_server::Work for WorkApi {
                 },
             })
             .collect();
-        let acks = self
-            .0
-            .coord()?
+        let acks = coord
             .complete(&req.worker_id, reports)
             .await
             .map_err(status)?;
@@ -166,10 +167,9 @@ impl work_server::Work for WorkApi {
         &self,
         req: Request<v1::FailRequest>,
     ) -> Result<Response<v1::FailResponse>, Status> {
+        let (coord, _) = self.0.fenced(&req)?;
         let req = req.into_inner();
-        let poisoned = self
-            .0
-            .coord()?
+        let poisoned = coord
             .fail(
                 &req.worker_id,
                 req.lease_id,
