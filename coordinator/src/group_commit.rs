@@ -14,7 +14,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::core::{CoreError, Op};
 use crate::replica::MemberHandle;
-use crate::store::{encode_entry, split_commit, Store};
+use crate::store::{split_commit, Store};
 
 /// A write that takes longer than this is treated as failed: sled can hang in flush after the disk filled up.
 const STORE_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -130,8 +130,11 @@ impl GroupCommit {
 
     /// Proposes one batch as a consensus entry and waits until this member applied it (so a majority has it).
     async fn propose(&self, member: &MemberHandle, ops: Vec<Op>) -> Option<String> {
+        let store = self.store.clone();
         let entry =
-            match tokio::task::spawn_blocking(move || encode_entry(&split_commit(ops))).await {
+            match tokio::task::spawn_blocking(move || store.proposed().encode(split_commit(ops)))
+                .await
+            {
                 Ok(Ok(entry)) => entry,
                 Ok(Err(e)) => return Some(e.to_string()),
                 Err(e) => return Some(format!("encoding a batch crashed: {e}")),

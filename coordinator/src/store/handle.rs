@@ -15,6 +15,9 @@ pub struct Store {
     pub(super) blobs: Box<dyn Blobs>,
     /// Writes read the blocks they change: one writer at a time (the coordinator has only one anyway).
     pub(super) writer: Mutex<()>,
+    /// On a member of a replicated coordinator: the entries it proposed, for its state machine to apply
+    /// without decoding them.
+    pub(super) proposed: super::entry::Proposed,
 }
 
 impl Store {
@@ -28,7 +31,13 @@ impl Store {
             kv,
             blobs,
             writer: Mutex::new(()),
+            proposed: Default::default(),
         }
+    }
+
+    /// The entries this member proposed (see [`super::Proposed`]).
+    pub fn proposed(&self) -> &super::Proposed {
+        &self.proposed
     }
 
     /// Opens the store in `path`: sled's files, and artifact files in `path/artifacts`. An older format is

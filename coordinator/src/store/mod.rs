@@ -79,7 +79,7 @@ pub use batches::{split_commit, MAX_BATCH_OPS};
 pub use blobs::{Blobs, FileBlobs, MemBlobs};
 pub use blocks::{BLOCK, INLINE_OUTPUT_MAX};
 pub use chunks::Lists;
-pub use entry::{decode_entry, encode_entry};
+pub use entry::{decode_entry, encode_entry, Proposed};
 pub use error::StoreError;
 pub use handle::Store;
 pub(crate) use keys::{be_u64, chunk_key, job_key, key_text};

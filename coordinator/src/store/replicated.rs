@@ -20,7 +20,6 @@
 
 use sweep_replicate::StateMachine;
 
-use super::entry::decode_entry;
 use super::error::StoreError;
 use super::framing::{take, take_u32, take_u64};
 use super::handle::Store;
@@ -72,7 +71,7 @@ impl StoreMachine {
         let parts = if data.is_empty() {
             Vec::new()
         } else {
-            decode_entry(data)?
+            self.store.proposed().decode(data)?
         };
         let applied = (APPLIED_KEY.to_vec(), Some(index.to_be_bytes().to_vec()));
         self.store
@@ -390,6 +389,38 @@ mod tests {
         assert_eq!(snap.tallies[&1].chunks, 4);
         let report = crate::fsck::check(&stores[2], true).unwrap();
         assert!(report.is_clean(), "{:?}", report.problems);
+    }
+
+    /// The leader applies the entries it proposed from the parts it kept, not by decoding them, and ends with
+    /// the store a follower decoding the same bytes ends with; entries kept past the bound, or never kept,
+    /// are decoded.
+    #[test]
+    fn a_leader_applies_its_own_entries_from_the_parts_it_kept() {
+        let (leader, follower) = (
+            std::sync::Arc::new(Store::in_memory()),
+            std::sync::Arc::new(Store::in_memory()),
+        );
+        let mut machines = [
+            StoreMachine::open(leader.clone()).unwrap(),
+            StoreMachine::open(follower.clone()).unwrap(),
+        ];
+        // More proposals than are kept: the first ones are decoded when they are applied.
+        let entries: Vec<Vec<u8>> = (0..70)
+            .map(|i| leader.proposed().encode(commit(i)).unwrap())
+            .collect();
+        for (i, e) in entries.iter().enumerate() {
+            for m in &mut machines {
+                m.apply(i as u64 + 2, e);
+            }
+        }
+        assert!(machines
+            .iter()
+            .all(|m| m.failure().is_none() && m.applied() == 71));
+        assert_eq!(contents(&leader), contents(&follower));
+        // A damaged entry is refused even with parts kept for other bytes.
+        let kept = leader.proposed().encode(commit(80)).unwrap();
+        assert!(leader.proposed().decode(&kept[..kept.len() - 1]).is_err());
+        assert!(leader.proposed().decode(&kept).is_ok());
     }
 
     /// An entry leaves out ops a later op of the same part overwrites, and applying it gives exactly the store
