@@ -99,7 +99,7 @@ pub struct MemberStatus {
     pub matched: Vec<(u64, u64)>,
     /// Every member's address (this one's included) as of the applied index; empty on a new member that has
     /// not caught up yet.
-    pub members: BTreeMap<u64, String>,
+    pub members: Arc<BTreeMap<u64, String>>,
     /// Why the member stopped taking part, once it has (it is not used again in this process).
     pub failure: Option<String>,
 }
@@ -347,7 +347,8 @@ async fn run<S: StateMachine>(
     let mut ticker = tokio::time::interval(tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut waiting: Waiting = BTreeMap::new();
-    peers.follow(&node.members().addresses);
+    let mut members = Arc::new(node.members().addresses.clone());
+    peers.follow(&members);
     // Whether the applied membership ever named this member: once it did, a membership without it means
     // the member was removed.
     let mut was_member = node.members().addresses.contains_key(&node.id());
@@ -412,8 +413,11 @@ async fn run<S: StateMachine>(
                 break;
             }
         };
-        let members = node.members().addresses.clone();
-        peers.follow(&members);
+        // The membership changes rarely, and this runs for every message: compare before copying.
+        if *members != node.members().addresses {
+            members = Arc::new(node.members().addresses.clone());
+            peers.follow(&members);
+        }
         let removed = if members.contains_key(&node.id()) {
             was_member = true;
             false
@@ -438,7 +442,7 @@ async fn run<S: StateMachine>(
                 applied: node.applied(),
                 last_index: node.last_index(),
                 matched: node.progress(),
-                members: node.members().addresses.clone(),
+                members: members.clone(),
                 failure: None,
             };
             let changed = *s != now;
