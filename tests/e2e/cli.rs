@@ -111,3 +111,73 @@ fn a_closed_output_pipe_ends_a_printing_command_without_a_panic() {
         );
     }
 }
+
+/// The flags of a replicated coordinator's membership: each mistake named, with a usage exit, before anything
+/// is asked of a group.
+#[test]
+fn membership_flags_are_checked() {
+    let dir = scratch();
+    let data = dir.path().join("member");
+    let data = data.to_str().unwrap();
+    let base = ["coordinator", "--listen", "127.0.0.1:0", "--data", data];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    fails_with(
+        &with(&["--join", "http://127.0.0.1:9", "--advertise", "ftp://x:1"]),
+        2,
+        "--advertise: `ftp://x:1` is not an http:// URL",
+    );
+    fails_with(
+        &with(&["--join", "http://127.0.0.1:9", "--advertise", "http://x"]),
+        2,
+        "must be http://HOST:PORT",
+    );
+    fails_with(
+        &with(&[
+            "--join",
+            "http://127.0.0.1:5555",
+            "--advertise",
+            "http://127.0.0.1:5555",
+        ]),
+        2,
+        "--join names no member of the running group",
+    );
+    fails_with(
+        &with(&["--join", "http://127.0.0.1:9"]),
+        3,
+        "cannot reach the group to join",
+    );
+    assert!(
+        sweep_coordinator_member_of(&dir.path().join("member")).is_none(),
+        "a join that failed left no member behind"
+    );
+    fails_with(
+        &with(&[
+            "--join",
+            "http://127.0.0.1:9",
+            "--peers",
+            "http://127.0.0.1:9",
+        ]),
+        2,
+        "cannot be used with",
+    );
+    fails_with(&["coordinator", "--advertise", "http://x:1"], 2, "--join");
+    fails_with(&["coordinator", "remove-member", "0"], 2, "0");
+    fails_with(
+        &[
+            "coordinator",
+            "remove-member",
+            "2",
+            "--coordinator",
+            "http://127.0.0.1:9",
+        ],
+        3,
+        "cannot reach the coordinator",
+    );
+}
+
+/// Whether `data` holds a member's consensus log (its id file).
+fn sweep_coordinator_member_of(data: &std::path::Path) -> Option<String> {
+    std::fs::read_to_string(data.join("consensus").join("member")).ok()
+}
