@@ -57,6 +57,10 @@ pub struct Config {
     pub max_size_per_msg: u64,
     /// Append messages in flight to one follower.
     pub max_inflight_msgs: usize,
+    /// The largest snapshot sent to a member (the whole state machine travels in one message, and the
+    /// transport frames a message with a 32-bit length). A larger one is not sent: the member stays behind,
+    /// and the sender says why, rather than failing on it.
+    pub max_snapshot_bytes: usize,
 }
 
 impl Config {
@@ -68,6 +72,7 @@ impl Config {
             snapshot_every: 10_000,
             max_size_per_msg: 1 << 20,
             max_inflight_msgs: 256,
+            max_snapshot_bytes: (1 << 31) - (64 << 20),
         }
     }
 }
@@ -132,6 +137,9 @@ pub struct Node<S: StateMachine> {
     /// installs only a snapshot whose membership names the installing member, so the one it catches up from
     /// must be taken after its addition.
     snapshot_due: bool,
+    max_snapshot_bytes: usize,
+    /// Snapshots not sent because they were too large, counted to say so without repeating it every time.
+    oversized: u64,
     /// Set when raft panicked: its state is then unknown, and every later call refuses.
     poisoned: bool,
 }
@@ -204,6 +212,8 @@ impl<S: StateMachine> Node<S> {
             conf_state,
             snapshot_every: config.snapshot_every.max(1),
             snapshot_due: false,
+            max_snapshot_bytes: config.max_snapshot_bytes,
+            oversized: 0,
             poisoned: false,
         })
     }
@@ -425,7 +435,8 @@ impl<S: StateMachine> Node<S> {
         }
         let mut rd = self.raw.ready();
         // A leader may send its appends before persisting them (raft thesis 10.2.1).
-        encode_into(&mut out.messages, rd.take_messages())?;
+        let mut unsent = Vec::new();
+        self.encode_into(&mut out.messages, rd.take_messages(), &mut unsent)?;
         if !rd.snapshot().is_empty() {
             let snapshot = rd.snapshot().clone();
             self.raw.mut_store().apply_snapshot(&snapshot)?;
@@ -444,16 +455,57 @@ impl<S: StateMachine> Node<S> {
         }
         self.apply(rd.take_committed_entries(), out)?;
         self.check_state_machine()?;
-        encode_into(&mut out.messages, rd.take_persisted_messages())?;
+        self.encode_into(&mut out.messages, rd.take_persisted_messages(), &mut unsent)?;
         let mut light = self.raw.advance(rd);
         if let Some(commit) = light.commit_index() {
             self.raw.mut_store().set_commit(commit)?;
         }
-        encode_into(&mut out.messages, light.take_messages())?;
+        self.encode_into(&mut out.messages, light.take_messages(), &mut unsent)?;
         self.apply(light.take_committed_entries(), out)?;
         self.check_state_machine()?;
         self.raw.advance_apply();
+        for to in unsent {
+            // raft sends that member nothing more until it hears the snapshot's fate; it tries again later.
+            self.raw.report_snapshot(to, SnapshotStatus::Failure);
+        }
         self.maybe_snapshot()
+    }
+
+    /// Encodes `msgs` for the transport, leaving out snapshots over `max_snapshot_bytes` (their members are
+    /// pushed to `unsent`).
+    fn encode_into(
+        &mut self,
+        out: &mut Vec<Outgoing>,
+        msgs: Vec<Message>,
+        unsent: &mut Vec<u64>,
+    ) -> Result<(), ReplicateError> {
+        for m in msgs {
+            let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
+            if snapshot && m.get_snapshot().data.len() > self.max_snapshot_bytes {
+                if self.oversized.is_multiple_of(100) {
+                    tracing::error!(
+                        member = m.to,
+                        bytes = m.get_snapshot().data.len(),
+                        limit = self.max_snapshot_bytes,
+                        "a snapshot is too large to send in one message: that member cannot catch up"
+                    );
+                }
+                self.oversized += 1;
+                unsent.push(m.to);
+                continue;
+            }
+            out.push(Outgoing {
+                to: m.to,
+                snapshot,
+                bytes: m.write_to_bytes().map_err(ReplicateError::Encode)?,
+            });
+        }
+        Ok(())
+    }
+
+    /// Snapshots left unsent because they were over `Config::max_snapshot_bytes`.
+    pub fn oversized_snapshots(&self) -> u64 {
+        self.oversized
     }
 
     fn apply(&mut self, entries: Vec<Entry>, out: &mut Output) -> Result<(), ReplicateError> {
@@ -648,17 +700,6 @@ fn from_peer(t: MessageType) -> bool {
             | MsgRequestPreVote
             | MsgRequestPreVoteResponse
     )
-}
-
-fn encode_into(out: &mut Vec<Outgoing>, msgs: Vec<Message>) -> Result<(), ReplicateError> {
-    for m in msgs {
-        out.push(Outgoing {
-            to: m.to,
-            snapshot: m.get_msg_type() == MessageType::MsgSnapshot,
-            bytes: m.write_to_bytes().map_err(ReplicateError::Encode)?,
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]

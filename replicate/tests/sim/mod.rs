@@ -141,6 +141,8 @@ pub struct Sim {
     seq: u64,
     blocked: BTreeSet<(u64, u64)>,
     pub snapshot_every: u64,
+    /// Every member's `Config::max_snapshot_bytes`.
+    max_snapshot_bytes: usize,
     /// Every entry ever applied on any member: index → content.
     pub history: BTreeMap<u64, Vec<u8>>,
     /// Proposals whose proposer applied them in their own term: committed, acknowledged to a client.
@@ -151,6 +153,16 @@ pub struct Sim {
 impl Sim {
     /// `n` founding members, ids 1..=n.
     pub fn new(seed: u64, n: u64, snapshot_every: u64) -> Sim {
+        Sim::with_snapshot_limit(seed, n, snapshot_every, usize::MAX)
+    }
+
+    /// As `new`, every member sending snapshots of at most `max_snapshot_bytes`.
+    pub fn with_snapshot_limit(
+        seed: u64,
+        n: u64,
+        snapshot_every: u64,
+        max_snapshot_bytes: usize,
+    ) -> Sim {
         let mut sim = Sim {
             rng: Rng::new(seed),
             now: 0,
@@ -163,6 +175,7 @@ impl Sim {
             seq: 0,
             blocked: BTreeSet::new(),
             snapshot_every,
+            max_snapshot_bytes,
             history: BTreeMap::new(),
             acked: BTreeMap::new(),
             pending: Vec::new(),
@@ -180,6 +193,7 @@ impl Sim {
             heartbeat_tick: 2,
             snapshot_every: self.snapshot_every,
             max_size_per_msg: 64 * 1024,
+            max_snapshot_bytes: self.max_snapshot_bytes,
             ..Config::new(id)
         }
     }
