@@ -71,6 +71,12 @@ pub struct CoordinatorArgs {
     /// address --listen bound.
     #[arg(long, value_name = "URL", requires = "join")]
     advertise: Option<String>,
+    /// How long a member hears nothing from a leader before it starts an election (it waits this to twice
+    /// this, at random); the leader sends a heartbeat every fifth of it. The default suits members on one
+    /// site's network; raise it where members are far apart or their network is slow, so that a late
+    /// heartbeat does not depose a working leader. The same on every member. Default: 500.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    election_ms: Option<u64>,
     /// This member's id: its place in --peers, from 1. Default: the member whose URL has --listen's host and
     /// port.
     #[arg(long, value_name = "N", requires = "peers", value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -104,8 +110,8 @@ enum CoordinatorAction {
     },
 }
 
-/// A consensus tick: a leader sends heartbeats every 2, a follower campaigns after 10 to 20 silent ones.
-const TICK: Duration = Duration::from_millis(100);
+/// `--election-ms` when not given: members on one site's network.
+const DEFAULT_ELECTION_MS: u64 = 500;
 
 /// `--usage-half-life DURATION` in milliseconds: from a second to ten years.
 fn half_life(text: &str) -> Result<u64, String> {
@@ -132,6 +138,11 @@ pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<Ex
     }
     if !a.peers.is_empty() || a.join.is_some() {
         return member(registry, a);
+    }
+    if a.election_ms.is_some() {
+        return Err(usage(
+            "--election-ms is for a member of a replicated coordinator (with --peers or --join)",
+        ));
     }
     if let Some(id) = sweep_coordinator::member::member_of(&a.data) {
         return Err(usage(format!(
@@ -331,7 +342,9 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
             .filter(|(&p, _)| p != id)
             .map(|(&p, u)| (p, u.clone()))
             .collect();
-        let config = MemberConfig::new(id, peers, TICK);
+        // A consensus tick: elections after 10 to 20 silent ticks, heartbeats every 2.
+        let tick = Duration::from_millis(a.election_ms.unwrap_or(DEFAULT_ELECTION_MS) / 10);
+        let config = MemberConfig::new(id, peers, tick);
         let election_timeout = config.election_timeout();
         let (handle, inbox) = replica::start(config, log, machine, carrier(token))
             .context("cannot start the consensus member")?;

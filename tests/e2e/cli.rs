@@ -163,6 +163,16 @@ fn membership_flags_are_checked() {
         "cannot be used with",
     );
     fails_with(&["coordinator", "--advertise", "http://x:1"], 2, "--join");
+    fails_with(
+        &with(&["--join", "http://127.0.0.1:9", "--election-ms", "10"]),
+        2,
+        "--election-ms",
+    );
+    fails_with(
+        &with(&["--election-ms", "500"]),
+        2,
+        "--election-ms is for a member of a replicated coordinator",
+    );
     fails_with(&["coordinator", "remove-member", "0"], 2, "0");
     fails_with(
         &[
