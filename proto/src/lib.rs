@@ -111,6 +111,29 @@ pub const MAX_RESULT_BYTES: usize = 512 << 20;
 /// (what clients give as `--coordinator`). See [`not_leader`] for the whole protocol.
 pub const LEADER_METADATA: &str = "sweep-leader";
 
+/// Why [`member_url`] refused a URL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadMemberUrl {
+    #[error("is not an http:// URL such as http://10.0.0.1:7878 (members do not speak TLS to each other yet)")]
+    NotHttp,
+    #[error("must be http://HOST:PORT, with the port")]
+    NoPort,
+}
+
+/// A replicated coordinator member's URL as every member keeps it (in `--peers`, in a membership entry):
+/// `http://HOST:PORT`, trimmed, without a trailing slash, so that one member has one spelling.
+pub fn member_url(raw: &str) -> Result<String, BadMemberUrl> {
+    let url = raw.trim().trim_end_matches('/');
+    let authority = url.strip_prefix("http://").ok_or(BadMemberUrl::NotHttp)?;
+    let port_ok = authority
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if authority.contains('/') || !port_ok {
+        return Err(BadMemberUrl::NoPort);
+    }
+    Ok(url.to_string())
+}
+
 /// The ASCII metadata key in which a worker sends the highest leader term it has seen in a lease
 /// (`ChunkLease.term`) with its heartbeats, results and failures: a member whose own term is lower has been
 /// deposed, so it answers not-leader instead of taking the call (fencing). Absent or 0: no term seen (a single
@@ -278,6 +301,30 @@ impl TryFrom<v1::ChunkOutput> for ChunkOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_url_has_one_spelling_and_bad_ones_say_why() {
+        assert_eq!(
+            member_url(" http://a:7878/ ").as_deref(),
+            Ok("http://a:7878")
+        );
+        assert_eq!(
+            member_url("http://[::1]:1").as_deref(),
+            Ok("http://[::1]:1")
+        );
+        for (raw, why) in [
+            ("https://a:1", BadMemberUrl::NotHttp),
+            ("a:1", BadMemberUrl::NotHttp),
+            ("http://a", BadMemberUrl::NoPort),
+            ("http://:1", BadMemberUrl::NoPort),
+            ("http://a:99999", BadMemberUrl::NoPort),
+            ("http://a:1/path", BadMemberUrl::NoPort),
+            // The trailing slashes go first: what is left is no URL at all.
+            ("http://", BadMemberUrl::NotHttp),
+        ] {
+            assert_eq!(member_url(raw), Err(why), "{raw}");
+        }
+    }
 
     /// The boxed transport must not change how tonic reads a failed call: an unreachable coordinator is
     /// `Unavailable` (a worker retries it; the CLI exits 3), with the same message, as over a bare channel.

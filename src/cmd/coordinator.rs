@@ -217,22 +217,7 @@ fn config(registry: &Registry, a: &CoordinatorArgs) -> CoordinatorConfig {
 
 /// A member's URL as given to `flag`, checked: http://HOST:PORT, without a trailing slash.
 fn member_url(flag: &str, raw: &str) -> anyhow::Result<String> {
-    let url = raw.trim().trim_end_matches('/').to_string();
-    let authority = url.strip_prefix("http://").ok_or_else(|| {
-        usage(format!(
-            "{flag}: `{raw}` is not an http:// URL such as http://10.0.0.1:7878 (members do not speak TLS to \
-             each other yet)"
-        ))
-    })?;
-    let port_ok = authority
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-    if authority.contains('/') || !port_ok {
-        return Err(usage(format!(
-            "{flag}: `{raw}` must be http://HOST:PORT, with the port"
-        )));
-    }
-    Ok(url)
+    sweep_proto::member_url(raw).map_err(|e| usage(format!("{flag}: `{raw}` {e}")))
 }
 
 /// The members of `--peers` by id, checked: URLs with a scheme and a port, none twice.

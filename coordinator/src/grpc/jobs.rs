@@ -310,7 +310,8 @@ impl jobs_server::Jobs for JobsApi {
     ) -> Result<Response<v1::AddMemberReply>, Status> {
         let l = self.leadership()?;
         let url = req.into_inner().url;
-        let url = check_member_url(&url)?;
+        let url = sweep_proto::member_url(&url)
+            .map_err(|e| Status::invalid_argument(format!("member URL `{url}` {e}")))?;
         let (id, urls) = l.add_member(url).await.map_err(change_status)?;
         Ok(Response::new(v1::AddMemberReply {
             id,
@@ -355,24 +356,6 @@ impl JobsApi {
             )),
         }
     }
-}
-
-/// A new member's URL as every member will keep it: `http://HOST:PORT` (members speak plain gRPC to each
-/// other), without a trailing slash.
-fn check_member_url(url: &str) -> Result<String, Status> {
-    let url = url.trim().trim_end_matches('/');
-    let ok = url.strip_prefix("http://").is_some_and(|a| {
-        !a.is_empty()
-            && !a.contains('/')
-            && a.rsplit_once(':')
-                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
-    });
-    if !ok {
-        return Err(Status::invalid_argument(format!(
-            "member URL `{url}` is not http://HOST:PORT"
-        )));
-    }
-    Ok(url.to_string())
 }
 
 fn member_infos(urls: &std::collections::BTreeMap<u64, String>) -> Vec<v1::MemberInfo> {
