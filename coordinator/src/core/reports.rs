@@ -81,7 +81,7 @@ impl Checked {
             lease,
             job: job_id,
             chunk,
-            digest: hex(&output.digest()),
+            digest: hex::encode(output.digest()),
             output,
             verified,
         }
@@ -96,10 +96,6 @@ impl Checked {
             _ => (0, false),
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
 }
 
 impl Core {
@@ -182,7 +178,7 @@ impl Core {
                     e.merged = None;
                     self.pending.push(Op::job(e.record.clone()));
                     output.solutions = Vec::new();
-                    digest = hex(&output.digest());
+                    digest = hex::encode(output.digest());
                     add = without_list;
                 }
                 _ => return self.refuse_over_limit(worker, lease, (job_id, chunk), message, now),
