@@ -298,8 +298,8 @@ impl Peers {
     /// Opens a link to every peer of `members` (or of the peers started with, while it is empty) and closes
     /// the links to anyone else.
     fn follow(&mut self, members: &BTreeMap<u64, String>) {
-        // A member the log names without an address (a group founded before addresses were recorded) is
-        // reached where it was started with.
+        // A member the log names without an address (its group was bootstrapped without addresses) is
+        // reached at the URL it was started with.
         let wanted: BTreeMap<u64, String> = if members.is_empty() {
             self.started_with.clone()
         } else {

@@ -250,8 +250,8 @@ impl LogStore {
                 meta.index, self.hard_state.commit
             )));
         }
-        // A snapshot from an older version of this code has no members record: the ids are kept, without
-        // addresses.
+        // Bare state bytes (a group bootstrapped without addresses) have no members record: the ids are kept,
+        // without addresses.
         let members = match unframe(&snapshot.data)?.0 {
             Some(m) => m,
             None => Members::new(
