@@ -269,24 +269,29 @@ fn safety_and_durability_hold_under_random_faults_over_many_seeds() {
     assert!(snapshots_installed > 0);
 }
 
-#[test]
-fn a_member_that_lost_its_disk_is_replaced_by_an_empty_one_that_catches_up_by_snapshot() {
-    let mut sim = Sim::new(21, 3, 10);
-    let leader = sim.wait_leader(200);
-    propose_many(&mut sim, "before", 60);
-    sim.settle(300);
+/// A follower of `leader` is lost with its disk, and the leader proposes its removal; returns its id.
+fn lose_and_remove_a_follower(sim: &mut Sim, leader: u64) -> u64 {
     let lost = sim
         .live()
         .into_iter()
         .find(|&id| id != leader)
         .expect("follower");
     sim.destroy(lost);
-
-    // Two members still make a majority of three: remove the lost one, then add a new empty member.
     sim.node_mut(leader)
         .propose_conf_change(Membership::RemoveVoter(lost))
         .expect("remove");
     sim.process(leader);
+    lost
+}
+
+#[test]
+fn a_member_that_lost_its_disk_is_replaced_by_an_empty_one_that_catches_up_by_snapshot() {
+    let mut sim = Sim::new(21, 3, 10);
+    let leader = sim.wait_leader(200);
+    propose_many(&mut sim, "before", 60);
+    sim.settle(300);
+    // Two members still make a majority of three: remove the lost one, then add a new empty member.
+    let lost = lose_and_remove_a_follower(&mut sim, leader);
     assert!(matches!(
         sim.node_mut(leader).propose_add("sim://4".into()),
         Err(ReplicateError::ConfChangePending)
@@ -351,16 +356,7 @@ fn a_snapshot_over_the_limit_is_not_sent_and_the_leader_goes_on() {
     let leader = sim.wait_leader(200);
     propose_many(&mut sim, "before", 30);
     sim.settle(300);
-    let lost = sim
-        .live()
-        .into_iter()
-        .find(|&id| id != leader)
-        .expect("follower");
-    sim.destroy(lost);
-    sim.node_mut(leader)
-        .propose_conf_change(Membership::RemoveVoter(lost))
-        .expect("remove");
-    sim.process(leader);
+    lose_and_remove_a_follower(&mut sim, leader);
     sim.settle(300);
     sim.start_empty(4);
     sim.node_mut(leader)
