@@ -372,6 +372,13 @@ pub enum MemberError {
 /// Where a member keeps its consensus log, inside its data directory beside the store's files.
 pub const LOG_DIR: &str = "consensus";
 
+/// The snapshot files of the member whose data directory is `data` (beside its consensus log).
+pub fn snapshot_files(data: &std::path::Path) -> Result<crate::store::SnapshotFiles, MemberError> {
+    Ok(crate::store::SnapshotFiles::open(
+        data.join(LOG_DIR).join("snapshots"),
+    )?)
+}
+
 /// The id of the member whose data directory `data` is, if it is one (a single coordinator refuses such a
 /// directory: writing to it outside consensus would make that member's store differ from the others').
 pub fn member_of(data: &std::path::Path) -> Option<u64> {

@@ -428,7 +428,7 @@ async fn run<S: StateMachine>(
             let Some(queue) = peers.queue(m.to) else {
                 continue;
             };
-            let (to, snapshot) = (m.to, m.snapshot);
+            let (to, snapshot) = (m.to, m.snapshot.is_some());
             if queue.try_send(m).is_err() && snapshot {
                 let _ = node.report_snapshot(to, false);
             }

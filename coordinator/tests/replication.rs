@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use sweep_coordinator::grpc::replication::{carrier, ReplicationApi};
 use sweep_coordinator::replica::{self, Change, MemberConfig, MemberHandle, ProposeError};
+use sweep_coordinator::store::SnapshotFiles;
 use sweep_replicate::{Config, LogStore, Members, StateMachine};
 use tokio::sync::oneshot;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -74,6 +75,11 @@ async fn start_member(
     }
 }
 
+/// Where the member whose log is in `dir` keeps its snapshot files.
+fn files_for(dir: &Path) -> SnapshotFiles {
+    SnapshotFiles::open(dir.with_extension("snapshots")).expect("snapshot directory")
+}
+
 /// One member applying to `machine`, its log in a sled store in `dir`, served on `listener`: its handle and
 /// what stops its server. A founder of the group of `urls` starts from the bootstrap snapshot; otherwise the
 /// member starts empty, to be added, and knows `urls` as its first peers.
@@ -112,17 +118,96 @@ async fn start_node<S: StateMachine + Send + 'static>(
             .collect(),
         tick: TICK,
     };
-    let (handle, inbox) =
-        replica::start(config, store, machine, carrier(None)).expect("start member");
+    let (handle, inbox) = replica::start(config, store, machine, carrier(None, files_for(dir)))
+        .expect("start member");
     let (stop_tx, stop_rx) = oneshot::channel();
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(ReplicationApi(inbox).into_server())
+            .add_service(ReplicationApi::new(inbox, files_for(dir)).into_server())
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                 let _ = stop_rx.await;
             }),
     );
     (handle, stop_tx)
+}
+
+/// A snapshot push that is for another member, names no snapshot, or whose bytes do not match what it names
+/// is refused, saying which, and leaves no file behind; a whole one is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbled_snapshot_pushes_are_refused_and_leave_nothing() {
+    use sweep_coordinator::store::Descriptor;
+    use sweep_proto::v1::replication_client::ReplicationClient;
+    use sweep_proto::v1::SnapshotPiece;
+    use tonic::Code;
+
+    let dir = tempfile::tempdir().expect("dir");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", l.local_addr().expect("addr"));
+    let urls = BTreeMap::from([(1, url.clone())]);
+    let (handle, stop) = start_node(1, dir.path(), l, &urls, true, Log::default()).await;
+    let client = ReplicationClient::connect(url).await.expect("connect");
+    let file = b"the bytes of a snapshot file".to_vec();
+    let d = Descriptor {
+        len: file.len() as u64,
+        digest: *blake3::hash(&file).as_bytes(),
+    };
+    let piece = |to: u64, descriptor: Vec<u8>, data: &[u8]| SnapshotPiece {
+        from: 2,
+        to,
+        descriptor,
+        data: data.to_vec(),
+    };
+    let push = |pieces: Vec<SnapshotPiece>| {
+        let mut c = client.clone();
+        async move { c.push_snapshot(tokio_stream::iter(pieces)).await }
+    };
+    let refused = [
+        (
+            vec![piece(9, d.encode(), &file)],
+            Code::InvalidArgument,
+            "member 9",
+        ),
+        (
+            vec![piece(1, Vec::new(), &file)],
+            Code::InvalidArgument,
+            "names no snapshot",
+        ),
+        (
+            vec![piece(1, b"garbage".to_vec(), &file)],
+            Code::InvalidArgument,
+            "names no snapshot",
+        ),
+        (Vec::new(), Code::InvalidArgument, "no piece"),
+        (
+            vec![piece(1, d.encode(), &file[..5])],
+            Code::DataLoss,
+            "do not match",
+        ),
+        (
+            vec![piece(1, d.encode(), &file), piece(0, Vec::new(), b"x")],
+            Code::DataLoss,
+            "more bytes",
+        ),
+    ];
+    for (pieces, code, says) in refused {
+        let e = push(pieces).await.expect_err("refused");
+        assert_eq!(e.code(), code, "{e:?}");
+        assert!(e.message().contains(says), "{e:?}");
+    }
+    let files = files_for(dir.path());
+    assert_eq!(std::fs::read_dir(files.dir()).expect("dir").count(), 0);
+    assert!(files.find(&d).is_none());
+    push(vec![
+        piece(1, d.encode(), &file[..4]),
+        piece(0, Vec::new(), &file[4..]),
+    ])
+    .await
+    .expect("a whole file is kept");
+    assert!(files.find(&d).is_some());
+    handle.stop().await;
+    let _ = stop.send(());
 }
 
 /// Listeners on loopback port 0 for members 1 to 3, and the URL of each.
@@ -395,10 +480,10 @@ async fn messages_for_another_member_are_refused() {
         },
         store,
         Log::default(),
-        carrier(None),
+        carrier(None, files_for(dir.path())),
     )
     .expect("start");
-    let service = ReplicationApi(inbox);
+    let service = ReplicationApi::new(inbox, files_for(dir.path()));
     use sweep_proto::v1::replication_server::Replication;
     let wrong = service
         .step(tonic::Request::new(sweep_proto::v1::StepRequest {
@@ -457,7 +542,7 @@ struct StoreGroup {
     handles: BTreeMap<u64, MemberHandle>,
     stores: BTreeMap<u64, Arc<sweep_coordinator::store::Store>>,
     leader: u64,
-    _stops: Vec<oneshot::Sender<()>>,
+    stops: BTreeMap<u64, oneshot::Sender<()>>,
     _dirs: Vec<tempfile::TempDir>,
 }
 
@@ -469,7 +554,7 @@ impl StoreGroup {
         let (listeners, urls) = bind_three().await;
         let mut handles = BTreeMap::new();
         let mut stores = BTreeMap::new();
-        let mut stops = Vec::new();
+        let mut stops = BTreeMap::new();
         for (id, l) in listeners {
             let dir = dirs[id as usize - 1].path();
             let store = Arc::new(if on_disk {
@@ -477,11 +562,12 @@ impl StoreGroup {
             } else {
                 Store::in_memory()
             });
-            let machine = StoreMachine::open(store.clone()).expect("state machine");
+            let machine = StoreMachine::open(store.clone(), files_for(&dir.join("raft")))
+                .expect("state machine");
             let (h, stop) = start_node(id, &dir.join("raft"), l, &urls, true, machine).await;
             handles.insert(id, h);
             stores.insert(id, store);
-            stops.push(stop);
+            stops.insert(id, stop);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         let leader = loop {
@@ -495,7 +581,7 @@ impl StoreGroup {
             handles,
             stores,
             leader,
-            _stops: stops,
+            stops,
             _dirs: dirs,
         }
     }
@@ -519,19 +605,14 @@ impl StoreGroup {
     }
 }
 
-/// The coordinator's store as the state machine: group commits proposed on the leader as entries end in the
-/// same store on every member, which opens as a coordinator's with the same jobs and done chunks.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
+/// The entries of a job of 40 chunks: the job, then its results in commits of ten, each with the tally after
+/// it, as the core stages them.
+fn job_entries() -> Vec<Vec<u8>> {
     use sweep_coordinator::core::{JobRecord, Op};
     use sweep_coordinator::scheduler::JobState;
     use sweep_coordinator::store::encode_entry;
     use sweep_space::Tally;
 
-    let group = StoreGroup::start(false).await;
-    let (handles, stores, leader) = (&group.handles, &group.stores, group.leader);
-    // A job of 40 chunks, then its results in commits of ten, each with the tally after it, as the core stages
-    // them.
     let job = JobRecord {
         id: 1,
         space: "primes".into(),
@@ -564,6 +645,16 @@ async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
             .collect();
         entries.push(encode_entry(&[ops]).expect("entry"));
     }
+    entries
+}
+
+/// The coordinator's store as the state machine: group commits proposed on the leader as entries end in the
+/// same store on every member, which opens as a coordinator's with the same jobs and done chunks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
+    let group = StoreGroup::start(false).await;
+    let (handles, stores, leader) = (&group.handles, &group.stores, group.leader);
+    let entries = job_entries();
     let mut last = 0;
     for e in entries {
         last = handles[&leader].propose(e).await.expect("committed");
@@ -586,6 +677,94 @@ async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
             stores[&leader].outputs(1).expect("outputs")
         );
     }
+    group.stop().await;
+}
+
+/// A member lost with its disk is replaced by a new empty one, which catches up from the leader's snapshot
+/// file (a store on disk, with a blob of several pieces), pushed before the message that names it; the new
+/// member's store ends as the leader's, and it applies what comes after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_member_installs_the_snapshot_file_the_leader_pushes() {
+    use sweep_coordinator::core::Op;
+    use sweep_coordinator::store::{encode_entry, Store, StoreMachine};
+
+    let mut group = StoreGroup::start(true).await;
+    let leader = group.leader;
+    let h = group.handles[&leader].clone();
+    let mut entries = job_entries();
+    let artifact: Vec<u8> = (0..(3 << 20) + 5).map(|i| (i % 251) as u8).collect();
+    entries.push(encode_entry(&[vec![Op::Artifact(1, Arc::new(artifact))]]).expect("entry"));
+    let mut last = 0;
+    for e in entries {
+        last = h.propose(e).await.expect("committed");
+    }
+    group.all_applied(last, Duration::from_secs(10)).await;
+
+    let lost = *group
+        .handles
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("a follower");
+    group.handles.remove(&lost).expect("lost").stop().await;
+    if let Some(stop) = group.stops.remove(&lost) {
+        let _ = stop.send(());
+    }
+    assert_eq!(h.change(Change::Remove(lost)).await.expect("removed"), lost);
+    let l4 = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url4 = format!("http://{}", l4.local_addr().expect("addr"));
+    let id4 = h.change(Change::Add(url4)).await.expect("added");
+    let peers = h.status().members;
+    let dir4 = tempfile::tempdir().expect("dir");
+    let store4 = Arc::new(Store::open(&dir4.path().join("store")).expect("store"));
+    let raft4 = dir4.path().join("raft");
+    let machine = StoreMachine::open(store4.clone(), files_for(&raft4)).expect("machine");
+    let (h4, stop4) = start_node(id4, &raft4, l4, &peers, false, machine).await;
+    let after = h
+        .propose(encode_entry(&[vec![Op::Meta("next_job", 3)]]).expect("entry"))
+        .await
+        .expect("committed");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while h4.status().applied < after {
+        assert!(Instant::now() < deadline, "the new member did not catch up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (theirs, ours) = (
+        group.stores[&leader].load().expect("load"),
+        store4.load().expect("load"),
+    );
+    assert_eq!(ours.done_list(), theirs.done_list());
+    assert_eq!(ours.done_list().len(), 40);
+    assert_eq!(ours.next_job, 3);
+    assert_eq!(
+        store4.outputs(1).expect("outputs"),
+        group.stores[&leader].outputs(1).expect("outputs")
+    );
+    let listing = |dir: &Path| -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = std::fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| {
+                let e = e.expect("entry");
+                let len = e.metadata().expect("metadata").len();
+                (e.file_name().to_string_lossy().into_owned(), len)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let artifacts = |root: &Path| listing(&root.join("store").join("artifacts"));
+    let leader_dir = group._dirs[leader as usize - 1].path();
+    assert_eq!(artifacts(dir4.path()), artifacts(leader_dir));
+    assert!(
+        artifacts(dir4.path()).iter().any(|(_, len)| *len > 3 << 20),
+        "the blob of several pieces arrived"
+    );
+    let snapshots = listing(files_for(&raft4).dir());
+    assert_eq!(snapshots.len(), 1, "{snapshots:?}");
+    assert!(snapshots[0].0.ends_with(".snap"), "{snapshots:?}");
+    h4.stop().await;
+    let _ = stop4.send(());
     group.stop().await;
 }
 

@@ -21,6 +21,10 @@ pub enum ReplicateError {
     /// ourselves, or of a type only the local node may generate.
     #[error("refused raft message: {0}")]
     BadMessage(String),
+    /// A snapshot message whose state the state machine cannot take yet (its file has not arrived); dropped,
+    /// as a lost message would be.
+    #[error("snapshot {index} has not arrived beside its message")]
+    SnapshotNotHere { index: u64 },
     /// A message we could not encode (protobuf's encoder fails only on sizes over 2 GiB).
     #[error("cannot encode raft message: {0}")]
     Encode(#[source] protobuf::ProtobufError),

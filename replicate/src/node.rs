@@ -31,6 +31,15 @@ pub trait StateMachine {
     /// Replaces the whole state with a snapshot's bytes (from `snapshot` on some member, or the bytes given to
     /// `LogStore::bootstrap`).
     fn restore(&mut self, data: &[u8]);
+    /// Whether `restore` can take these snapshot bytes now. A state machine whose snapshot bytes only name a
+    /// file, which the transport carries beside the message, says whether that file has arrived; a snapshot
+    /// message it cannot take is dropped as if the network had lost it, and the leader sends it again.
+    fn has_snapshot(&self, _data: &[u8]) -> bool {
+        true
+    }
+    /// The snapshot with these bytes is now the member's stored one (taken here, or installed from the
+    /// leader): whatever older snapshots the state machine keeps outside the log may go.
+    fn snapshot_stored(&mut self, _data: &[u8]) {}
     /// The index of the last entry applied (0: none). A durable state machine returns what it has kept, and
     /// the node then does not apply those entries again; one kept in memory returns 0 after a restart and is
     /// rebuilt from the stored snapshot and the log.
@@ -94,9 +103,10 @@ pub struct Outgoing {
     pub to: u64,
     /// The encoded raft message, for `Node::step` on `to`.
     pub bytes: Vec<u8>,
-    /// It carries a snapshot: the transport reports its fate with `Node::report_snapshot`, since the leader
-    /// sends nothing more to that member until it knows.
-    pub snapshot: bool,
+    /// It carries a snapshot, whose state machine bytes these are (what the transport may have to send beside
+    /// it): the transport reports its fate with `Node::report_snapshot`, since the leader sends nothing more to
+    /// that member until it knows.
+    pub snapshot: Option<Vec<u8>>,
 }
 
 /// An entry the state machine has just applied.
@@ -267,6 +277,14 @@ impl<S: StateMachine> Node<S> {
                 "{:?} is not sent between members",
                 msg.get_msg_type()
             )));
+        }
+        if msg.get_msg_type() == MessageType::MsgSnapshot {
+            let state = unframe(&msg.get_snapshot().data)?.1;
+            if !self.sm.has_snapshot(state) {
+                return Err(ReplicateError::SnapshotNotHere {
+                    index: msg.get_snapshot().get_metadata().index,
+                });
+            }
         }
         self.guarded(|raw| Ok(raw.step(msg)?))
     }
@@ -440,7 +458,10 @@ impl<S: StateMachine> Node<S> {
         if !rd.snapshot().is_empty() {
             let snapshot = rd.snapshot().clone();
             self.raw.mut_store().apply_snapshot(&snapshot)?;
-            self.sm.restore(unframe(&snapshot.data)?.1);
+            let state = unframe(&snapshot.data)?.1;
+            self.sm.restore(state);
+            self.check_state_machine()?;
+            self.sm.snapshot_stored(state);
             self.applied = snapshot.get_metadata().index;
             self.conf_state = snapshot.get_metadata().get_conf_state().clone();
             out.restored = Some(self.applied);
@@ -494,9 +515,13 @@ impl<S: StateMachine> Node<S> {
                 unsent.push(m.to);
                 continue;
             }
+            let state = match snapshot {
+                true => Some(unframe(&m.get_snapshot().data)?.1.to_vec()),
+                false => None,
+            };
             out.push(Outgoing {
                 to: m.to,
-                snapshot,
+                snapshot: state,
                 bytes: m.write_to_bytes().map_err(ReplicateError::Encode)?,
             });
         }
@@ -599,8 +624,9 @@ impl<S: StateMachine> Node<S> {
         self.snapshot_due = false;
         let data = self.sm.snapshot();
         let store = self.raw.mut_store();
-        store.save_snapshot(self.applied, &self.conf_state, data)?;
+        store.save_snapshot(self.applied, &self.conf_state, data.clone())?;
         store.compact(previous + 1)?;
+        self.sm.snapshot_stored(&data);
         Ok(())
     }
 

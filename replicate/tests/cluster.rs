@@ -309,6 +309,9 @@ fn a_member_that_lost_its_disk_is_replaced_by_an_empty_one_that_catches_up_by_sn
     ));
 
     sim.start_empty(4);
+    // Its first snapshots "have not arrived" (a state machine whose snapshot travels as a file beside the
+    // message): they are dropped, and the leader sends the snapshot again.
+    sim.node(4).state_machine().refuse_snapshots.set(2);
     let (id, index) = sim
         .node_mut(leader)
         .propose_add("sim://4".into())
@@ -342,6 +345,12 @@ fn a_member_that_lost_its_disk_is_replaced_by_an_empty_one_that_catches_up_by_sn
         "the new member was sent a snapshot of the state, not the log from the start: {restores:?}"
     );
     assert_eq!(new.state_machine().entries.len(), 80);
+    assert_eq!(new.state_machine().refuse_snapshots.get(), 0);
+    assert_eq!(
+        new.state_machine().stored.first(),
+        restores.iter().find(|&&i| i > 1),
+        "the installed snapshot became the stored one"
+    );
     assert!(
         sim.node(leader).store().snapshot_metadata().index > 40,
         "the leader snapshots and compacts"

@@ -321,7 +321,8 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
             true => started_with,
             false => log.members().addresses.clone(),
         };
-        let machine = StoreMachine::open(store.clone()).map_err(|e| bad_dir(&e))?;
+        let files = sweep_coordinator::member::snapshot_files(&a.data).map_err(|e| bad_dir(&e))?;
+        let machine = StoreMachine::open(store.clone(), files.clone()).map_err(|e| bad_dir(&e))?;
         let peers = urls
             .iter()
             .filter(|(&p, _)| p != id)
@@ -331,7 +332,7 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         let tick = Duration::from_millis(a.election_ms.unwrap_or(DEFAULT_ELECTION_MS) / 10);
         let config = MemberConfig::new(id, peers, tick);
         let election_timeout = config.election_timeout();
-        let (handle, inbox) = replica::start(config, log, machine, carrier(token))
+        let (handle, inbox) = replica::start(config, log, machine, carrier(token, files.clone()))
             .context("cannot start the consensus member")?;
         let leadership = Leadership::new(id, handle.clone(), urls.clone(), election_timeout);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -356,7 +357,7 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         let served = sweep_coordinator::server::serve_member(
             listener,
             leadership,
-            ReplicationApi(inbox).into_server(),
+            ReplicationApi::new(inbox, files).into_server(),
             security,
             async {
                 tokio::select! {

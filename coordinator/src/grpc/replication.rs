@@ -1,16 +1,19 @@
 //! The network side of a replicated coordinator's member (`crate::replica`): the `Replication` service, which
-//! passes arriving messages to the member's inbox, and a sender per peer, which carries the member's messages
-//! in order, batching whatever queued up while a call was in flight.
+//! passes arriving messages to the member's inbox and takes snapshot files in, and a sender per peer, which
+//! carries the member's messages in order, batching whatever queued up while a call was in flight, and pushes
+//! a snapshot's file before the message that names it.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sweep_proto::v1::replication_client::ReplicationClient;
 use sweep_proto::v1::replication_server::{Replication, ReplicationServer};
-use sweep_proto::v1::{StepReply, StepRequest};
-use tonic::{Request, Response, Status};
+use sweep_proto::v1::{PushSnapshotReply, SnapshotPiece, StepReply, StepRequest};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::replica::{Carrier, Inbox, PeerLink};
+use crate::store::{Descriptor, SnapshotFiles, StoreError};
 
 /// Messages sent in one call at most.
 const BATCH: usize = 256;
@@ -21,13 +24,37 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest call between members: a consensus entry carries a group commit whole, artifacts and shipped
 /// programs (up to 1 GiB) included, and gRPC frames a message with a 32-bit length.
 pub const MAX_STEP_BYTES: usize = (2 << 30) - 1;
+/// Bytes of a snapshot file in one piece of a push.
+const PIECE: usize = 1 << 20;
+/// Pieces read ahead of the network while a file is pushed.
+const PIECES_AHEAD: usize = 4;
 
-/// The `Replication` service of one member.
-pub struct ReplicationApi(pub Inbox);
+/// How long pushing a file of `len` bytes may take: a floor for the connection, then a pace (8 MiB/s) that any
+/// link between members keeps; a push slower than that is given up and tried again.
+fn push_timeout(len: u64) -> Duration {
+    Duration::from_secs(30 + len / (8 << 20))
+}
+
+/// The `Replication` service of one member: its inbox, and where received snapshot files go.
+pub struct ReplicationApi {
+    inbox: Inbox,
+    files: SnapshotFiles,
+}
 
 impl ReplicationApi {
+    pub fn new(inbox: Inbox, files: SnapshotFiles) -> ReplicationApi {
+        ReplicationApi { inbox, files }
+    }
+
     pub fn into_server(self) -> ReplicationServer<ReplicationApi> {
         ReplicationServer::new(self).max_decoding_message_size(MAX_STEP_BYTES)
+    }
+}
+
+fn file_status(e: StoreError) -> Status {
+    match e {
+        StoreError::Damaged { .. } => Status::data_loss(e.to_string()),
+        e => Status::internal(e.to_string()),
     }
 }
 
@@ -35,30 +62,150 @@ impl ReplicationApi {
 impl Replication for ReplicationApi {
     async fn step(&self, request: Request<StepRequest>) -> Result<Response<StepReply>, Status> {
         let req = request.into_inner();
-        if req.to != self.0.id() {
+        if req.to != self.inbox.id() {
             return Err(Status::invalid_argument(format!(
                 "messages for member {} reached member {}",
                 req.to,
-                self.0.id()
+                self.inbox.id()
             )));
         }
-        self.0
+        self.inbox
             .deliver(req.messages)
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(StepReply {}))
     }
+
+    async fn push_snapshot(
+        &self,
+        request: Request<Streaming<SnapshotPiece>>,
+    ) -> Result<Response<PushSnapshotReply>, Status> {
+        let mut pieces = request.into_inner();
+        let first = pieces
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("a snapshot push with no piece"))?;
+        if first.to != self.inbox.id() {
+            return Err(Status::invalid_argument(format!(
+                "a snapshot for member {} reached member {}",
+                first.to,
+                self.inbox.id()
+            )));
+        }
+        let d = Descriptor::decode(&first.descriptor).ok_or_else(|| {
+            Status::invalid_argument("the first piece of a snapshot push names no snapshot file")
+        })?;
+        if self.files.find(&d).is_some() {
+            return Ok(Response::new(PushSnapshotReply {}));
+        }
+        // Dropped on any early return, which removes what was received.
+        let mut incoming = self.files.receive(d).map_err(file_status)?;
+        incoming.write(&first.data).map_err(file_status)?;
+        while let Some(piece) = pieces.message().await? {
+            incoming.write(&piece.data).map_err(file_status)?;
+        }
+        tokio::task::spawn_blocking(move || incoming.finish())
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(file_status)?;
+        tracing::info!(
+            member = self.inbox.id(),
+            from = first.from,
+            bytes = d.len,
+            "a snapshot file arrived"
+        );
+        Ok(Response::new(PushSnapshotReply {}))
+    }
 }
 
 /// What starts a sender task for each peer link. `token` is sent as the `authorization` value of every call
-/// (members of a group with token files call each other with an admin token).
-pub fn carrier(token: Option<tonic::metadata::AsciiMetadataValue>) -> Carrier {
+/// (members of a group with token files call each other with an admin token); snapshot files are pushed from
+/// `files`.
+pub fn carrier(
+    token: Option<tonic::metadata::AsciiMetadataValue>,
+    files: SnapshotFiles,
+) -> Carrier {
     Arc::new(move |link| {
-        tokio::spawn(send_to_peer(link, token.clone()));
+        tokio::spawn(send_to_peer(link, token.clone(), files.clone()));
     })
 }
 
-async fn send_to_peer(mut link: PeerLink, token: Option<tonic::metadata::AsciiMetadataValue>) {
+/// The endpoint of a peer's `Replication` service.
+fn endpoint(url: &str) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
+    Ok(tonic::transport::Endpoint::from_shared(url.to_string())?.connect_timeout(CALL_TIMEOUT))
+}
+
+/// Pushes the file of `d` to the peer; `Err` says why it did not get there whole.
+async fn push_file(
+    link: &PeerLink,
+    token: &Option<tonic::metadata::AsciiMetadataValue>,
+    files: &SnapshotFiles,
+    d: Descriptor,
+) -> Result<(), String> {
+    let path: PathBuf = files
+        .find(&d)
+        .ok_or_else(|| "the snapshot file is gone (a newer one replaced it)".to_string())?;
+    // Opened now: a newer snapshot may replace this one meanwhile, and an open file stays readable.
+    let mut file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let channel = endpoint(&link.url)
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let (tx, rx) = tokio::sync::mpsc::channel(PIECES_AHEAD);
+    let (from, to) = (link.from, link.to);
+    let reader = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut first = true;
+        loop {
+            let mut data = vec![0u8; PIECE];
+            let mut filled = 0;
+            while filled < PIECE {
+                match file.read(&mut data[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            data.truncate(filled);
+            let piece = SnapshotPiece {
+                from: if first { from } else { 0 },
+                to: if first { to } else { 0 },
+                descriptor: if first { d.encode() } else { Vec::new() },
+                data,
+            };
+            let last = filled < PIECE;
+            if tx.blocking_send(piece).is_err() {
+                return Ok(());
+            }
+            if last {
+                return Ok(());
+            }
+            first = false;
+        }
+    });
+    let mut request = Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    if let Some(t) = token {
+        request.metadata_mut().insert("authorization", t.clone());
+    }
+    let pushed = tokio::time::timeout(
+        push_timeout(d.len),
+        ReplicationClient::new(channel).push_snapshot(request),
+    )
+    .await;
+    let read = reader.await.map_err(|e| e.to_string())?;
+    match pushed {
+        Err(_) => Err(format!("not sent within {:?}", push_timeout(d.len))),
+        Ok(Err(status)) => Err(status.message().to_string()),
+        Ok(Ok(_)) => read,
+    }
+}
+
+async fn send_to_peer(
+    mut link: PeerLink,
+    token: Option<tonic::metadata::AsciiMetadataValue>,
+    files: SnapshotFiles,
+) {
     let mut client: Option<ReplicationClient<tonic::transport::Channel>> = None;
     while let Some(first) = link.queue.recv().await {
         let mut batch = vec![first];
@@ -68,25 +215,50 @@ async fn send_to_peer(mut link: PeerLink, token: Option<tonic::metadata::AsciiMe
                 Err(_) => break,
             }
         }
-        let snapshots = batch.iter().filter(|m| m.snapshot).count();
-        if client.is_none() {
-            client = match tonic::transport::Endpoint::from_shared(link.url.clone()) {
-                Ok(e) => e
-                    .timeout(CALL_TIMEOUT)
-                    .connect_timeout(CALL_TIMEOUT)
-                    .connect()
-                    .await
-                    .ok()
-                    .map(|c| ReplicationClient::new(c).max_encoding_message_size(MAX_STEP_BYTES)),
-                Err(e) => {
-                    tracing::error!(
-                        "member {}'s address {:?} is not a URL: {e}",
-                        link.to,
-                        link.url
+        // A snapshot's file goes first; a snapshot whose file does not get there is not sent, and raft is told
+        // it failed (it tries again later).
+        let mut failed_snapshots = 0;
+        let mut kept = Vec::with_capacity(batch.len());
+        for m in batch {
+            let file = m.snapshot.as_deref().and_then(Descriptor::decode);
+            if let Some(d) = file {
+                if let Err(why) = push_file(&link, &token, &files, d).await {
+                    tracing::warn!(
+                        peer = link.to,
+                        bytes = d.len,
+                        "a snapshot file was not sent: {why}"
                     );
-                    return;
+                    failed_snapshots += 1;
+                    continue;
                 }
-            };
+            }
+            kept.push(m);
+        }
+        let batch = kept;
+        for _ in 0..failed_snapshots {
+            if link.feedback.snapshot(link.to, false).await.is_err() {
+                return;
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let snapshots = batch.iter().filter(|m| m.snapshot.is_some()).count();
+        if client.is_none() {
+            client =
+                match endpoint(&link.url) {
+                    Ok(e) => e.timeout(CALL_TIMEOUT).connect().await.ok().map(|c| {
+                        ReplicationClient::new(c).max_encoding_message_size(MAX_STEP_BYTES)
+                    }),
+                    Err(e) => {
+                        tracing::error!(
+                            "member {}'s address {:?} is not a URL: {e}",
+                            link.to,
+                            link.url
+                        );
+                        return;
+                    }
+                };
         }
         let sent = match client.as_mut() {
             Some(c) => {

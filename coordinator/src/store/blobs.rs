@@ -30,6 +30,11 @@ pub trait Blobs: Send + Sync {
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Option<Vec<u8>>, StoreError>;
     fn remove(&self, name: &str) -> Result<(), StoreError>;
     fn list(&self) -> Result<Vec<String>, StoreError>;
+    /// The length of `name`, `None` when it is missing: with [`Blobs::get_range`], a blob read in pieces.
+    fn size(&self, name: &str) -> Result<Option<u64>, StoreError>;
+    /// [`Blobs::put`] with the bytes read from `reader` to its end, so a blob of any size is written without
+    /// holding it whole.
+    fn put_from(&self, name: &str, reader: &mut dyn std::io::Read) -> Result<(), StoreError>;
 }
 
 /// Blobs as files in one directory.
@@ -61,11 +66,15 @@ impl FileBlobs {
     /// Writes and syncs `bytes` under a temporary name and renames it to `name`; the rename is durable only
     /// once the directory is synced ([`FileBlobs::sync_dir`]).
     fn write_renamed(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
-        use std::io::Write;
+        self.copy_renamed(name, &mut { bytes })
+    }
+
+    /// [`FileBlobs::write_renamed`] with the bytes of `reader`.
+    fn copy_renamed(&self, name: &str, reader: &mut dyn std::io::Read) -> Result<(), StoreError> {
         let tmp = self.dir.join(format!("{TMP_PREFIX}{name}"));
         let path = self.dir.join(name);
         let written = std::fs::File::create(&tmp).and_then(|mut f| {
-            f.write_all(bytes)?;
+            std::io::copy(reader, &mut f)?;
             f.sync_all()
         });
         if let Err(e) = written {
@@ -158,6 +167,20 @@ impl Blobs for FileBlobs {
         }
     }
 
+    fn size(&self, name: &str) -> Result<Option<u64>, StoreError> {
+        let path = self.dir.join(name);
+        match std::fs::metadata(&path) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => self.io(&path, Err(e)),
+        }
+    }
+
+    fn put_from(&self, name: &str, reader: &mut dyn std::io::Read) -> Result<(), StoreError> {
+        self.copy_renamed(name, reader)?;
+        self.sync_dir()
+    }
+
     fn list(&self) -> Result<Vec<String>, StoreError> {
         let entries = self.io(&self.dir, std::fs::read_dir(&self.dir))?;
         let mut names = Vec::new();
@@ -216,6 +239,21 @@ impl Blobs for MemBlobs {
     fn list(&self) -> Result<Vec<String>, StoreError> {
         Ok(self.map().keys().cloned().collect())
     }
+
+    fn size(&self, name: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.map().get(name).map(|b| b.len() as u64))
+    }
+
+    fn put_from(&self, name: &str, reader: &mut dyn std::io::Read) -> Result<(), StoreError> {
+        let mut bytes = Vec::new();
+        reader
+            .read_to_end(&mut bytes)
+            .map_err(|source| StoreError::File {
+                path: name.into(),
+                source,
+            })?;
+        self.put(name, &bytes)
+    }
 }
 
 #[cfg(test)]
@@ -237,6 +275,10 @@ mod tests {
             assert_eq!(blobs.get_range("x", 5, 3).unwrap(), None);
             assert_eq!(blobs.get_range("x", u64::MAX, 2).unwrap(), None);
             assert_eq!(blobs.get("x").unwrap(), Some(b"abcdefg".to_vec()));
+            assert_eq!(blobs.size("x").unwrap(), Some(7));
+            assert_eq!(blobs.size("y").unwrap(), None);
+            blobs.put_from("y", &mut &b"streamed"[..]).unwrap();
+            assert_eq!(blobs.get("y").unwrap(), Some(b"streamed".to_vec()));
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

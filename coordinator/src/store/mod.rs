@@ -69,6 +69,7 @@ mod kv;
 mod records;
 mod replicated;
 mod snapshot;
+mod snapshot_file;
 mod summaries;
 #[cfg(test)]
 mod test_support;
@@ -86,3 +87,4 @@ pub(crate) use keys::{be_u64, chunk_key, job_key, key_text};
 pub use kv::{Kv, MemKv, Pairs, ScanFn, SledKv, Writes};
 pub(crate) use records::decode;
 pub use replicated::StoreMachine;
+pub use snapshot_file::{Descriptor, Incoming, SnapshotFiles};

@@ -14,11 +14,15 @@
 //! of its last entry, and the log gives the rest again; the log is compacted only up to a snapshot, which a
 //! store behind it is restored from.
 //!
-//! A snapshot is the whole store (every key and every file beside it), built in memory: right for the
-//! stores of tests and small jobs. A store of millions of results needs snapshots streamed from its files
-//! instead, which this does not do yet.
+//! A snapshot is a file in the member's snapshot directory (`snapshot_file`), written by reading the store
+//! one key and one piece of a blob at a time; the log keeps its descriptor (length and digest). Installing
+//! one empties the store and writes the file's contents in bounded batches, under a mark (`m/restoring`): a
+//! store that holds the mark is half-installed, says it applied nothing, and is installed again from the same
+//! file. No step holds the store whole in memory, whatever its size.
 
 use sweep_replicate::StateMachine;
+
+use super::snapshot_file::{Descriptor, SnapshotFiles};
 
 use super::error::StoreError;
 use super::framing::{take, take_u32, take_u64};
@@ -27,6 +31,10 @@ use super::keys::be_u64;
 
 /// Where a member keeps the index of the last entry applied to its store.
 const APPLIED_KEY: &[u8] = b"m/applied";
+/// Set while a snapshot is being installed, to the descriptor of its file.
+const RESTORING_KEY: &[u8] = b"m/restoring";
+/// The store's format marker, which installing a snapshot leaves in place.
+const FORMAT_KEY: &[u8] = b"m/format";
 
 const SNAPSHOT_VERSION: u8 = 1;
 
@@ -42,16 +50,22 @@ fn damaged(why: impl Into<String>) -> StoreError {
 /// ([`StoreMachine::failure`]); the member should stop and be replaced.
 pub struct StoreMachine {
     store: std::sync::Arc<Store>,
+    files: SnapshotFiles,
     applied: u64,
     failure: Option<String>,
 }
 
 impl StoreMachine {
-    /// The state machine over `store`, resuming after the last entry it applied.
-    pub fn open(store: std::sync::Arc<Store>) -> Result<StoreMachine, StoreError> {
+    /// The state machine over `store`, resuming after the last entry it applied, with its snapshots in
+    /// `files`.
+    pub fn open(
+        store: std::sync::Arc<Store>,
+        files: SnapshotFiles,
+    ) -> Result<StoreMachine, StoreError> {
         let applied = read_applied(&store)?;
         Ok(StoreMachine {
             store,
+            files,
             applied,
             failure: None,
         })
@@ -59,6 +73,10 @@ impl StoreMachine {
 
     pub fn store(&self) -> &std::sync::Arc<Store> {
         &self.store
+    }
+
+    pub fn files(&self) -> &SnapshotFiles {
+        &self.files
     }
 
     /// Why this member stopped applying entries, once it has.
@@ -78,32 +96,30 @@ impl StoreMachine {
             .write_parts_then(parts, vec![applied], super::batches::Durability::Lazy)
     }
 
-    /// The whole store as bytes: version, every key-value pair (u32 LE lengths), then every file beside it
-    /// (name and bytes, u32 and u64 LE lengths).
+    /// The store written to a snapshot file; its descriptor.
     fn try_snapshot(&self) -> Result<Vec<u8>, StoreError> {
-        let pairs = self.store.kv.scan(b"")?;
-        let mut out = vec![SNAPSHOT_VERSION];
-        out.extend_from_slice(&(pairs.len() as u64).to_le_bytes());
-        for (k, v) in &pairs {
-            for field in [k, v] {
-                let len = u32::try_from(field.len()).map_err(|_| damaged("a value over 4 GB"))?;
-                out.extend_from_slice(&len.to_le_bytes());
-                out.extend_from_slice(field);
-            }
-        }
-        let names = self.store.blobs.list()?;
-        out.extend_from_slice(&(names.len() as u64).to_le_bytes());
-        for name in names {
-            let bytes = self.store.blobs.get(&name)?.unwrap_or_default();
-            out.extend_from_slice(&(name.len() as u32).to_le_bytes());
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-            out.extend_from_slice(&bytes);
-        }
-        Ok(out)
+        let _writer = self.store.writer.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(self.files.write(&self.store)?.encode())
     }
 
-    /// Makes the store exactly the snapshot's: its keys and files written, every other key and file removed.
+    /// Makes the store exactly the snapshot file's, under the restoring mark.
+    fn try_restore_file(&mut self, d: &Descriptor) -> Result<(), StoreError> {
+        let _writer = self.store.writer.lock().unwrap_or_else(|p| p.into_inner());
+        self.store.kv.apply(vec![
+            (RESTORING_KEY.to_vec(), Some(d.encode())),
+            (APPLIED_KEY.to_vec(), None),
+        ])?;
+        self.applied = 0;
+        self.files
+            .load_into(d, &self.store, &[FORMAT_KEY, RESTORING_KEY])?;
+        // Durable with everything before it.
+        self.store.kv.apply(vec![(RESTORING_KEY.to_vec(), None)])?;
+        self.applied = read_applied(&self.store)?;
+        Ok(())
+    }
+
+    /// Makes the store exactly a snapshot carried whole (the format before snapshot files): its keys and
+    /// files written, every other key and file removed.
     fn try_restore(&mut self, data: &[u8]) -> Result<(), StoreError> {
         let mut rest = data;
         match take(&mut rest, 1) {
@@ -186,7 +202,11 @@ impl StoreMachine {
     }
 }
 
+/// What the store has applied: nothing while it is half-way through installing a snapshot.
 fn read_applied(store: &Store) -> Result<u64, StoreError> {
+    if store.kv.get(RESTORING_KEY)?.is_some() {
+        return Ok(0);
+    }
     match store.kv.get(APPLIED_KEY)? {
         Some(v) => be_u64(APPLIED_KEY, &v),
         None => Ok(0),
@@ -217,8 +237,24 @@ impl StateMachine for StoreMachine {
         if data.is_empty() && self.applied > 0 {
             return;
         }
-        if let Err(e) = self.try_restore(data) {
+        let restored = match Descriptor::decode(data) {
+            Some(d) => self.try_restore_file(&d),
+            None => self.try_restore(data),
+        };
+        if let Err(e) = restored {
             self.fail("installing a snapshot failed", e);
+        }
+    }
+
+    fn has_snapshot(&self, data: &[u8]) -> bool {
+        Descriptor::decode(data).is_none_or(|d| self.files.find(&d).is_some())
+    }
+
+    fn snapshot_stored(&mut self, data: &[u8]) {
+        if let Some(d) = Descriptor::decode(data) {
+            if let Err(e) = self.files.keep_only(&d) {
+                tracing::warn!(error = %e, "removing older snapshot files failed");
+            }
         }
     }
 
@@ -290,6 +326,14 @@ mod tests {
         ]
     }
 
+    /// A state machine over `store`, with a snapshot directory of its own under `dir`.
+    fn machine(store: &std::sync::Arc<Store>, dir: &tempfile::TempDir) -> StoreMachine {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let files = SnapshotFiles::open(dir.path().join(format!("snapshots-{n}"))).unwrap();
+        StoreMachine::open(store.clone(), files).unwrap()
+    }
+
     /// Every key-value pair and every file (name, bytes) of a store, for comparing two.
     type Contents = (crate::store::Pairs, Vec<(String, Vec<u8>)>);
 
@@ -334,16 +378,14 @@ mod tests {
     /// nothing, and the store opens as a coordinator's.
     #[test]
     fn members_applying_the_same_entries_hold_the_same_store() {
+        let dir = tempfile::tempdir().unwrap();
         let entries: Vec<Vec<u8>> = (0..4)
             .map(|i| encode_entry(&commit(i * 10)).unwrap())
             .collect();
         let stores: Vec<std::sync::Arc<Store>> = (0..3)
             .map(|_| std::sync::Arc::new(Store::in_memory()))
             .collect();
-        let mut machines: Vec<StoreMachine> = stores
-            .iter()
-            .map(|s| StoreMachine::open(s.clone()).unwrap())
-            .collect();
+        let mut machines: Vec<StoreMachine> = stores.iter().map(|s| machine(s, &dir)).collect();
         for (i, e) in entries.iter().enumerate() {
             let index = i as u64 + 2;
             machines[0].apply(index, e);
@@ -363,7 +405,7 @@ mod tests {
                 Some(3u64.to_be_bytes().to_vec()),
             )])
             .unwrap();
-        let mut again = StoreMachine::open(stores[1].clone()).unwrap();
+        let mut again = machine(&stores[1], &dir);
         assert_eq!(again.applied(), 3);
         for (i, e) in entries.iter().enumerate().skip(2) {
             again.apply(i as u64 + 2, e);
@@ -396,14 +438,12 @@ mod tests {
     /// are decoded.
     #[test]
     fn a_leader_applies_its_own_entries_from_the_parts_it_kept() {
+        let dir = tempfile::tempdir().unwrap();
         let (leader, follower) = (
             std::sync::Arc::new(Store::in_memory()),
             std::sync::Arc::new(Store::in_memory()),
         );
-        let mut machines = [
-            StoreMachine::open(leader.clone()).unwrap(),
-            StoreMachine::open(follower.clone()).unwrap(),
-        ];
+        let mut machines = [machine(&leader, &dir), machine(&follower, &dir)];
         // More proposals than are kept: the first ones are decoded when they are applied.
         let entries: Vec<Vec<u8>> = (0..70)
             .map(|i| leader.proposed().encode(commit(i)).unwrap())
@@ -427,6 +467,7 @@ mod tests {
     /// that writing the parts directly (as a single coordinator does) gives.
     #[test]
     fn an_entry_keeps_only_the_last_write_of_a_key_and_the_same_store_results() {
+        let dir = tempfile::tempdir().unwrap();
         let mut tally = Tally::default();
         let mut part = vec![Op::job(JobRecord {
             n_chunks: 100,
@@ -468,7 +509,7 @@ mod tests {
         let direct = Store::in_memory();
         direct.write_parts(parts.clone()).unwrap();
         let via_entry = std::sync::Arc::new(Store::in_memory());
-        let mut m = StoreMachine::open(via_entry.clone()).unwrap();
+        let mut m = machine(&via_entry, &dir);
         m.apply(1, &encode_entry(&parts).unwrap());
         let without_index = |store: &Store| -> Contents {
             let (pairs, files) = contents(store);
@@ -521,8 +562,9 @@ mod tests {
 
     #[test]
     fn a_damaged_entry_stops_the_member_before_any_gap() {
+        let dir = tempfile::tempdir().unwrap();
         let store = std::sync::Arc::new(Store::in_memory());
-        let mut m = StoreMachine::open(store.clone()).unwrap();
+        let mut m = machine(&store, &dir);
         m.apply(1, &encode_entry(&commit(0)).unwrap());
         m.apply(2, b"\x01garbage");
         assert!(m.failure().unwrap().contains("applying entry 2 failed"));
@@ -531,27 +573,160 @@ mod tests {
         assert_eq!(store.load().unwrap().done_list(), vec![(1, 0)]);
     }
 
-    /// A snapshot installed on a member makes its store the snapshot's, whatever it held before, and an
-    /// empty snapshot (a group's start) empties it.
+    /// A snapshot is a file: installed on another member (once its file arrived), it makes that store the
+    /// source's, whatever it held before; older snapshot files go once a newer one is stored.
     #[test]
-    fn a_snapshot_makes_a_store_the_same_as_its_source() {
+    fn a_snapshot_file_makes_a_store_the_same_as_its_source() {
+        let dir = tempfile::tempdir().unwrap();
         let source = std::sync::Arc::new(Store::in_memory());
-        let mut m = StoreMachine::open(source.clone()).unwrap();
+        let mut m = machine(&source, &dir);
         for i in 0..3u64 {
             m.apply(i + 1, &encode_entry(&commit(i * 10)).unwrap());
         }
+        let first = m.snapshot();
+        m.apply(4, &encode_entry(&commit(30)).unwrap());
         let snap = m.snapshot();
+        let d = Descriptor::decode(&snap).expect("a file descriptor");
+        assert_ne!(Descriptor::decode(&first), Some(d));
+        m.snapshot_stored(&snap);
+        let names: Vec<_> = std::fs::read_dir(m.files().dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec![format!("{}.snap", hex::encode(d.digest))]);
+
         let target = std::sync::Arc::new(Store::in_memory());
-        let mut t = StoreMachine::open(target.clone()).unwrap();
+        let mut t = machine(&target, &dir);
         t.apply(1, &encode_entry(&commit(50)).unwrap());
+        assert!(!t.has_snapshot(&snap), "its file has not arrived");
+        assert!(t.has_snapshot(&[]), "a snapshot that is no file needs none");
+        receive(&t, &m, &d);
+        assert!(t.has_snapshot(&snap));
         t.restore(&snap);
+        assert!(t.failure().is_none(), "{:?}", t.failure());
+        assert_eq!(t.applied(), 4);
+        assert_eq!(contents(&target), contents(&source));
+        assert!(
+            t.files().find(&d).unwrap().extension().unwrap() == "snap",
+            "an installed file is kept as the stored snapshot"
+        );
+
+        // A crash half-way through installing leaves the mark: the store says it applied nothing, and the
+        // snapshot is installed again from the same file.
+        target
+            .kv
+            .apply(vec![
+                (RESTORING_KEY.to_vec(), Some(snap.clone())),
+                (b"j/stray".to_vec(), Some(b"x".to_vec())),
+            ])
+            .unwrap();
+        let mut again = StoreMachine::open(target.clone(), t.files().clone()).unwrap();
+        assert_eq!(again.applied(), 0);
+        again.restore(&snap);
+        assert_eq!(again.applied(), 4);
+        assert_eq!(contents(&target), contents(&source));
+
+        // A file the disk changed is refused, naming why, and nothing more is applied.
+        let path = t.files().find(&d).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        again.restore(&snap);
+        let why = again.failure().unwrap();
+        assert!(why.contains("does not match its digest"), "{why}");
+    }
+
+    /// The transport's side: what arrives is kept only whole and matching its digest, and leaves nothing
+    /// behind otherwise.
+    #[test]
+    fn a_received_file_is_kept_only_whole_and_matching() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = std::sync::Arc::new(Store::in_memory());
+        let mut m = machine(&source, &dir);
+        m.apply(1, &encode_entry(&commit(0)).unwrap());
+        let d = Descriptor::decode(&m.snapshot()).unwrap();
+        let bytes = std::fs::read(m.files().find(&d).unwrap()).unwrap();
+        let files = SnapshotFiles::open(dir.path().join("receiver")).unwrap();
+        let short = files.receive(d).unwrap();
+        drop(short);
+        let mut cut = files.receive(d).unwrap();
+        cut.write(&bytes[..bytes.len() - 1]).unwrap();
+        assert!(cut
+            .finish()
+            .unwrap_err()
+            .to_string()
+            .contains("do not match"));
+        let mut long = files.receive(d).unwrap();
+        long.write(&bytes).unwrap();
+        assert!(long.write(b"x").is_err(), "more than the descriptor says");
+        drop(long);
+        let mut changed = files.receive(d).unwrap();
+        let mut other = bytes.clone();
+        other[10] ^= 1;
+        changed.write(&other).unwrap();
+        assert!(changed.finish().is_err());
+        assert_eq!(
+            std::fs::read_dir(files.dir()).unwrap().count(),
+            0,
+            "nothing left behind"
+        );
+        assert!(files.find(&d).is_none());
+        let mut whole = files.receive(d).unwrap();
+        for piece in bytes.chunks(7) {
+            whole.write(piece).unwrap();
+        }
+        whole.finish().unwrap();
+        assert_eq!(files.verify(&d).unwrap(), files.find(&d).unwrap());
+        assert!(Descriptor::decode(b"\x02short").is_none());
+        assert!(Descriptor::decode(&[1; 41]).is_none());
+    }
+
+    /// Copies the file of `d` from `from`'s snapshot directory into `to`'s, as a push between members does.
+    fn receive(to: &StoreMachine, from: &StoreMachine, d: &Descriptor) {
+        let bytes = std::fs::read(from.files().find(d).unwrap()).unwrap();
+        let mut incoming = to.files().receive(*d).unwrap();
+        incoming.write(&bytes).unwrap();
+        incoming.finish().unwrap();
+    }
+
+    /// A snapshot carried whole (the format before snapshot files) still installs, and an empty one (a
+    /// group's start) empties a store that applied nothing but is ignored by one that did.
+    #[test]
+    fn a_snapshot_carried_whole_still_installs() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = std::sync::Arc::new(Store::in_memory());
+        let mut m = machine(&source, &dir);
+        for i in 0..3u64 {
+            m.apply(i + 1, &encode_entry(&commit(i * 10)).unwrap());
+        }
+        let (pairs, files) = contents(&source);
+        let mut inline = vec![SNAPSHOT_VERSION];
+        inline.extend_from_slice(&(pairs.len() as u64).to_le_bytes());
+        for (k, v) in &pairs {
+            for field in [k, v] {
+                inline.extend_from_slice(&(field.len() as u32).to_le_bytes());
+                inline.extend_from_slice(field);
+            }
+        }
+        inline.extend_from_slice(&(files.len() as u64).to_le_bytes());
+        for (name, bytes) in &files {
+            inline.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            inline.extend_from_slice(name.as_bytes());
+            inline.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            inline.extend_from_slice(bytes);
+        }
+        let target = std::sync::Arc::new(Store::in_memory());
+        let mut t = machine(&target, &dir);
+        t.apply(1, &encode_entry(&commit(50)).unwrap());
+        t.restore(&inline);
         assert!(t.failure().is_none());
         assert_eq!(t.applied(), 3);
         assert_eq!(contents(&target), contents(&source));
         t.restore(b"\x07");
         assert!(t.failure().unwrap().contains("unknown snapshot version 7"));
         let fresh = std::sync::Arc::new(Store::in_memory());
-        let mut f = StoreMachine::open(fresh.clone()).unwrap();
+        let mut f = machine(&fresh, &dir);
         f.apply(1, &encode_entry(&commit(0)).unwrap());
         // A member that applied entries ignores the empty bootstrap snapshot.
         f.restore(&[]);

@@ -52,6 +52,10 @@ pub struct Recorder {
     pub entries: BTreeMap<u64, Vec<u8>>,
     applied: u64,
     pub restores: Vec<u64>,
+    /// How many snapshot messages to refuse still, as a state machine whose snapshot file has not arrived.
+    pub refuse_snapshots: std::cell::Cell<u64>,
+    /// The `applied` of each snapshot that became the stored one (taken or installed).
+    pub stored: Vec<u64>,
 }
 
 impl StateMachine for Recorder {
@@ -93,6 +97,19 @@ impl StateMachine for Recorder {
 
     fn applied(&self) -> u64 {
         self.applied
+    }
+
+    fn has_snapshot(&self, _data: &[u8]) -> bool {
+        let refuse = self.refuse_snapshots.get();
+        self.refuse_snapshots.set(refuse.saturating_sub(1));
+        refuse == 0
+    }
+
+    fn snapshot_stored(&mut self, data: &[u8]) {
+        let applied = data
+            .get(..8)
+            .map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+        self.stored.push(applied);
     }
 }
 
@@ -336,6 +353,9 @@ impl Sim {
             // A message from a member the receiver does not know (removed, or not yet added): raft's error,
             // which a transport logs and ignores.
             Err(ReplicateError::Raft(_)) => {}
+            // A snapshot whose state has not arrived: dropped like a lost message, though the call that
+            // carried it succeeded (the leader hears no answer and sends it again).
+            Err(ReplicateError::SnapshotNotHere { .. }) => {}
             Err(e) => panic!("step on {}: {e}", env.to),
         }
         self.process(env.to);
@@ -379,7 +399,7 @@ impl Sim {
             }
         }
         for msg in out.messages {
-            self.send(id, msg.to, msg.bytes, msg.snapshot);
+            self.send(id, msg.to, msg.bytes, msg.snapshot.is_some());
         }
     }
 
