@@ -895,3 +895,115 @@ async fn throughput_of_three_members_against_one_store() {
     );
     group.stop().await;
 }
+
+/// `VmRSS` or `VmHWM` of this process, in MiB (Linux).
+fn memory_mib(field: &str) -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a memory figure");
+    kib / 1024.0
+}
+
+/// How much memory a member needs to take a snapshot of a large store and to install it, against the store's
+/// size: a store on disk with 100 artifacts of 2 MiB and 200,000 results with their solutions is snapshotted to
+/// a file and installed on a second store. Prints the file's size, the time and the peak memory growth of
+/// each step (the peak is reset before each); asserts that the second store holds every result.
+/// `SWEEP_SNAPSHOT_ENTRIES` (default 100) scales the store: with memory bounded, the growth stays flat.
+/// `cargo test --release -p sweep-coordinator --test replication -- --ignored --nocapture snapshot_memory`.
+#[test]
+#[ignore = "a measurement: run by name"]
+fn snapshot_memory_against_store_size() {
+    use sweep_coordinator::core::Op;
+    use sweep_coordinator::scheduler::ChunkRecord;
+    use sweep_coordinator::store::{encode_entry, Store, StoreMachine};
+    use sweep_replicate::StateMachine as _;
+
+    let entries: u64 = std::env::var("SWEEP_SNAPSHOT_ENTRIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    const PER_ENTRY: u64 = 2_000;
+    let dir = tempfile::tempdir().expect("dir");
+    let source = Arc::new(Store::open(&dir.path().join("source")).expect("store"));
+    let mut m = StoreMachine::open(source.clone(), files_for(&dir.path().join("source-log")))
+        .expect("machine");
+    let mut tally = sweep_space::Tally::default();
+    let mut index = 1;
+    let reset_peak = || std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak");
+    let before = memory_mib("VmRSS");
+    reset_peak();
+    for e in 0..entries {
+        let mut ops = vec![Op::Artifact(
+            e + 2,
+            Arc::new(vec![(e % 251) as u8; 2 << 20]),
+        )];
+        for chunk in e * PER_ENTRY..(e + 1) * PER_ENTRY {
+            let out = sweep_space::ChunkOutput {
+                nodes: chunk + 1,
+                solutions: (0..4).map(|s| format!("{chunk}:{s}:0123456789")).collect(),
+                ..Default::default()
+            };
+            tally.add(&out);
+            ops.push(Op::Chunk(
+                1,
+                chunk,
+                ChunkRecord::Done {
+                    digest: format!("{chunk:016x}"),
+                    worker: "w".into(),
+                },
+            ));
+            ops.push(Op::Output(1, chunk, out));
+        }
+        ops.push(Op::Tally(1, tally.clone()));
+        m.apply(index, &encode_entry(&[ops]).expect("entry"));
+        index += 1;
+    }
+    assert!(m.failure().is_none(), "{:?}", m.failure());
+    let apply_growth = memory_mib("VmHWM") - before;
+
+    let before = memory_mib("VmRSS");
+    reset_peak();
+    let started = Instant::now();
+    let snap = m.snapshot();
+    let write_s = started.elapsed().as_secs_f64();
+    let write_growth = memory_mib("VmHWM") - before;
+    let d = sweep_coordinator::store::Descriptor::decode(&snap).expect("a snapshot file");
+    let file_mib = d.len as f64 / (1 << 20) as f64;
+
+    let target = Arc::new(Store::open(&dir.path().join("target")).expect("store"));
+    let target_files = files_for(&dir.path().join("target-log"));
+    let mut incoming = target_files.receive(d).expect("receive");
+    let mut file = std::fs::File::open(m.files().find(&d).expect("file")).expect("open");
+    let mut piece = vec![0u8; 1 << 20];
+    loop {
+        use std::io::Read;
+        let n = file.read(&mut piece).expect("read");
+        if n == 0 {
+            break;
+        }
+        incoming.write(&piece[..n]).expect("write");
+    }
+    incoming.finish().expect("whole");
+    let mut t = StoreMachine::open(target.clone(), target_files).expect("machine");
+    let before = memory_mib("VmRSS");
+    reset_peak();
+    let started = Instant::now();
+    t.restore(&snap);
+    let install_s = started.elapsed().as_secs_f64();
+    let install_growth = memory_mib("VmHWM") - before;
+    assert!(t.failure().is_none(), "{:?}", t.failure());
+    assert_eq!(t.applied(), entries);
+    let done = target.load().expect("load").done_list().len() as u64;
+    assert_eq!(done, entries * PER_ENTRY);
+    println!(
+        "snapshot file {file_mib:.0} MiB ({} results, {entries} artifacts of 2 MiB): written in {write_s:.1} s \
+         with peak memory +{write_growth:.0} MiB ({:.2} of the file), installed in {install_s:.1} s with \
+         +{install_growth:.0} MiB ({:.2}); applying the same results as entries: +{apply_growth:.0} MiB",
+        entries * PER_ENTRY,
+        write_growth / file_mib,
+        install_growth / file_mib,
+    );
+}

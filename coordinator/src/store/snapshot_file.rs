@@ -28,6 +28,8 @@ pub const DESCRIPTOR_VERSION: u8 = 2;
 const DESCRIPTOR_LEN: usize = 1 + 8 + 32;
 /// How much of a blob is read or written at once, and the most a batch of restored pairs holds.
 const PIECE: u64 = 1 << 20;
+/// Bytes of pairs installed between two flushes of the store.
+const FLUSH_EVERY: u64 = 32 << 20;
 /// Keys removed in one batch while a store is emptied for a snapshot.
 const REMOVE_BATCH: usize = 4096;
 /// A received file that was never installed (its message was lost, or a newer snapshot came) is kept this
@@ -294,7 +296,9 @@ impl SnapshotFiles {
         for name in store.blobs.list()? {
             store.blobs.remove(&name)?;
         }
-        let mut bytes = 0u64;
+        // sled holds written pages in memory until it flushes them: flushing every so often keeps an install
+        // of any size from growing the member's memory with the store.
+        let (mut bytes, mut unflushed) = (0u64, 0u64);
         SnapshotFiles::read(
             &path,
             &mut |name, r| store.blobs.put_from(name, r),
@@ -305,7 +309,14 @@ impl SnapshotFiles {
                 bytes += (k.len() + v.len()) as u64;
                 batch.push((k, Some(v)));
                 if bytes >= PIECE || batch.len() >= REMOVE_BATCH {
-                    kv.apply_parts_lazily(vec![std::mem::take(&mut batch)])?;
+                    unflushed += bytes;
+                    let batch = vec![std::mem::take(&mut batch)];
+                    if unflushed >= FLUSH_EVERY {
+                        kv.apply_parts(batch)?;
+                        unflushed = 0;
+                    } else {
+                        kv.apply_parts_lazily(batch)?;
+                    }
                     bytes = 0;
                 }
                 Ok(())
