@@ -931,7 +931,6 @@ fn snapshot_memory_against_store_size() {
     let mut m = StoreMachine::open(source.clone(), files_for(&dir.path().join("source-log")))
         .expect("machine");
     let mut tally = sweep_space::Tally::default();
-    let mut index = 1;
     let reset_peak = || std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak");
     let before = memory_mib("VmRSS");
     reset_peak();
@@ -958,8 +957,8 @@ fn snapshot_memory_against_store_size() {
             ops.push(Op::Output(1, chunk, out));
         }
         ops.push(Op::Tally(1, tally.clone()));
-        m.apply(index, &encode_entry(&[ops]).expect("entry"));
-        index += 1;
+        // Entry `e + 1`: entries are numbered from 1.
+        m.apply(e + 1, &encode_entry(&[ops]).expect("entry"));
     }
     assert!(m.failure().is_none(), "{:?}", m.failure());
     let apply_growth = memory_mib("VmHWM") - before;
