@@ -34,5 +34,5 @@ mod store;
 
 pub use error::ReplicateError;
 pub use members::Members;
-pub use node::{Applied, Config, Membership, Node, Outgoing, Output, StateMachine};
+pub use node::{Applied, Config, Membership, Node, Outgoing, Output, SnapshotJob, StateMachine};
 pub use store::LogStore;

@@ -28,6 +28,13 @@ pub trait StateMachine {
     fn apply(&mut self, index: u64, data: &[u8]);
     /// The whole state, as `restore` takes it back (including whatever `applied` needs).
     fn snapshot(&self) -> Vec<u8>;
+    /// A job that takes the snapshot off the node's thread, for a state whose snapshot takes long to write
+    /// (`None`, the default: `snapshot` is taken in place). The node applies nothing until the job has
+    /// returned, so the job sees the state as it is now, while the node goes on voting, heartbeating and
+    /// appending; the job returns `None` when it failed (the node tries again later).
+    fn snapshot_job(&self) -> Option<SnapshotJob> {
+        None
+    }
     /// Replaces the whole state with a snapshot's bytes (from `snapshot` on some member, or the bytes given to
     /// `LogStore::bootstrap`).
     fn restore(&mut self, data: &[u8]);
@@ -49,6 +56,18 @@ pub trait StateMachine {
     fn failure(&self) -> Option<String> {
         None
     }
+}
+
+/// A snapshot taken off the node's thread (see `StateMachine::snapshot_job`).
+pub type SnapshotJob = Box<dyn FnOnce() -> Option<Vec<u8>> + Send>;
+
+/// A snapshot being written by a `SnapshotJob`: what it is of, and where its bytes will arrive.
+struct Snapshotting {
+    index: u64,
+    conf_state: ConfState,
+    /// The stored snapshot's index when it started: the log is compacted up to there once it is saved.
+    previous: u64,
+    done: std::sync::mpsc::Receiver<Option<Vec<u8>>>,
 }
 
 /// A member's settings. Ticks are the caller's unit of time (the coordinator's would be some 100 ms).
@@ -152,6 +171,11 @@ pub struct Node<S: StateMachine> {
     oversized: u64,
     /// Set when raft panicked: its state is then unknown, and every later call refuses.
     poisoned: bool,
+    /// A snapshot being written off this thread; while it is, committed entries wait in `deferred`.
+    snapshotting: Option<Snapshotting>,
+    deferred: std::collections::VecDeque<Entry>,
+    /// After a snapshot job failed, no other starts before this applied index.
+    retry_from: u64,
 }
 
 fn logger() -> slog::Logger {
@@ -225,6 +249,9 @@ impl<S: StateMachine> Node<S> {
             max_snapshot_bytes: config.max_snapshot_bytes,
             oversized: 0,
             poisoned: false,
+            snapshotting: None,
+            deferred: std::collections::VecDeque::new(),
+            retry_from: 0,
         })
     }
 
@@ -311,7 +338,8 @@ impl<S: StateMachine> Node<S> {
     /// by snapshot; a removed member's id is never used again.
     pub fn propose_conf_change(&mut self, change: Membership) -> Result<u64, ReplicateError> {
         self.ensure_leader()?;
-        if self.raw.raft.has_pending_conf() {
+        // While entries wait for a snapshot to be written, the applied membership may not be the latest.
+        if self.raw.raft.has_pending_conf() || !self.deferred.is_empty() {
             // raft would silently turn the proposal into an empty entry.
             return Err(ReplicateError::ConfChangePending);
         }
@@ -448,6 +476,7 @@ impl<S: StateMachine> Node<S> {
     }
 
     fn handle_ready(&mut self, out: &mut Output) -> Result<(), ReplicateError> {
+        self.poll_snapshot(false, out)?;
         if !self.raw.has_ready() {
             return Ok(());
         }
@@ -456,6 +485,8 @@ impl<S: StateMachine> Node<S> {
         let mut unsent = Vec::new();
         self.encode_into(&mut out.messages, rd.take_messages(), &mut unsent)?;
         if !rd.snapshot().is_empty() {
+            // The state machine is not restored under a snapshot being written from it.
+            self.poll_snapshot(true, out)?;
             let snapshot = rd.snapshot().clone();
             self.raw.mut_store().apply_snapshot(&snapshot)?;
             let state = unframe(&snapshot.data)?.1;
@@ -477,14 +508,18 @@ impl<S: StateMachine> Node<S> {
         self.apply(rd.take_committed_entries(), out)?;
         self.check_state_machine()?;
         self.encode_into(&mut out.messages, rd.take_persisted_messages(), &mut unsent)?;
-        let mut light = self.raw.advance(rd);
+        let mut light = self.raw.advance_append(rd);
         if let Some(commit) = light.commit_index() {
             self.raw.mut_store().set_commit(commit)?;
         }
         self.encode_into(&mut out.messages, light.take_messages(), &mut unsent)?;
         self.apply(light.take_committed_entries(), out)?;
         self.check_state_machine()?;
-        self.raw.advance_apply();
+        // raft learns what is really applied (entries deferred behind a snapshot are not), so that it refuses a
+        // second membership change until the first is applied.
+        if self.applied > self.raw.raft.raft_log.applied {
+            self.raw.advance_apply_to(self.applied);
+        }
         for to in unsent {
             // raft sends that member nothing more until it hears the snapshot's fate; it tries again later.
             self.raw.report_snapshot(to, SnapshotStatus::Failure);
@@ -534,6 +569,10 @@ impl<S: StateMachine> Node<S> {
     }
 
     fn apply(&mut self, entries: Vec<Entry>, out: &mut Output) -> Result<(), ReplicateError> {
+        if self.snapshotting.is_some() {
+            self.deferred.extend(entries);
+            return Ok(());
+        }
         for entry in entries {
             if entry.index <= self.applied {
                 // Already in the state machine (it kept them durably, or a snapshot covered them).
@@ -621,13 +660,82 @@ impl<S: StateMachine> Node<S> {
         if !due && self.applied < previous + self.snapshot_every {
             return Ok(());
         }
+        if self.snapshotting.is_some() || self.applied < self.retry_from {
+            return Ok(());
+        }
         self.snapshot_due = false;
-        let data = self.sm.snapshot();
+        let Some(job) = self.sm.snapshot_job() else {
+            let data = self.sm.snapshot();
+            return self.save_snapshot(self.applied, self.conf_state.clone(), previous, data);
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("snapshot".into())
+            .spawn(move || {
+                let _ = tx.send(job());
+            })
+            .map_err(|e| ReplicateError::StateMachine(format!("cannot start a snapshot: {e}")))?;
+        self.snapshotting = Some(Snapshotting {
+            index: self.applied,
+            conf_state: self.conf_state.clone(),
+            previous,
+            done: rx,
+        });
+        Ok(())
+    }
+
+    fn save_snapshot(
+        &mut self,
+        index: u64,
+        conf_state: ConfState,
+        previous: u64,
+        data: Vec<u8>,
+    ) -> Result<(), ReplicateError> {
         let store = self.raw.mut_store();
-        store.save_snapshot(self.applied, &self.conf_state, data.clone())?;
+        store.save_snapshot(index, &conf_state, data.clone())?;
         store.compact(previous + 1)?;
         self.sm.snapshot_stored(&data);
         Ok(())
+    }
+
+    /// Saves the snapshot being written off this thread once it is done (`wait`: waits until it is), then
+    /// applies the entries that waited for it.
+    fn poll_snapshot(&mut self, wait: bool, out: &mut Output) -> Result<(), ReplicateError> {
+        let Some(pending) = &self.snapshotting else {
+            return Ok(());
+        };
+        // `None`: the thread ended without sending (it panicked).
+        let data = if wait {
+            pending.done.recv().ok()
+        } else {
+            match pending.done.try_recv() {
+                Ok(d) => Some(d),
+                Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(()),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
+            }
+        };
+        let Some(pending) = self.snapshotting.take() else {
+            return Ok(());
+        };
+        match data {
+            Some(Some(data)) => {
+                // Nothing was applied meanwhile, so the members recorded now are those as of its index.
+                self.save_snapshot(pending.index, pending.conf_state, pending.previous, data)?
+            }
+            // It failed and said why: tried again a little later rather than at every call.
+            Some(None) => {
+                self.retry_from = self.applied + (self.snapshot_every / 10).max(1);
+                self.snapshot_due = true;
+            }
+            None => {
+                return Err(ReplicateError::StateMachine(
+                    "the thread writing a snapshot stopped without one".into(),
+                ))
+            }
+        }
+        let deferred: Vec<Entry> = self.deferred.drain(..).collect();
+        self.apply(deferred, out)?;
+        self.check_state_machine()
     }
 
     pub fn id(&self) -> u64 {

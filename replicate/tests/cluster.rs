@@ -198,7 +198,11 @@ fn safety_and_durability_hold_under_random_faults_over_many_seeds() {
     let (mut acked, mut snapshots_installed) = (0, 0);
     for seed in 0..seeds {
         let n = if seed % 2 == 0 { 3 } else { 5 };
-        let mut sim = Sim::new(1000 + seed, n, 15);
+        // Every fourth seed takes its snapshots off the nodes' threads, entries waiting behind them.
+        let mut sim = match seed % 4 {
+            1 => Sim::with_background_snapshots(1000 + seed, n, 15),
+            _ => Sim::new(1000 + seed, n, 15),
+        };
         sim.faults = Faults {
             drop_permille: 100,
             duplicate_permille: 50,
@@ -438,4 +442,30 @@ fn garbled_bytes_are_an_error_and_the_member_goes_on() {
     sim.process(l);
     sim.settle(300);
     sim.assert_agreement();
+}
+
+/// Snapshots written off the nodes' threads: entries committed meanwhile wait behind them and are applied
+/// after, in order, and a new member still catches up from one.
+#[test]
+fn snapshots_taken_off_the_nodes_threads_hold_entries_back_not_the_group() {
+    let mut sim = Sim::with_background_snapshots(23, 3, 10);
+    let leader = sim.wait_leader(200);
+    propose_many(&mut sim, "before", 60);
+    sim.settle(300);
+    sim.assert_agreement();
+    assert!(
+        !sim.node(leader).state_machine().stored.is_empty(),
+        "snapshots were stored"
+    );
+    lose_and_remove_a_follower(&mut sim, leader);
+    sim.settle(300);
+    sim.start_empty(4);
+    sim.node_mut(leader)
+        .propose_add("sim://4".into())
+        .expect("add");
+    sim.process(leader);
+    propose_many(&mut sim, "after", 20);
+    sim.settle(500);
+    sim.assert_agreement();
+    assert_eq!(sim.node(4).state_machine().entries.len(), 80);
 }

@@ -96,12 +96,6 @@ impl StoreMachine {
             .write_parts_then(parts, vec![applied], super::batches::Durability::Lazy)
     }
 
-    /// The store written to a snapshot file; its descriptor.
-    fn try_snapshot(&self) -> Result<Vec<u8>, StoreError> {
-        let _writer = self.store.writer.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(self.files.write(&self.store)?.encode())
-    }
-
     /// Makes the store exactly the snapshot file's, under the restoring mark.
     fn try_restore_file(&mut self, d: &Descriptor) -> Result<(), StoreError> {
         let _writer = self.store.writer.lock().unwrap_or_else(|p| p.into_inner());
@@ -203,6 +197,18 @@ impl StoreMachine {
 }
 
 /// What the store has applied: nothing while it is half-way through installing a snapshot.
+/// `store` written to a snapshot file in `files`; its descriptor, or `None` (said why) when that failed.
+fn write_snapshot(store: &Store, files: &SnapshotFiles) -> Option<Vec<u8>> {
+    let _writer = store.writer.lock().unwrap_or_else(|p| p.into_inner());
+    match files.write(store) {
+        Ok(d) => Some(d.encode()),
+        Err(e) => {
+            tracing::error!(error = %e, "writing a snapshot of the store failed");
+            None
+        }
+    }
+}
+
 fn read_applied(store: &Store) -> Result<u64, StoreError> {
     if store.kv.get(RESTORING_KEY)?.is_some() {
         return Ok(0);
@@ -225,12 +231,16 @@ impl StateMachine for StoreMachine {
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        // A snapshot that cannot be read is an empty one, which no member installs over a store (see
-        // `restore`), rather than a half one.
-        self.try_snapshot().unwrap_or_else(|e| {
-            tracing::error!(error = %e, "reading the store for a snapshot failed");
-            Vec::new()
-        })
+        // A snapshot that cannot be written is an empty one, which no member installs over a store (see
+        // `restore`), rather than a half one. The node takes `snapshot_job` instead, which can say it failed.
+        write_snapshot(&self.store, &self.files).unwrap_or_default()
+    }
+
+    fn snapshot_job(&self) -> Option<sweep_replicate::SnapshotJob> {
+        // Writing a large store takes seconds: off the node's thread, the member keeps its leadership
+        // (heartbeats, votes) meanwhile, and only applying waits.
+        let (store, files) = (self.store.clone(), self.files.clone());
+        Some(Box::new(move || write_snapshot(&store, &files)))
     }
 
     fn restore(&mut self, data: &[u8]) {

@@ -56,6 +56,8 @@ pub struct Recorder {
     pub refuse_snapshots: std::cell::Cell<u64>,
     /// The `applied` of each snapshot that became the stored one (taken or installed).
     pub stored: Vec<u64>,
+    /// Snapshots are taken by a job off the node's thread (which the node waits for before applying more).
+    pub background: bool,
 }
 
 impl StateMachine for Recorder {
@@ -97,6 +99,18 @@ impl StateMachine for Recorder {
 
     fn applied(&self) -> u64 {
         self.applied
+    }
+
+    fn snapshot_job(&self) -> Option<sweep_replicate::SnapshotJob> {
+        if !self.background {
+            return None;
+        }
+        let data = self.snapshot();
+        Some(Box::new(move || {
+            // Long enough for entries to commit meanwhile and wait behind it.
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Some(data)
+        }))
     }
 
     fn has_snapshot(&self, _data: &[u8]) -> bool {
@@ -158,6 +172,8 @@ pub struct Sim {
     seq: u64,
     blocked: BTreeSet<(u64, u64)>,
     pub snapshot_every: u64,
+    /// Members take snapshots off their node's thread.
+    background: bool,
     /// Every member's `Config::max_snapshot_bytes`.
     max_snapshot_bytes: usize,
     /// Every entry ever applied on any member: index → content.
@@ -173,12 +189,27 @@ impl Sim {
         Sim::with_snapshot_limit(seed, n, snapshot_every, usize::MAX)
     }
 
+    /// As `new`, every member taking its snapshots off the node's thread (`StateMachine::snapshot_job`).
+    pub fn with_background_snapshots(seed: u64, n: u64, snapshot_every: u64) -> Sim {
+        Sim::build(seed, n, snapshot_every, usize::MAX, true)
+    }
+
     /// As `new`, every member sending snapshots of at most `max_snapshot_bytes`.
     pub fn with_snapshot_limit(
         seed: u64,
         n: u64,
         snapshot_every: u64,
         max_snapshot_bytes: usize,
+    ) -> Sim {
+        Sim::build(seed, n, snapshot_every, max_snapshot_bytes, false)
+    }
+
+    fn build(
+        seed: u64,
+        n: u64,
+        snapshot_every: u64,
+        max_snapshot_bytes: usize,
+        background: bool,
     ) -> Sim {
         let mut sim = Sim {
             rng: Rng::new(seed),
@@ -196,6 +227,7 @@ impl Sim {
             history: BTreeMap::new(),
             acked: BTreeMap::new(),
             pending: Vec::new(),
+            background,
         };
         let voters: Vec<u64> = (1..=n).collect();
         for id in 1..=n {
@@ -238,7 +270,11 @@ impl Sim {
                 .bootstrap(voters, Recorder::default().snapshot())
                 .expect("bootstrap");
         }
-        let node = Node::new(&self.config(id), store, Recorder::default()).expect("node");
+        let recorder = Recorder {
+            background: self.background,
+            ..Recorder::default()
+        };
+        let node = Node::new(&self.config(id), store, recorder).expect("node");
         self.members.insert(id, Member { node, _db: db });
     }
 
@@ -405,6 +441,11 @@ impl Sim {
 
     /// One round: deliver what is due (including what that sends with no delay), then tick every member.
     pub fn round(&mut self) {
+        if self.background {
+            // Snapshot jobs run on real threads: a round lasts long enough (against their 2 ms) that a bounded
+            // number of rounds sees them finish on a loaded machine too.
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        }
         for _ in 0..100_000 {
             let due = self
                 .in_flight
