@@ -126,7 +126,7 @@ fn membership_flags_are_checked() {
     fails_with(
         &with(&["--join", "http://127.0.0.1:9", "--advertise", "ftp://x:1"]),
         2,
-        "--advertise: `ftp://x:1` is not an http:// URL",
+        "--advertise: `ftp://x:1` is not an http:// or https:// URL",
     );
     fails_with(
         &with(&["--join", "http://127.0.0.1:9", "--advertise", "http://x"]),
