@@ -331,7 +331,7 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         let tick = Duration::from_millis(a.election_ms.unwrap_or(DEFAULT_ELECTION_MS) / 10);
         let config = MemberConfig::new(id, peers, tick);
         let election_timeout = config.election_timeout();
-        let (handle, inbox) = replica::start(config, log, machine, carrier(token))
+        let (handle, inbox) = replica::start(config, log, machine, carrier(token, None))
             .context("cannot start the consensus member")?;
         let leadership = Leadership::new(id, handle.clone(), urls.clone(), election_timeout);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -1,6 +1,7 @@
 //! The network side of a replicated coordinator's member (`crate::replica`): the `Replication` service, which
 //! passes arriving messages to the member's inbox, and a sender per peer, which carries the member's messages
-//! in order, batching whatever queued up while a call was in flight.
+//! in order, batching whatever queued up while a call was in flight. Members at `https://` URLs are called
+//! over TLS, with this member's certificate as its client identity when the others require one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use sweep_proto::v1::replication_client::ReplicationClient;
 use sweep_proto::v1::replication_server::{Replication, ReplicationServer};
 use sweep_proto::v1::{StepReply, StepRequest};
+use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::replica::{Carrier, Inbox, PeerLink};
@@ -51,15 +53,37 @@ impl Replication for ReplicationApi {
 }
 
 /// What starts a sender task for each peer link. `token` is sent as the `authorization` value of every call
-/// (members of a group with token files call each other with an admin token).
-pub fn carrier(token: Option<tonic::metadata::AsciiMetadataValue>) -> Carrier {
+/// (members of a group with token files call each other with an admin token). `tls` is how members at
+/// `https://` URLs are called: the CA that signed their certificates and, for members that require client
+/// certificates, this member's own certificate as its identity. A member at an `https://` URL without it is
+/// not called (the group's flags are checked before this, so that is a bug, logged).
+pub fn carrier(
+    token: Option<tonic::metadata::AsciiMetadataValue>,
+    tls: Option<ClientTlsConfig>,
+) -> Carrier {
     Arc::new(move |link| {
-        tokio::spawn(send_to_peer(link, token.clone()));
+        tokio::spawn(send_to_peer(link, token.clone(), tls.clone()));
     })
 }
 
-async fn send_to_peer(mut link: PeerLink, token: Option<tonic::metadata::AsciiMetadataValue>) {
+/// The endpoint of a peer at `url`: over TLS as `tls` says for an `https://` URL, plain for `http://`.
+fn peer_endpoint(url: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, String> {
+    let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| e.to_string())?;
+    if !url.starts_with("https://") {
+        return Ok(endpoint);
+    }
+    let tls = tls.ok_or("it is https:// but this member has no TLS settings for its peers")?;
+    endpoint.tls_config(tls.clone()).map_err(|e| e.to_string())
+}
+
+async fn send_to_peer(
+    mut link: PeerLink,
+    token: Option<tonic::metadata::AsciiMetadataValue>,
+    tls: Option<ClientTlsConfig>,
+) {
     let mut client: Option<ReplicationClient<tonic::transport::Channel>> = None;
+    // Whether calls to the peer failed since the last one that worked (and the first failure was logged).
+    let mut failing = false;
     while let Some(first) = link.queue.recv().await {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -70,17 +94,27 @@ async fn send_to_peer(mut link: PeerLink, token: Option<tonic::metadata::AsciiMe
         }
         let snapshots = batch.iter().filter(|m| m.snapshot).count();
         if client.is_none() {
-            client = match tonic::transport::Endpoint::from_shared(link.url.clone()) {
-                Ok(e) => e
+            client = match peer_endpoint(&link.url, tls.as_ref()) {
+                Ok(e) => match e
                     .timeout(CALL_TIMEOUT)
                     .connect_timeout(CALL_TIMEOUT)
                     .connect()
                     .await
-                    .ok()
-                    .map(|c| ReplicationClient::new(c).max_encoding_message_size(MAX_STEP_BYTES)),
+                {
+                    Ok(c) => {
+                        Some(ReplicationClient::new(c).max_encoding_message_size(MAX_STEP_BYTES))
+                    }
+                    Err(e) => {
+                        if !failing {
+                            tracing::warn!(peer = link.to, url = %link.url, "cannot connect to a member: {}", causes(&e));
+                        }
+                        failing = true;
+                        None
+                    }
+                },
                 Err(e) => {
                     tracing::error!(
-                        "member {}'s address {:?} is not a URL: {e}",
+                        "member {}'s address {:?} cannot be called: {e}",
                         link.to,
                         link.url
                     );
@@ -99,9 +133,17 @@ async fn send_to_peer(mut link: PeerLink, token: Option<tonic::metadata::AsciiMe
                     request.metadata_mut().insert("authorization", t.clone());
                 }
                 match c.step(request).await {
-                    Ok(_) => true,
+                    Ok(_) => {
+                        failing = false;
+                        true
+                    }
                     Err(e) => {
-                        tracing::debug!(peer = link.to, "a call to a member failed: {e}");
+                        // Warned once per outage: a member that is down stays so for a while, but a refused
+                        // TLS handshake or token never heals by itself and must show at the default level.
+                        if !failing {
+                            tracing::warn!(peer = link.to, url = %link.url, "a call to a member failed: {}", causes(&e));
+                        }
+                        failing = true;
                         false
                     }
                 }
@@ -121,4 +163,22 @@ async fn send_to_peer(mut link: PeerLink, token: Option<tonic::metadata::AsciiMe
             tokio::time::sleep(RETRY_AFTER).await;
         }
     }
+}
+
+/// An error with its causes, as one line, each said once: tonic's transport errors say only "transport error"
+/// themselves, and the causes below them often repeat each other. A status is its message and causes.
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        let text = match err.downcast_ref::<Status>() {
+            Some(s) => s.message().to_string(),
+            None => err.to_string(),
+        };
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cur = err.source();
+    }
+    parts.join(": ")
 }
