@@ -58,13 +58,15 @@ pub struct ServeArgs {
     /// everything a worker or user token may).
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
-    /// Server certificate chain (PEM): serve TLS only (clients use https:// and --tls-ca).
+    /// Server certificate chain (PEM): serve TLS only (clients use https:// and --tls-ca). A member of a
+    /// replicated coordinator also presents it to the other members as its client certificate.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// Key (PEM) of the server certificate.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// Require client certificates signed by this CA (PEM).
+    /// Require client certificates signed by this CA (PEM). For a member of a replicated coordinator, also the
+    /// CA of the other members' certificates unless --peer-tls-ca is given.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
 }

@@ -56,6 +56,12 @@ pub enum ConnectError {
         file: PathBuf,
         source: std::io::Error,
     },
+    #[error("the TLS file {} is not a PEM {what}: {why}", file.display())]
+    BadTlsFile {
+        file: PathBuf,
+        what: &'static str,
+        why: String,
+    },
     #[error(
         "`{url}` is https: give --tls-ca FILE, the CA certificate that signed the coordinator's"
     )]
@@ -89,17 +95,69 @@ pub fn endpoint(url: &str, sec: &ClientSecurity) -> Result<Endpoint, ConnectErro
             url: url.to_string(),
         });
     };
-    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read_tls(ca)?));
-    match (&sec.tls_cert, &sec.tls_key) {
-        (Some(cert), Some(key)) => {
-            tls = tls.identity(Identity::from_pem(read_tls(cert)?, read_tls(key)?));
-        }
-        (None, None) => {}
+    let identity = match (&sec.tls_cert, &sec.tls_key) {
+        (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+        (None, None) => None,
         _ => return Err(ConnectError::HalfIdentity),
-    }
+    };
     endpoint
-        .tls_config(tls)
+        .tls_config(tls_config(ca, identity)?)
         .map_err(|e| ConnectError::Tls(source_text(&e)))
+}
+
+/// The TLS settings of a client from PEM files: `ca`, the CA certificate that signed the servers'
+/// certificates, and `identity`, this client's certificate and key, for servers that require client
+/// certificates. Every file is read and parsed now, so a missing or garbled one is named before anything is
+/// sent rather than failing each handshake later.
+pub fn tls_config(
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> Result<ClientTlsConfig, ConnectError> {
+    let ca_pem = read_pem(ca, "CERTIFICATE", "CA certificate")?;
+    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem));
+    try_tls(&tls).map_err(|why| ConnectError::BadTlsFile {
+        file: ca.to_path_buf(),
+        what: "CA certificate",
+        why,
+    })?;
+    if let Some((cert, key)) = identity {
+        let cert_pem = read_pem(cert, "CERTIFICATE", "certificate")?;
+        let key_pem = read_pem(key, "PRIVATE KEY", "private key")?;
+        tls = tls.identity(Identity::from_pem(cert_pem, key_pem));
+        try_tls(&tls).map_err(|why| ConnectError::BadTlsFile {
+            file: cert.to_path_buf(),
+            what: "certificate matching its key",
+            why: format!("{why} (key {})", key.display()),
+        })?;
+    }
+    Ok(tls)
+}
+
+/// Whether `tls` makes a connector: tonic parses the PEM files only then, and a file without a single PEM
+/// block would pass as a CA that trusts nobody.
+fn try_tls(tls: &ClientTlsConfig) -> Result<(), String> {
+    Endpoint::from_static("https://localhost")
+        .tls_config(tls.clone())
+        .map(|_| ())
+        .map_err(|e| source_text(&e))
+}
+
+/// The bytes of `file`, which must hold a PEM block whose label ends in `label` (`-----BEGIN CERTIFICATE-----`,
+/// `-----BEGIN EC PRIVATE KEY-----`).
+fn read_pem(file: &Path, label: &str, what: &'static str) -> Result<Vec<u8>, ConnectError> {
+    let bytes = read_tls(file)?;
+    let marker = format!("{label}-----");
+    let has_block = String::from_utf8_lossy(&bytes)
+        .lines()
+        .any(|l| l.trim().starts_with("-----BEGIN ") && l.trim().ends_with(&marker));
+    if !has_block {
+        return Err(ConnectError::BadTlsFile {
+            file: file.to_path_buf(),
+            what,
+            why: format!("it holds no `-----BEGIN ...{marker}` block"),
+        });
+    }
+    Ok(bytes)
 }
 
 fn read_tls(file: &Path) -> Result<Vec<u8>, ConnectError> {
@@ -293,6 +351,34 @@ mod tests {
         assert!(e.to_string().contains("/nonexistent/token"), "{e}");
         let mut none = token_interceptor(&ClientSecurity::default()).unwrap();
         assert_eq!(header(&mut none), None);
+    }
+
+    #[test]
+    fn a_missing_or_garbled_tls_file_is_named_before_any_connection() {
+        let dir = std::env::temp_dir().join(format!("sweep-tls-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let garbled = dir.join("garbled.pem");
+        std::fs::write(&garbled, "not a certificate\n").unwrap();
+        // A PEM block that never ends: tonic's parser refuses it, and the file is named.
+        let truncated = dir.join("truncated.pem");
+        std::fs::write(&truncated, "-----BEGIN CERTIFICATE-----\nMIIB\n").unwrap();
+        let e = tls_config(Path::new("/nonexistent/ca.pem"), None).unwrap_err();
+        assert!(matches!(e, ConnectError::TlsFile { .. }), "{e}");
+        for file in [&garbled, &truncated] {
+            let e = tls_config(file, None).unwrap_err();
+            assert!(matches!(e, ConnectError::BadTlsFile { .. }), "{e}");
+            assert!(e.to_string().contains(&file.display().to_string()), "{e}");
+        }
+        // Every client's endpoint checks its CA so: a garbled one is not a CA that trusts nobody.
+        let sec = ClientSecurity {
+            tls_ca: Some(garbled.clone()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            endpoint("https://127.0.0.1:1", &sec),
+            Err(ConnectError::BadTlsFile { .. })
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -28,8 +28,8 @@ use tonic::Status;
 use tracing::debug;
 
 pub use connect::{
-    endpoint, in_process, is_refusal, read_token_file, secure, token_interceptor, ClientSecurity,
-    ConnectError, SecureChannel, TokenInterceptor,
+    endpoint, in_process, is_refusal, read_token_file, secure, tls_config, token_interceptor,
+    ClientSecurity, ConnectError, SecureChannel, TokenInterceptor,
 };
 pub use members::{Failover, Members};
 pub use sweep_proto::v1;

@@ -129,11 +129,22 @@ impl Leadership {
     }
 
     /// Adds a new empty member at `url` (or finds the member already there) once the change is applied here;
-    /// its id and every member's URL then. Only the leader changes the membership.
+    /// its id and every member's URL then. Only the leader changes the membership. A URL of the other scheme
+    /// than this member's (`http://` in a group at `https://` URLs, or the other way round) is refused: every
+    /// member calls the others with one TLS setting, so such a member could neither be reached nor reach them.
     pub async fn add_member(
         &self,
         url: String,
     ) -> Result<(u64, BTreeMap<u64, String>), ChangeError> {
+        if let Some(own) = self.urls().get(&self.id).filter(|u| !u.is_empty()) {
+            if scheme(own) != scheme(&url) {
+                return Err(ChangeError::Refused(format!(
+                    "`{url}` is not an {}:// URL like this group's members' ({own}): the members of a group all \
+                     serve TLS (https://, with --tls-cert) or none does",
+                    scheme(own)
+                )));
+            }
+        }
         let id = self.change(Change::Add(url)).await?;
         Ok((id, self.urls()))
     }
@@ -299,6 +310,11 @@ impl Leadership {
         }
         Some(coord)
     }
+}
+
+/// The scheme of a member's URL (`http`, `https`).
+fn scheme(url: &str) -> &str {
+    url.split_once("://").map_or("", |(s, _)| s)
 }
 
 /// The members' URLs: the applied membership's, else the ones started with.

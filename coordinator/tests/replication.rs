@@ -4,6 +4,9 @@
 //! coordinator's store as the state machine, group commits proposed on the leader land in every member's store.
 
 mod common;
+// Shared with the auth tests and the end-to-end tests.
+#[path = "common/pki.rs"]
+mod pki;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -118,8 +121,9 @@ async fn start_node<S: StateMachine + Send + 'static>(
             .collect(),
         tick: TICK,
     };
-    let (handle, inbox) = replica::start(config, store, machine, carrier(None, files_for(dir)))
-        .expect("start member");
+    let (handle, inbox) =
+        replica::start(config, store, machine, carrier(None, None, files_for(dir)))
+            .expect("start member");
     let (stop_tx, stop_rx) = oneshot::channel();
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -480,7 +484,7 @@ async fn messages_for_another_member_are_refused() {
         },
         store,
         Log::default(),
-        carrier(None, files_for(dir.path())),
+        carrier(None, None, files_for(dir.path())),
     )
     .expect("start");
     let service = ReplicationApi::new(inbox, files_for(dir.path()));
@@ -1005,4 +1009,146 @@ fn snapshot_memory_against_store_size() {
         write_growth / file_mib,
         install_growth / file_mib,
     );
+}
+
+/// Members over mutual TLS, as `sweep coordinator --tls-cert --tls-client-ca` runs them: each serves TLS only
+/// and requires a client certificate signed by the CA, and its carrier trusts that CA and presents the
+/// member's own certificate. They elect a leader and commit in one order; a caller of the `Replication`
+/// service without a client certificate, or in plain HTTP/2, gets nothing through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_replicate_over_mutual_tls() {
+    use sweep_coordinator::ServeSecurity;
+    use sweep_proto::v1::replication_client::ReplicationClient;
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+
+    let pki_dir = tempfile::tempdir().expect("dir");
+    let p = pki::pki(pki_dir.path());
+    let server_tls = ServeSecurity::tls_from_files(&p.server_cert, &p.server_key, Some(&p.ca))
+        .expect("server TLS");
+    let peer_tls = sweep_client::tls_config(&p.ca, Some((&p.server_cert, &p.server_key)))
+        .expect("the members' client TLS");
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let (listeners, urls) = bind_three().await;
+    let urls: BTreeMap<u64, String> = urls
+        .into_iter()
+        .map(|(id, u)| (id, u.replacen("http://", "https://", 1)))
+        .collect();
+    let mut members = BTreeMap::new();
+    for (id, listener) in listeners {
+        let db = sled::open(dirs[id as usize - 1].path()).expect("sled");
+        let mut store = LogStore::open(db.open_tree("raft").expect("tree")).expect("log store");
+        store
+            .bootstrap_members(&Members::new(urls.clone()), Vec::new())
+            .expect("bootstrap");
+        let config = MemberConfig {
+            raft: Config::new(id),
+            peers: urls
+                .iter()
+                .filter(|(&p, _)| p != id)
+                .map(|(&p, u)| (p, u.clone()))
+                .collect(),
+            tick: TICK,
+        };
+        let log = Log::default();
+        let (handle, inbox) = replica::start(
+            config,
+            store,
+            log.clone(),
+            carrier(
+                None,
+                Some(peer_tls.clone()),
+                files_for(dirs[id as usize - 1].path()),
+            ),
+        )
+        .expect("start member");
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let server = tonic::transport::Server::builder()
+            .tls_config(server_tls.clone())
+            .expect("TLS settings")
+            .add_service(
+                ReplicationApi::new(inbox, files_for(dirs[id as usize - 1].path())).into_server(),
+            );
+        tokio::spawn(server.serve_with_incoming_shutdown(
+            TcpListenerStream::new(listener),
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        members.insert(
+            id,
+            Member {
+                handle,
+                log,
+                stop_server: Some(stop_tx),
+            },
+        );
+    }
+    let leader = leader_of(&members, Duration::from_secs(10)).await;
+    let mut order = Vec::new();
+    for i in 0..3u8 {
+        let d = vec![b'T', i];
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            members[&leader].handle.propose(d.clone()),
+        )
+        .await
+        .expect("committed in time")
+        .expect("committed");
+        order.push(d);
+    }
+    all_applied(&members, &order, Duration::from_secs(10)).await;
+
+    // Without a client certificate (trusting the CA), and in plain HTTP/2, a Step is refused.
+    let follower = (1..=3).find(|&id| id != leader).expect("a follower");
+    let url = urls[&follower].clone();
+    let step = |channel| async move {
+        ReplicationClient::new(channel)
+            .step(sweep_proto::v1::StepRequest {
+                from: leader,
+                to: follower,
+                messages: Vec::new(),
+            })
+            .await
+    };
+    let anonymous = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(&p.ca).expect("CA")));
+    let channel = Endpoint::from_shared(url.clone())
+        .expect("URL")
+        .tls_config(anonymous)
+        .expect("TLS")
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await;
+    if let Ok(channel) = channel {
+        assert!(
+            step(channel).await.is_err(),
+            "a caller without a client certificate was served"
+        );
+    }
+    let plain = Endpoint::from_shared(url.replacen("https://", "http://", 1))
+        .expect("URL")
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await;
+    if let Ok(channel) = plain {
+        assert!(step(channel).await.is_err(), "a plain caller was served");
+    }
+    // With the member's own certificate, the same call goes through.
+    let channel = Endpoint::from_shared(url)
+        .expect("URL")
+        .tls_config(peer_tls)
+        .expect("TLS")
+        .connect()
+        .await
+        .expect("connect with the member's certificate");
+    step(channel).await.expect("a member's call is served");
+
+    for (_, mut m) in members {
+        m.handle.stop().await;
+        if let Some(s) = m.stop_server.take() {
+            let _ = s.send(());
+        }
+    }
 }

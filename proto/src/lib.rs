@@ -114,17 +114,21 @@ pub const LEADER_METADATA: &str = "sweep-leader";
 /// Why [`member_url`] refused a URL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BadMemberUrl {
-    #[error("is not an http:// URL such as http://10.0.0.1:7878 (members do not speak TLS to each other yet)")]
+    #[error("is not an http:// or https:// URL such as http://10.0.0.1:7878")]
     NotHttp,
-    #[error("must be http://HOST:PORT, with the port")]
+    #[error("must be http://HOST:PORT or https://HOST:PORT, with the port")]
     NoPort,
 }
 
 /// A replicated coordinator member's URL as every member keeps it (in `--peers`, in a membership entry):
-/// `http://HOST:PORT`, trimmed, without a trailing slash, so that one member has one spelling.
+/// `http://HOST:PORT`, or `https://HOST:PORT` for a member that serves TLS, trimmed, without a trailing slash,
+/// so that one member has one spelling.
 pub fn member_url(raw: &str) -> Result<String, BadMemberUrl> {
     let url = raw.trim().trim_end_matches('/');
-    let authority = url.strip_prefix("http://").ok_or(BadMemberUrl::NotHttp)?;
+    let authority = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or(BadMemberUrl::NotHttp)?;
     let port_ok = authority
         .rsplit_once(':')
         .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
@@ -312,9 +316,14 @@ mod tests {
             member_url("http://[::1]:1").as_deref(),
             Ok("http://[::1]:1")
         );
+        assert_eq!(
+            member_url("https://a:7878/").as_deref(),
+            Ok("https://a:7878")
+        );
         for (raw, why) in [
-            ("https://a:1", BadMemberUrl::NotHttp),
+            ("ftp://a:1", BadMemberUrl::NotHttp),
             ("a:1", BadMemberUrl::NotHttp),
+            ("https://a", BadMemberUrl::NoPort),
             ("http://a", BadMemberUrl::NoPort),
             ("http://:1", BadMemberUrl::NoPort),
             ("http://a:99999", BadMemberUrl::NoPort),

@@ -54,7 +54,8 @@ pub struct CoordinatorArgs {
     http: Option<String>,
     /// Run as one member of a replicated coordinator: every member's URL, this one's included, in the same
     /// order on every member (the order gives the ids 1, 2, 3, ...). Each URL serves clients and the other
-    /// members. Three members go on when any one is lost, five when any two are.
+    /// members: http:// URLs, or https:// ones with --tls-cert. Three members go on when any one is lost, five
+    /// when any two are.
     #[arg(
         long,
         value_name = "URL,URL,...",
@@ -67,10 +68,15 @@ pub struct CoordinatorArgs {
     /// empty in --data and catches up by snapshot. Restarted with the same flags, it goes on as that member.
     #[arg(long, value_name = "URL,URL,...")]
     join: Option<String>,
-    /// The URL the other members and clients reach this member at, with --join. Default: http:// and the
-    /// address --listen bound.
+    /// The URL the other members and clients reach this member at, with --join. Default: http:// (https://
+    /// with --tls-cert) and the address --listen bound.
     #[arg(long, value_name = "URL", requires = "join")]
     advertise: Option<String>,
+    /// CA certificate (PEM) that signed the other members' certificates, for a member with --tls-cert: it
+    /// calls them over TLS and trusts no other server. This member presents its own --tls-cert as its client
+    /// certificate, which members with --tls-client-ca require. Default: --tls-client-ca.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    peer_tls_ca: Option<PathBuf>,
     /// How long a member hears nothing from a leader before it starts an election (it waits this to twice
     /// this, at random); the leader sends a heartbeat every fifth of it. The default suits members on one
     /// site's network; raise it where members are far apart or their network is slow, so that a late
@@ -144,6 +150,11 @@ pub fn coordinator(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<Ex
             "--election-ms is for a member of a replicated coordinator (with --peers or --join)",
         ));
     }
+    if a.peer_tls_ca.is_some() {
+        return Err(usage(
+            "--peer-tls-ca is for a member of a replicated coordinator (with --peers or --join)",
+        ));
+    }
     if let Some(id) = sweep_coordinator::member::member_of(&a.data) {
         return Err(usage(format!(
             "{} is the data directory of member {id} of a replicated coordinator: start it with --peers (and \
@@ -215,9 +226,66 @@ fn config(registry: &Registry, a: &CoordinatorArgs) -> CoordinatorConfig {
     }
 }
 
-/// A member's URL as given to `flag`, checked: http://HOST:PORT, without a trailing slash.
+/// A member's URL as given to `flag`, checked: http://HOST:PORT (https:// with --tls-cert), without a trailing
+/// slash.
 fn member_url(flag: &str, raw: &str) -> anyhow::Result<String> {
     sweep_proto::member_url(raw).map_err(|e| usage(format!("{flag}: `{raw}` {e}")))
+}
+
+/// Refuses a member URL given to `flag` whose scheme does not match this member's TLS (`tls`: it has
+/// --tls-cert). Members serve what they are called with: plain gRPC at http://, TLS only at https://.
+fn check_scheme(flag: &str, url: &str, tls: bool) -> anyhow::Result<()> {
+    if tls && url.starts_with("http://") {
+        return Err(usage(format!(
+            "{flag}: `{url}` is http://, but with --tls-cert the members serve TLS only: give their https:// URLs"
+        )));
+    }
+    if !tls && url.starts_with("https://") {
+        return Err(usage(format!(
+            "{flag}: `{url}` is https://: give --tls-cert and --tls-key, so that this member serves TLS, and \
+             --peer-tls-ca (or --tls-client-ca), the CA that signed the other members' certificates"
+        )));
+    }
+    Ok(())
+}
+
+/// How this member calls the other members over TLS (with --tls-cert): it trusts the CA of --peer-tls-ca
+/// (default --tls-client-ca) and presents its own certificate as its client identity. Read and checked once,
+/// before anything starts.
+struct PeerTls {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    /// For the consensus senders (`carrier`).
+    config: tonic::transport::ClientTlsConfig,
+}
+
+impl PeerTls {
+    /// From the flags: `None` without --tls-cert (the members speak plain gRPC).
+    fn from_args(a: &CoordinatorArgs) -> anyhow::Result<Option<PeerTls>> {
+        let (Some(cert), Some(key)) = (&a.security.tls_cert, &a.security.tls_key) else {
+            return Ok(None);
+        };
+        let (ca, flag) = match (&a.peer_tls_ca, &a.security.tls_client_ca) {
+            (Some(ca), _) => (ca, "--peer-tls-ca"),
+            (None, Some(ca)) => (ca, "--tls-client-ca"),
+            (None, None) => {
+                return Err(usage(
+                    "--tls-cert with --peers or --join: give --peer-tls-ca FILE, the CA certificate that signed \
+                     the other members' certificates (the members call each other over TLS)",
+                ))
+            }
+        };
+        sweep_client::tls_config(ca, None).map_err(|e| usage(format!("{flag}: {e}")))?;
+        let config = sweep_client::tls_config(ca, Some((cert, key)))
+            .map_err(|e| usage(format!("--tls-cert and --tls-key: {e}")))?;
+        Ok(Some(PeerTls {
+            ca: ca.clone(),
+            cert: cert.clone(),
+            key: key.clone(),
+            config,
+        }))
+    }
 }
 
 /// The members of `--peers` by id, checked: URLs with a scheme and a port, none twice.
@@ -252,7 +320,12 @@ fn own_id(urls: &BTreeMap<u64, String>, id: Option<u64>, listen: &str) -> anyhow
     }
     let found: Vec<u64> = urls
         .iter()
-        .filter(|(_, u)| u.strip_prefix("http://") == Some(listen))
+        .filter(|(_, u)| {
+            let authority = u
+                .strip_prefix("http://")
+                .or_else(|| u.strip_prefix("https://"));
+            authority == Some(listen)
+        })
         .map(|(&id, _)| id)
         .collect();
     match found.as_slice() {
@@ -284,11 +357,10 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
             Some((id, urls))
         }
     };
-    if a.security.tls_cert.is_some() {
-        return Err(usage(
-            "--tls-cert with --peers: members do not speak TLS to each other yet; keep the members on a \
-             private network",
-        ));
+    let peer_tls = PeerTls::from_args(&a)?;
+    let tls = peer_tls.is_some();
+    for url in founding.iter().flat_map(|(_, urls)| urls.values()) {
+        check_scheme("--peers", url, tls)?;
     }
     let security = a.security.security()?;
     // Members call each other with an admin token when the group has token files.
@@ -314,13 +386,25 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
                     .map_err(|e| bad_dir(&e))?;
                 (id, log, urls)
             }
-            None => join(&a, &store, addr).await?,
+            None => join(&a, peer_tls.as_ref(), &store, addr).await?,
         };
         // The log's membership, once it has one, is the group: the flags only found it or join it.
         let urls = match log.members().addresses.is_empty() {
             true => started_with,
             false => log.members().addresses.clone(),
         };
+        // A group keeps the scheme it was founded with: a member restarted with --tls-cert in a group at
+        // http:// URLs (or without it in one at https:// URLs) could neither call the others nor be called.
+        if let Some((member, url)) = urls
+            .iter()
+            .find(|(_, u)| !u.is_empty() && u.starts_with("https://") != tls)
+        {
+            return Err(usage(format!(
+                "the group's log names member {member} at `{url}`, but this member was started {} --tls-cert: a \
+                 group keeps the scheme it was founded with (all https:// with --tls-cert, or all http:// without)",
+                if tls { "with" } else { "without" }
+            )));
+        }
         let files = sweep_coordinator::member::snapshot_files(&a.data).map_err(|e| bad_dir(&e))?;
         let machine = StoreMachine::open(store.clone(), files.clone()).map_err(|e| bad_dir(&e))?;
         let peers = urls
@@ -332,7 +416,8 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         let tick = Duration::from_millis(a.election_ms.unwrap_or(DEFAULT_ELECTION_MS) / 10);
         let config = MemberConfig::new(id, peers, tick);
         let election_timeout = config.election_timeout();
-        let (handle, inbox) = replica::start(config, log, machine, carrier(token, files.clone()))
+        let senders = carrier(token, peer_tls.map(|t| t.config), files.clone());
+        let (handle, inbox) = replica::start(config, log, machine, senders)
             .context("cannot start the consensus member")?;
         let leadership = Leadership::new(id, handle.clone(), urls.clone(), election_timeout);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -397,6 +482,7 @@ fn member(registry: &Registry, a: CoordinatorArgs) -> anyhow::Result<ExitCode> {
 /// one asks the group to add it at its URL.
 async fn join(
     a: &CoordinatorArgs,
+    peer_tls: Option<&PeerTls>,
     store: &Store,
     addr: std::net::SocketAddr,
 ) -> anyhow::Result<(
@@ -411,8 +497,10 @@ async fn join(
     };
     let url = match &a.advertise {
         Some(u) => member_url("--advertise", u)?,
+        None if peer_tls.is_some() => format!("https://{addr}"),
         None => format!("http://{addr}"),
     };
+    check_scheme("--advertise", &url, peer_tls.is_some())?;
     // This member's own address is not asked: it listens already but serves nothing before it joins.
     let others: Vec<&str> = a
         .join
@@ -427,6 +515,9 @@ async fn join(
             "--join names no member of the running group (only this member's own URL, or nothing)",
         ));
     }
+    for other in &others {
+        check_scheme("--join", other, peer_tls.is_some())?;
+    }
     let list = others.join(",");
     let list = list.as_str();
     let known = member::member_of(&a.data);
@@ -435,7 +526,7 @@ async fn join(
         if log.is_initialized() {
             return Ok((id, log, BTreeMap::new()));
         }
-        let (asked, urls) = ask_to_join(a, list, &url).await?;
+        let (asked, urls) = ask_to_join(a, peer_tls, list, &url).await?;
         if asked != id {
             return Err(usage(format!(
                 "{} is the directory of member {id}, but the group has member {asked} at {url}: give this \
@@ -445,19 +536,24 @@ async fn join(
         }
         return Ok((id, log, urls));
     }
-    let (id, urls) = ask_to_join(a, list, &url).await?;
+    let (id, urls) = ask_to_join(a, peer_tls, list, &url).await?;
     let log = member::open_log(&a.data, id, None, store).map_err(|e| bad_dir(&e))?;
     Ok((id, log, urls))
 }
 
-/// Asks the group at `list` to add a member at `url`: the id it got and every member's URL.
+/// Asks the group at `list` to add a member at `url`: the id it got and every member's URL. Over TLS with
+/// `peer_tls`, as the members call each other.
 async fn ask_to_join(
     a: &CoordinatorArgs,
+    peer_tls: Option<&PeerTls>,
     list: &str,
     url: &str,
 ) -> anyhow::Result<(u64, BTreeMap<u64, String>)> {
     let security = sweep_client::ClientSecurity {
         token_file: a.security.admin_token_file.clone(),
+        tls_ca: peer_tls.map(|t| t.ca.clone()),
+        tls_cert: peer_tls.map(|t| t.cert.clone()),
+        tls_key: peer_tls.map(|t| t.key.clone()),
         ..Default::default()
     };
     let mut client = sweep_client::Client::connect(list, &security)

@@ -126,7 +126,7 @@ fn membership_flags_are_checked() {
     fails_with(
         &with(&["--join", "http://127.0.0.1:9", "--advertise", "ftp://x:1"]),
         2,
-        "--advertise: `ftp://x:1` is not an http:// URL",
+        "--advertise: `ftp://x:1` is not an http:// or https:// URL",
     );
     fails_with(
         &with(&["--join", "http://127.0.0.1:9", "--advertise", "http://x"]),
@@ -184,6 +184,145 @@ fn membership_flags_are_checked() {
         ],
         3,
         "cannot reach the coordinator",
+    );
+}
+
+/// The TLS flags of a replicated coordinator's members: URLs whose scheme does not match --tls-cert, a missing
+/// CA for the other members, and missing or garbled certificate files are each named with a usage exit before
+/// anything listens or is asked of a group; a join over TLS gets as far as calling the group.
+#[test]
+fn member_tls_flags_are_checked() {
+    let dir = scratch();
+    let pki = crate::support::pki::pki(dir.path());
+    let data = dir.path().join("member");
+    let data = data.to_str().unwrap();
+    let (cert, key, ca) = (
+        pki.server_cert.to_str().unwrap(),
+        pki.server_key.to_str().unwrap(),
+        pki.ca.to_str().unwrap(),
+    );
+    let garbled = dir.path().join("garbled.pem");
+    std::fs::write(&garbled, "this is not a certificate\n").unwrap();
+    let garbled = garbled.to_str().unwrap();
+    let truncated = dir.path().join("truncated.pem");
+    let ca_text = std::fs::read_to_string(&pki.ca).unwrap();
+    std::fs::write(&truncated, &ca_text[..ca_text.len() / 2]).unwrap();
+    let truncated = truncated.to_str().unwrap();
+    let base = ["coordinator", "--listen", "127.0.0.1:0", "--data", data];
+    let with = |extra: &[&str]| -> Vec<String> {
+        base.iter().chain(extra).map(|a| a.to_string()).collect()
+    };
+    let check = |extra: &[&str], code: i32, needle: &str| {
+        let args = with(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails_with(&args, code, needle);
+    };
+    let plain = "http://127.0.0.1:5001,http://127.0.0.1:5002,http://127.0.0.1:5003";
+    let tls = "https://127.0.0.1:5001,https://127.0.0.1:5002,https://127.0.0.1:5003";
+    let serve = ["--tls-cert", cert, "--tls-key", key];
+
+    let mut args = vec!["--peers", plain, "--id", "1", "--peer-tls-ca", ca];
+    args.extend(serve);
+    check(
+        &args,
+        2,
+        "--peers: `http://127.0.0.1:5001` is http://, but with --tls-cert the members serve TLS only",
+    );
+    check(
+        &["--peers", tls, "--id", "1"],
+        2,
+        "--peers: `https://127.0.0.1:5001` is https://: give --tls-cert and --tls-key",
+    );
+    let mut args = vec!["--peers", tls, "--id", "1"];
+    args.extend(serve);
+    check(&args, 2, "give --peer-tls-ca FILE");
+    for (flag, file, needle) in [
+        (
+            "--peer-tls-ca",
+            "/nonexistent/ca.pem",
+            "/nonexistent/ca.pem",
+        ),
+        ("--peer-tls-ca", garbled, "is not a PEM CA certificate"),
+        ("--peer-tls-ca", truncated, "is not a PEM CA certificate"),
+        ("--tls-client-ca", garbled, "is not a PEM CA certificate"),
+    ] {
+        let mut args = vec!["--peers", tls, "--id", "1", flag, file];
+        args.extend(serve);
+        check(&args, 2, &format!("{flag}: "));
+        check(&args, 2, needle);
+        if file != "/nonexistent/ca.pem" {
+            check(&args, 2, file);
+        }
+    }
+    // The member's own certificate is its client identity too: a garbled one is named before it serves.
+    let mut args = vec!["--peers", tls, "--id", "1", "--peer-tls-ca", ca];
+    args.extend(["--tls-cert", garbled, "--tls-key", key]);
+    check(&args, 2, garbled);
+    check(
+        &["--join", "https://127.0.0.1:9"],
+        2,
+        "--join: `https://127.0.0.1:9` is https://: give --tls-cert",
+    );
+    let mut args = vec!["--join", "http://127.0.0.1:9", "--peer-tls-ca", ca];
+    args.extend(serve);
+    check(&args, 2, "--join: `http://127.0.0.1:9` is http://");
+    let mut args = vec![
+        "--join",
+        "https://127.0.0.1:9",
+        "--advertise",
+        "http://127.0.0.1:5555",
+        "--peer-tls-ca",
+        ca,
+    ];
+    args.extend(serve);
+    check(&args, 2, "--advertise: `http://127.0.0.1:5555` is http://");
+    // Everything in order, the join is tried over TLS and fails only because nobody listens.
+    let mut args = vec!["--join", "https://127.0.0.1:9", "--peer-tls-ca", ca];
+    args.extend(serve);
+    check(&args, 3, "cannot reach the group to join");
+    assert!(
+        sweep_coordinator_member_of(&dir.path().join("member")).is_none(),
+        "a join that failed left no member behind"
+    );
+    // A group keeps the scheme it was founded with: a member founded at http:// URLs and restarted with
+    // --tls-cert on its directory is refused, naming the URL its log holds.
+    let founded = dir.path().join("founded");
+    let child = std::process::Command::new(crate::support::SWEEP)
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&founded)
+        .args(["--peers", plain, "--id", "1"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn a member");
+    let (mut member, line) = crate::support::coordinator_first_line(child).expect("its stdout");
+    assert!(
+        line.is_some_and(|l| l.starts_with("sweep coordinator listening on")),
+        "the member did not start"
+    );
+    member.kill9();
+    let founded = founded.to_str().unwrap();
+    let mut args = vec!["coordinator", "--listen", "127.0.0.1:0", "--data", founded];
+    args.extend(["--peers", tls, "--id", "1", "--peer-tls-ca", ca]);
+    args.extend(serve);
+    fails_with(
+        &args,
+        2,
+        "the group's log names member 1 at `http://127.0.0.1:5001`, but this member was started with --tls-cert",
+    );
+    // --peer-tls-ca is a member's, and needs --tls-cert.
+    let mut args = vec!["--peer-tls-ca", ca];
+    args.extend(serve);
+    check(
+        &args,
+        2,
+        "--peer-tls-ca is for a member of a replicated coordinator",
+    );
+    check(
+        &["--peers", tls, "--id", "1", "--peer-tls-ca", ca],
+        2,
+        "--tls-cert",
     );
 }
 

@@ -4,7 +4,9 @@
 //! - every `sweep` command line in the recipes (container args and shell wrappers of the Kubernetes manifests,
 //!   `ExecStart=` and the documented `SWEEP_*_ARGS` of the systemd units, the Slurm scripts, the code blocks of
 //!   `deploy/README.md`) names a real subcommand (or sub-subcommand, `coordinator members`) and only flags that
-//!   its `--help` lists, and never a flag a replicated member refuses (`--tls-cert` with `--peers`);
+//!   its `--help` lists, and a replicated member (`--peers`) given `--tls-cert` also names the CA of the other
+//!   members' certificates (`--peer-tls-ca`, or `--tls-client-ca`, its default), without which it refuses to
+//!   start;
 //! - the manifests of both sets parse, have what their kind needs, and agree with each other: token files live
 //!   where the Secret is mounted, probes are gRPC probes of the gRPC port, every client URL is a Service port or
 //!   a pod of a StatefulSet behind its governing Service. `deploy/k8s` runs one coordinator replica;
@@ -1071,14 +1073,13 @@ fn every_sweep_flag_in_the_recipes_exists() {
             ));
         }
     }
+    let has = |inv: &Invocation, flag: &str| inv.flags.iter().any(|f| f == flag);
     for inv in &members {
-        for refused in ["--tls-cert"] {
-            if inv.flags.iter().any(|f| f == refused) {
-                errors.push(format!(
-                    "{}: a member (--peers) refuses {refused}",
-                    inv.place
-                ));
-            }
+        if has(inv, "--tls-cert") && !has(inv, "--peer-tls-ca") && !has(inv, "--tls-client-ca") {
+            errors.push(format!(
+                "{}: a member (--peers) with --tls-cert needs --peer-tls-ca (or --tls-client-ca) to call the others",
+                inv.place
+            ));
         }
     }
     for inv in &all {

@@ -4,6 +4,9 @@
 //! `primes` (the engine's test space): pi(2 * 10^9) in 256 chunks, `nodes == N` showing every integer examined
 //! exactly once.
 //!
+//! The same group over TLS: members serve https://, require client certificates and call each other with
+//! their own; a worker and the commands connect with `--tls-ca` and a client certificate.
+//!
 //! Partitions of the leader, paused members and the longer nemesis run are in `netns.rs`.
 
 use std::time::{Duration, Instant};
@@ -11,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::group::Group;
-use crate::support::{chunks_done, field, solve_result, Opts};
+use crate::support::{chunks_done, field, scratch, solve_result, Opts};
 
 const LONG: Duration = Duration::from_secs(300);
 const JOB: [&str; 5] = ["primes", "--below", "2000000000", "--chunks", "256"];
@@ -300,4 +303,91 @@ fn leases_carry_the_term_and_a_higher_term_fences_the_leader_off() {
         assert!(sweep_proto::is_not_leader(&refused), "{refused:?}");
     });
     g.kill(leader);
+}
+
+/// Three members over mutual TLS (each serves https:// with `--tls-cert`, requires client certificates with
+/// `--tls-client-ca`, and presents its own certificate to the others, trusting that CA as `--peer-tls-ca`'s
+/// default), and a worker connecting with `--tls-ca` and a client certificate. The leader refuses a member at an
+/// http:// URL. It is SIGKILLed during the job: the two others elect a new leader over TLS, the lost member is
+/// removed and a new one joins in its place over TLS (`--join https://...`, caught up by a snapshot sent over
+/// TLS), and the answer is exact.
+#[test]
+fn a_group_over_tls_elects_a_new_leader_takes_a_new_member_and_answers_exactly() {
+    let pki_dir = scratch();
+    let opts = Opts {
+        workers: 1,
+        threads: 2,
+        lease_ttl_ms: 2_000,
+        tls: Some(crate::support::pki::pki(pki_dir.path())),
+        ..Opts::default()
+    };
+    let mut g = Group::start(3, opts);
+    assert!(
+        g.urls.iter().all(|u| u.starts_with("https://")),
+        "{:?}",
+        g.urls
+    );
+    let first = g.wait_leader(None, Duration::from_secs(30));
+    let job = g.submit(&["primes", "--below", "2000000000", "--chunks", "64"]);
+    // A member at an http:// URL could not be called by these members, nor call them: the leader refuses it.
+    let tls = g.opts.tls.clone().expect("TLS files");
+    let security = sweep_client::ClientSecurity {
+        tls_ca: Some(tls.ca),
+        tls_cert: Some(tls.client_cert),
+        tls_key: Some(tls.client_key),
+        ..Default::default()
+    };
+    let list = g.list.clone();
+    let refused = tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async move {
+            let mut c = sweep_client::Client::connect(&list, &security).await?;
+            c.add_member("http://127.0.0.1:1").await
+        })
+        .expect_err("an http:// member added to a group at https:// URLs");
+    assert!(
+        refused
+            .to_string()
+            .contains("is not an https:// URL like this group's members'"),
+        "{refused}"
+    );
+    let before = g.wait_until(job, LONG, |s| chunks_done(s) >= 8);
+    g.kill(first);
+    let killed = Instant::now();
+    let next = g.wait_leader(Some(first), Duration::from_secs(30));
+    let election = killed.elapsed();
+    assert_ne!(next, first);
+    let new_id = g.replace(first);
+    assert_eq!(new_id, 4, "a new member, under a new id");
+    let done = g.wait_until(job, LONG, |s| s["state"] != "running");
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(done["chunks_poisoned"], 0, "{done}");
+    assert!(
+        chunks_done(&done) >= chunks_done(&before),
+        "{before} then {done}"
+    );
+    let res = g.results(job);
+    assert_eq!(res["result"]["primes"], PI_2E9, "{res}");
+    assert_eq!(res["nodes"], N, "every integer examined once: {res}");
+    let view = g.members_view();
+    let states: Vec<(u64, String)> = view
+        .iter()
+        .filter_map(|m| Some((m["id"].as_u64()?, m["state"].as_str()?.to_string())))
+        .collect();
+    assert_eq!(
+        states.iter().filter(|(_, s)| s == "leader").count(),
+        1,
+        "{view:?}"
+    );
+    assert!(
+        states.iter().any(|(id, _)| *id == 4)
+            && !states.iter().any(|(id, _)| *id == 1 + first as u64),
+        "{view:?}"
+    );
+    eprintln!(
+        "over TLS: member {} led, member {} took over {election:?} after the SIGKILL; member 4 joined",
+        first + 1,
+        next + 1
+    );
+    assert!(election < Duration::from_secs(15), "{election:?}");
 }

@@ -1,7 +1,8 @@
 //! The network side of a replicated coordinator's member (`crate::replica`): the `Replication` service, which
 //! passes arriving messages to the member's inbox and takes snapshot files in, and a sender per peer, which
 //! carries the member's messages in order, batching whatever queued up while a call was in flight, and pushes
-//! a snapshot's file before the message that names it.
+//! a snapshot's file before the message that names it. Members at `https://` URLs are called over TLS, with
+//! this member's certificate as its client identity when the others require one.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use sweep_proto::v1::replication_client::ReplicationClient;
 use sweep_proto::v1::replication_server::{Replication, ReplicationServer};
 use sweep_proto::v1::{PushSnapshotReply, SnapshotPiece, StepReply, StepRequest};
+use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::replica::{Carrier, Inbox, PeerLink};
@@ -119,26 +121,41 @@ impl Replication for ReplicationApi {
 }
 
 /// What starts a sender task for each peer link. `token` is sent as the `authorization` value of every call
-/// (members of a group with token files call each other with an admin token); snapshot files are pushed from
-/// `files`.
+/// (members of a group with token files call each other with an admin token). `tls` is how members at
+/// `https://` URLs are called: the CA that signed their certificates and, for members that require client
+/// certificates, this member's own certificate as its identity. A member at an `https://` URL without it is
+/// not called (the group's flags are checked before this, so that is a bug, logged). Snapshot files are pushed
+/// from `files`.
 pub fn carrier(
     token: Option<tonic::metadata::AsciiMetadataValue>,
+    tls: Option<ClientTlsConfig>,
     files: SnapshotFiles,
 ) -> Carrier {
     Arc::new(move |link| {
-        tokio::spawn(send_to_peer(link, token.clone(), files.clone()));
+        tokio::spawn(send_to_peer(
+            link,
+            token.clone(),
+            tls.clone(),
+            files.clone(),
+        ));
     })
 }
 
-/// The endpoint of a peer's `Replication` service.
-fn endpoint(url: &str) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
-    Ok(tonic::transport::Endpoint::from_shared(url.to_string())?.connect_timeout(CALL_TIMEOUT))
+/// The endpoint of a peer at `url`: over TLS as `tls` says for an `https://` URL, plain for `http://`.
+fn peer_endpoint(url: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, String> {
+    let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| e.to_string())?;
+    if !url.starts_with("https://") {
+        return Ok(endpoint);
+    }
+    let tls = tls.ok_or("it is https:// but this member has no TLS settings for its peers")?;
+    endpoint.tls_config(tls.clone()).map_err(|e| e.to_string())
 }
 
 /// Pushes the file of `d` to the peer; `Err` says why it did not get there whole.
 async fn push_file(
     link: &PeerLink,
     token: &Option<tonic::metadata::AsciiMetadataValue>,
+    tls: Option<&ClientTlsConfig>,
     files: &SnapshotFiles,
     d: Descriptor,
 ) -> Result<(), String> {
@@ -147,11 +164,12 @@ async fn push_file(
         .ok_or_else(|| "the snapshot file is gone (a newer one replaced it)".to_string())?;
     // Opened now: a newer snapshot may replace this one meanwhile, and an open file stays readable.
     let mut file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let channel = endpoint(&link.url)
-        .map_err(|e| e.to_string())?
+    // No timeout on the call as a whole: the push has one of its own, by the file's size.
+    let channel = peer_endpoint(&link.url, tls)?
+        .connect_timeout(CALL_TIMEOUT)
         .connect()
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| causes(&e))?;
     let (tx, rx) = tokio::sync::mpsc::channel(PIECES_AHEAD);
     let (from, to) = (link.from, link.to);
     let reader = tokio::task::spawn_blocking(move || {
@@ -196,7 +214,7 @@ async fn push_file(
     let read = reader.await.map_err(|e| e.to_string())?;
     match pushed {
         Err(_) => Err(format!("not sent within {:?}", push_timeout(d.len))),
-        Ok(Err(status)) => Err(status.message().to_string()),
+        Ok(Err(status)) => Err(causes(&status)),
         Ok(Ok(_)) => read,
     }
 }
@@ -204,9 +222,12 @@ async fn push_file(
 async fn send_to_peer(
     mut link: PeerLink,
     token: Option<tonic::metadata::AsciiMetadataValue>,
+    tls: Option<ClientTlsConfig>,
     files: SnapshotFiles,
 ) {
     let mut client: Option<ReplicationClient<tonic::transport::Channel>> = None;
+    // Whether calls to the peer failed since the last one that worked (and the first failure was logged).
+    let mut failing = false;
     while let Some(first) = link.queue.recv().await {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -222,7 +243,7 @@ async fn send_to_peer(
         for m in batch {
             let file = m.snapshot.as_deref().and_then(Descriptor::decode);
             if let Some(d) = file {
-                if let Err(why) = push_file(&link, &token, &files, d).await {
+                if let Err(why) = push_file(&link, &token, tls.as_ref(), &files, d).await {
                     tracing::warn!(
                         peer = link.to,
                         bytes = d.len,
@@ -245,20 +266,33 @@ async fn send_to_peer(
         }
         let snapshots = batch.iter().filter(|m| m.snapshot.is_some()).count();
         if client.is_none() {
-            client =
-                match endpoint(&link.url) {
-                    Ok(e) => e.timeout(CALL_TIMEOUT).connect().await.ok().map(|c| {
-                        ReplicationClient::new(c).max_encoding_message_size(MAX_STEP_BYTES)
-                    }),
-                    Err(e) => {
-                        tracing::error!(
-                            "member {}'s address {:?} is not a URL: {e}",
-                            link.to,
-                            link.url
-                        );
-                        return;
+            client = match peer_endpoint(&link.url, tls.as_ref()) {
+                Ok(e) => match e
+                    .timeout(CALL_TIMEOUT)
+                    .connect_timeout(CALL_TIMEOUT)
+                    .connect()
+                    .await
+                {
+                    Ok(c) => {
+                        Some(ReplicationClient::new(c).max_encoding_message_size(MAX_STEP_BYTES))
                     }
-                };
+                    Err(e) => {
+                        if !failing {
+                            tracing::warn!(peer = link.to, url = %link.url, "cannot connect to a member: {}", causes(&e));
+                        }
+                        failing = true;
+                        None
+                    }
+                },
+                Err(e) => {
+                    tracing::error!(
+                        "member {}'s address {:?} cannot be called: {e}",
+                        link.to,
+                        link.url
+                    );
+                    return;
+                }
+            };
         }
         let sent = match client.as_mut() {
             Some(c) => {
@@ -271,9 +305,17 @@ async fn send_to_peer(
                     request.metadata_mut().insert("authorization", t.clone());
                 }
                 match c.step(request).await {
-                    Ok(_) => true,
+                    Ok(_) => {
+                        failing = false;
+                        true
+                    }
                     Err(e) => {
-                        tracing::debug!(peer = link.to, "a call to a member failed: {e}");
+                        // Warned once per outage: a member that is down stays so for a while, but a refused
+                        // TLS handshake or token never heals by itself and must show at the default level.
+                        if !failing {
+                            tracing::warn!(peer = link.to, url = %link.url, "a call to a member failed: {}", causes(&e));
+                        }
+                        failing = true;
                         false
                     }
                 }
@@ -293,4 +335,22 @@ async fn send_to_peer(
             tokio::time::sleep(RETRY_AFTER).await;
         }
     }
+}
+
+/// An error with its causes, as one line, each said once: tonic's transport errors say only "transport error"
+/// themselves, and the causes below them often repeat each other. A status is its message and causes.
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        let text = match err.downcast_ref::<Status>() {
+            Some(s) => s.message().to_string(),
+            None => err.to_string(),
+        };
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cur = err.source();
+    }
+    parts.join(": ")
 }

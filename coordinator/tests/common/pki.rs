@@ -1,4 +1,5 @@
-//! Test certificates made with rcgen: a CA, a server certificate for localhost and 127.0.0.1, and a client
+//! Test certificates made with rcgen: a CA, a server certificate for localhost and 127.0.0.1 (also good as a
+//! client certificate, as a member of a replicated coordinator presents its own to the others), and a client
 //! certificate, written as PEM files. One file for the coordinator's integration tests and the end-to-end tests,
 //! which include it by path.
 
@@ -10,6 +11,7 @@ use rcgen::{
 };
 
 /// A CA, a server certificate for localhost/127.0.0.1 and a client certificate, as PEM files in `dir`.
+#[derive(Clone, Debug)]
 pub struct Pki {
     pub ca: PathBuf,
     pub server_cert: PathBuf,
@@ -25,17 +27,23 @@ pub fn pki(dir: &Path) -> Pki {
         .push(DnType::CommonName, "sweep test CA");
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let issue = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+    let issue = |names: Vec<String>, usages: Vec<ExtendedKeyUsagePurpose>| {
         let key = KeyPair::generate().unwrap();
         let mut p = CertificateParams::new(names).unwrap();
-        p.extended_key_usages = vec![usage];
+        p.extended_key_usages = usages;
         (p.signed_by(&key, &ca).unwrap().pem(), key.serialize_pem())
     };
     let (sc, sk) = issue(
         vec!["localhost".into(), "127.0.0.1".into()],
-        ExtendedKeyUsagePurpose::ServerAuth,
+        vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ],
     );
-    let (cc, ck) = issue(vec!["worker-1".into()], ExtendedKeyUsagePurpose::ClientAuth);
+    let (cc, ck) = issue(
+        vec!["worker-1".into()],
+        vec![ExtendedKeyUsagePurpose::ClientAuth],
+    );
     let files = Pki {
         ca: dir.join("ca.pem"),
         server_cert: dir.join("server.pem"),

@@ -89,7 +89,10 @@ impl<N: Network> Group<N> {
         let http: Vec<Option<String>> = (0..members)
             .map(|_| http.then(|| format!("127.0.0.1:{}", port())))
             .collect();
-        let urls: Vec<String> = listens.iter().map(|l| format!("http://{l}")).collect();
+        let urls: Vec<String> = listens
+            .iter()
+            .map(|l| format!("{}://{l}", opts.scheme()))
+            .collect();
         let mut g = Group {
             members: (0..members).map(|_| None).collect(),
             ids: (1..=members as u64).collect(),
@@ -242,7 +245,8 @@ impl<N: Network> Group<N> {
         let mut cmd = self.net.command(&host, &self.opts.bin);
         cmd.args(["worker", "--connect", &self.list, "--threads"])
             .arg(self.opts.threads.to_string())
-            .args(["--name", &name, "--grace-secs", "5"]);
+            .args(["--name", &name, "--grace-secs", "5"])
+            .args(self.opts.client_tls_args());
         if let Some(p) = self.opts.prefetch {
             cmd.args(["--prefetch", &p.to_string()]);
         }
@@ -260,7 +264,9 @@ impl<N: Network> Group<N> {
     /// `sweep ARGS` against the group (every member's URL; the command follows the leader).
     pub fn sweep(&self, args: &[&str]) -> Output {
         let mut cmd = self.net.client_command(&self.opts.bin);
-        cmd.args(args).env("SWEEP_COORDINATOR", &self.list);
+        cmd.args(args)
+            .env("SWEEP_COORDINATOR", &self.list)
+            .envs(self.opts.client_tls_env());
         run_bounded(cmd, Duration::from_secs(60))
     }
 
@@ -355,7 +361,7 @@ impl<N: Network> Group<N> {
     /// it is cut off from everyone else.
     pub fn own_view(&self, i: usize) -> Option<serde_json::Value> {
         let mut cmd = self.net.command(&self.hosts[i], &self.opts.bin);
-        cmd.args([
+        cmd.envs(self.opts.client_tls_env()).args([
             "coordinator",
             "members",
             "--json",

@@ -228,6 +228,48 @@ pub struct Opts {
     pub worker_token: Option<String>,
     /// The token `Cluster::sweep` presents (an admin's, so waits and cancels work on everyone's jobs).
     pub client_token: Option<String>,
+    /// TLS everywhere, with certificates from [`pki::pki`]: every coordinator (each member of a group) serves
+    /// TLS at an https:// URL and requires client certificates signed by the CA (members present their own
+    /// to each other), and workers and `sweep` commands trust the CA and present the client certificate.
+    /// `None`: plain gRPC at http:// URLs.
+    pub tls: Option<pki::Pki>,
+}
+
+impl Opts {
+    /// The scheme of the coordinators' URLs.
+    pub fn scheme(&self) -> &'static str {
+        match self.tls {
+            Some(_) => "https",
+            None => "http",
+        }
+    }
+
+    /// The flags of a worker or a `sweep` command that connects to the coordinators over TLS (none without).
+    pub fn client_tls_args(&self) -> Vec<&Path> {
+        match &self.tls {
+            Some(p) => vec![
+                Path::new("--tls-ca"),
+                &p.ca,
+                Path::new("--tls-cert"),
+                &p.client_cert,
+                Path::new("--tls-key"),
+                &p.client_key,
+            ],
+            None => Vec::new(),
+        }
+    }
+
+    /// The same as the environment of `sweep` commands, which take it wherever their flags go.
+    pub fn client_tls_env(&self) -> Vec<(&'static str, &Path)> {
+        match &self.tls {
+            Some(p) => vec![
+                ("SWEEP_TLS_CA", &p.ca),
+                ("SWEEP_TLS_CERT", &p.client_cert),
+                ("SWEEP_TLS_KEY", &p.client_key),
+            ],
+            None => Vec::new(),
+        }
+    }
 }
 
 impl Default for Opts {
@@ -244,6 +286,7 @@ impl Default for Opts {
             coordinator_args: Vec::new(),
             worker_token: None,
             client_token: None,
+            tls: None,
         }
     }
 }
@@ -406,7 +449,8 @@ impl<N: Network> Cluster<N> {
         let mut cmd = self.net.command(&host, &self.opts.bin);
         cmd.args(["worker", "--connect", &self.url, "--threads"])
             .arg(self.opts.threads.to_string())
-            .args(["--name", &name, "--grace-secs", "5"]);
+            .args(["--name", &name, "--grace-secs", "5"])
+            .args(self.opts.client_tls_args());
         if let Some(p) = self.opts.prefetch {
             cmd.args(["--prefetch", &p.to_string()]);
         }
@@ -458,7 +502,10 @@ impl<N: Network> Cluster<N> {
 
     /// One attempt at [`Cluster::start_coordinator`]; the error says what the coordinator logged if it exited.
     pub fn try_start_coordinator(&mut self) -> Result<(), String> {
-        let listen = self.url.trim_start_matches("http://").to_string();
+        let listen = self
+            .url
+            .trim_start_matches(&format!("{}://", self.opts.scheme()))
+            .to_string();
         let log = self.log_path("coordinator");
         let (p, _) = spawn_coordinator(
             &self.net,
@@ -485,7 +532,9 @@ impl<N: Network> Cluster<N> {
 
     fn sweep_with(&self, token: Option<&str>, args: &[&str]) -> Output {
         let mut cmd = self.net.client_command(&self.opts.bin);
-        cmd.args(args).env("SWEEP_COORDINATOR", &self.url);
+        cmd.args(args)
+            .env("SWEEP_COORDINATOR", &self.url)
+            .envs(self.opts.client_tls_env());
         if let Some(t) = token {
             cmd.env("SWEEP_TOKEN", t);
         }
@@ -708,6 +757,14 @@ fn spawn_coordinator<N: Network>(
         .arg(store)
         .args(["--lease-ttl-ms", &opts.lease_ttl_ms.to_string()])
         .args(&opts.coordinator_args);
+    if let Some(p) = &opts.tls {
+        cmd.arg("--tls-cert")
+            .arg(&p.server_cert)
+            .arg("--tls-key")
+            .arg(&p.server_key)
+            .arg("--tls-client-ca")
+            .arg(&p.ca);
+    }
     if let Some(n) = opts.max_attempts {
         cmd.args(["--max-attempts", &n.to_string()]);
     }
@@ -723,7 +780,7 @@ fn spawn_coordinator<N: Network>(
     let (mut proc, line) = coordinator_first_line(child)?;
     let line = line.unwrap_or_default();
     if let Some(addr) = line.trim().strip_prefix("sweep coordinator listening on ") {
-        return Ok((proc, format!("http://{addr}")));
+        return Ok((proc, format!("{}://{addr}", opts.scheme())));
     }
     proc.kill9();
     let logged = std::fs::read_to_string(log).unwrap_or_default();
