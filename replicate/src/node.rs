@@ -85,9 +85,10 @@ pub struct Config {
     pub max_size_per_msg: u64,
     /// Append messages in flight to one follower.
     pub max_inflight_msgs: usize,
-    /// The largest snapshot sent to a member (the whole state machine travels in one message, and the
-    /// transport frames a message with a 32-bit length). A larger one is not sent: the member stays behind,
-    /// and the sender says why, rather than failing on it.
+    /// The largest snapshot message sent to a member (the state machine's snapshot bytes travel in it, and the
+    /// transport frames a message with a 32-bit length; a state machine whose snapshot is a file puts only a
+    /// descriptor there). A larger one is not sent: the member stays behind, and the sender says why, rather
+    /// than failing on it.
     pub max_snapshot_bytes: usize,
 }
 
