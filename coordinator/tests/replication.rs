@@ -94,6 +94,20 @@ async fn start_node<S: StateMachine + Send + 'static>(
     founder: bool,
     machine: S,
 ) -> (MemberHandle, oneshot::Sender<()>) {
+    // Snapshots at the default pace: a member added catches up from the snapshot taken as it is added.
+    start_node_with(id, dir, listener, urls, founder, machine, Config::new(id)).await
+}
+
+/// `start_node` with these consensus settings.
+async fn start_node_with<S: StateMachine + Send + 'static>(
+    id: u64,
+    dir: &Path,
+    listener: tokio::net::TcpListener,
+    urls: &BTreeMap<u64, String>,
+    founder: bool,
+    machine: S,
+    raft: Config,
+) -> (MemberHandle, oneshot::Sender<()>) {
     // The store of a stopped member is released when its task ends: retry the lock for a while.
     let deadline = Instant::now() + Duration::from_secs(10);
     let db = loop {
@@ -112,8 +126,7 @@ async fn start_node<S: StateMachine + Send + 'static>(
             .expect("bootstrap");
     }
     let config = MemberConfig {
-        // Snapshots at the default pace: a member added catches up from the snapshot taken as it is added.
-        raft: Config::new(id),
+        raft,
         peers: urls
             .iter()
             .filter(|(&p, _)| p != id)
@@ -212,6 +225,113 @@ async fn garbled_snapshot_pushes_are_refused_and_leave_nothing() {
     assert!(files.find(&d).is_some());
     handle.stop().await;
     let _ = stop.send(());
+}
+
+/// A `Log` whose snapshots take `delay_ms` to write: on a thread of their own (`background`), or in place.
+#[derive(Clone)]
+struct Slow {
+    log: Log,
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    background: bool,
+}
+
+impl StateMachine for Slow {
+    fn apply(&mut self, index: u64, data: &[u8]) {
+        self.log.apply(index, data)
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        let delay = self.delay_ms.load(std::sync::atomic::Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(delay));
+        self.log.snapshot()
+    }
+    fn snapshot_job(&self) -> Option<sweep_replicate::SnapshotJob> {
+        if !self.background {
+            return None;
+        }
+        let slow = self.clone();
+        Some(Box::new(move || Some(slow.snapshot())))
+    }
+    fn restore(&mut self, data: &[u8]) {
+        self.log.restore(data)
+    }
+    fn applied(&self) -> u64 {
+        self.log.applied()
+    }
+}
+
+/// A leader whose snapshot takes far longer than an election timeout to write (a large store): written on a
+/// thread of its own, the leader keeps its place (the term does not move) and the entries proposed
+/// meanwhile commit once it is done; taken in place, its heartbeats stop and the others elect another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_snapshot_written_on_its_own_thread_keeps_the_leader() {
+    for background in [true, false] {
+        let dirs: Vec<tempfile::TempDir> =
+            (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+        let (listeners, urls) = bind_three().await;
+        let mut members = BTreeMap::new();
+        let mut delays = BTreeMap::new();
+        for (id, l) in listeners {
+            let delay = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let machine = Slow {
+                log: Log::default(),
+                delay_ms: delay.clone(),
+                background,
+            };
+            let raft = Config {
+                snapshot_every: 10,
+                ..Config::new(id)
+            };
+            let dir = dirs[id as usize - 1].path();
+            let (handle, stop) =
+                start_node_with(id, dir, l, &urls, true, machine.clone(), raft).await;
+            delays.insert(id, delay);
+            members.insert(
+                id,
+                Member {
+                    handle,
+                    log: machine.log,
+                    stop_server: Some(stop),
+                },
+            );
+        }
+        let leader = leader_of(&members, Duration::from_secs(10)).await;
+        // Twice the longest election timeout (20 ticks of 50 ms).
+        delays[&leader].store(2_000, std::sync::atomic::Ordering::Relaxed);
+        let h = members[&leader].handle.clone();
+        let term = h.status().term;
+        let started = Instant::now();
+        let mut committed = 0;
+        for i in 0..15u8 {
+            let proposed = tokio::time::timeout(Duration::from_secs(10), h.propose(vec![i])).await;
+            if matches!(proposed, Ok(Ok(_))) {
+                committed += 1;
+            }
+        }
+        let terms: Vec<u64> = members.values().map(|m| m.handle.status().term).collect();
+        if background {
+            assert_eq!(committed, 15, "every proposal committed");
+            assert!(
+                started.elapsed() >= Duration::from_secs(2),
+                "entries waited for the snapshot"
+            );
+            assert!(h.status().is_leader, "the leader kept its place");
+            assert!(
+                terms.iter().all(|&t| t == term),
+                "no election: {terms:?} against {term}"
+            );
+        } else {
+            assert!(
+                terms.iter().any(|&t| t > term),
+                "a leader silent for 2 s is replaced: {terms:?} against {term}"
+            );
+        }
+        for (_, mut m) in members {
+            m.handle.stop().await;
+            if let Some(s) = m.stop_server.take() {
+                let _ = s.send(());
+            }
+        }
+    }
 }
 
 /// Listeners on loopback port 0 for members 1 to 3, and the URL of each.
