@@ -470,10 +470,14 @@ impl Storage for LogStore {
         Ok(self.last_index)
     }
 
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
         // Only a snapshot taken of the state machine is ever sent; a store without one (a member that never
-        // joined) has nothing to send, and raft retries later.
-        if self.snapshot_meta.index == 0 || self.snapshot_meta.index < request_index {
+        // joined) has nothing to send, and raft retries later. Nor is one sent to a member its membership does
+        // not name (one added since): raft there would refuse to install it, after its file had been pushed
+        // whole; every member takes a snapshot as one is added, and that one is sent.
+        let cs = self.snapshot_meta.get_conf_state();
+        let names = cs.voters.contains(&to) || cs.learners.contains(&to);
+        if self.snapshot_meta.index == 0 || self.snapshot_meta.index < request_index || !names {
             return Err(raft::Error::Store(
                 StorageError::SnapshotTemporarilyUnavailable,
             ));
@@ -621,6 +625,13 @@ mod tests {
         assert_eq!(snap.get_metadata().term, 5);
         // What is sent carries the members with the state machine's bytes.
         assert_eq!(unframe(&snap.data).expect("framed").1, b"sm");
+        assert_eq!(
+            store.snapshot(0, 4),
+            Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable
+            )),
+            "not to a member the snapshot's membership does not name"
+        );
         assert_eq!(
             store.snapshot(6, 2),
             Err(raft::Error::Store(
