@@ -288,6 +288,15 @@ fn lose_and_remove_a_follower(sim: &mut Sim, leader: u64) -> u64 {
     lost
 }
 
+/// A new member `id`, empty, started and proposed to the group by `leader`.
+fn add_empty_member(sim: &mut Sim, leader: u64, id: u64) {
+    sim.start_empty(id);
+    sim.node_mut(leader)
+        .propose_add(format!("sim://{id}"))
+        .expect("add");
+    sim.process(leader);
+}
+
 #[test]
 fn a_member_that_lost_its_disk_is_replaced_by_an_empty_one_that_catches_up_by_snapshot() {
     let mut sim = Sim::new(21, 3, 10);
@@ -371,11 +380,7 @@ fn a_snapshot_over_the_limit_is_not_sent_and_the_leader_goes_on() {
     sim.settle(300);
     lose_and_remove_a_follower(&mut sim, leader);
     sim.settle(300);
-    sim.start_empty(4);
-    sim.node_mut(leader)
-        .propose_add("sim://4".into())
-        .expect("add");
-    sim.process(leader);
+    add_empty_member(&mut sim, leader, 4);
     // The leader and the other old member are a majority of three: they go on without the new member.
     propose_many(&mut sim, "after", 10);
     sim.run(300);
@@ -459,11 +464,7 @@ fn snapshots_taken_off_the_nodes_threads_hold_entries_back_not_the_group() {
     );
     lose_and_remove_a_follower(&mut sim, leader);
     sim.settle(300);
-    sim.start_empty(4);
-    sim.node_mut(leader)
-        .propose_add("sim://4".into())
-        .expect("add");
-    sim.process(leader);
+    add_empty_member(&mut sim, leader, 4);
     propose_many(&mut sim, "after", 20);
     sim.settle(500);
     sim.assert_agreement();

@@ -176,16 +176,12 @@ async fn push_file(
         use std::io::Read;
         let mut first = true;
         loop {
-            let mut data = vec![0u8; PIECE];
-            let mut filled = 0;
-            while filled < PIECE {
-                match file.read(&mut data[filled..]) {
-                    Ok(0) => break,
-                    Ok(n) => filled += n,
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
-            data.truncate(filled);
+            let mut data = Vec::with_capacity(PIECE);
+            (&mut file)
+                .take(PIECE as u64)
+                .read_to_end(&mut data)
+                .map_err(|e| e.to_string())?;
+            let filled = data.len();
             let piece = SnapshotPiece {
                 from: if first { from } else { 0 },
                 to: if first { to } else { 0 },
