@@ -74,12 +74,14 @@ pub enum ConnectError {
     Tls(String),
 }
 
-/// The endpoint for `url` with TLS set up as `sec` says. Callers add their own timeouts.
+/// The endpoint for `url` with TLS set up as `sec` says, and the connect timeout and keepalives of every
+/// connection (`sweep_proto::deadline::keepalive`). Callers give each call its deadline.
 pub fn endpoint(url: &str, sec: &ClientSecurity) -> Result<Endpoint, ConnectError> {
     let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| ConnectError::BadUrl {
         url: url.to_string(),
         why: e.to_string(),
     })?;
+    let endpoint = sweep_proto::deadline::keepalive(endpoint);
     let https = url.starts_with("https://");
     let any_tls = sec.tls_ca.is_some() || sec.tls_cert.is_some() || sec.tls_key.is_some();
     if !https {

@@ -23,6 +23,7 @@ mod members;
 use std::future::Future;
 use std::time::Duration;
 
+use sweep_proto::deadline::{within, CallKind};
 use sweep_proto::v1::jobs_client::JobsClient;
 use tonic::Status;
 use tracing::debug;
@@ -39,9 +40,6 @@ pub type WorkClient = v1::work_client::WorkClient<SecureChannel>;
 
 /// A worker's `Work.Complete` client for reports it encoded itself (see `EncodedCompleteRequest` in the proto).
 pub type ReportClient = sweep_proto::CompleteClient<SecureChannel>;
-
-/// How long [`Client::connect`] waits for a member to accept the connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The pause before a call is sent again to another member, doubled each time up to [`MAX_PAUSE`]: a
 /// coordinator electing a leader is given time to finish, a loop of members naming each other is slowed down.
@@ -109,6 +107,11 @@ fn unreachable_text(tried: &[Unreached]) -> String {
 fn call_text(s: &Status) -> String {
     if s.code() == tonic::Code::Unavailable && s.message().contains("transport") {
         "the coordinator is unreachable".to_string()
+    } else if matches!(
+        s.code(),
+        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+    ) {
+        format!("the coordinator did not answer in time ({})", s.message())
     } else {
         s.message().to_string()
     }
@@ -128,10 +131,7 @@ impl ClientError {
     pub fn is_unreachable(&self) -> bool {
         match self {
             ClientError::Unreachable { .. } => true,
-            ClientError::Call(s) => matches!(
-                s.code(),
-                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
-            ),
+            ClientError::Call(s) => sweep_proto::deadline::is_lost(s),
             _ => false,
         }
     }
@@ -172,8 +172,8 @@ fn innermost(e: &dyn std::error::Error) -> String {
 /// member if the call is safe to repeat: reads, the start of a stream (never the middle of one), and shipping
 /// files stored by their digest. Submits and job controls are sent again only after a not-leader answer or a
 /// failed connection, which did nothing: a submit sent twice would make two jobs. A call is sent at most
-/// [`Members::max_attempts`] times, with a pause growing from 100 ms to 1 s between attempts; then its last
-/// error is returned.
+/// [`Members::max_attempts`] times, with a pause growing from 100 ms to 1 s between attempts, and never again
+/// to a member that let it run out of its deadline (`sweep_proto::deadline`); then its last error is returned.
 #[derive(Clone)]
 pub struct Client {
     /// The connection to the member called now; `None` after a failure moved to another member.
@@ -207,9 +207,7 @@ impl Route {
             reason,
         };
         // Checked when the member was added; a TLS file removed since is reported as this member's failure.
-        let endpoint = endpoint(url, &self.security)
-            .map_err(|e| unreached(e.to_string()))?
-            .connect_timeout(CONNECT_TIMEOUT);
+        let endpoint = endpoint(url, &self.security).map_err(|e| unreached(e.to_string()))?;
         let channel = endpoint
             .connect()
             .await
@@ -286,8 +284,16 @@ impl Client {
         self.route.as_ref().map(|r| &r.members)
     }
 
-    /// Makes the call `f` on the member called now, and again on other members as [`Client`] describes.
-    async fn call<T, F, Fut>(&mut self, repeat: Repeat, mut f: F) -> Result<T, ClientError>
+    /// Makes the call `f` on the member called now, and again on other members as [`Client`] describes. Each
+    /// attempt has the deadline of `kind`: a member that does not answer within it (stopped, or cut off by a
+    /// link that drops packets) counts as unreachable. For a stream, the deadline bounds its start; the
+    /// connection's keepalive ends a stream whose member went silent later.
+    async fn call<T, F, Fut>(
+        &mut self,
+        repeat: Repeat,
+        kind: CallKind,
+        mut f: F,
+    ) -> Result<T, ClientError>
     where
         F: FnMut(JobsClient<SecureChannel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
@@ -304,10 +310,17 @@ impl Client {
         let mut pause = FIRST_PAUSE;
         let mut tried: Vec<Unreached> = Vec::new();
         let mut last: Option<ClientError> = None;
+        // Members that let this call run out of time: each costs a whole deadline, so none is called twice.
+        let mut silent: Vec<String> = Vec::new();
         for attempt in 0..attempts {
             if attempt > 0 {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(MAX_PAUSE);
+            }
+            if silent.iter().any(|s| s == route.members.current()) {
+                *jobs = None;
+                route.members.advance();
+                continue;
             }
             let client = match jobs {
                 Some(c) => c.clone(),
@@ -325,11 +338,14 @@ impl Client {
                     }
                 },
             };
-            let status = match f(client).await {
+            let status = match within(kind.deadline(), f(client)).await {
                 Ok(answer) => return Ok(answer.into_inner()),
                 Err(status) => status,
             };
             let member = route.members.current().to_string();
+            if status.code() == tonic::Code::DeadlineExceeded {
+                silent.push(member.clone());
+            }
             let failover = route.members.failover(&status, &route.security);
             if failover == Failover::Answered {
                 return Err(status.into());
@@ -341,6 +357,9 @@ impl Client {
                 return Err(status.into());
             }
             last = Some(status.into());
+            if route.members.urls().iter().all(|u| silent.contains(u)) {
+                break;
+            }
         }
         Err(last.unwrap_or_else(|| ClientError::Reply("no attempt was made".into())))
     }
@@ -351,10 +370,14 @@ impl Client {
         &mut self,
         req: v1::SubmitRequest,
     ) -> Result<v1::SubmitResponse, ClientError> {
-        self.call(Repeat::NotTwice, |mut c| {
-            let req = req.clone();
-            async move { c.submit(req).await }
-        })
+        self.call(
+            Repeat::NotTwice,
+            CallKind::Transfer { bytes: 0 },
+            |mut c| {
+                let req = req.clone();
+                async move { c.submit(req).await }
+            },
+        )
         .await
     }
 
@@ -375,10 +398,14 @@ impl Client {
             })
             .collect();
         let resp = self
-            .call(Repeat::Safe, |mut c| {
-                let pieces = pieces.clone();
-                async move { c.ship(tokio_stream::iter(pieces)).await }
-            })
+            .call(
+                Repeat::Safe,
+                CallKind::Transfer { bytes: total },
+                |mut c| {
+                    let pieces = pieces.clone();
+                    async move { c.ship(tokio_stream::iter(pieces)).await }
+                },
+            )
             .await?;
         if resp.digest != digest {
             return Err(ClientError::Reply(format!(
@@ -391,14 +418,14 @@ impl Client {
 
     /// Every job, and how many workers are live.
     pub async fn list_jobs(&mut self) -> Result<v1::ListJobsResponse, ClientError> {
-        self.call(Repeat::Safe, |mut c| async move {
+        self.call(Repeat::Safe, CallKind::Quick, |mut c| async move {
             c.list_jobs(v1::ListJobsRequest {}).await
         })
         .await
     }
 
     pub async fn job_status(&mut self, job: u64) -> Result<v1::JobInfo, ClientError> {
-        self.call(Repeat::Safe, |mut c| async move {
+        self.call(Repeat::Safe, CallKind::Quick, |mut c| async move {
             c.job_status(v1::JobRequest { job_id: job }).await
         })
         .await
@@ -412,7 +439,9 @@ impl Client {
             interval_ms,
         };
         let stream = self
-            .call(Repeat::Safe, |mut c| async move { c.watch(req).await })
+            .call(Repeat::Safe, CallKind::Quick, |mut c| async move {
+                c.watch(req).await
+            })
             .await?;
         Ok(WatchStream(stream))
     }
@@ -427,8 +456,16 @@ impl Client {
             job_id: job,
             form: form.into(),
         };
-        self.call(Repeat::Safe, |mut c| async move { c.results(req).await })
-            .await
+        // An answer may be as large as the largest message.
+        let kind = CallKind::Transfer {
+            bytes: sweep_proto::MAX_RESULT_BYTES as u64,
+        };
+        self.call(
+            Repeat::Safe,
+            kind,
+            |mut c| async move { c.results(req).await },
+        )
+        .await
     }
 
     /// Streams every solution job `job` stored, in chunk order, one per line into `out`; returns how many.
@@ -441,7 +478,7 @@ impl Client {
         out: &mut dyn std::io::Write,
     ) -> Result<u64, SolutionsError> {
         let mut stream = self
-            .call(Repeat::Safe, |mut c| async move {
+            .call(Repeat::Safe, CallKind::Quick, |mut c| async move {
                 c.solutions(v1::JobRequest { job_id: job }).await
             })
             .await?;
@@ -466,21 +503,21 @@ impl Client {
     }
 
     pub async fn cancel(&mut self, job: u64) -> Result<v1::JobInfo, ClientError> {
-        self.call(Repeat::NotTwice, |mut c| async move {
+        self.call(Repeat::NotTwice, CallKind::Quick, |mut c| async move {
             c.cancel(v1::JobRequest { job_id: job }).await
         })
         .await
     }
 
     pub async fn pause(&mut self, job: u64) -> Result<v1::JobInfo, ClientError> {
-        self.call(Repeat::NotTwice, |mut c| async move {
+        self.call(Repeat::NotTwice, CallKind::Quick, |mut c| async move {
             c.pause(v1::JobRequest { job_id: job }).await
         })
         .await
     }
 
     pub async fn resume(&mut self, job: u64) -> Result<v1::JobInfo, ClientError> {
-        self.call(Repeat::NotTwice, |mut c| async move {
+        self.call(Repeat::NotTwice, CallKind::Quick, |mut c| async move {
             c.resume(v1::JobRequest { job_id: job }).await
         })
         .await
@@ -489,7 +526,7 @@ impl Client {
     /// Every worker the coordinator has seen.
     pub async fn list_workers(&mut self) -> Result<Vec<v1::WorkerStatus>, ClientError> {
         let resp = self
-            .call(Repeat::Safe, |mut c| async move {
+            .call(Repeat::Safe, CallKind::Quick, |mut c| async move {
                 c.list_workers(v1::ListWorkersRequest {}).await
             })
             .await?;
@@ -501,7 +538,7 @@ impl Client {
         let req = v1::DrainRequest {
             worker: worker.to_string(),
         };
-        self.call(Repeat::NotTwice, |mut c| {
+        self.call(Repeat::NotTwice, CallKind::Quick, |mut c| {
             let req = req.clone();
             async move { c.drain(req).await }
         })
@@ -518,7 +555,7 @@ impl Client {
             identity: identity.to_string(),
             share,
         };
-        self.call(Repeat::NotTwice, |mut c| {
+        self.call(Repeat::NotTwice, CallKind::Quick, |mut c| {
             let req = req.clone();
             async move { c.set_share(req).await }
         })
@@ -529,7 +566,7 @@ impl Client {
     /// member already at `url` is named, not added twice.
     pub async fn add_member(&mut self, url: &str) -> Result<v1::AddMemberReply, ClientError> {
         let req = v1::AddMemberRequest { url: url.into() };
-        self.call(Repeat::Safe, |mut c| {
+        self.call(Repeat::Safe, CallKind::Transfer { bytes: 0 }, |mut c| {
             let req = req.clone();
             async move { c.add_member(req).await }
         })
@@ -538,16 +575,18 @@ impl Client {
 
     /// Removes member `id` from a replicated coordinator (admin token); the group as the leader sees it then.
     pub async fn remove_member(&mut self, id: u64) -> Result<v1::MembersReply, ClientError> {
-        self.call(Repeat::NotTwice, |mut c| async move {
-            c.remove_member(v1::RemoveMemberRequest { id }).await
-        })
+        self.call(
+            Repeat::NotTwice,
+            CallKind::Transfer { bytes: 0 },
+            |mut c| async move { c.remove_member(v1::RemoveMemberRequest { id }).await },
+        )
         .await
     }
 
     /// The group as the member called sees it (every member answers, leader or not; see
     /// [`Client::connect`] with one URL to ask a given member).
     pub async fn group(&mut self) -> Result<v1::MembersReply, ClientError> {
-        self.call(Repeat::Safe, |mut c| async move {
+        self.call(Repeat::Safe, CallKind::Quick, |mut c| async move {
             c.members(v1::MembersRequest {}).await
         })
         .await
@@ -565,8 +604,9 @@ impl WatchStream {
 }
 
 /// The `Work` service client for a worker at `url` (one member), and its client for reports (both over one
-/// channel). It connects on its first call and again after the coordinator went away, so only bad settings fail
-/// here; each call times out after a minute.
+/// channel). It connects on its first call and again after the coordinator went away (or its keepalive found
+/// the connection dead), so only bad settings fail here. Its calls have no deadline of their own: the worker
+/// gives each one the deadline of what it does (`sweep_proto::deadline`).
 pub fn work_client(
     url: &str,
     security: &ClientSecurity,
@@ -581,10 +621,10 @@ pub fn work_client_with(
     security: &ClientSecurity,
     token: TokenInterceptor,
 ) -> Result<(WorkClient, ReportClient), ConnectError> {
-    let endpoint = endpoint(url, security)?
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(Duration::from_secs(60));
-    Ok(work_client_over(secure(endpoint.connect_lazy(), token)))
+    Ok(work_client_over(secure(
+        endpoint(url, security)?.connect_lazy(),
+        token,
+    )))
 }
 
 /// A worker's clients of a coordinator running in this process (see [`Client::in_process`]).
@@ -621,6 +661,29 @@ mod tests {
         let full = ClientError::from(Status::unavailable("store: no space left"));
         assert!(full.is_unreachable());
         assert_eq!(full.to_string(), "store: no space left");
+    }
+
+    /// A member that accepts connections and never answers (a stopped process: its kernel still completes
+    /// the handshake) costs one deadline, not one per attempt, and is reported as unreachable.
+    #[tokio::test]
+    async fn a_silent_member_costs_one_deadline_and_is_unreachable() {
+        // Never accepted: connections wait in the backlog, as they do for a process stopped with SIGSTOP.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", silent.local_addr().unwrap());
+        let started = std::time::Instant::now();
+        let answer = match Client::connect(&url, &ClientSecurity::default()).await {
+            Ok(mut c) => c.list_jobs().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        let took = started.elapsed();
+        let e = answer.expect_err("a silent member answered");
+        assert!(e.is_unreachable(), "{e}");
+        let quick = CallKind::Quick.deadline();
+        assert!(
+            took < quick * 2,
+            "a silent member held the call {took:?} (deadline {quick:?})"
+        );
+        assert!(e.to_string().contains("did not answer in time"), "{e}");
     }
 
     #[tokio::test]

@@ -24,8 +24,9 @@ pub enum Failover {
     /// A member that is not the leader answered: it did nothing with the call. Now at the leader it named, or
     /// at the next member when it named none. Any call may be sent again.
     NotLeader,
-    /// The member could not be reached, or the call was lost or timed out on the way (`UNAVAILABLE`,
-    /// `DEADLINE_EXCEEDED`): the call may or may not have been carried out. Now at the next member (the same
+    /// The member could not be reached, or the call was lost or ran out of time on the way (`UNAVAILABLE`,
+    /// `DEADLINE_EXCEEDED`, and tonic's own timeouts, `CANCELLED`): the call may or may not have been carried
+    /// out. Now at the next member (the same
     /// one when there is only one).
     Unreachable,
     /// Any other answer: the member that gave it is the one to call, and sending the same call again would get
@@ -118,10 +119,7 @@ impl Members {
             }
             return Failover::NotLeader;
         }
-        if matches!(
-            status.code(),
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
-        ) {
+        if sweep_proto::deadline::is_lost(status) {
             self.advance();
             return Failover::Unreachable;
         }
@@ -218,6 +216,12 @@ mod tests {
         assert_eq!(m.failover(&named("no url"), &sec), Failover::NotLeader);
         assert_eq!(m.current(), "http://b:2");
         assert_eq!(m.len(), 3);
+        // tonic's own timeouts end a call with CANCELLED: the member did not answer in time.
+        assert_eq!(
+            m.failover(&Status::cancelled("Timeout expired"), &sec),
+            Failover::Unreachable
+        );
+        assert_eq!(m.current(), "http://c:3");
         // One member: moving on is calling it again.
         let mut one = parse("http://a:1").unwrap();
         assert_eq!(

@@ -140,7 +140,21 @@ impl GroupCommit {
                 Err(e) => return Some(format!("encoding a batch crashed: {e}")),
             };
         let (bytes, started) = (entry.len(), std::time::Instant::now());
-        match tokio::time::timeout(STORE_WRITE_TIMEOUT, member.propose(entry)).await {
+        // A leader deposed meanwhile (stopped, cut off, outvoted) cannot commit the entry in its term: it stops
+        // waiting at once, so the member stops serving and follows the new leader instead of holding its
+        // requests, and its tasks, until the timeout.
+        let term = member.status().term;
+        let mut status = member.watch();
+        let deposed = status.wait_for(|s| !(s.is_leader && s.term == term));
+        let proposed = tokio::select! {
+            proposed = tokio::time::timeout(STORE_WRITE_TIMEOUT, member.propose(entry)) => proposed,
+            _ = deposed => {
+                return Some(format!(
+                    "this member stopped leading in term {term} before the group committed a batch"
+                ))
+            }
+        };
+        match proposed {
             Ok(Ok(index)) => {
                 tracing::debug!(
                     index,

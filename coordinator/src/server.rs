@@ -80,7 +80,12 @@ async fn serve_backend(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let addr: SocketAddr = listener.local_addr()?;
-    let mut server = tonic::transport::Server::builder();
+    // Pings on every connection, answered or the connection is closed: a worker or client that went silent (its
+    // machine stopped, its link dropping packets) stops holding a connection and its streams.
+    let mut server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(sweep_proto::deadline::KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(sweep_proto::deadline::KEEPALIVE_TIMEOUT))
+        .tcp_keepalive(Some(sweep_proto::deadline::TCP_KEEPALIVE));
     if let Some(tls) = security.tls {
         server = server.tls_config(tls)?;
     }

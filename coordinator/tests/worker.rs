@@ -177,6 +177,9 @@ enum Link {
     /// The coordinator's services called in process, as `sweep run` does; the worker's URL is one nobody
     /// listens on, so a call that went to the network would fail.
     InProcess,
+    /// Over the network, given first the URL of a member that accepts connections and never answers (a
+    /// process stopped with SIGSTOP looks so), then the coordinator's.
+    SilentFirst,
 }
 
 async fn run_on_one_worker_over(
@@ -199,8 +202,15 @@ async fn run_on_one_worker_over(
         .job
         .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // Never accepted: connections wait in its backlog.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let worker_cfg = match link {
         Link::Network => WorkerConfig::new(server.url.clone(), threads, registry),
+        Link::SilentFirst => WorkerConfig::new(
+            format!("http://{},{}", silent.local_addr().unwrap(), server.url),
+            threads,
+            registry,
+        ),
         Link::InProcess => WorkerConfig {
             in_process: Some(server.in_process.0.clone()),
             ..WorkerConfig::new("http://127.0.0.1:1", threads, registry)
@@ -274,6 +284,51 @@ async fn a_panicking_kernel_fails_its_chunk_and_the_search_thread_runs_the_other
         poisoned.last_error
     );
     assert_eq!((stats.chunks_done, stats.chunks_failed), (7, 2));
+}
+
+/// A worker whose first member never answers gives up on it after a deadline and does the job on the next;
+/// a client given the same list answers within one deadline. Without deadlines both waited forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_never_answers_costs_a_deadline_not_the_job() {
+    let job = ("star", r#"{"points":10,"method":"backtrack"}"#, 16);
+    let started = std::time::Instant::now();
+    let (state, res, stats) =
+        run_on_one_worker_over(Link::SilentFirst, common::spaces(), (60_000, 3), job, 2).await;
+    assert_eq!(state, v1::JobState::Done);
+    let result: serde_json::Value = serde_json::from_str(&res.result_json).unwrap();
+    assert_eq!(result["unique"], 10_882, "{result}");
+    assert_eq!(stats.chunks_done, 16);
+    let quick = sweep_proto::deadline::CallKind::Quick.deadline();
+    assert!(
+        started.elapsed() < quick * 3,
+        "the job took {:?} with a silent first member (deadline {quick:?})",
+        started.elapsed()
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        Store::open(&dir.path().join("store")).unwrap(),
+        config(60_000, 3),
+    )
+    .await;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let list = format!("http://{},{}", silent.local_addr().unwrap(), server.url);
+    let asked = std::time::Instant::now();
+    let mut client = sweep_client::Client::connect(&list, &Default::default())
+        .await
+        .expect("connects: the silent member's kernel accepts");
+    let jobs = client.list_jobs().await.expect("the second member answers");
+    assert!(jobs.jobs.is_empty());
+    assert!(
+        asked.elapsed() < quick + Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(
+        client.members().map(|m| m.current().to_string()),
+        Some(server.url.clone())
+    );
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! sweep's gRPC protocol (`proto/sweep.proto`), compiled at build time with protox, and the conversions between
 //! its generated types and the domain types of `sweep-space`, and the wire-level constants every side shares:
-//! message limits, and the not-leader answer of a replicated coordinator ([`not_leader`], [`LEADER_METADATA`]).
+//! message limits, the not-leader answer of a replicated coordinator ([`not_leader`], [`LEADER_METADATA`]), and
+//! the deadlines and keepalives of every call and connection ([`deadline`]).
 //!
 //! Architecture invariant: this is the only crate with generated code. Everything past the RPC edge works on
 //! domain types; conversions that can fail (counters sent as decimal strings) return [`WireError`].
@@ -8,6 +9,8 @@
 use std::collections::BTreeMap;
 
 use sweep_space::ChunkOutput;
+
+pub mod deadline;
 
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

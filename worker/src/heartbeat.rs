@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sweep_proto::deadline::CallKind;
 use sweep_proto::v1;
 use tokio::sync::watch;
 use tracing::{debug, info};
@@ -80,15 +81,23 @@ pub(crate) async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>
                 continue;
             }
         };
-        match clients.work.heartbeat(sh.link.stamped(req)).await {
+        let beat = CallKind::Heartbeat {
+            interval: sh.heartbeat,
+        };
+        let call = clients.work.heartbeat(sh.link.stamped(req));
+        match sh.link.call(clients.generation, beat, call).await {
             Ok(resp) => {
-                let resp = resp.into_inner();
                 if resp.register_again {
                     // The coordinator restarted while every thread was busy (so no lease asked): describe this
                     // worker again, or `sweep workers` shows it with no threads until its next lease.
                     sh.link.forget_term();
                     let req = register_request(&sh.cfg, &sh.worker_id);
-                    match clients.work.register(req).await {
+                    let call = clients.work.register(req);
+                    match sh
+                        .link
+                        .call(clients.generation, CallKind::Quick, call)
+                        .await
+                    {
                         Ok(_) => info!("registered again with a restarted coordinator"),
                         Err(e) => {
                             debug!(error = %e, "register again failed");

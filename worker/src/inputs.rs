@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use sweep_proto::deadline::{within, CallKind};
 use sweep_proto::v1;
 use sweep_space::Job;
 use tonic::Status;
@@ -163,8 +164,13 @@ impl Shared {
             // Job 0: a shipped file, named by its digest.
             digest: digest.to_string(),
         };
-        let mut stream = match clients.work.fetch_artifact(req).await {
-            Ok(answer) => answer.into_inner(),
+        let call = clients.work.fetch_artifact(req);
+        let mut stream = match self
+            .link
+            .call(clients.generation, CallKind::Quick, call)
+            .await
+        {
+            Ok(stream) => stream,
             Err(e) => {
                 self.link.failed(clients.generation, &e);
                 return Err(fetching(e));
@@ -172,7 +178,20 @@ impl Shared {
         };
         let mut bytes: Vec<u8> = Vec::new();
         let mut total = None;
-        while let Some(piece) = stream.message().await.map_err(fetching)? {
+        // Each piece within the deadline of a small call, and the whole within that of its size once the first
+        // piece says it: a member that goes silent mid-transfer does not hold the chunk forever.
+        let started = tokio::time::Instant::now();
+        let mut whole = CallKind::Quick.deadline();
+        loop {
+            let left = whole.saturating_sub(started.elapsed());
+            let next = within(left.min(CallKind::Quick.deadline()), stream.message()).await;
+            let Some(piece) = next.map_err(|e| {
+                self.link.failed(clients.generation, &e);
+                fetching(e)
+            })?
+            else {
+                break;
+            };
             if piece.offset != bytes.len() as u64 || piece.digest != digest {
                 return Err(format!(
                     "job {input}'s artifact arrived out of order or with another digest"
@@ -183,6 +202,7 @@ impl Shared {
                     usize::try_from(piece.total).map_err(|_| "artifact too large".to_string())?;
                 bytes.reserve_exact(t);
                 total = Some(t);
+                whole = CallKind::Transfer { bytes: piece.total }.deadline();
             }
             bytes.extend_from_slice(&piece.data);
         }

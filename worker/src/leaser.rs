@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sweep_proto::deadline::CallKind;
 use sweep_proto::v1;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -101,7 +102,9 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             max_chunks: want as u32,
         };
         let answer = {
-            let call = clients.work.lease(req);
+            let call = sh
+                .link
+                .call(clients.generation, CallKind::Quick, clients.work.lease(req));
             tokio::pin!(call);
             tokio::select! {
                 r = &mut call => r,
@@ -114,7 +117,7 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     // can be dropped unanswered, and `sweep run` does not wait out the hold at its end.
                     if sh.cfg.in_process.is_none() {
                         if let Ok(Ok(resp)) = tokio::time::timeout(IN_FLIGHT_LEASE_GRACE, call).await {
-                            let leases = resp.into_inner().leases;
+                            let leases = resp.leases;
                             for l in &leases {
                                 sh.link.saw_term(l.term);
                             }
@@ -128,12 +131,16 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let pause = match answer {
             Ok(resp) => {
                 backoff = Backoff::new();
-                let resp = resp.into_inner();
                 if resp.register_again {
                     // The coordinator restarted and lost who we are: tell it again, under our name.
                     sh.link.forget_term();
                     let req = register_request(&sh.cfg, &sh.worker_id);
-                    if let Err(e) = clients.work.register(req).await {
+                    let call = clients.work.register(req);
+                    if let Err(e) = sh
+                        .link
+                        .call(clients.generation, CallKind::Quick, call)
+                        .await
+                    {
                         debug!(error = %e, "register again failed");
                         sh.link.failed(clients.generation, &e);
                     } else {

@@ -52,6 +52,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sweep_client::ConnectError;
+use sweep_proto::deadline::CallKind;
 use sweep_proto::v1;
 use tokio::sync::{watch, Notify};
 use tracing::{debug, info, warn};
@@ -116,11 +117,16 @@ pub async fn run(
     let reg = loop {
         let req = register_request(&cfg, &cfg.name);
         let mut clients = link.clients();
+        let register = link.call(
+            clients.generation,
+            CallKind::Quick,
+            clients.work.register(req),
+        );
         tokio::select! {
-            r = clients.work.register(req) => match r {
+            r = register => match r {
                 Ok(r) => {
                     link.registered(clients.generation);
-                    break r.into_inner();
+                    break r;
                 }
                 Err(e) if sweep_client::is_refusal(&e) => {
                     return Err(WorkerError::Refused(e.message().to_string()))

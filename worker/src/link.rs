@@ -10,13 +10,22 @@
 //!
 //! With one URL and a coordinator that never answers "not the leader", nothing here ever moves: the one lazily
 //! connected channel reconnects by itself, as before there were members.
+//!
+//! Every call goes through [`Link::call`], which gives it the deadline of what it does: a member that stopped
+//! (SIGSTOP, a hung machine) or sits behind a link that drops packets still accepts connections in its
+//! kernel, so without one a call waits forever. A call that runs out of time counts as a lost connection, and
+//! a call still waiting on a member the worker has moved away from is given up at once, to be sent again to
+//! the member moved to.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use sweep_client::{
     ClientSecurity, ConnectError, Members, ReportClient, TokenInterceptor, WorkClient,
 };
+use sweep_proto::deadline::{within, CallKind};
+use tokio::sync::watch;
 use tonic::Status;
 use tracing::{debug, info, warn};
 
@@ -41,6 +50,8 @@ pub(crate) struct Link {
     /// The highest leader term seen in a lease: sent with heartbeats, results and failures, so that a leader
     /// deposed by a newer one refuses them instead of taking them (see `sweep_proto::TERM_METADATA`).
     term: AtomicU64,
+    /// The generation of the clients now: calls made with older clients are given up when it changes.
+    moved: watch::Sender<u64>,
 }
 
 struct Route {
@@ -94,7 +105,30 @@ impl Link {
             }),
             registering: tokio::sync::Mutex::new(()),
             term: AtomicU64::new(0),
+            moved: watch::channel(0).0,
         })
+    }
+
+    /// `call`, made with the clients of `generation`, given the deadline of `kind`, and given up as soon as
+    /// the worker moves to another member meanwhile (another task found this one unreachable or deposed):
+    /// both end in a status that [`Link::failed`] takes for a lost member. In process there is no network to
+    /// go silent, and the call is awaited as it is.
+    pub(crate) async fn call<T>(
+        &self,
+        generation: u64,
+        kind: CallKind,
+        call: impl Future<Output = Result<tonic::Response<T>, Status>>,
+    ) -> Result<T, Status> {
+        if self.route.is_none() {
+            return call.await.map(tonic::Response::into_inner);
+        }
+        let mut moved = self.moved.subscribe();
+        tokio::select! {
+            answer = within(kind.deadline(), call) => answer.map(tonic::Response::into_inner),
+            _ = moved.wait_for(|now| *now != generation) => Err(Status::unavailable(
+                "given up: the worker moved to another member of the coordinator",
+            )),
+        }
     }
 
     /// A lease granted in `term` arrived.
@@ -169,13 +203,12 @@ impl Link {
             }
             now.clients.clone()
         };
-        match clients
-            .work
-            .register(register_request(cfg, worker_id))
+        let register = clients.work.register(register_request(cfg, worker_id));
+        match self
+            .call(clients.generation, CallKind::Quick, register)
             .await
         {
             Ok(answer) => {
-                let answer = answer.into_inner();
                 if answer.worker_id != worker_id {
                     warn!(worker = %worker_id, named = %answer.worker_id, "the member registered this worker under another name");
                 }
@@ -222,6 +255,7 @@ impl Link {
                     reports,
                 };
                 now.registered = false;
+                self.moved.send_replace(generation + 1);
             }
             Err(e) => warn!(member = %to, error = %e, "cannot use this member of the coordinator"),
         }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sweep_proto::deadline::CallKind;
 use sweep_proto::v1;
 use tokio::sync::watch;
 use tracing::{debug, warn};
@@ -136,9 +137,14 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 worker_id: sh.worker_id.clone(),
                 reports: reports.iter().map(|r| r.report.clone()).collect(),
             };
-            match clients.reports.complete(sh.link.stamped(req)).await {
+            // The coordinator checks every result before it answers: a deadline by the reports' size.
+            let kind = CallKind::Transfer {
+                bytes: reports.iter().map(|r| r.report.len() as u64).sum(),
+            };
+            let call = clients.reports.complete(sh.link.stamped(req));
+            match sh.link.call(clients.generation, kind, call).await {
                 Ok(resp) => {
-                    for ack in resp.into_inner().acks {
+                    for ack in resp.acks {
                         if ack.status == v1::AckStatus::Rejected as i32 {
                             warn!(lease = ack.lease_id, reason = %ack.message, "result rejected");
                         } else if ack.status == v1::AckStatus::Duplicate as i32 {
@@ -166,7 +172,12 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 unsent.extend(failures[i..].iter().cloned());
                 break;
             }
-            if let Err(e) = clients.work.fail(sh.link.stamped(f.clone())).await {
+            let call = clients.work.fail(sh.link.stamped(f.clone()));
+            if let Err(e) = sh
+                .link
+                .call(clients.generation, CallKind::Quick, call)
+                .await
+            {
                 debug!(error = %e, "fail report failed; will retry");
                 sh.link.failed(clients.generation, &e);
                 unsent.extend(failures[i..].iter().cloned());

@@ -44,7 +44,7 @@ impl Core {
     /// The store failed: from now on the core accepts no changes (memory may be ahead of disk).
     pub fn note_store_failure(&mut self, why: String) {
         if self.failed.is_none() {
-            warn!(error = %why, "store write failed; refusing changes until restart");
+            warn!(error = %why, "store write failed; this coordinator refuses changes until it is opened again (a restart, or a member's next term as leader)");
             self.failed = Some(why);
         }
     }

@@ -21,8 +21,12 @@ use crate::store::{Descriptor, SnapshotFiles, StoreError};
 const BATCH: usize = 256;
 /// How long a sender waits before trying a peer that failed again.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
-/// How long one call to a peer may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one call to a peer may take, by the bytes it carries: a floor well above a healthy round trip, then
+/// the pace of [`push_timeout`]. A peer that does not answer (stopped, or behind a link that drops packets)
+/// holds its sender no longer than this; raft sends what was lost again.
+fn step_timeout(bytes: usize) -> Duration {
+    Duration::from_secs(2) + Duration::from_secs(bytes as u64 / (8 << 20))
+}
 /// The largest call between members: a consensus entry carries a group commit whole, artifacts and shipped
 /// programs (up to 1 GiB) included, and gRPC frames a message with a 32-bit length.
 pub const MAX_STEP_BYTES: usize = (2 << 30) - 1;
@@ -141,9 +145,11 @@ pub fn carrier(
     })
 }
 
-/// The endpoint of a peer at `url`: over TLS as `tls` says for an `https://` URL, plain for `http://`.
+/// The endpoint of a peer at `url`: over TLS as `tls` says for an `https://` URL, plain for `http://`; with the
+/// connect timeout and keepalives of every connection.
 fn peer_endpoint(url: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, String> {
     let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| e.to_string())?;
+    let endpoint = sweep_proto::deadline::keepalive(endpoint);
     if !url.starts_with("https://") {
         return Ok(endpoint);
     }
@@ -166,7 +172,6 @@ async fn push_file(
     let mut file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     // No timeout on the call as a whole: the push has one of its own, by the file's size.
     let channel = peer_endpoint(&link.url, tls)?
-        .connect_timeout(CALL_TIMEOUT)
         .connect()
         .await
         .map_err(|e| causes(&e))?;
@@ -263,12 +268,7 @@ async fn send_to_peer(
         let snapshots = batch.iter().filter(|m| m.snapshot.is_some()).count();
         if client.is_none() {
             client = match peer_endpoint(&link.url, tls.as_ref()) {
-                Ok(e) => match e
-                    .timeout(CALL_TIMEOUT)
-                    .connect_timeout(CALL_TIMEOUT)
-                    .connect()
-                    .await
-                {
+                Ok(e) => match e.connect().await {
                     Ok(c) => {
                         Some(ReplicationClient::new(c).max_encoding_message_size(MAX_STEP_BYTES))
                     }
@@ -292,6 +292,7 @@ async fn send_to_peer(
         }
         let sent = match client.as_mut() {
             Some(c) => {
+                let bytes = batch.iter().map(|m| m.bytes.len()).sum();
                 let mut request = Request::new(StepRequest {
                     from: link.from,
                     to: link.to,
@@ -300,7 +301,7 @@ async fn send_to_peer(
                 if let Some(t) = &token {
                     request.metadata_mut().insert("authorization", t.clone());
                 }
-                match c.step(request).await {
+                match sweep_proto::deadline::within(step_timeout(bytes), c.step(request)).await {
                     Ok(_) => {
                         failing = false;
                         true
