@@ -437,6 +437,12 @@ impl Coordinator {
         self.stopping.subscribe()
     }
 
+    /// Resolves, with why, once a write of this coordinator's has failed: from then on it refuses every change
+    /// until it is opened again.
+    pub async fn store_failed(&self) -> String {
+        self.commit.failed().await
+    }
+
     /// Extends every lease by `gap_ms`, a time in which no coordinator served (a change of leader).
     pub fn extend_leases(&self, gap_ms: u64) {
         self.lock().extend_leases(gap_ms, now_ms());

@@ -172,6 +172,20 @@ impl GroupCommit {
         }
     }
 
+    /// Resolves, with why, once a write has failed.
+    pub async fn failed(&self) -> String {
+        let mut rx = self.committed.subscribe();
+        let why = match rx.wait_for(|c| c.error.is_some()).await {
+            Ok(c) => c.error.clone(),
+            Err(_) => None,
+        };
+        match why {
+            Some(why) => why,
+            // The coordinator is being dropped: nothing fails any more.
+            None => std::future::pending().await,
+        }
+    }
+
     /// Tells every waiter that batch `seq` is written, or why it is not (then every later wait fails too: an
     /// empty round must not report success and let `status` show unstored progress).
     pub fn publish(&self, seq: u64, error: Option<String>) {

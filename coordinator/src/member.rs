@@ -29,6 +29,10 @@ pub use sweep_replicate::LogStore;
 /// How long a new leader waits before trying again when its first entry or its store did not work out.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
 
+/// How long a leader that could not commit waits for another member to take over before it serves again
+/// itself (as it must when no other member can: a group of one, or the others far behind).
+const STEP_DOWN_WAIT: Duration = Duration::from_secs(5);
+
 /// This member does not serve the call: it is not the leader, or not serving as one yet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NotServing {
@@ -241,9 +245,10 @@ impl Leadership {
             let tasks = Tasks::start(&coord);
             self.current.send_replace(Some((coord.clone(), term)));
             info!(member = self.id, term, "leading: serving clients");
-            let stopping = tokio::select! {
-                r = status.wait_for(|s| !(s.is_leader && s.term == term)) => r.is_err(),
-                _ = stop.wait_for(|s| *s) => true,
+            let (stopping, store_failed) = tokio::select! {
+                r = status.wait_for(|s| !(s.is_leader && s.term == term)) => (r.is_err(), None),
+                _ = stop.wait_for(|s| *s) => (true, None),
+                why = coord.store_failed() => (false, Some(why)),
             };
             self.current.send_replace(None);
             coord.begin_stopping();
@@ -251,6 +256,17 @@ impl Leadership {
             drop(coord);
             if stopping {
                 return;
+            }
+            if let Some(why) = store_failed {
+                // A leader that cannot commit would hold the group: it stops serving, hands the leadership to
+                // the member furthest along, and opens a coordinator afresh from its store if it leads again.
+                warn!(member = self.id, term, error = %why, "cannot commit as the leader: stepping down");
+                self.member.step_down().await;
+                let ended = status.wait_for(|s| !(s.is_leader && s.term == term));
+                tokio::select! {
+                    _ = tokio::time::timeout(STEP_DOWN_WAIT, ended) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
             }
             let now = self.member.status();
             warn!(member = self.id, term, new_term = now.term, leader = ?now.leader, "no longer leading: stopped serving clients");

@@ -120,6 +120,8 @@ enum Cmd {
     /// The reply carries the member's id once the change is applied.
     Change(Change, Reply),
     Unreachable(u64),
+    /// Hand the leadership to another member (see `Node::transfer_leadership`).
+    StepDown,
     Snapshot {
         to: u64,
         delivered: bool,
@@ -178,6 +180,11 @@ impl MemberHandle {
                 return std::future::pending().await;
             }
         }
+    }
+
+    /// Asks the member, if it leads, to hand the leadership to the member whose log is furthest along.
+    pub async fn step_down(&self) {
+        let _ = self.cmd.send(Cmd::StepDown).await;
     }
 
     /// Stops the member's task (its store stays as it is, to be reopened).
@@ -396,6 +403,9 @@ async fn run<S: StateMachine>(
                     Ok(())
                 }
                 Some(Cmd::Unreachable(peer)) => node.report_unreachable(peer),
+                Some(Cmd::StepDown) => node.transfer_leadership().map(|to| {
+                    tracing::warn!(member = node.id(), ?to, "handing the leadership over");
+                }),
                 Some(Cmd::Snapshot { to, delivered }) => node.report_snapshot(to, delivered),
             },
         };

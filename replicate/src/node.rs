@@ -286,6 +286,29 @@ impl<S: StateMachine> Node<S> {
         self.guarded(|raw| Ok(raw.campaign()?))
     }
 
+    /// Hands the leadership to the voter whose log is furthest along (raft's leader transfer: it is brought up
+    /// to date, then told to campaign at once); returns it, or `None` when this member does not lead or has no
+    /// other voter. A leader that cannot serve (its store refuses writes) steps aside this way rather than
+    /// hold the group.
+    pub fn transfer_leadership(&mut self) -> Result<Option<u64>, ReplicateError> {
+        if !self.is_leader() {
+            return Ok(None);
+        }
+        let Some((to, _)) = self
+            .progress()
+            .into_iter()
+            .filter(|(id, _)| self.conf_state.voters.contains(id))
+            .max_by_key(|&(id, matched)| (matched, std::cmp::Reverse(id)))
+        else {
+            return Ok(None);
+        };
+        self.guarded(|raw| {
+            raw.transfer_leader(to);
+            Ok(())
+        })?;
+        Ok(Some(to))
+    }
+
     /// Handles bytes another member sent. Anything that is not a raft message from a peer to us is an error,
     /// never a panic; raft assumes peers that follow the protocol, so what a faithful peer could send is all
     /// that is checked here.

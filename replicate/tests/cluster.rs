@@ -470,3 +470,38 @@ fn snapshots_taken_off_the_nodes_threads_hold_entries_back_not_the_group() {
     sim.assert_agreement();
     assert_eq!(sim.node(4).state_machine().entries.len(), 80);
 }
+
+/// A leader that cannot serve hands the leadership to the member furthest along, which wins at once (no
+/// election timeout); a follower asked to transfer does nothing. Nothing committed is lost on the way.
+#[test]
+fn a_leader_hands_its_leadership_to_the_member_furthest_along() {
+    let mut sim = Sim::new(7, 3, 1000);
+    let leader = sim.wait_leader(200);
+    assert_eq!(propose_many(&mut sim, "before", 20), 20);
+    sim.settle(200);
+    let follower = sim
+        .live()
+        .into_iter()
+        .find(|&id| id != leader)
+        .expect("a follower");
+    assert_eq!(sim.node_mut(follower).transfer_leadership().unwrap(), None);
+    let to = sim
+        .node_mut(leader)
+        .transfer_leadership()
+        .unwrap()
+        .expect("a voter to hand over to");
+    assert_ne!(to, leader);
+    // Fewer rounds than an election timeout takes: the transfer, not a timeout, elects it.
+    for _ in 0..10 {
+        sim.round();
+        if sim.leader() == Some(to) {
+            break;
+        }
+    }
+    assert_eq!(sim.leader(), Some(to), "the leadership went to {to}");
+    assert!(!sim.node(leader).is_leader());
+    assert_eq!(propose_many(&mut sim, "after", 20), 20);
+    sim.settle(200);
+    sim.assert_agreement();
+    assert_eq!(sim.acked.len(), 40, "every proposal committed");
+}

@@ -21,7 +21,8 @@
 //! - `replicated.rs`: three coordinator members (`support/group.rs`) whose leader is SIGKILLed; a member that
 //!   lost its directory.
 //! - `netns.rs`: faults between (simulated) hosts: partitions, a full disk, the replicated coordinator's nemesis;
-//!   needs root (fails without it).
+//!   needs root (fails without it). `gray.rs`: silent faults (SIGSTOP, links that drop packets) on leaders,
+//!   followers, workers and a worker's link, with progress measured while they last.
 //!
 //! One module: `cargo test --release --test e2e engine_faults::`. The slow ignored ones:
 //! `cargo test --release --test e2e -- --ignored --nocapture`.
@@ -37,6 +38,7 @@ mod deploy;
 mod engine_faults;
 mod exec;
 mod fuzz_cli;
+mod gray;
 mod netns;
 mod queens;
 mod replicated;

@@ -270,6 +270,22 @@ impl<N: Network> Group<N> {
         run_bounded(cmd, Duration::from_secs(60))
     }
 
+    /// `sweep status JOB --json` asking only the members in `list` (URLs joined by commas), or `None` while
+    /// none answers: a silenced member is then never called, so each poll costs no deadline.
+    pub fn status_from(&self, list: &str, job: u64) -> Option<serde_json::Value> {
+        let job = job.to_string();
+        status_entry(&self.sweep(&["status", &job, "--json", "--coordinator", list]))
+    }
+
+    /// Every member's URL but member `i`'s, joined by commas.
+    pub fn others(&self, i: usize) -> String {
+        let others: Vec<&str> = (0..self.urls.len())
+            .filter(|&j| j != i)
+            .map(|j| self.urls[j].as_str())
+            .collect();
+        others.join(",")
+    }
+
     pub fn submit(&self, space_args: &[&str]) -> u64 {
         job_id(&self.sweep(&submit_args(space_args)))
     }

@@ -216,6 +216,24 @@ impl Net {
             .unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// Drops every IP packet to and from the node, silently: an nftables table in the node's namespace drops
+    /// what arrives on and leaves by its link. Unlike [`Net::cut`], the link stays up and ARP still answers,
+    /// so nothing tells a peer that the node is gone: connections stay open and calls wait, as behind a
+    /// firewall that drops instead of refusing or a switch that loses packets. Undone by [`Net::pass`].
+    pub fn drop_packets(&self, node: &Node) {
+        let ruleset = "table inet sweep_drop {\n\
+             chain input { type filter hook input priority -100; iifname \"eth0\" drop; }\n\
+             chain output { type filter hook output priority -100; oifname \"eth0\" drop; }\n\
+             }\n";
+        nft(&node.ns, &["-f", "-"], Some(ruleset)).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Lets the node's packets through again after [`Net::drop_packets`].
+    pub fn pass(&self, node: &Node) {
+        nft(&node.ns, &["delete", "table", "inet", "sweep_drop"], None)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// Mounts a tmpfs of `bytes` bytes on `dir` (created), unmounted when the network is dropped.
     pub fn mount_tmpfs(&mut self, dir: &Path, bytes: u64) {
         std::fs::create_dir_all(dir).expect("create the mount point");
@@ -238,6 +256,39 @@ impl Net {
     /// A mount point named so that [`remove_stale`] recognises it if this process dies: `swp<pid>-...`.
     pub fn mount_point(&self, parent: &Path, what: &str) -> PathBuf {
         parent.join(format!("{}-{what}", self.prefix))
+    }
+}
+
+/// `nft ARGS` inside namespace `ns`, with `input` on its stdin; nftables (`.ci/run` installs it) names itself
+/// when it is missing.
+fn nft(ns: &str, args: &[&str], input: Option<&str>) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run `ip netns exec {ns} nft`: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.unwrap_or("").as_bytes())
+            .map_err(|e| format!("cannot write nft's rules: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("nft did not finish: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`nft {}` in {ns} failed ({}): {} (the packet-dropping faults need nftables: .ci/run installs \
+             it, or apt-get install nftables)",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 

@@ -1,0 +1,267 @@
+//! Gray failures: a member or a worker that goes silent instead of failing. A process stopped with SIGSTOP (a
+//! hung machine, a stalled disk under its kernel) still has its kernel accept connections and acknowledge
+//! data; a link that drops packets (`Net::drop_packets`: an nftables DROP, with ARP still answering) refuses
+//! nothing. Calls to either wait instead of failing, which is what deadlines and keepalives are for. Each
+//! scenario measures progress *during* the fault, not only an exact answer after it: the time from the fault
+//! to the first chunk completed elsewhere, and the chunks completed while it lasted.
+//!
+//! Needs root, iproute2 and nftables (`.ci/run` installs them); without them every test fails and says what
+//! is missing. The default scenarios hold each fault 20 s; the opt-in run holds them 90 s:
+//! `SWEEP_GRAY_HOLD_SECS=90 cargo test --release --test e2e -- --ignored --nocapture gray`
+
+use std::time::{Duration, Instant};
+
+use crate::support::group::Group;
+use crate::support::netns::{fault_opts, Net};
+use crate::support::{chunks_done, field, is_running, scratch, Cluster, Opts};
+
+/// A job that outlasts a fault of tens of seconds on 2 cores (about 40 s of one core): π(10^10), whose value is
+/// published, so the answer checks itself (`matches_published`) without an in-process run to compare with.
+const LONG_JOB: [&str; 5] = ["primes", "--below", "10000000000", "--chunks", "500"];
+const PUBLISHED: u64 = 455_052_511;
+
+/// The bound on the time from a silenced leader to the first chunk completed on its successor: an election
+/// (0.5-1 s), a heartbeat's deadline (2.5 s at the leases used here), a registration, and slack for a loaded
+/// 2-core machine. Without deadlines it was the whole fault (workers waited on the silent leader).
+const RECOVERY_BOUND: Duration = Duration::from_secs(15);
+
+#[derive(Clone, Copy, Debug)]
+enum Gray {
+    /// SIGSTOP, then SIGCONT.
+    Stop,
+    /// Every packet to and from its host dropped, then let through again.
+    Drop,
+}
+
+/// What a fault cost: the time from the fault to the first chunk completed on another member (`None`: none in
+/// the fault's whole length), and the chunks completed while the fault lasted.
+struct Cost {
+    first: Option<Duration>,
+    during: u64,
+}
+
+/// How long each fault is held: `SWEEP_GRAY_HOLD_SECS`, else `default`.
+fn hold(default: u64) -> Duration {
+    let secs = std::env::var("SWEEP_GRAY_HOLD_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    Duration::from_secs(secs)
+}
+
+/// Silences the leader by `gray` for `hold` while `job` runs, watching the job through the other members
+/// only; then ends the fault and waits for the old leader to follow again, without a restart.
+fn silence_leader(g: &Group<Net>, job: u64, gray: Gray, hold: Duration) -> Cost {
+    let leader = g.wait_leader(None, Duration::from_secs(30));
+    let others = g.others(leader);
+    let before = g
+        .status_from(&others, job)
+        .map(|s| chunks_done(&s))
+        .expect("the job's status before the fault");
+    let proc = g.members[leader].as_ref().expect("the leader runs");
+    match gray {
+        Gray::Stop => proc.signal("STOP"),
+        Gray::Drop => g.net.drop_packets(g.host(leader)),
+    }
+    let at = Instant::now();
+    let mut first = None;
+    let mut last = before;
+    // Bounded by the fault's length: each poll is one client command, itself bounded.
+    while at.elapsed() < hold {
+        if let Some(s) = g.status_from(&others, job) {
+            last = last.max(chunks_done(&s));
+            if first.is_none() && last > before {
+                first = Some(at.elapsed());
+            }
+            if !is_running(&s) {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Held to its length even when the job ended early: the old leader must come back after a long silence.
+    std::thread::sleep(hold.saturating_sub(at.elapsed()));
+    match gray {
+        Gray::Stop => proc.signal("CONT"),
+        Gray::Drop => g.net.pass(g.host(leader)),
+    }
+    wait_for_follower(g, leader);
+    Cost {
+        first,
+        during: last - before,
+    }
+}
+
+/// Waits (at most 30 s) until member `i`, asked alone, says it follows.
+fn wait_for_follower(g: &Group<Net>, i: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let view = g.own_view(i);
+        if view.as_ref().and_then(|v| v["state"].as_str()) == Some("follower") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the silenced leader (member {}) did not rejoin as a follower within 30 s: {view:?}",
+            i + 1
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The job ends with the published answer and every chunk counted once.
+fn assert_published(status: &serde_json::Value, results: &serde_json::Value) {
+    assert_eq!(status["state"], "done", "{status}");
+    assert_eq!(field(status, "chunks_poisoned"), 0, "{status}");
+    assert_eq!(status["completions"], status["chunks_total"], "{status}");
+    assert_eq!(
+        results["result"]["primes"].as_u64(),
+        Some(PUBLISHED),
+        "{results}"
+    );
+    assert_eq!(results["result"]["matches_published"], true, "{results}");
+}
+
+fn group_under_gray_faults(hold: Duration) {
+    let net = Net::new();
+    let t0 = Instant::now();
+    // Leases of 10 s: a heartbeat every 2.5 s, given up after 2.5 s.
+    let opts = Opts {
+        workers: 2,
+        lease_ttl_ms: 10_000,
+        ..fault_opts()
+    };
+    let g = Group::start_on(net, 3, opts, scratch());
+    g.wait_leader(None, Duration::from_secs(30));
+    let job = g.submit(&LONG_JOB);
+    g.wait_until(job, Duration::from_secs(120), |s| chunks_done(s) >= 10);
+    let mut report = Vec::new();
+    for gray in [Gray::Stop, Gray::Drop] {
+        let cost = silence_leader(&g, job, gray, hold);
+        let first = cost.first.unwrap_or_else(|| {
+            panic!(
+                "{gray:?} of the leader for {hold:?}: no chunk completed on the other members while it lasted"
+            )
+        });
+        assert!(
+            first <= RECOVERY_BOUND,
+            "{gray:?} of the leader: the first chunk completed elsewhere {first:?} after the fault (bound \
+             {RECOVERY_BOUND:?})"
+        );
+        report.push(format!(
+            "{gray:?} {:.0} s: first chunk on the new leader after {:.1} s, {} chunks during the fault",
+            hold.as_secs_f64(),
+            first.as_secs_f64(),
+            cost.during
+        ));
+        let now = g.wait_until(job, Duration::from_secs(300), |_| true);
+        if !is_running(&now) {
+            break;
+        }
+    }
+    let status = g.wait_until(job, Duration::from_secs(600), |s| !is_running(s));
+    assert_published(&status, &g.results(job));
+    let leaders = g
+        .members_view()
+        .iter()
+        .filter(|m| m["state"] == "leader")
+        .count();
+    assert_eq!(leaders, 1, "{:?}", g.members_view());
+    eprintln!(
+        "FIGURES gray leader faults on three members: {}; answer exact, every chunk counted once; {:.1} s wall",
+        report.join("; "),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn a_stopped_or_packet_dropping_leader_costs_seconds_not_the_whole_fault() {
+    group_under_gray_faults(hold(20));
+}
+
+#[test]
+#[ignore = "several minutes: SWEEP_GRAY_HOLD_SECS=90 cargo test --release --test e2e -- --ignored --nocapture gray"]
+fn gray_leader_faults_held_long() {
+    group_under_gray_faults(hold(90));
+}
+
+/// A follower stopped, then a worker stopped past its leases: the others go on, and the stopped worker's
+/// late results are duplicates, counted once.
+#[test]
+fn a_stopped_follower_or_worker_does_not_stop_the_job() {
+    let net = Net::new();
+    let opts = Opts {
+        workers: 2,
+        lease_ttl_ms: 4_000,
+        ..fault_opts()
+    };
+    let g = Group::start_on(net, 3, opts, scratch());
+    let leader = g.wait_leader(None, Duration::from_secs(30));
+    let job = g.submit(&LONG_JOB);
+    g.wait_until(job, Duration::from_secs(120), |s| chunks_done(s) >= 10);
+    let follower = (leader + 1) % 3;
+    let mut report = Vec::new();
+    for (what, proc) in [
+        ("follower", g.members[follower].as_ref().expect("runs")),
+        ("worker", &g.workers[0]),
+    ] {
+        let before = chunks_done(&g.wait_until(job, Duration::from_secs(60), |_| true));
+        proc.signal("STOP");
+        // Past the worker's lease time: its chunks go to the other worker.
+        std::thread::sleep(Duration::from_secs(10));
+        let during = chunks_done(&g.wait_until(job, Duration::from_secs(60), |_| true)) - before;
+        proc.signal("CONT");
+        assert!(
+            during > 0,
+            "no chunk completed in 10 s while a {what} was stopped"
+        );
+        report.push(format!("{what} stopped 10 s: {during} chunks meanwhile"));
+    }
+    let status = g.wait_until(job, Duration::from_secs(600), |s| !is_running(s));
+    assert_published(&status, &g.results(job));
+    eprintln!(
+        "FIGURES gray member and worker faults: {}; answer exact",
+        report.join("; ")
+    );
+}
+
+/// One coordinator, and a worker whose link goes silent for less than its leases: it comes back within
+/// seconds of the link, and no lease of its was lost.
+#[test]
+fn a_worker_behind_a_silent_link_reconnects_within_seconds_and_keeps_its_leases() {
+    let net = Net::new();
+    let opts = Opts {
+        workers: 1,
+        lease_ttl_ms: 30_000,
+        ..fault_opts()
+    };
+    let c = Cluster::start_on(net, opts, scratch());
+    let job = c.submit(&LONG_JOB);
+    let s = c.wait_until(job, Duration::from_secs(120), |s| chunks_done(s) >= 5);
+    assert!(is_running(&s), "the job ended before the fault: {s}");
+    let host = c.worker_host(0).clone();
+    c.net.drop_packets(&host);
+    std::thread::sleep(Duration::from_secs(12));
+    let at_restore = chunks_done(&c.status(job));
+    c.net.pass(&host);
+    let back = Instant::now();
+    let s = c.wait_until(job, Duration::from_secs(60), |s| {
+        chunks_done(s) > at_restore || !is_running(s)
+    });
+    let reconnected = back.elapsed();
+    assert!(
+        reconnected <= Duration::from_secs(10),
+        "the worker's first chunk after the link came back took {reconnected:?}: {s}"
+    );
+    // Stopped here: the rest of the job is not this scenario's.
+    let reissued = field(&c.status(job), "reissued");
+    assert_eq!(
+        reissued, 0,
+        "a silence shorter than the leases cost chunks their lease"
+    );
+    c.sweep(&["cancel", &job.to_string()]);
+    eprintln!(
+        "FIGURES silent worker link 12 s (leases 30 s): first chunk {:.1} s after the link came back; no lease lost",
+        reconnected.as_secs_f64()
+    );
+}
