@@ -21,11 +21,13 @@ use tonic::transport::Endpoint;
 /// How long a connection may take to be made (a packet-dropping link never answers a SYN).
 pub const CONNECT: Duration = Duration::from_secs(3);
 
-/// How often an HTTP/2 ping goes out on a connection, idle or not.
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
+/// How long a connection may receive nothing before an HTTP/2 ping goes out on it, idle or not. Pings are a few
+/// bytes; a connection that answers them costs nothing more.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How long a ping may go unanswered before the connection is closed as dead.
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a ping may go unanswered before the connection is closed as dead: a peer that went silent is
+/// found within [`KEEPALIVE_INTERVAL`] + this of the last frame it sent, whatever the calls' deadlines.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// TCP keepalive on the socket too, for the peers whose HTTP/2 stack does not ping (a load balancer between).
 pub const TCP_KEEPALIVE: Duration = Duration::from_secs(10);

@@ -529,8 +529,9 @@ fn nemesis(faults: u32, seed: u64) {
     let mut g = Group::start_on(net, 3, opts, scratch());
     g.wait_leader(None, Duration::from_secs(30));
     let mut jobs = vec![g.submit(&JOB)];
-    let (mut kills, mut cuts, mut pauses, mut replaced) = (0u32, 0u32, 0u32, 0u32);
-    let mut first_kinds: Vec<u64> = (0..4).collect();
+    let (mut kills, mut cuts, mut pauses, mut replaced, mut drops) = (0u32, 0u32, 0u32, 0u32, 0u32);
+    const KINDS: u64 = 5;
+    let mut first_kinds: Vec<u64> = (0..KINDS).collect();
     for i in (1..first_kinds.len()).rev() {
         let j = rng.range(0, i as u64 + 1) as usize;
         first_kinds.swap(i, j);
@@ -551,7 +552,7 @@ fn nemesis(faults: u32, seed: u64) {
         let leader = g.wait_leader(None, Duration::from_secs(30));
         let kind = match first_kinds.get(done_faults as usize) {
             Some(&k) => k,
-            None => rng.range(0, 4),
+            None => rng.range(0, KINDS),
         };
         match kind {
             0 => {
@@ -595,6 +596,36 @@ fn nemesis(faults: u32, seed: u64) {
                 proc.signal("CONT");
                 pauses += 1;
             }
+            4 => {
+                // A gray partition: the leader's packets dropped, nothing refused. The others elect a leader
+                // and the workers, whose calls to the old one run out of time, complete chunks there.
+                let host = g.host(leader).clone();
+                let others = g.others(leader);
+                let done_before = g
+                    .status_from(&others, current)
+                    .map_or(0, |s| chunks_done(&s));
+                g.net.drop_packets(&host);
+                let at = Instant::now();
+                g.wait_leader(Some(leader), Duration::from_secs(30));
+                changes.push(at.elapsed());
+                let hold = rng.millis(8_000, 12_000);
+                std::thread::sleep(hold.saturating_sub(at.elapsed()));
+                let progressed = g
+                    .status_from(&others, current)
+                    .is_some_and(|s| chunks_done(&s) > done_before || !is_running(&s));
+                g.net.pass(&host);
+                assert!(
+                    progressed,
+                    "no chunk completed in {hold:?} while the leader's packets were dropped"
+                );
+                wait_for_state(
+                    &g,
+                    leader,
+                    |s| s == "follower",
+                    "the leader whose packets were dropped to follow",
+                );
+                drops += 1;
+            }
             _ => {
                 let victim = rng.range(0, 3) as usize;
                 let at = Instant::now();
@@ -629,7 +660,7 @@ fn nemesis(faults: u32, seed: u64) {
     let slowest = changes.iter().max().copied().unwrap_or_default();
     eprintln!(
         "FIGURES nemesis: {done_faults} faults on three members ({kills} leader SIGKILLs, {cuts} leader \
-         partitions, {pauses} SIGSTOPs, {replaced} members lost with their disks and replaced, ids now {:?}); {} jobs of {} chunks, every answer exact and every chunk counted once; \
+         partitions, {drops} leaders dropping packets, {pauses} SIGSTOPs, {replaced} members lost with their disks and replaced, ids now {:?}); {} jobs of {} chunks, every answer exact and every chunk counted once; \
          {acknowledged} chunks reported done before faults, none lost; leader changes {:?} (slowest {:.2} s); \
          {:.1} s wall",
         g.ids,
