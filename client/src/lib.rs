@@ -107,6 +107,19 @@ fn unreachable_text(tried: &[Unreached]) -> String {
 fn call_text(s: &Status) -> String {
     if s.code() == tonic::Code::Unavailable && s.message().contains("transport") {
         "the coordinator is unreachable".to_string()
+    } else if s.code() == tonic::Code::Unavailable && std::error::Error::source(s).is_some() {
+        // A connection lost below gRPC (its keepalive found it dead, say): its causes say how.
+        let mut causes = Vec::new();
+        let mut cur = std::error::Error::source(s);
+        while let Some(e) = cur {
+            let text = e.to_string();
+            // tonic wraps hyper's error in layers that say the same.
+            if !causes.contains(&text) && text != "transport error" {
+                causes.push(text);
+            }
+            cur = e.source();
+        }
+        format!("the coordinator is unreachable ({})", causes.join(": "))
     } else if matches!(
         s.code(),
         tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
@@ -310,7 +323,8 @@ impl Client {
         let mut pause = FIRST_PAUSE;
         let mut tried: Vec<Unreached> = Vec::new();
         let mut last: Option<ClientError> = None;
-        // Members that let this call run out of time: each costs a whole deadline, so none is called twice.
+        // Members that let this call wait until it ran out of time or their connection was found dead: each
+        // costs seconds, so none is called twice.
         let mut silent: Vec<String> = Vec::new();
         for attempt in 0..attempts {
             if attempt > 0 {
@@ -338,12 +352,17 @@ impl Client {
                     }
                 },
             };
+            let sent = std::time::Instant::now();
             let status = match within(kind.deadline(), f(client)).await {
                 Ok(answer) => return Ok(answer.into_inner()),
                 Err(status) => status,
             };
             let member = route.members.current().to_string();
-            if status.code() == tonic::Code::DeadlineExceeded {
+            // Lost after a wait as long as a dead connection takes to be found (a deadline, or the keepalive
+            // closing it): the member is silent, not restarting, which refuses or resets at once.
+            if sweep_proto::deadline::is_lost(&status)
+                && sent.elapsed() >= sweep_proto::deadline::KEEPALIVE_TIMEOUT
+            {
                 silent.push(member.clone());
             }
             let failover = route.members.failover(&status, &route.security);
@@ -664,7 +683,8 @@ mod tests {
     }
 
     /// A member that accepts connections and never answers (a stopped process: its kernel still completes
-    /// the handshake) costs one deadline, not one per attempt, and is reported as unreachable.
+    /// the handshake) costs one wait (its connection's keepalive or the call's deadline, whichever ends it
+    /// first), not one per attempt, and is reported as unreachable.
     #[tokio::test]
     async fn a_silent_member_costs_one_deadline_and_is_unreachable() {
         // Never accepted: connections wait in the backlog, as they do for a process stopped with SIGSTOP.
@@ -683,7 +703,11 @@ mod tests {
             took < quick * 2,
             "a silent member held the call {took:?} (deadline {quick:?})"
         );
-        assert!(e.to_string().contains("did not answer in time"), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("did not answer in time") || text.contains("unreachable"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

@@ -39,6 +39,34 @@ enum Gray {
 struct Cost {
     first: Option<Duration>,
     during: u64,
+    /// How long `sweep coordinator members`, `status` and `workers` took, given every member's URL (`None`:
+    /// no right answer).
+    tools: [Option<Duration>; 3],
+}
+
+/// How long a command given every member's URL may take while one member is silent: one deadline (5 s) for
+/// the silent member, then the others, with room for a loaded machine.
+const TOOLS_BOUND: Duration = Duration::from_secs(10);
+
+/// Runs the operators' commands against every member while member `silent` is silenced; how long each took,
+/// or `None` for one that gave no right answer: `sweep coordinator members` must name the silent member
+/// unreachable and another leading.
+fn tools_answer(g: &Group<Net>, silent: usize, job: u64) -> [Option<Duration>; 3] {
+    let timed = |f: &dyn Fn() -> bool| {
+        let at = Instant::now();
+        f().then(|| at.elapsed())
+    };
+    let silent_url = g.urls[silent].as_str();
+    [
+        timed(&|| {
+            let view = g.members_view();
+            view.iter()
+                .any(|m| m["url"] == silent_url && m["state"] == "unreachable")
+                && view.iter().any(|m| m["state"] == "leader")
+        }),
+        timed(&|| g.try_status(job).is_some()),
+        timed(&|| g.sweep(&["workers", "--json"]).status.success()),
+    ]
 }
 
 /// The cluster's options: `base`, with every process running `SWEEP_GRAY_BIN` when it is set (another build of
@@ -51,6 +79,10 @@ fn with_bin(base: Opts) -> Opts {
         },
         None => base,
     }
+}
+
+fn secs(d: Option<Duration>) -> String {
+    d.map_or("-".to_string(), |d| format!("{:.1}", d.as_secs_f64()))
 }
 
 /// How long each fault is held: `SWEEP_GRAY_HOLD_SECS`, else `default`.
@@ -93,7 +125,11 @@ fn silence_leader(g: &Group<Net>, job: u64, gray: Gray, hold: Duration) -> Cost 
         std::thread::sleep(Duration::from_millis(200));
     }
     // Held to its length even when the job ended early: the old leader must come back after a long silence.
-    std::thread::sleep(hold.saturating_sub(at.elapsed()));
+    std::thread::sleep(
+        hold.saturating_sub(at.elapsed())
+            .saturating_sub(TOOLS_BOUND * 3),
+    );
+    let tools = tools_answer(g, leader, job);
     match gray {
         Gray::Stop => proc.signal("CONT"),
         Gray::Drop => g.net.pass(g.host(leader)),
@@ -102,6 +138,7 @@ fn silence_leader(g: &Group<Net>, job: u64, gray: Gray, hold: Duration) -> Cost 
     Cost {
         first,
         during: last - before,
+        tools,
     }
 }
 
@@ -153,11 +190,15 @@ fn group_under_gray_faults(hold: Duration) {
     for gray in [Gray::Stop, Gray::Drop] {
         let cost = silence_leader(&g, job, gray, hold);
         report.push(format!(
-            "{gray:?} {:.0} s: first chunk on the new leader after {}, {} chunks during the fault",
+            "{gray:?} {:.0} s: first chunk on the new leader after {}, {} chunks during the fault, members / \
+             status / workers answered in {} / {} / {} s",
             hold.as_secs_f64(),
             cost.first
                 .map_or("none".to_string(), |f| format!("{:.1} s", f.as_secs_f64())),
-            cost.during
+            cost.during,
+            secs(cost.tools[0]),
+            secs(cost.tools[1]),
+            secs(cost.tools[2]),
         ));
         costs.push((gray, cost));
         let now = g.wait_until(job, Duration::from_secs(300), |_| true);
@@ -177,6 +218,18 @@ fn group_under_gray_faults(hold: Duration) {
                 "{gray:?} of the leader for {hold:?}: no chunk completed on the other members while it lasted"
             )
         });
+        for (tool, took) in ["coordinator members", "status", "workers"]
+            .iter()
+            .zip(cost.tools)
+        {
+            let took = took.unwrap_or_else(|| {
+                panic!("`sweep {tool}` gave no right answer while the leader was silent ({gray:?})")
+            });
+            assert!(
+                took <= TOOLS_BOUND,
+                "`sweep {tool}` took {took:?} while the leader was silent ({gray:?})"
+            );
+        }
         assert!(
             first <= RECOVERY_BOUND,
             "{gray:?} of the leader: the first chunk completed elsewhere {first:?} after the fault (bound \
