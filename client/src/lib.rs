@@ -710,6 +710,31 @@ mod tests {
         );
     }
 
+    /// A call with a long deadline (an answer may be large) on a member that went silent still ends within
+    /// seconds: the connection's keepalive finds it dead.
+    #[tokio::test]
+    async fn keepalive_ends_a_long_call_on_a_silent_member() {
+        use sweep_proto::deadline::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", silent.local_addr().unwrap());
+        let mut c = Client::connect(&url, &ClientSecurity::default())
+            .await
+            .expect("the kernel accepts for a silent member");
+        let started = std::time::Instant::now();
+        let e = c
+            .results(7, v1::AnswerForm::Json)
+            .await
+            .expect_err("a silent member answered");
+        let took = started.elapsed();
+        assert!(e.is_unreachable(), "{e}");
+        assert!(e.to_string().contains("keep-alive"), "{e}");
+        let found = KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT;
+        assert!(
+            took < found + Duration::from_secs(2),
+            "the dead connection held a call {took:?} (keepalive finds it after {found:?})"
+        );
+    }
+
     #[tokio::test]
     async fn a_closed_port_is_unreachable_and_bad_settings_are_not() {
         // Bound then dropped: nothing listens there.
