@@ -271,10 +271,14 @@ impl<N: Network> Group<N> {
     }
 
     /// `sweep status JOB --json` asking only the members in `list` (URLs joined by commas), or `None` while
-    /// none answers: a silenced member is then never called, so each poll costs no deadline.
+    /// none answers: a silenced member is then never called, so each poll costs no deadline. Always this
+    /// build's `sweep`, whatever the group runs: it measures the group, and another build's client may wait on
+    /// a silent member forever.
     pub fn status_from(&self, list: &str, job: u64) -> Option<serde_json::Value> {
-        let job = job.to_string();
-        status_entry(&self.sweep(&["status", &job, "--json", "--coordinator", list]))
+        let mut cmd = self.net.client_command(std::path::Path::new(super::SWEEP));
+        cmd.args(["status", &job.to_string(), "--json", "--coordinator", list])
+            .envs(self.opts.client_tls_env());
+        status_entry(&run_bounded(cmd, Duration::from_secs(60)))
     }
 
     /// Every member's URL but member `i`'s, joined by commas.
