@@ -148,10 +148,14 @@ impl GroupCommit {
         let deposed = status.wait_for(|s| !(s.is_leader && s.term == term));
         let proposed = tokio::select! {
             proposed = tokio::time::timeout(STORE_WRITE_TIMEOUT, member.propose(entry)) => proposed,
-            _ = deposed => {
-                return Some(format!(
-                    "this member stopped leading in term {term} before the group committed a batch"
-                ))
+            watched = deposed => {
+                return Some(match watched {
+                    Ok(_) => format!(
+                        "the replicated group did not commit a batch: this member stopped leading in term {term}"
+                    ),
+                    Err(_) => "the replicated group did not commit a batch: this member's consensus task stopped"
+                        .to_string(),
+                })
             }
         };
         match proposed {
