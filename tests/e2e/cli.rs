@@ -36,6 +36,25 @@ fn bad_options_are_named() {
     fails_with(&["run", "star", "--max-attempts", "0"], 2, "at least 1");
 }
 
+/// `sweep run` and `sweep solve` add `--workdir` to an `exec` command for the person who typed it; when the
+/// command itself is missing, the usage asks for the command alone, not for a flag they never have to give.
+#[test]
+fn exec_without_a_command_asks_for_the_command_alone() {
+    for args in [
+        &["run", "exec", "--"][..],
+        &["run", "exec"],
+        &["solve", "exec", "--chunks", "2", "--"],
+        &["submit", "exec", "--"],
+    ] {
+        let out = sweep(args, &[], T);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let shown = format!("`sweep {}`: {stderr}", args.join(" "));
+        assert_eq!(out.status.code(), Some(2), "{shown}");
+        assert!(stderr.contains("Usage: exec -- <COMMAND>..."), "{shown}");
+        assert!(!stderr.contains("--workdir"), "{shown}");
+    }
+}
+
 #[test]
 fn unreachable_coordinator_is_reported() {
     // Port 9 (discard) on loopback: nothing listens there in the test environment.
