@@ -48,6 +48,10 @@ fn main() {
             many_small_files_over_the_disk_limit_are_stopped,
         ),
         (
+            "a_chunk_that_reached_its_disk_limit_fails_though_its_program_goes_on",
+            a_chunk_that_reached_its_disk_limit_fails_though_its_program_goes_on,
+        ),
+        (
             "cpu_time_over_the_limit_is_named",
             cpu_time_over_the_limit_is_named,
         ),
@@ -411,6 +415,32 @@ fn many_small_files_over_the_disk_limit_are_stopped(dir: &Path) {
     let (o, out, _) = run(&s);
     assert!(!out.contains("wrote"), "{o:?}");
     assert_eq!(o.limit, Some(LimitHit::Disk(20 << 20)), "{o:?}");
+}
+
+/// The program carries on and exits 0 after what it started hit the limit: a writer killed by SIGXFSZ at the
+/// per-file limit, or files that take the directory past it before the first look at its size.
+fn a_chunk_that_reached_its_disk_limit_fails_though_its_program_goes_on(dir: &Path) {
+    for script in [
+        "dd if=/dev/zero of=big bs=1M count=64 2>/dev/null; echo carried on",
+        "head -c 6000000 /dev/zero > a; head -c 6000000 /dev/zero > b; echo carried on",
+    ] {
+        for f in ["big", "a", "b"] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        let mut s = spec(dir, script);
+        s.limits.disk = Some(10 << 20);
+        let (o, out, err) = run(&s);
+        assert!(out.contains("carried on"), "{script}: {o:?} {out} {err}");
+        assert_eq!(
+            o.limit,
+            Some(LimitHit::Disk(10 << 20)),
+            "{script}: {o:?} {err}"
+        );
+        assert_eq!(
+            o.limit.map(|l| l.to_string()).as_deref(),
+            Some("over its disk limit of 10 MiB")
+        );
+    }
 }
 
 fn cpu_time_over_the_limit_is_named(dir: &Path) {

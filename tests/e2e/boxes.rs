@@ -120,10 +120,13 @@ fn a_chunk_over_a_limit_fails_with_a_reason_that_names_it() {
         || processes_with(&t).is_empty(),
     );
     // Disk: one file past 8 MiB (anywhere), then many small ones past it in the private directory ($TMPDIR;
-    // `sweep run` starts programs in the current directory, which the limit does not measure).
+    // `sweep run` starts programs in the current directory, which the limit does not measure), then a file
+    // there stopped at the limit by a writer that dies of SIGXFSZ while the program goes on and prints its
+    // final line.
     for filler in [
         "exec head -c 100000000 /dev/zero > big",
         "cd \"$TMPDIR\"; i=0; while [ $i -lt 100 ]; do head -c 1000000 /dev/zero > f$i; i=$((i+1)); sleep 0.02; done; echo '{\"nodes\": 1}'",
+        "cd \"$TMPDIR\"; dd if=/dev/zero of=big bs=1M count=200 2>/dev/null; echo '{\"nodes\": 1}'",
     ] {
         let (code, v, err) = run_exec(dir.path(), &["--chunks", "1", "--chunk-disk", "8M"], filler);
         assert_eq!(code, Some(4), "{v} {err}");
