@@ -7,7 +7,9 @@
 //!
 //! Between clone and exec only async-signal-safe system calls are made: the parent may have many threads, one of
 //! which may hold the allocator's lock at the moment of the clone. That is why the box forks with a raw clone
-//! (glibc's fork runs handlers that take locks) and why every string and pointer array is built beforehand.
+//! (glibc's fork runs handlers that take locks), takes the sandbox's user with raw set*id system calls (glibc's
+//! wrappers wait for every thread of the process they think they are in), and why every string and pointer
+//! array is built beforehand.
 
 use std::ffi::{CString, OsStr};
 use std::io::{self, Read};
@@ -688,10 +690,15 @@ unsafe fn box_main(a: &BoxArgs) -> ! {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
     // A root worker's box drops its supplementary groups (an unprivileged one had them denied with setgroups).
+    // Raw system calls, for this thread alone: glibc's setgroups, setresgid and setresuid make every thread of
+    // the process change too, and first wait for each thread they know of; the box is a copy of one thread of
+    // a process whose other threads it does not have, and one that was being made at the clone is waited for
+    // forever.
     if p.become_root
-        && ((p.drop_groups && libc::setgroups(0, std::ptr::null()) != 0)
-            || libc::setresgid(0, 0, 0) != 0
-            || libc::setresuid(0, 0, 0) != 0)
+        && ((p.drop_groups
+            && libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0)
+            || libc::syscall(libc::SYS_setresgid, 0, 0, 0) != 0
+            || libc::syscall(libc::SYS_setresuid, 0, 0, 0) != 0)
     {
         fail(f.exec_w, STEP_IDENTITY);
     }

@@ -68,6 +68,10 @@ fn main() {
             the_sandbox_reads_but_does_not_write_and_hides_other_chunks,
         ),
         (
+            "sandboxed_boxes_start_while_threads_are_being_made",
+            sandboxed_boxes_start_while_threads_are_being_made,
+        ),
+        (
             "a_resident_box_is_emptied_between_chunks_and_replaced_when_killed",
             a_resident_box_is_emptied_between_chunks_and_replaced_when_killed,
         ),
@@ -513,6 +517,70 @@ fn the_sandbox_reads_but_does_not_write_and_hides_other_chunks(dir: &Path) {
         .unwrap_or(999);
     assert!(procs < 10, "{out}");
     assert!(!Path::new("/etc/sweep-sandbox-test").exists());
+}
+
+/// The sandbox's box takes its user (setgroups, setresgid, setresuid) in a copy of a process whose other threads
+/// may be anywhere, among them in the middle of making a thread: the box must take it for itself alone, since
+/// glibc's wrappers first wait for every thread of the process they think they are in, and in the box that wait
+/// never ends. Boxes started while another thread makes threads without a pause all run.
+fn sandboxed_boxes_start_while_threads_are_being_made(dir: &Path) {
+    let _ = dir;
+    let tmp = std::env::temp_dir();
+    let mine = tempfile::Builder::new()
+        .prefix("sweep-sandbox-mine")
+        .tempdir_in(&tmp)
+        .expect("dir");
+    let mut s = spec(mine.path(), "exit 0");
+    s.sandbox = Some(sweep_contain::Sandbox {
+        writable: vec![mine.path().to_path_buf()],
+        readable: vec![],
+        hide: vec![tmp],
+        network: false,
+    });
+    if sweep_contain::Facilities::get().pid_namespace == sweep_contain::PidNamespace::Unavailable {
+        let err = sweep_contain::spawn(&s).expect_err("no sandbox without namespaces");
+        assert_eq!(err.kind(), std::io::ErrorKind::Unsupported, "{err}");
+        return;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            for _ in 0..1_000_000 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let _ = std::thread::spawn(|| {}).join();
+            }
+        })
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let starter = std::thread::spawn(move || {
+        for i in 0..50 {
+            let o = sweep_contain::spawn(&s).and_then(|mut b| b.wait());
+            if tx.send((i, o.map(|o| o.status))).is_err() {
+                return;
+            }
+        }
+    });
+    let mut started = 0;
+    let result = loop {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok((_, Ok(status))) if status.success() => started += 1,
+            Ok((i, other)) => break Err(format!("box {i}: {other:?}")),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break Ok(()),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                break Err(format!("box {started} has not run in 20 s"))
+            }
+        }
+    };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = churn.join();
+    if result.is_ok() {
+        let _ = starter.join();
+    }
+    assert_eq!(result, Ok(()));
+    assert_eq!(started, 50);
 }
 
 /// Eight threads start boxes at once; half of them kill each box as soon as it runs, as cancelled chunks are.
