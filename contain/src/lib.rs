@@ -65,7 +65,9 @@ pub struct Limits {
 pub struct Sandbox {
     /// Directories the program may write (its private directory).
     pub writable: Vec<PathBuf>,
-    /// Directories it may read inside hidden ones (shipped files).
+    /// Directories it may read inside hidden ones (shipped files), shown read-only. The box opens them with the
+    /// worker's user, so they may lie inside a directory only that user may enter; what they hold must be
+    /// readable by the program's user (`nobody` outside its user namespace when the worker is root).
     pub readable: Vec<PathBuf>,
     /// Directories replaced by an empty one (the temporary directory, where other chunks' directories are).
     pub hide: Vec<PathBuf>,

@@ -689,6 +689,13 @@ unsafe fn box_main(a: &BoxArgs) -> ! {
     if !in_ns {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
+    // The sandbox's visible paths are opened while the box still has the worker's user: they may lie inside a
+    // directory that user alone may enter (the private parent of the shipped files), which the sandbox's user,
+    // `nobody` outside the namespace when the worker is root, may not pass through.
+    let mut visible = [-1 as RawFd; MAX_VISIBLE];
+    if let Some(m) = &p.mounts {
+        open_visible(m, &mut visible, f.exec_w);
+    }
     // A root worker's box drops its supplementary groups (an unprivileged one had them denied with setgroups).
     // Raw system calls, for this thread alone: glibc's setgroups, setresgid and setresuid make every thread of
     // the process change too, and first wait for each thread they know of; the box is a copy of one thread of
@@ -703,7 +710,7 @@ unsafe fn box_main(a: &BoxArgs) -> ! {
         fail(f.exec_w, STEP_IDENTITY);
     }
     if let Some(m) = &p.mounts {
-        sandbox_mounts(m, f.exec_w);
+        sandbox_mounts(m, &visible, f.exec_w);
     }
     if p.lo_up {
         loopback_up();
@@ -942,9 +949,21 @@ unsafe fn mount_setattr(path: &CString, set: u64, clr: u64) -> bool {
     ) == 0
 }
 
+/// Opens every visible path (`O_PATH`) into `fds`, in the box's mount namespace (a bind mount's source must be a
+/// mount of the caller's own namespace) and before anything hides them.
+unsafe fn open_visible(m: &Mounts, fds: &mut [RawFd; MAX_VISIBLE], exec_w: RawFd) {
+    for (i, path) in m.binds.iter().enumerate() {
+        fds[i] = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+        if fds[i] < 0 {
+            fail(exec_w, STEP_MOUNTS);
+        }
+    }
+}
+
 /// The sandbox's file system: nothing propagates out; hidden directories are empty tmpfs with the visible paths
-/// bound back; everything read-only but the writable paths; a /proc of the box's own PID namespace.
-unsafe fn sandbox_mounts(m: &Mounts, exec_w: RawFd) {
+/// (opened beforehand into `fds` by [`open_visible`]) bound back; everything read-only but the writable paths;
+/// a /proc of the box's own PID namespace.
+unsafe fn sandbox_mounts(m: &Mounts, fds: &[RawFd; MAX_VISIBLE], exec_w: RawFd) {
     let null = std::ptr::null::<libc::c_char>();
     if libc::mount(
         null,
@@ -955,15 +974,6 @@ unsafe fn sandbox_mounts(m: &Mounts, exec_w: RawFd) {
     ) != 0
     {
         fail(exec_w, STEP_MOUNTS);
-    }
-    // The visible paths, opened in this mount namespace before anything hides them (a bind mount's source must
-    // be a mount of the caller's own namespace).
-    let mut fds = [-1 as RawFd; MAX_VISIBLE];
-    for (i, path) in m.binds.iter().enumerate() {
-        fds[i] = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
-        if fds[i] < 0 {
-            fail(exec_w, STEP_MOUNTS);
-        }
     }
     let tmpfs = c"tmpfs";
     let opts = c"mode=0755,size=1m";

@@ -68,6 +68,10 @@ fn main() {
             the_sandbox_reads_but_does_not_write_and_hides_other_chunks,
         ),
         (
+            "a_directory_shown_inside_a_private_one_is_read_and_run_but_not_written",
+            a_directory_shown_inside_a_private_one_is_read_and_run_but_not_written,
+        ),
+        (
             "sandboxed_boxes_start_while_threads_are_being_made",
             sandboxed_boxes_start_while_threads_are_being_made,
         ),
@@ -517,6 +521,63 @@ fn the_sandbox_reads_but_does_not_write_and_hides_other_chunks(dir: &Path) {
         .unwrap_or(999);
     assert!(procs < 10, "{out}");
     assert!(!Path::new("/etc/sweep-sandbox-test").exists());
+}
+
+/// A directory the sandbox shows (`readable`) inside one that only this user may enter, as a worker keeps
+/// shipped files: the program, which runs as `nobody` outside its user namespace when this process is root,
+/// runs and reads what the shown directory holds (readable by all) and can change none of it.
+fn a_directory_shown_inside_a_private_one_is_read_and_run_but_not_written(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = dir;
+    let tmp = std::env::temp_dir();
+    let private = tempfile::Builder::new()
+        .prefix("sweep-sandbox-private")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(&tmp)
+        .expect("dir");
+    let shown = private.path().join("shown");
+    std::fs::create_dir(&shown).expect("dir");
+    std::fs::set_permissions(&shown, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let prog = shown.join("prog.sh");
+    std::fs::write(&prog, "#!/bin/sh\necho ran\n").expect("write");
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+    let mine = tempfile::Builder::new()
+        .prefix("sweep-sandbox-mine")
+        .tempdir_in(&tmp)
+        .expect("dir");
+    let mut s = spec(
+        mine.path(),
+        &format!(
+            "{prog} && cat {prog} > /dev/null && echo read; \
+             (echo '# changed' >> {prog}) 2>/dev/null && echo changed; \
+             (: > {shown}/planted) 2>/dev/null && echo planted; true",
+            prog = prog.display(),
+            shown = shown.display()
+        ),
+    );
+    s.sandbox = Some(sweep_contain::Sandbox {
+        writable: vec![mine.path().to_path_buf()],
+        readable: vec![shown.clone()],
+        hide: vec![tmp],
+        network: false,
+    });
+    if sweep_contain::Facilities::get().pid_namespace == sweep_contain::PidNamespace::Unavailable {
+        let err = sweep_contain::spawn(&s).expect_err("no sandbox without namespaces");
+        assert_eq!(err.kind(), std::io::ErrorKind::Unsupported, "{err}");
+        return;
+    }
+    let (o, out, err) = run(&s);
+    assert!(o.status.success(), "{o:?} {out} {err}");
+    assert!(out.contains("ran\nread"), "{out} {err}");
+    assert!(
+        !out.contains("changed") && !out.contains("planted"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&prog).expect("read"),
+        "#!/bin/sh\necho ran\n"
+    );
+    assert!(!shown.join("planted").exists());
 }
 
 /// The sandbox's box takes its user (setgroups, setresgid, setresuid) in a copy of a process whose other threads

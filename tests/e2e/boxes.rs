@@ -1,7 +1,8 @@
 //! Programs in a box, end to end: real `sweep` processes run programs that misbehave, and the process table and
 //! the failure reasons are checked. Nothing a chunk starts outlives it (daemons, double forks, SIGTERM ignored,
 //! a worker SIGKILLed); limits end chunks with reasons that name them; the sandbox keeps a program's hands off
-//! the machine.
+//! the machine, and lets it run the files shipped with its job, on a worker run as root and on one run as
+//! `nobody` (needs root, fails without it).
 
 use std::path::Path;
 use std::process::Command;
@@ -202,6 +203,94 @@ echo "{{\"nodes\": 1, \"counters\": {{\"own\": $w, \"outside\": $o, \"many_proce
         if flags.contains(&"--sandbox") {
             assert!(!target.exists());
             assert_eq!(get("many_processes"), "0", "its own /proc: {res}");
+        }
+    }
+}
+
+/// A shipped program: its chunk's count, and whether it could change its shipped copy or add a file beside it.
+const SHIPPED_PROGRAM: &str = r#"#!/bin/sh
+changed=0
+if (echo '# changed' >> "$SWEEP_SHIP/prog.sh") 2>/dev/null; then changed=1; fi
+if (: > "$SWEEP_SHIP/planted") 2>/dev/null; then changed=1; fi
+echo "{\"nodes\": 1, \"counters\": {\"chunk_sum\": $1, \"changed\": $changed}}"
+"#;
+
+/// `--ship` and `--sandbox` together: the shipped program starts in the sandbox, run by name (found on PATH)
+/// and by a shell that reads it from the working directory, on a worker run as root (whose programs run as
+/// `nobody` outside their user namespace) and on one run as an unprivileged user; neither can change the
+/// worker's copy of the shipped files.
+#[test]
+fn a_shipped_program_runs_in_the_sandbox_of_a_root_and_of_an_unprivileged_worker() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root,
+        "this test runs one worker as root and one as nobody (with setpriv): run it as root"
+    );
+    let setpriv = [
+        "/usr/bin/setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--",
+    ];
+    let runs = Command::new(setpriv[0])
+        .args(&setpriv[1..])
+        .args([SWEEP, "--version"])
+        .output();
+    assert!(
+        runs.as_ref().is_ok_and(|o| o.status.success()),
+        "nobody cannot run {SWEEP} through {} (util-linux's setpriv, and a build directory every user may \
+         read, are needed): {runs:?}",
+        setpriv[0]
+    );
+    let src = scratch();
+    let prog = src.path().join("prog.sh");
+    std::fs::write(&prog, SHIPPED_PROGRAM).expect("write the program");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755))
+            .expect("make it executable");
+    }
+    let ship = prog.display().to_string();
+    for (label, wrapper) in [("root", &[][..]), ("unprivileged", &setpriv[..])] {
+        let mut c = Cluster::start(0, 1);
+        let w = c.add_worker_through(wrapper, &["--allow-exec", "--sandbox"]);
+        let log = c.log_path(&c.workers[w].name);
+        for command in [&["prog.sh", "{chunk}"][..], &["sh", "prog.sh", "{chunk}"]] {
+            let mut args = vec![
+                "exec",
+                "--chunks",
+                "3",
+                "--max-attempts",
+                "1",
+                "--ship",
+                &ship,
+                "--",
+            ];
+            args.extend_from_slice(command);
+            let job = c.submit(&args);
+            let started = Instant::now();
+            while c.status(job)["state"] == "running" {
+                if let Ok(Some(exit)) = c.workers[w].child.try_wait() {
+                    let log = std::fs::read_to_string(&log).unwrap_or_default();
+                    panic!("{label}: the worker exited ({exit}):\n{log}");
+                }
+                assert!(
+                    started.elapsed() < LONG,
+                    "{label} {command:?}: not done: {}",
+                    c.status(job)
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let res = c.results(job);
+            assert_eq!(res["state"], "done", "{label} {command:?}: {res}");
+            let counters = &res["result"]["counters"];
+            assert_eq!(counters["chunk_sum"], 3, "{label} {command:?}: {res}");
+            assert_eq!(
+                counters["changed"], 0,
+                "{label} {command:?}: the program changed its shipped files: {res}"
+            );
         }
     }
 }
