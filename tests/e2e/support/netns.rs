@@ -15,7 +15,7 @@
 //! need, a host per process (`ip netns exec NS`) and fixed addresses on the bridge.
 //!
 //! Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the `ip` tool (iproute2); where they are missing,
-//! [`Net::new`] fails the test and says why. `.ci/run` installs iproute2; CI runs as root.
+//! [`Net::new`] fails the test and says why. `scripts/test` installs iproute2; CI runs as root.
 
 #![allow(dead_code)] // each scenario uses a different part of the harness
 
@@ -128,7 +128,7 @@ pub struct Net {
 fn unavailable(why: &str) -> ! {
     panic!(
         "network namespaces cannot be made here: {why}. The netns tests need root (CAP_SYS_ADMIN and \
-         CAP_NET_ADMIN) and `ip` from iproute2: run them as root after .ci/run (it installs iproute2), or \
+         CAP_NET_ADMIN) and `ip` from iproute2: run them as root with scripts/test (it installs iproute2), or \
          apt-get install iproute2"
     )
 }
