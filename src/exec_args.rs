@@ -11,12 +11,20 @@ use sweep_exec::Exec;
 use sweep_space::SearchSpace;
 
 /// For `sweep run` and `sweep solve`: the command runs where the person typed it (`--workdir` set to the
-/// current directory), unless they chose a directory or ship the files. Other spaces' arguments pass through.
+/// current directory), unless they chose a directory or ship the files. Other spaces' arguments pass through,
+/// and so do arguments without a command after `--`: the space refuses those, and its usage line would show
+/// the added `--workdir` as if it had to be given.
 pub fn in_current_dir(space: &str, mut args: Vec<String>) -> anyhow::Result<Vec<String>> {
     if space != Exec::NAME {
         return Ok(args);
     }
-    let options = &args[..args.iter().position(|a| a == "--").unwrap_or(args.len())];
+    let Some(dashes) = args.iter().position(|a| a == "--") else {
+        return Ok(args);
+    };
+    if dashes + 1 == args.len() {
+        return Ok(args);
+    }
+    let options = &args[..dashes];
     let chosen = |flag: &str| {
         options
             .iter()
@@ -116,6 +124,15 @@ mod tests {
         }
         let other = strings(&["--points", "7"]);
         assert_eq!(in_current_dir("star", other.clone()).unwrap(), other);
+        for no_command in [
+            strings(&["--chunks", "2", "--"]),
+            strings(&["--chunks", "2"]),
+        ] {
+            assert_eq!(
+                in_current_dir("exec", no_command.clone()).unwrap(),
+                no_command
+            );
+        }
     }
 
     #[test]

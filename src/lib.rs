@@ -260,7 +260,11 @@ fn init_tracing(json: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(log_colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR"),
+        ));
     if json {
         builder.json().init();
     } else {
@@ -268,9 +272,24 @@ fn init_tracing(json: bool) {
     }
 }
 
+/// Whether logs on stderr are coloured: only on a terminal (a file or a pipe would keep the escape codes), and
+/// not when `NO_COLOR` is set to anything but the empty string (<https://no-color.org>).
+fn log_colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(log_colour(true, None));
+        assert!(log_colour(true, Some("".into())));
+        assert!(!log_colour(true, Some("1".into())));
+        assert!(!log_colour(false, None));
+        assert!(!log_colour(false, Some("".into())));
+    }
 
     /// The completion scripts and the manual page come from the definition the command parses with, so they
     /// name every subcommand, including the ones added later.

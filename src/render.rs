@@ -67,8 +67,8 @@ pub fn caveats(j: &v1::JobInfo) -> Vec<String> {
     }
     if j.unverified {
         lines.push(format!(
-            "job {}: unverified: the coordinator cannot re-check a {} chunk's answer; submit with --replicate 2 \
-             or more to have distinct workers agree",
+            "job {}: unverified: the coordinator cannot re-check the answers of `{}` chunks; submit with \
+             --replicate 2 or more to have distinct workers agree",
             j.id, j.space
         ));
     }
@@ -213,6 +213,28 @@ mod tests {
             None,
             "a coordinator that does not say"
         );
+    }
+
+    /// The caveat reads the same whatever the space is called: no article that fits one name and not another
+    /// ("a exec chunk").
+    #[test]
+    fn the_unverified_caveat_reads_right_for_any_space_name() {
+        for space in ["exec", "star", "union"] {
+            let job = v1::JobInfo {
+                id: 1,
+                space: space.into(),
+                unverified: true,
+                ..Default::default()
+            };
+            let lines = caveats(&job);
+            assert_eq!(
+                lines,
+                [format!(
+                    "job 1: unverified: the coordinator cannot re-check the answers of `{space}` chunks; submit \
+                     with --replicate 2 or more to have distinct workers agree"
+                )]
+            );
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The layout's invariants, checked on the sources so that a change cannot quietly undo them:
 //! - a search space crate depends on the contract crate and plain libraries, never on anything engine-side;
 //! - the containment and consensus crates depend on no sweep crate at all;
-//! - in every crate, top-level modules import each other in one direction (no cycle through `crate::` paths).
+//! - in every crate, top-level modules import each other in one direction (no cycle through `crate::` paths);
+//! - the README names one test command, which does the set-up a fresh machine needs, and CI runs exactly it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -267,5 +268,55 @@ fn the_cycle_finder_finds_a_cycle_and_only_then() {
             .iter()
             .map(|s| s.to_string())
             .collect()
+    );
+}
+
+/// The lines of a shell text that are commands: neither blank nor comments, trailing comments cut.
+fn commands(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split(" #").next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A newcomer's first run and CI's are the same run: the README's test command installs what the tests need
+/// and runs them all without stopping at the first failing binary, and `.ci/run` runs that command and does
+/// nothing of its own.
+#[test]
+fn ci_runs_the_test_command_the_readme_names() {
+    let readme = read(&root().join("README.md"));
+    let block = readme
+        .split("## The two commands")
+        .nth(1)
+        .and_then(|section| section.split("```sh\n").nth(1))
+        .and_then(|block| block.split("```").next())
+        .expect("README.md has a section `The two commands` with a sh block");
+    assert_eq!(
+        commands(block),
+        ["cargo run --release -- run star", "scripts/test"],
+        "README.md's two commands"
+    );
+    let ci = read(&root().join(".ci/run"));
+    assert_eq!(
+        commands(&ci).last().map(String::as_str),
+        Some(r#"exec scripts/test "$@""#),
+        ".ci/run ends by running the README's command:\n{ci}"
+    );
+    for own in commands(&ci) {
+        assert!(
+            !own.contains("apt-get") && !own.contains("cargo"),
+            ".ci/run does no set-up or testing of its own: `{own}`"
+        );
+    }
+    let script = commands(&read(&root().join("scripts/test")));
+    assert!(
+        script.iter().any(|c| c.contains("apt-get")),
+        "scripts/test installs the tools the tests drive"
+    );
+    assert_eq!(
+        script.last().map(String::as_str),
+        Some(r#"exec cargo test --workspace --release --no-fail-fast "$@""#),
+        "scripts/test runs every test, past a failing binary"
     );
 }

@@ -65,7 +65,9 @@ pub struct Limits {
 pub struct Sandbox {
     /// Directories the program may write (its private directory).
     pub writable: Vec<PathBuf>,
-    /// Directories it may read inside hidden ones (shipped files).
+    /// Directories it may read inside hidden ones (shipped files), shown read-only. The box opens them with the
+    /// worker's user, so they may lie inside a directory only that user may enter; what they hold must be
+    /// readable by the program's user (`nobody` outside its user namespace when the worker is root).
     pub readable: Vec<PathBuf>,
     /// Directories replaced by an empty one (the temporary directory, where other chunks' directories are).
     pub hide: Vec<PathBuf>,
@@ -103,7 +105,7 @@ impl std::fmt::Display for LimitHit {
             LimitHit::Memory(b) => write!(f, "over its memory limit of {}", bytes(*b)),
             LimitHit::Pids(n) => write!(f, "at its limit of {n} processes (a fork was refused)"),
             LimitHit::Cpu(s) => write!(f, "over its CPU time limit of {s} s"),
-            LimitHit::Disk(b) => write!(f, "over its disk limit of {} in its directory", bytes(*b)),
+            LimitHit::Disk(b) => write!(f, "over its disk limit of {}", bytes(*b)),
         }
     }
 }
@@ -354,14 +356,22 @@ impl Boxed {
                 self.over = Some(LimitHit::Cpu(limit));
             }
         }
-        if let (Some(limit), Some(dir), None) = (self.limits.disk, &self.private_dir, self.over) {
-            if dir_size(dir, limit) > limit {
-                self.over = Some(LimitHit::Disk(limit));
-            }
+        if self.over.is_none() {
+            self.over = self.disk_limit_reached();
         }
         if self.over.is_some() {
             self.kill();
         }
+    }
+
+    /// The disk limit, if the private directory reached it: a file as long as the limit (the rlimit on the size
+    /// of any one file stops writes there, so a file that long was most likely cut short), or the directory's
+    /// files together over it.
+    fn disk_limit_reached(&self) -> Option<LimitHit> {
+        let (Some(limit), Some(dir)) = (self.limits.disk, &self.private_dir) else {
+            return None;
+        };
+        disk_limit_reached(dir, limit).then_some(LimitHit::Disk(limit))
     }
 
     /// The outcome once the box has ended (its status pipe closed), else `None`.
@@ -538,6 +548,12 @@ impl Boxed {
                 _ => None,
             };
         }
+        if limit.is_none() {
+            // One more look, whatever the status: a program may end, successfully, before the next periodic
+            // check, or go on after a process it started died of SIGXFSZ (or saw EFBIG) at the per-file limit,
+            // and what it reports then lacks what could not be written.
+            limit = self.disk_limit_reached();
+        }
         if let Some(g) = self.group.take() {
             g.release();
         }
@@ -587,9 +603,10 @@ fn set_nonblocking(f: &File, on: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Bytes used under `dir`, counted by allocated blocks (a sparse file counts what it uses); the walk stops early
-/// once past `stop_above`.
-fn dir_size(dir: &Path, stop_above: u64) -> u64 {
+/// Whether the files under `dir` reached `limit`: one of them as long as the limit (the size at which the file
+/// size rlimit refuses more), or all of them together using more, counted by allocated blocks (a sparse file
+/// counts what it uses). The walk stops at the first answer yes.
+fn disk_limit_reached(dir: &Path, limit: u64) -> bool {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
     let mut stack = vec![dir.to_path_buf()];
@@ -602,14 +619,14 @@ fn dir_size(dir: &Path, stop_above: u64) -> u64 {
             if m.is_dir() {
                 stack.push(e.path());
             } else if m.is_file() {
-                total += m.blocks() * 512;
-                if total > stop_above {
-                    return total;
+                total = total.saturating_add(m.blocks().saturating_mul(512));
+                if m.len() >= limit || total > limit {
+                    return true;
                 }
             }
         }
     }
-    total
+    false
 }
 
 /// Removes the cgroups this process keeps for reuse: call when a worker stops.

@@ -7,7 +7,9 @@
 //!
 //! Between clone and exec only async-signal-safe system calls are made: the parent may have many threads, one of
 //! which may hold the allocator's lock at the moment of the clone. That is why the box forks with a raw clone
-//! (glibc's fork runs handlers that take locks) and why every string and pointer array is built beforehand.
+//! (glibc's fork runs handlers that take locks), takes the sandbox's user with raw set*id system calls (glibc's
+//! wrappers wait for every thread of the process they think they are in), and why every string and pointer
+//! array is built beforehand.
 
 use std::ffi::{CString, OsStr};
 use std::io::{self, Read};
@@ -687,16 +689,28 @@ unsafe fn box_main(a: &BoxArgs) -> ! {
     if !in_ns {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
+    // The sandbox's visible paths are opened while the box still has the worker's user: they may lie inside a
+    // directory that user alone may enter (the private parent of the shipped files), which the sandbox's user,
+    // `nobody` outside the namespace when the worker is root, may not pass through.
+    let mut visible = [-1 as RawFd; MAX_VISIBLE];
+    if let Some(m) = &p.mounts {
+        open_visible(m, &mut visible, f.exec_w);
+    }
     // A root worker's box drops its supplementary groups (an unprivileged one had them denied with setgroups).
+    // Raw system calls, for this thread alone: glibc's setgroups, setresgid and setresuid make every thread of
+    // the process change too, and first wait for each thread they know of; the box is a copy of one thread of
+    // a process whose other threads it does not have, and one that was being made at the clone is waited for
+    // forever.
     if p.become_root
-        && ((p.drop_groups && libc::setgroups(0, std::ptr::null()) != 0)
-            || libc::setresgid(0, 0, 0) != 0
-            || libc::setresuid(0, 0, 0) != 0)
+        && ((p.drop_groups
+            && libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0)
+            || libc::syscall(libc::SYS_setresgid, 0, 0, 0) != 0
+            || libc::syscall(libc::SYS_setresuid, 0, 0, 0) != 0)
     {
         fail(f.exec_w, STEP_IDENTITY);
     }
     if let Some(m) = &p.mounts {
-        sandbox_mounts(m, f.exec_w);
+        sandbox_mounts(m, &visible, f.exec_w);
     }
     if p.lo_up {
         loopback_up();
@@ -935,9 +949,21 @@ unsafe fn mount_setattr(path: &CString, set: u64, clr: u64) -> bool {
     ) == 0
 }
 
+/// Opens every visible path (`O_PATH`) into `fds`, in the box's mount namespace (a bind mount's source must be a
+/// mount of the caller's own namespace) and before anything hides them.
+unsafe fn open_visible(m: &Mounts, fds: &mut [RawFd; MAX_VISIBLE], exec_w: RawFd) {
+    for (i, path) in m.binds.iter().enumerate() {
+        fds[i] = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+        if fds[i] < 0 {
+            fail(exec_w, STEP_MOUNTS);
+        }
+    }
+}
+
 /// The sandbox's file system: nothing propagates out; hidden directories are empty tmpfs with the visible paths
-/// bound back; everything read-only but the writable paths; a /proc of the box's own PID namespace.
-unsafe fn sandbox_mounts(m: &Mounts, exec_w: RawFd) {
+/// (opened beforehand into `fds` by [`open_visible`]) bound back; everything read-only but the writable paths;
+/// a /proc of the box's own PID namespace.
+unsafe fn sandbox_mounts(m: &Mounts, fds: &[RawFd; MAX_VISIBLE], exec_w: RawFd) {
     let null = std::ptr::null::<libc::c_char>();
     if libc::mount(
         null,
@@ -948,15 +974,6 @@ unsafe fn sandbox_mounts(m: &Mounts, exec_w: RawFd) {
     ) != 0
     {
         fail(exec_w, STEP_MOUNTS);
-    }
-    // The visible paths, opened in this mount namespace before anything hides them (a bind mount's source must
-    // be a mount of the caller's own namespace).
-    let mut fds = [-1 as RawFd; MAX_VISIBLE];
-    for (i, path) in m.binds.iter().enumerate() {
-        fds[i] = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
-        if fds[i] < 0 {
-            fail(exec_w, STEP_MOUNTS);
-        }
     }
     let tmpfs = c"tmpfs";
     let opts = c"mode=0755,size=1m";

@@ -48,6 +48,10 @@ fn main() {
             many_small_files_over_the_disk_limit_are_stopped,
         ),
         (
+            "a_chunk_that_reached_its_disk_limit_fails_though_its_program_goes_on",
+            a_chunk_that_reached_its_disk_limit_fails_though_its_program_goes_on,
+        ),
+        (
             "cpu_time_over_the_limit_is_named",
             cpu_time_over_the_limit_is_named,
         ),
@@ -62,6 +66,14 @@ fn main() {
         (
             "the_sandbox_reads_but_does_not_write_and_hides_other_chunks",
             the_sandbox_reads_but_does_not_write_and_hides_other_chunks,
+        ),
+        (
+            "a_directory_shown_inside_a_private_one_is_read_and_run_but_not_written",
+            a_directory_shown_inside_a_private_one_is_read_and_run_but_not_written,
+        ),
+        (
+            "sandboxed_boxes_start_while_threads_are_being_made",
+            sandboxed_boxes_start_while_threads_are_being_made,
         ),
         (
             "a_resident_box_is_emptied_between_chunks_and_replaced_when_killed",
@@ -413,6 +425,32 @@ fn many_small_files_over_the_disk_limit_are_stopped(dir: &Path) {
     assert_eq!(o.limit, Some(LimitHit::Disk(20 << 20)), "{o:?}");
 }
 
+/// The program carries on and exits 0 after what it started hit the limit: a writer killed by SIGXFSZ at the
+/// per-file limit, or files that take the directory past it before the first look at its size.
+fn a_chunk_that_reached_its_disk_limit_fails_though_its_program_goes_on(dir: &Path) {
+    for script in [
+        "dd if=/dev/zero of=big bs=1M count=64 2>/dev/null; echo carried on",
+        "head -c 6000000 /dev/zero > a; head -c 6000000 /dev/zero > b; echo carried on",
+    ] {
+        for f in ["big", "a", "b"] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        let mut s = spec(dir, script);
+        s.limits.disk = Some(10 << 20);
+        let (o, out, err) = run(&s);
+        assert!(out.contains("carried on"), "{script}: {o:?} {out} {err}");
+        assert_eq!(
+            o.limit,
+            Some(LimitHit::Disk(10 << 20)),
+            "{script}: {o:?} {err}"
+        );
+        assert_eq!(
+            o.limit.map(|l| l.to_string()).as_deref(),
+            Some("over its disk limit of 10 MiB")
+        );
+    }
+}
+
 fn cpu_time_over_the_limit_is_named(dir: &Path) {
     let mut s = spec(dir, "while :; do :; done");
     s.limits.cpu_secs = Some(1);
@@ -483,6 +521,127 @@ fn the_sandbox_reads_but_does_not_write_and_hides_other_chunks(dir: &Path) {
         .unwrap_or(999);
     assert!(procs < 10, "{out}");
     assert!(!Path::new("/etc/sweep-sandbox-test").exists());
+}
+
+/// A directory the sandbox shows (`readable`) inside one that only this user may enter, as a worker keeps
+/// shipped files: the program, which runs as `nobody` outside its user namespace when this process is root,
+/// runs and reads what the shown directory holds (readable by all) and can change none of it.
+fn a_directory_shown_inside_a_private_one_is_read_and_run_but_not_written(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = dir;
+    let tmp = std::env::temp_dir();
+    let private = tempfile::Builder::new()
+        .prefix("sweep-sandbox-private")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(&tmp)
+        .expect("dir");
+    let shown = private.path().join("shown");
+    std::fs::create_dir(&shown).expect("dir");
+    std::fs::set_permissions(&shown, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let prog = shown.join("prog.sh");
+    std::fs::write(&prog, "#!/bin/sh\necho ran\n").expect("write");
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+    let mine = tempfile::Builder::new()
+        .prefix("sweep-sandbox-mine")
+        .tempdir_in(&tmp)
+        .expect("dir");
+    let mut s = spec(
+        mine.path(),
+        &format!(
+            "{prog} && cat {prog} > /dev/null && echo read; \
+             (echo '# changed' >> {prog}) 2>/dev/null && echo changed; \
+             (: > {shown}/planted) 2>/dev/null && echo planted; true",
+            prog = prog.display(),
+            shown = shown.display()
+        ),
+    );
+    s.sandbox = Some(sweep_contain::Sandbox {
+        writable: vec![mine.path().to_path_buf()],
+        readable: vec![shown.clone()],
+        hide: vec![tmp],
+        network: false,
+    });
+    if sweep_contain::Facilities::get().pid_namespace == sweep_contain::PidNamespace::Unavailable {
+        let err = sweep_contain::spawn(&s).expect_err("no sandbox without namespaces");
+        assert_eq!(err.kind(), std::io::ErrorKind::Unsupported, "{err}");
+        return;
+    }
+    let (o, out, err) = run(&s);
+    assert!(o.status.success(), "{o:?} {out} {err}");
+    assert!(out.contains("ran\nread"), "{out} {err}");
+    assert!(
+        !out.contains("changed") && !out.contains("planted"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&prog).expect("read"),
+        "#!/bin/sh\necho ran\n"
+    );
+    assert!(!shown.join("planted").exists());
+}
+
+/// The sandbox's box takes its user (setgroups, setresgid, setresuid) in a copy of a process whose other threads
+/// may be anywhere, among them in the middle of making a thread: the box must take it for itself alone, since
+/// glibc's wrappers first wait for every thread of the process they think they are in, and in the box that wait
+/// never ends. Boxes started while another thread makes threads without a pause all run.
+fn sandboxed_boxes_start_while_threads_are_being_made(dir: &Path) {
+    let _ = dir;
+    let tmp = std::env::temp_dir();
+    let mine = tempfile::Builder::new()
+        .prefix("sweep-sandbox-mine")
+        .tempdir_in(&tmp)
+        .expect("dir");
+    let mut s = spec(mine.path(), "exit 0");
+    s.sandbox = Some(sweep_contain::Sandbox {
+        writable: vec![mine.path().to_path_buf()],
+        readable: vec![],
+        hide: vec![tmp],
+        network: false,
+    });
+    if sweep_contain::Facilities::get().pid_namespace == sweep_contain::PidNamespace::Unavailable {
+        let err = sweep_contain::spawn(&s).expect_err("no sandbox without namespaces");
+        assert_eq!(err.kind(), std::io::ErrorKind::Unsupported, "{err}");
+        return;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            for _ in 0..1_000_000 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let _ = std::thread::spawn(|| {}).join();
+            }
+        })
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let starter = std::thread::spawn(move || {
+        for i in 0..50 {
+            let o = sweep_contain::spawn(&s).and_then(|mut b| b.wait());
+            if tx.send((i, o.map(|o| o.status))).is_err() {
+                return;
+            }
+        }
+    });
+    let mut started = 0;
+    let result = loop {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok((_, Ok(status))) if status.success() => started += 1,
+            Ok((i, other)) => break Err(format!("box {i}: {other:?}")),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break Ok(()),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                break Err(format!("box {started} has not run in 20 s"))
+            }
+        }
+    };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = churn.join();
+    if result.is_ok() {
+        let _ = starter.join();
+    }
+    assert_eq!(result, Ok(()));
+    assert_eq!(started, 50);
 }
 
 /// Eight threads start boxes at once; half of them kill each box as soon as it runs, as cancelled chunks are.

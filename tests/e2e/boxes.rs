@@ -1,7 +1,8 @@
 //! Programs in a box, end to end: real `sweep` processes run programs that misbehave, and the process table and
 //! the failure reasons are checked. Nothing a chunk starts outlives it (daemons, double forks, SIGTERM ignored,
 //! a worker SIGKILLed); limits end chunks with reasons that name them; the sandbox keeps a program's hands off
-//! the machine.
+//! the machine, and lets it run the files shipped with its job, on a worker run as root and on one run as
+//! `nobody` (needs root, fails without it).
 
 use std::path::Path;
 use std::process::Command;
@@ -120,10 +121,13 @@ fn a_chunk_over_a_limit_fails_with_a_reason_that_names_it() {
         || processes_with(&t).is_empty(),
     );
     // Disk: one file past 8 MiB (anywhere), then many small ones past it in the private directory ($TMPDIR;
-    // `sweep run` starts programs in the current directory, which the limit does not measure).
+    // `sweep run` starts programs in the current directory, which the limit does not measure), then a file
+    // there stopped at the limit by a writer that dies of SIGXFSZ while the program goes on and prints its
+    // final line.
     for filler in [
         "exec head -c 100000000 /dev/zero > big",
         "cd \"$TMPDIR\"; i=0; while [ $i -lt 100 ]; do head -c 1000000 /dev/zero > f$i; i=$((i+1)); sleep 0.02; done; echo '{\"nodes\": 1}'",
+        "cd \"$TMPDIR\"; dd if=/dev/zero of=big bs=1M count=200 2>/dev/null; echo '{\"nodes\": 1}'",
     ] {
         let (code, v, err) = run_exec(dir.path(), &["--chunks", "1", "--chunk-disk", "8M"], filler);
         assert_eq!(code, Some(4), "{v} {err}");
@@ -199,6 +203,94 @@ echo "{{\"nodes\": 1, \"counters\": {{\"own\": $w, \"outside\": $o, \"many_proce
         if flags.contains(&"--sandbox") {
             assert!(!target.exists());
             assert_eq!(get("many_processes"), "0", "its own /proc: {res}");
+        }
+    }
+}
+
+/// A shipped program: its chunk's count, and whether it could change its shipped copy or add a file beside it.
+const SHIPPED_PROGRAM: &str = r#"#!/bin/sh
+changed=0
+if (echo '# changed' >> "$SWEEP_SHIP/prog.sh") 2>/dev/null; then changed=1; fi
+if (: > "$SWEEP_SHIP/planted") 2>/dev/null; then changed=1; fi
+echo "{\"nodes\": 1, \"counters\": {\"chunk_sum\": $1, \"changed\": $changed}}"
+"#;
+
+/// `--ship` and `--sandbox` together: the shipped program starts in the sandbox, run by name (found on PATH)
+/// and by a shell that reads it from the working directory, on a worker run as root (whose programs run as
+/// `nobody` outside their user namespace) and on one run as an unprivileged user; neither can change the
+/// worker's copy of the shipped files.
+#[test]
+fn a_shipped_program_runs_in_the_sandbox_of_a_root_and_of_an_unprivileged_worker() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root,
+        "this test runs one worker as root and one as nobody (with setpriv): run it as root"
+    );
+    let setpriv = [
+        "/usr/bin/setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--",
+    ];
+    let runs = Command::new(setpriv[0])
+        .args(&setpriv[1..])
+        .args([SWEEP, "--version"])
+        .output();
+    assert!(
+        runs.as_ref().is_ok_and(|o| o.status.success()),
+        "nobody cannot run {SWEEP} through {} (util-linux's setpriv, and a build directory every user may \
+         read, are needed): {runs:?}",
+        setpriv[0]
+    );
+    let src = scratch();
+    let prog = src.path().join("prog.sh");
+    std::fs::write(&prog, SHIPPED_PROGRAM).expect("write the program");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755))
+            .expect("make it executable");
+    }
+    let ship = prog.display().to_string();
+    for (label, wrapper) in [("root", &[][..]), ("unprivileged", &setpriv[..])] {
+        let mut c = Cluster::start(0, 1);
+        let w = c.add_worker_through(wrapper, &["--allow-exec", "--sandbox"]);
+        let log = c.log_path(&c.workers[w].name);
+        for command in [&["prog.sh", "{chunk}"][..], &["sh", "prog.sh", "{chunk}"]] {
+            let mut args = vec![
+                "exec",
+                "--chunks",
+                "3",
+                "--max-attempts",
+                "1",
+                "--ship",
+                &ship,
+                "--",
+            ];
+            args.extend_from_slice(command);
+            let job = c.submit(&args);
+            let started = Instant::now();
+            while c.status(job)["state"] == "running" {
+                if let Ok(Some(exit)) = c.workers[w].child.try_wait() {
+                    let log = std::fs::read_to_string(&log).unwrap_or_default();
+                    panic!("{label}: the worker exited ({exit}):\n{log}");
+                }
+                assert!(
+                    started.elapsed() < LONG,
+                    "{label} {command:?}: not done: {}",
+                    c.status(job)
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let res = c.results(job);
+            assert_eq!(res["state"], "done", "{label} {command:?}: {res}");
+            let counters = &res["result"]["counters"];
+            assert_eq!(counters["chunk_sum"], 3, "{label} {command:?}: {res}");
+            assert_eq!(
+                counters["changed"], 0,
+                "{label} {command:?}: the program changed its shipped files: {res}"
+            );
         }
     }
 }

@@ -36,6 +36,48 @@ fn bad_options_are_named() {
     fails_with(&["run", "star", "--max-attempts", "0"], 2, "at least 1");
 }
 
+/// `sweep run` and `sweep solve` add `--workdir` to an `exec` command for the person who typed it; when the
+/// command itself is missing, the usage asks for the command alone, not for a flag they never have to give.
+#[test]
+fn exec_without_a_command_asks_for_the_command_alone() {
+    for args in [
+        &["run", "exec", "--"][..],
+        &["run", "exec"],
+        &["solve", "exec", "--chunks", "2", "--"],
+        &["submit", "exec", "--"],
+    ] {
+        let out = sweep(args, &[], T);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let shown = format!("`sweep {}`: {stderr}", args.join(" "));
+        assert_eq!(out.status.code(), Some(2), "{shown}");
+        assert!(stderr.contains("Usage: exec -- <COMMAND>..."), "{shown}");
+        assert!(!stderr.contains("--workdir"), "{shown}");
+    }
+}
+
+/// Logs that go to a file or a pipe (`sweep run ... 2> log`) carry no terminal colour codes.
+#[test]
+fn logs_not_written_to_a_terminal_carry_no_colour_codes() {
+    let dir = scratch();
+    let data = dir.path().join("d");
+    let data = data.to_str().expect("a UTF-8 path");
+    let out = sweep(
+        &["run", "primes", "--data", data, "--no-progress"],
+        &[("RUST_LOG", "info")],
+        T,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("INFO"),
+        "info logs were asked for: {stderr}"
+    );
+    assert!(
+        !stderr.contains('\x1b'),
+        "escape codes in the log: {stderr:?}"
+    );
+}
+
 #[test]
 fn unreachable_coordinator_is_reported() {
     // Port 9 (discard) on loopback: nothing listens there in the test environment.

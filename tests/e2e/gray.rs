@@ -5,7 +5,7 @@
 //! scenario measures progress *during* the fault, not only an exact answer after it: the time from the fault
 //! to the first chunk completed elsewhere, and the chunks completed while it lasted.
 //!
-//! Needs root, iproute2 and nftables (`.ci/run` installs them); without them every test fails and says what
+//! Needs root, iproute2 and nftables (`scripts/test` installs them); without them every test fails and says what
 //! is missing. The default scenarios hold each fault 20 s; the opt-in run holds them 90 s:
 //! `SWEEP_GRAY_HOLD_SECS=90 cargo test --release --test e2e -- --ignored --nocapture gray`. With
 //! `SWEEP_GRAY_BIN=PATH` the leader scenarios run another build of `sweep`, for a figure against it.

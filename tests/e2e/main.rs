@@ -10,7 +10,7 @@
 //! - `spaces.rs`: every registered space distributed == in process (one table), then each puzzle's own answers.
 //! - `dag.rs`: jobs whose inputs form a DAG, under kills. `store.rs`: a damaged store. `trust.rs`: lying
 //!   workers, replication, drain. `security.rs`: tokens and TLS. `exec.rs`: programs as chunks; `boxes.rs`: what
-//!   contains them (daemons, limits, the sandbox).
+//!   contains them (daemons, limits, the sandbox, shipped files in it; needs root).
 //!   `dashboard.rs`: the web page in a real browser. `queens.rs`: a user's crate built on sweep.
 //! - `answers.rs`: answers of any size: bounded memory (measured), `--count-only` for every space, lists
 //!   streamed from the store.

@@ -3,7 +3,7 @@
 //! one, every chunk's result was counted exactly once (`completions == chunks_total`, whatever `duplicates`
 //! says), and no chunk is poisoned or missing.
 //!
-//! Needs root and iproute2 (`.ci/run` installs it); without them every test fails and says what is missing.
+//! Needs root and iproute2 (`scripts/test` installs it); without them every test fails and says what is missing.
 //! Fault schedules come from a seeded generator: `SWEEP_FAULT_SEED=<n>` replays one.
 //!
 //! The default scenarios take about a minute together in release on 2 cores. The long study of sled under

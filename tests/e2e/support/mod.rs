@@ -433,7 +433,15 @@ impl<N: Network> Cluster<N> {
     pub fn add_worker_env(&mut self, extra: &[&str], env: &[(&str, &str)]) -> usize {
         let name = format!("w{}", self.workers.len());
         let host = self.net.worker_host(&name);
-        self.spawn_worker(host, extra, env)
+        self.spawn_worker(host, &[], extra, env)
+    }
+
+    /// As [`Cluster::add_worker_with`], the worker started through `wrapper`, a command that runs the rest of
+    /// its arguments (`setpriv --reuid=65534 ...`: a worker of another user).
+    pub fn add_worker_through(&mut self, wrapper: &[&str], extra: &[&str]) -> usize {
+        let name = format!("w{}", self.workers.len());
+        let host = self.net.worker_host(&name);
+        self.spawn_worker(host, wrapper, extra, &[])
     }
 
     /// SIGKILLs worker `i` and starts a replacement (usual flags and environment, a new name) on the same
@@ -441,12 +449,25 @@ impl<N: Network> Cluster<N> {
     pub fn replace_worker(&mut self, i: usize) -> usize {
         self.workers[i].kill9();
         let host = self.worker_hosts[i].clone();
-        self.spawn_worker(host, &[], &[])
+        self.spawn_worker(host, &[], &[], &[])
     }
 
-    fn spawn_worker(&mut self, host: N::Host, extra: &[&str], env: &[(&str, &str)]) -> usize {
+    fn spawn_worker(
+        &mut self,
+        host: N::Host,
+        wrapper: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> usize {
         let name = format!("w{}", self.workers.len());
-        let mut cmd = self.net.command(&host, &self.opts.bin);
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut cmd = self.net.command(&host, Path::new(first));
+                cmd.args(rest).arg(&self.opts.bin);
+                cmd
+            }
+            None => self.net.command(&host, &self.opts.bin),
+        };
         cmd.args(["worker", "--connect", &self.url, "--threads"])
             .arg(self.opts.threads.to_string())
             .args(["--name", &name, "--grace-secs", "5"])

@@ -15,7 +15,7 @@
 //! need, a host per process (`ip netns exec NS`) and fixed addresses on the bridge.
 //!
 //! Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the `ip` tool (iproute2); where they are missing,
-//! [`Net::new`] fails the test and says why. `.ci/run` installs iproute2; CI runs as root.
+//! [`Net::new`] fails the test and says why. `scripts/test` installs iproute2; CI runs as root.
 
 #![allow(dead_code)] // each scenario uses a different part of the harness
 
@@ -128,7 +128,7 @@ pub struct Net {
 fn unavailable(why: &str) -> ! {
     panic!(
         "network namespaces cannot be made here: {why}. The netns tests need root (CAP_SYS_ADMIN and \
-         CAP_NET_ADMIN) and `ip` from iproute2: run them as root after .ci/run (it installs iproute2), or \
+         CAP_NET_ADMIN) and `ip` from iproute2: run them as root with scripts/test (it installs iproute2), or \
          apt-get install iproute2"
     )
 }
@@ -259,7 +259,7 @@ impl Net {
     }
 }
 
-/// `nft ARGS` inside namespace `ns`, with `input` on its stdin; nftables (`.ci/run` installs it) names itself
+/// `nft ARGS` inside namespace `ns`, with `input` on its stdin; nftables (`scripts/test` installs it) names itself
 /// when it is missing.
 fn nft(ns: &str, args: &[&str], input: Option<&str>) -> Result<(), String> {
     use std::io::Write;
@@ -283,7 +283,7 @@ fn nft(ns: &str, args: &[&str], input: Option<&str>) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "`nft {}` in {ns} failed ({}): {} (the packet-dropping faults need nftables: .ci/run installs \
+            "`nft {}` in {ns} failed ({}): {} (the packet-dropping faults need nftables: scripts/test installs \
              it, or apt-get install nftables)",
             args.join(" "),
             out.status,
