@@ -12,6 +12,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::netns::wait_for_state;
 use crate::support::group::Group;
 use crate::support::netns::{fault_opts, Net};
 use crate::support::{chunks_done, field, is_running, scratch, Cluster, Opts};
@@ -141,28 +142,16 @@ fn silence_leader(g: &Group<Net>, job: u64, gray: Gray, hold: Duration) -> Cost 
         Gray::Stop => proc.signal("CONT"),
         Gray::Drop => g.net.pass(g.host(leader)),
     }
-    wait_for_follower(g, leader);
+    wait_for_state(
+        g,
+        leader,
+        |s| s == "follower",
+        "the silenced leader to rejoin as a follower without a restart",
+    );
     Cost {
         first,
         during: last - before,
         tools,
-    }
-}
-
-/// Waits (at most 30 s) until member `i`, asked alone, says it follows.
-fn wait_for_follower(g: &Group<Net>, i: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let view = g.own_view(i);
-        if view.as_ref().and_then(|v| v["state"].as_str()) == Some("follower") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the silenced leader (member {}) did not rejoin as a follower within 30 s: {view:?}",
-            i + 1
-        );
-        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

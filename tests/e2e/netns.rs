@@ -686,7 +686,7 @@ fn assert_exact_group(g: &crate::support::group::Group<Net>, job: u64, expected:
 }
 
 /// Waits (at most 30 s) until member `i`'s own view of its state satisfies `pred`.
-fn wait_for_state(
+pub(crate) fn wait_for_state(
     g: &crate::support::group::Group<Net>,
     i: usize,
     pred: impl Fn(&str) -> bool,

@@ -347,11 +347,10 @@ impl<N: Network> Group<N> {
     /// Waits (at most `timeout`) until a member other than `not` serves as the leader; returns it. Only the
     /// others are asked: `not` may be cut off, and asking it would cost a connect timeout each time.
     pub fn wait_leader(&self, not: Option<usize>, timeout: Duration) -> usize {
-        let others: Vec<&str> = (0..self.urls.len())
-            .filter(|&i| Some(i) != not)
-            .map(|i| self.urls[i].as_str())
-            .collect();
-        let others = others.join(",");
+        let others = match not {
+            Some(i) => self.others(i),
+            None => self.list.clone(),
+        };
         let deadline = Instant::now() + timeout;
         loop {
             let leader = self
