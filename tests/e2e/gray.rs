@@ -236,12 +236,7 @@ fn group_under_gray_faults(hold: Duration) {
     }
     let status = g.wait_until(job, Duration::from_secs(1200), |s| !is_running(s));
     assert_published(&status, &g.results(job));
-    let leaders = g
-        .members_view()
-        .iter()
-        .filter(|m| m["state"] == "leader")
-        .count();
-    assert_eq!(leaders, 1, "{:?}", g.members_view());
+    g.assert_one_leader();
 }
 
 #[test]

@@ -651,12 +651,7 @@ fn nemesis(faults: u32, seed: u64) {
     for &job in &jobs {
         assert_exact_group(&g, job, expected);
     }
-    let leaders = g
-        .members_view()
-        .iter()
-        .filter(|m| m["state"] == "leader")
-        .count();
-    assert_eq!(leaders, 1, "{:?}", g.members_view());
+    g.assert_one_leader();
     let slowest = changes.iter().max().copied().unwrap_or_default();
     eprintln!(
         "FIGURES nemesis: {done_faults} faults on three members ({kills} leader SIGKILLs, {cuts} leader \

@@ -335,6 +335,13 @@ impl<N: Network> Group<N> {
             .unwrap_or_default()
     }
 
+    /// Exactly one member says it leads.
+    pub fn assert_one_leader(&self) {
+        let view = self.members_view();
+        let leaders = view.iter().filter(|m| m["state"] == "leader").count();
+        assert_eq!(leaders, 1, "{view:?}");
+    }
+
     /// The index of the member serving as the leader now, if one does.
     pub fn leader(&self) -> Option<usize> {
         self.members_view()
