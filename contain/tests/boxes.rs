@@ -197,6 +197,17 @@ fn spec(dir: &Path, script: &str) -> Spec {
     }
 }
 
+/// Where the machine has no PID namespace, a sandboxed `spec` must be refused as unsupported (checked here),
+/// and there is nothing more to run: true then.
+fn sandbox_refused_here(spec: &Spec) -> bool {
+    if sweep_contain::Facilities::get().pid_namespace != sweep_contain::PidNamespace::Unavailable {
+        return false;
+    }
+    let err = sweep_contain::spawn(spec).expect_err("no sandbox without namespaces");
+    assert_eq!(err.kind(), std::io::ErrorKind::Unsupported, "{err}");
+    true
+}
+
 fn run(spec: &Spec) -> (sweep_contain::Outcome, String, String) {
     let mut b = sweep_contain::spawn(spec).expect("start the program");
     let (out, err) = drain(&mut b);
@@ -561,9 +572,7 @@ fn a_directory_shown_inside_a_private_one_is_read_and_run_but_not_written(dir: &
         hide: vec![tmp],
         network: false,
     });
-    if sweep_contain::Facilities::get().pid_namespace == sweep_contain::PidNamespace::Unavailable {
-        let err = sweep_contain::spawn(&s).expect_err("no sandbox without namespaces");
-        assert_eq!(err.kind(), std::io::ErrorKind::Unsupported, "{err}");
+    if sandbox_refused_here(&s) {
         return;
     }
     let (o, out, err) = run(&s);
@@ -598,9 +607,7 @@ fn sandboxed_boxes_start_while_threads_are_being_made(dir: &Path) {
         hide: vec![tmp],
         network: false,
     });
-    if sweep_contain::Facilities::get().pid_namespace == sweep_contain::PidNamespace::Unavailable {
-        let err = sweep_contain::spawn(&s).expect_err("no sandbox without namespaces");
-        assert_eq!(err.kind(), std::io::ErrorKind::Unsupported, "{err}");
+    if sandbox_refused_here(&s) {
         return;
     }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -48,11 +48,27 @@ fn ip(args: &[&str]) -> Result<(), String> {
 }
 
 fn run_tool(tool: &str, args: &[&str]) -> Result<(), String> {
-    let out = Command::new(tool)
+    run_tool_fed(tool, args, "")
+}
+
+/// Runs `tool ARGS` with `input` on its stdin, returning its stderr on failure.
+fn run_tool_fed(tool: &str, args: &[&str], input: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = Command::new(tool)
         .args(args)
-        .stdin(Stdio::null())
-        .output()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| format!("cannot run `{tool}`: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.as_bytes())
+            .map_err(|e| format!("cannot write to `{tool}`: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("`{tool}` did not finish: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -225,12 +241,12 @@ impl Net {
              chain input { type filter hook input priority -100; iifname \"eth0\" drop; }\n\
              chain output { type filter hook output priority -100; oifname \"eth0\" drop; }\n\
              }\n";
-        nft(&node.ns, &["-f", "-"], Some(ruleset)).unwrap_or_else(|e| panic!("{e}"));
+        nft(&node.ns, &["-f", "-"], ruleset).unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Lets the node's packets through again after [`Net::drop_packets`].
     pub fn pass(&self, node: &Node) {
-        nft(&node.ns, &["delete", "table", "inet", "sweep_drop"], None)
+        nft(&node.ns, &["delete", "table", "inet", "sweep_drop"], "")
             .unwrap_or_else(|e| panic!("{e}"));
     }
 
@@ -259,37 +275,17 @@ impl Net {
     }
 }
 
-/// `nft ARGS` inside namespace `ns`, with `input` on its stdin; nftables (`scripts/test` installs it) names itself
-/// when it is missing.
-fn nft(ns: &str, args: &[&str], input: Option<&str>) -> Result<(), String> {
-    use std::io::Write;
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, "nft"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run `ip netns exec {ns} nft`: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(input.unwrap_or("").as_bytes())
-            .map_err(|e| format!("cannot write nft's rules: {e}"))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("nft did not finish: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`nft {}` in {ns} failed ({}): {} (the packet-dropping faults need nftables: scripts/test installs \
-             it, or apt-get install nftables)",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+/// `nft ARGS` inside namespace `ns`, with `input` on its stdin; a failure names nftables, which `scripts/test`
+/// installs.
+fn nft(ns: &str, args: &[&str], input: &str) -> Result<(), String> {
+    let mut full = vec!["netns", "exec", ns, "nft"];
+    full.extend_from_slice(args);
+    run_tool_fed("ip", &full, input).map_err(|e| {
+        format!(
+            "{e} (the packet-dropping faults need nftables: scripts/test installs it, or apt-get install \
+             nftables)"
+        )
+    })
 }
 
 /// `ip netns exec NS PROGRAM`: ip execs the program, so the child's pid is the program's own.
