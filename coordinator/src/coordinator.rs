@@ -240,12 +240,13 @@ impl Coordinator {
         &self,
         worker: &str,
         max_chunks: u32,
+        request: u64,
     ) -> Result<(LeaseAnswer, u32), CoreError> {
         // Registered before the first try, so work that appears in between still wakes this request.
         let ready = self.work_ready.notified();
         tokio::pin!(ready);
         ready.as_mut().enable();
-        let first = self.lease_once(worker, max_chunks)?;
+        let first = self.lease_once(worker, max_chunks, request)?;
         if !first.is_empty() {
             let retry = retry_after_ms(&first);
             return Ok((first, retry));
@@ -254,13 +255,20 @@ impl Coordinator {
             // Held the whole time: ask again at once, so a worker is almost always waiting here.
             return Ok((first, 0));
         }
-        let again = self.lease_once(worker, max_chunks)?;
+        let again = self.lease_once(worker, max_chunks, request)?;
         let retry = retry_after_ms(&again);
         Ok((again, retry))
     }
 
-    fn lease_once(&self, worker: &str, max_chunks: u32) -> Result<LeaseAnswer, CoreError> {
-        let answer = self.lock().lease(worker, max_chunks, now_ms())?;
+    fn lease_once(
+        &self,
+        worker: &str,
+        max_chunks: u32,
+        request: u64,
+    ) -> Result<LeaseAnswer, CoreError> {
+        let answer = self
+            .lock()
+            .lease_request(worker, max_chunks, request, now_ms())?;
         // Lease records are written with the next group commit but not waited for: a lease the store never saw
         // is only a chunk that restarts as pending and may run twice, and a second result is never counted
         // (completion is keyed by chunk, not by lease). Waiting would put an fsync on every lease round trip.

@@ -373,6 +373,7 @@ fn fuzz_raw_bytes_to_every_method() {
         v1::LeaseRequest {
             worker_id: "w".into(),
             max_chunks: 2,
+            request_id: 0,
         }
         .encode_to_vec(),
         v1::CompleteRequest {
@@ -623,12 +624,18 @@ fn call() -> impl Strategy<Value = Call> {
                     }
                 )
             ),
-        (text(), prop_oneof![0u32..8, any::<u32>()]).prop_map(|(worker_id, max_chunks)| {
-            Call::Lease(v1::LeaseRequest {
-                worker_id,
-                max_chunks,
-            })
-        }),
+        (
+            text(),
+            prop_oneof![0u32..8, any::<u32>()],
+            prop_oneof![0u64..3, any::<u64>()]
+        )
+            .prop_map(|(worker_id, max_chunks, request_id)| {
+                Call::Lease(v1::LeaseRequest {
+                    worker_id,
+                    max_chunks,
+                    request_id,
+                })
+            }),
         (
             text(),
             proptest::collection::vec((id(), any::<u64>(), proptest::option::of(text())), 0..8)

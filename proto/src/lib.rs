@@ -351,6 +351,7 @@ mod tests {
         let req = || v1::LeaseRequest {
             worker_id: "w".into(),
             max_chunks: 1,
+            request_id: 0,
         };
         let bare = v1::work_client::WorkClient::new(channel())
             .lease(req())

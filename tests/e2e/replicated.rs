@@ -253,6 +253,7 @@ fn leases_carry_the_term_and_a_higher_term_fences_the_leader_off() {
             .lease(v1::LeaseRequest {
                 worker_id: id.clone(),
                 max_chunks: 1,
+                request_id: 0,
             })
             .await
             .expect("lease")

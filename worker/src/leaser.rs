@@ -71,6 +71,9 @@ const IN_FLIGHT_LEASE_GRACE: Duration = Duration::from_secs(2);
 
 pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut backoff = Backoff::new();
+    // A request whose answer never arrived is asked again under its id, so that the chunks it was granted come
+    // back instead of staying leased to this worker, unknown to it, until they expire.
+    let mut request_id: u64 = 1;
     loop {
         if *stop.borrow() {
             return;
@@ -100,6 +103,7 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let req = v1::LeaseRequest {
             worker_id: sh.worker_id.clone(),
             max_chunks: want as u32,
+            request_id,
         };
         let answer = {
             let call = sh
@@ -128,6 +132,10 @@ pub(crate) async fn leaser(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 }
             }
         };
+        match &answer {
+            Err(e) if sweep_proto::deadline::is_lost(e) => {}
+            _ => request_id += 1,
+        }
         let pause = match answer {
             Ok(resp) => {
                 backoff = Backoff::new();

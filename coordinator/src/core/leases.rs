@@ -45,6 +45,66 @@ impl Core {
         max_chunks: u32,
         now: Millis,
     ) -> Result<LeaseAnswer, CoreError> {
+        self.lease_request(worker, max_chunks, 0, now)
+    }
+
+    /// [`Core::lease`] under a request id (0: none). A worker that did not get the answer to a request (its
+    /// deadline passed, the connection broke, its own process was stopped while the answer came) asks again
+    /// under the same id and gets the chunks that request was granted and still holds, their leases renewed:
+    /// otherwise they would stay leased to nobody until they expire, and each would be charged an attempt.
+    pub fn lease_request(
+        &mut self,
+        worker: &str,
+        max_chunks: u32,
+        request: u64,
+        now: Millis,
+    ) -> Result<LeaseAnswer, CoreError> {
+        let answer = self.lease_fresh_or_again(worker, max_chunks, request, now)?;
+        if let (LeaseAnswer::Chunks(leases), true) = (&answer, request != 0) {
+            if let Some(w) = self.workers.get_mut(worker) {
+                w.last_lease = Some((request, leases.clone()));
+            }
+        }
+        Ok(answer)
+    }
+
+    fn lease_fresh_or_again(
+        &mut self,
+        worker: &str,
+        max_chunks: u32,
+        request: u64,
+        now: Millis,
+    ) -> Result<LeaseAnswer, CoreError> {
+        let asked_before = self
+            .workers
+            .get(worker)
+            .and_then(|w| w.last_lease.as_ref())
+            .filter(|(id, _)| request != 0 && *id == request)
+            .map(|(_, leases)| leases.clone());
+        if let Some(mut leases) = asked_before {
+            self.check_writable()?;
+            self.touch_worker(worker, now);
+            let ids: Vec<LeaseId> = leases.iter().map(|l| l.lease).collect();
+            let gone = self.sched.heartbeat(now, worker, &ids);
+            leases.retain(|l| !gone.contains(&l.lease));
+            if !leases.is_empty() {
+                let deadline = now + self.lease_ttl_ms();
+                for l in &mut leases {
+                    l.deadline_ms = deadline;
+                }
+                self.stage_dirty(now);
+                return Ok(LeaseAnswer::Chunks(leases));
+            }
+        }
+        self.lease_new(worker, max_chunks, now)
+    }
+
+    fn lease_new(
+        &mut self,
+        worker: &str,
+        max_chunks: u32,
+        now: Millis,
+    ) -> Result<LeaseAnswer, CoreError> {
         if worker.is_empty() {
             return Err(CoreError::Invalid(
                 "worker_id is empty: register first".into(),

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use super::estimate::{ChunkEstimates, MAX_ESTIMATED_CHUNKS};
 use super::records::{JobRecord, Op};
-use super::views::{FailedAttempt, KeptAnswer};
+use super::views::{FailedAttempt, KeptAnswer, LeaseView};
 use crate::limits::{Limits, Usage};
 use crate::scheduler::{JobId, LeaseId, Millis, Scheduler};
 
@@ -55,6 +55,10 @@ pub(super) struct WorkerInfo {
     /// The spaces it declared when it registered; `None` until it registers with this coordinator process
     /// (a worker that outlived a coordinator restart is asked to register again).
     pub(super) spaces: Option<Vec<String>>,
+    /// Its last lease request that carried a request id, with what it was granted: asked again under the same
+    /// id (the worker gave up waiting for the answer, or never received it), it gets those chunks back instead
+    /// of leaving them leased to nobody until they expire and are charged an attempt.
+    pub(super) last_lease: Option<(u64, Vec<LeaseView>)>,
 }
 
 /// The coordinator's domain core (see [`crate::core`]): one synchronous value, kept by the shell behind its

@@ -1158,3 +1158,63 @@ fn a_user_cancels_pauses_and_resumes_only_its_own_jobs() {
         JobState::Cancelled
     );
 }
+
+#[test]
+fn a_lease_request_asked_again_gets_its_chunks_back_renewed_and_charged_nothing() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    let id = submit(&mut core, 4, 1, 0);
+    let w = register(&mut core, "w", None);
+    let ttl = core.lease_ttl_ms();
+    let LeaseAnswer::Chunks(first) = core.lease_request(&w, 2, 7, 10).unwrap() else {
+        panic!("expected chunks");
+    };
+    assert_eq!(first.len(), 2);
+    // The answer was lost on its way: the same request again gets the same two chunks, renewed, and no more.
+    let LeaseAnswer::Chunks(again) = core.lease_request(&w, 2, 7, 10 + ttl - 1).unwrap() else {
+        panic!("expected chunks");
+    };
+    let ids = |v: &[LeaseView]| v.iter().map(|l| (l.lease, l.chunk)).collect::<Vec<_>>();
+    assert_eq!(ids(&again), ids(&first));
+    assert!(again.iter().all(|l| l.deadline_ms == 10 + 2 * ttl - 1));
+    // Renewed: nothing expires at the first deadline, and nothing was reissued.
+    assert!(core.expire(10 + ttl + 1).is_empty());
+    assert_eq!(core.job_view(id, 0).unwrap().reissued, 0);
+    // A new id is a new request: the two other chunks.
+    let LeaseAnswer::Chunks(next) = core.lease_request(&w, 2, 8, 20).unwrap() else {
+        panic!("expected chunks");
+    };
+    let mut chunks: Vec<u64> = first.iter().chain(&next).map(|l| l.chunk).collect();
+    chunks.sort_unstable();
+    assert_eq!(chunks, vec![0, 1, 2, 3]);
+    // Another worker's request under the same id is its own, and a registration starts the ids afresh.
+    let other = register(&mut core, "other", None);
+    assert!(
+        matches!(core.lease_request(&other, 2, 8, 21).unwrap(), LeaseAnswer::Chunks(v) if v.is_empty())
+    );
+    register(&mut core, &w, None);
+    assert!(
+        matches!(core.lease_request(&w, 2, 8, 22).unwrap(), LeaseAnswer::Chunks(v) if v.is_empty())
+    );
+}
+
+#[test]
+fn a_lease_request_asked_again_after_its_chunks_expired_is_a_new_request() {
+    let store = Store::in_memory();
+    let mut core = open(&store, 0);
+    submit(&mut core, 2, 1, 0);
+    let w = register(&mut core, "w", None);
+    let ttl = core.lease_ttl_ms();
+    let LeaseAnswer::Chunks(first) = core.lease_request(&w, 1, 3, 0).unwrap() else {
+        panic!("expected chunks");
+    };
+    assert_eq!(core.expire(ttl + 1).len(), 1);
+    let LeaseAnswer::Chunks(again) = core.lease_request(&w, 1, 3, ttl + 2).unwrap() else {
+        panic!("expected chunks");
+    };
+    assert_eq!(again.len(), 1);
+    assert_ne!(
+        again[0].lease, first[0].lease,
+        "a new lease, not the expired one"
+    );
+}

@@ -38,6 +38,7 @@ impl Core {
                 version: String::new(),
                 spaces: None,
                 containment: String::new(),
+                last_lease: None,
             });
     }
 
@@ -52,6 +53,8 @@ impl Core {
         };
         self.touch_worker(&worker_id, now);
         if let Some(w) = self.workers.get_mut(&worker_id) {
+            // A registration starts the worker's request ids afresh (it may be a new process under the old name).
+            w.last_lease = None;
             w.threads = reg.threads;
             w.memory_bytes = reg.memory_bytes;
             w.version = reg.version.chars().take(64).collect();

@@ -90,7 +90,7 @@ impl work_server::Work for WorkApi {
         let (coord, term) = self.0.fenced(&req)?;
         let req = req.into_inner();
         let (answer, retry_after_ms) = coord
-            .lease(&req.worker_id, req.max_chunks)
+            .lease(&req.worker_id, req.max_chunks, req.request_id)
             .await
             .map_err(status)?;
         let mut resp = v1::LeaseResponse {

@@ -305,6 +305,7 @@ impl FakeWorker {
             .lease(v1::LeaseRequest {
                 worker_id: self.id.clone(),
                 max_chunks: max,
+                request_id: 0,
             })
             .await?
             .into_inner())
