@@ -43,6 +43,8 @@ fn build_queens() -> PathBuf {
 }
 
 #[test]
+#[ignore = "builds examples/queens and all of its dependencies again (minutes): \
+            cargo test --release --test e2e queens -- --ignored"]
 fn a_users_crate_adds_queens_and_a_real_cluster_counts_them() {
     let bin = build_queens();
     let mut c = Cluster::start_bin(&bin, 2, 1, 1_000);

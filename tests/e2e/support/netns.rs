@@ -22,7 +22,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{Cluster, Network, Opts};
@@ -37,9 +36,9 @@ const HUB_ADDR: &str = "10.77.0.254";
 pub const COORDINATOR_PORT: u16 = 7878;
 const NAME_PREFIX: &str = "swp";
 
-/// Fault scenarios measure timing (lease expiry during a partition) and load the 2-core machine fully: one at
-/// a time per test binary.
-static SERIAL: Mutex<()> = Mutex::new(());
+/// Names are unique per process and per network, so scenarios run side by side as the harness schedules them:
+/// each namespace has its own addresses, port and nftables rules. No lock holds one back for another: libtest
+/// would keep a harness thread idle waiting on it.
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// Runs `ip ARGS`, returning its stderr on failure.
@@ -137,7 +136,6 @@ pub struct Net {
     hub: String,
     nodes: Vec<Node>,
     mounts: Vec<PathBuf>,
-    _serial: MutexGuard<'static, ()>,
 }
 
 /// Why the harness cannot run here, as a failed test: a fault scenario that did not run has not passed.
@@ -152,7 +150,6 @@ fn unavailable(why: &str) -> ! {
 impl Net {
     /// A fresh hub namespace with a bridge; fails the test where namespaces cannot be made.
     pub fn new() -> Net {
-        let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         remove_stale();
         let prefix = format!(
             "{NAME_PREFIX}{}-{}",
@@ -169,7 +166,6 @@ impl Net {
             hub,
             nodes: Vec::new(),
             mounts: Vec::new(),
-            _serial: serial,
         };
         let hub = net.hub.as_str();
         let cidr = format!("{HUB_ADDR}/24");
