@@ -1,7 +1,8 @@
 //! The layout's invariants, checked on the sources so that a change cannot quietly undo them:
 //! - a search space crate depends on the contract crate and plain libraries, never on anything engine-side;
 //! - the containment and consensus crates depend on no sweep crate at all;
-//! - in every crate, top-level modules import each other in one direction (no cycle through `crate::` paths);
+//! - in every crate of the workspace, the modules in each folder import each other in one direction (no cycle
+//!   through `crate::` or `super::` paths), the top level included;
 //! - the README names one test command, which does the set-up a fresh machine needs, and CI runs exactly it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -124,48 +125,159 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file of `src` belongs to (`lib` for the crate root).
-fn top_module(src: &Path, file: &Path) -> String {
-    let rel = file.strip_prefix(src).expect("under src");
-    let first = rel
-        .components()
-        .next()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .unwrap_or_default();
-    first.trim_end_matches(".rs").to_string()
+/// The source directory of every package of the workspace: the root package's and each member's the root
+/// manifest lists.
+fn workspace_sources() -> Vec<PathBuf> {
+    let manifest = read(&root().join("Cargo.toml"));
+    let members = manifest
+        .split("members = [")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .expect("the root Cargo.toml lists the workspace's members");
+    let mut sources = vec![root().join("src")];
+    for line in members.lines() {
+        let line = line.split('#').next().unwrap_or("");
+        for member in line.split(',').map(|m| m.trim().trim_matches('"')) {
+            if !member.is_empty() {
+                sources.push(root().join(member).join("src"));
+            }
+        }
+    }
+    sources
 }
 
-/// The top-level modules that production code in `text` names through `crate::`, in `use crate::{a, b::c}`
-/// groups too. Test code (from the first `#[cfg(test)]` on) and comments are not counted.
-fn crate_references(text: &str) -> BTreeSet<String> {
-    let code = text.split("#[cfg(test)]").next().unwrap_or("");
-    let mut names = BTreeSet::new();
-    for line in code.lines() {
-        let line = line.split("//").next().unwrap_or("");
-        let mut rest = line;
-        while let Some(at) = rest.find("crate::") {
-            rest = &rest[at + "crate::".len()..];
-            if let Some(group) = rest.strip_prefix('{') {
-                // `use crate::{a, b::c}` on one line: each item's first segment.
-                let end = group.find('}').unwrap_or(group.len());
-                for item in group[..end].split(',') {
-                    let first = item.trim().split("::").next().unwrap_or("").trim();
-                    if !first.is_empty() {
-                        names.insert(first.to_string());
-                    }
+/// The module path of a file of `src`: `store/handle.rs` is `[store, handle]`, `store/mod.rs` is `[store]`, a
+/// crate root (`lib.rs`, `main.rs`) is `[]`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file
+        .strip_prefix(src)
+        .expect("under src")
+        .with_extension("");
+    let mut path: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if path.last().is_some_and(|last| last == "mod") || path == ["lib"] || path == ["main"] {
+        path.pop();
+    }
+    path
+}
+
+fn skip_space(s: &[u8], i: &mut usize) {
+    while s.get(*i).is_some_and(u8::is_ascii_whitespace) {
+        *i += 1;
+    }
+}
+
+/// Reads the rest of a path from `s[*i..]` (just after a `::`), appending every path it names to `out`: one,
+/// or one per item of a `{a, b::{c, d}}` group, however the group is spread over lines.
+fn path_tree(s: &[u8], i: &mut usize, prefix: &[String], out: &mut Vec<Vec<String>>) {
+    skip_space(s, i);
+    if s.get(*i) == Some(&b'{') {
+        *i += 1;
+        loop {
+            skip_space(s, i);
+            match s.get(*i) {
+                None => return,
+                Some(b'}') => {
+                    *i += 1;
+                    return;
                 }
-            } else {
-                let ident: String = rest
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                if !ident.is_empty() {
-                    names.insert(ident);
+                Some(b',') => *i += 1,
+                Some(_) => {
+                    let before = *i;
+                    path_tree(s, i, prefix, out);
+                    // A rename (`as name`) or a glob: nothing more to read up to the next item.
+                    while s.get(*i).is_some_and(|b| !b",{}".contains(b)) {
+                        *i += 1;
+                    }
+                    if *i == before {
+                        *i += 1;
+                    }
                 }
             }
         }
     }
-    names
+    let start = *i;
+    while s
+        .get(*i)
+        .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    {
+        *i += 1;
+    }
+    let ident = String::from_utf8_lossy(&s[start..*i]).into_owned();
+    let mut path = prefix.to_vec();
+    if !ident.is_empty() && ident != "self" {
+        path.push(ident.clone());
+    }
+    if !ident.is_empty() && s[*i..].starts_with(b"::") {
+        *i += 2;
+        path_tree(s, i, &path, out);
+    } else {
+        out.push(path);
+    }
+}
+
+/// `written` (a path beginning with `crate` or `super`) as a module path from the crate root, seen from the
+/// file whose module path is `module`; `None` for a path that climbs above the crate.
+fn resolve(module: &[String], written: &[String]) -> Option<Vec<String>> {
+    let (first, mut rest) = written.split_first()?;
+    let mut base = if first == "crate" {
+        Vec::new()
+    } else {
+        module[..module.len().checked_sub(1)?].to_vec()
+    };
+    while let Some((segment, more)) = rest.split_first() {
+        if segment != "super" {
+            break;
+        }
+        base.pop()?;
+        rest = more;
+    }
+    base.extend(rest.iter().cloned());
+    Some(base)
+}
+
+/// The paths that production code in `text`, the file of module `module`, names through `crate::` and
+/// `super::`, from the crate root, `use` groups expanded. Test code (from the first `#[cfg(test)]` on) and
+/// comments are not counted.
+fn referenced_paths(module: &[String], text: &str) -> BTreeSet<Vec<String>> {
+    let code: Vec<&str> = text
+        .split("#[cfg(test)]")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect();
+    let code = code.join("\n");
+    let s = code.as_bytes();
+    let mut written = Vec::new();
+    let mut i = 0;
+    while i < s.len() {
+        // The start of a path, not a segment inside one (`super::super::x` is read once, from its first).
+        let starts = i == 0 || !(s[i - 1].is_ascii_alphanumeric() || b"_:".contains(&s[i - 1]));
+        let head = ["crate", "super"]
+            .into_iter()
+            .find(|head| starts && s[i..].starts_with(format!("{head}::").as_bytes()));
+        match head {
+            Some(head) => {
+                i += head.len() + 2;
+                path_tree(s, &mut i, &[head.to_string()], &mut written);
+            }
+            None => i += 1,
+        }
+    }
+    written.iter().filter_map(|w| resolve(module, w)).collect()
+}
+
+/// Where a reference from `module` to `path` makes an edge: between the two children of their deepest common
+/// module, in that module's folder. From `store::handle`, `store::entry::Proposed` is `handle -> entry` in
+/// `store`, and `core::Op` is `store -> core` at the top; a module's references into itself make none.
+fn sibling_edge(module: &[String], path: &[String]) -> Option<(Vec<String>, String, String)> {
+    let common = module.iter().zip(path).take_while(|(a, b)| a == b).count();
+    let from = module.get(common)?;
+    let to = path.get(common)?;
+    Some((module[..common].to_vec(), from.clone(), to.clone()))
 }
 
 /// A cycle among `edges`, if there is one, as the path that closes it.
@@ -204,49 +316,57 @@ fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 }
 
 #[test]
-fn top_level_modules_import_in_one_direction_in_every_crate() {
-    let mut crates = vec![
-        root().join("src"),
-        root().join("space/src"),
-        root().join("engine/src"),
-        root().join("proto/src"),
-        root().join("client/src"),
-        root().join("coordinator/src"),
-        root().join("worker/src"),
-        root().join("replicate/src"),
-    ];
-    crates.extend(space_crates().into_iter().map(|d| d.join("src")));
-    for src in crates {
+fn modules_import_in_one_direction_in_every_folder_of_every_crate() {
+    let sources = workspace_sources();
+    assert!(
+        sources.len() >= 16,
+        "the root package and the workspace's members: {sources:?}"
+    );
+    let mut circles = Vec::new();
+    for src in sources {
         let mut files = Vec::new();
         rust_files(&src, &mut files);
         assert!(!files.is_empty(), "{}: no sources", src.display());
-        let modules: BTreeSet<String> = files.iter().map(|f| top_module(&src, f)).collect();
-        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        // Per folder (by module path), the edges between the modules in it.
+        let mut folders: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> =
+            BTreeMap::new();
         for file in &files {
-            let from = top_module(&src, file);
-            // The crate root declares and re-exports every module; what matters is how the modules use each
-            // other, so it is left out as a source of edges.
             // Test modules in files of their own (`tests.rs`, `dag_tests.rs`, `test_support.rs`) may reach
             // anywhere: nothing imports them.
             let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-            let test_file = stem == "tests" || stem.ends_with("_tests") || stem == "test_support";
-            if from == "lib" || from == "main" || test_file {
+            if stem == "tests" || stem.ends_with("_tests") || stem == "test_support" {
                 continue;
             }
-            for to in crate_references(&read(file)) {
-                if to != from && modules.contains(&to) && to != "lib" {
-                    edges.entry(from.clone()).or_default().insert(to);
+            let module = module_path(&src, file);
+            for path in referenced_paths(&module, &read(file)) {
+                let Some((folder, from, to)) = sibling_edge(&module, &path) else {
+                    continue;
+                };
+                // Items of the folder's own module (re-exports included) are not a sibling.
+                let dir = folder.iter().fold(src.clone(), |dir, m| dir.join(m));
+                if !dir.join(format!("{to}.rs")).is_file() && !dir.join(&to).is_dir() {
+                    continue;
                 }
+                folders
+                    .entry(folder)
+                    .or_default()
+                    .entry(from)
+                    .or_default()
+                    .insert(to);
             }
         }
-        if let Some(cycle) = find_cycle(&edges) {
-            panic!(
-                "{}: top-level modules import each other in a circle: {}",
-                src.display(),
-                cycle.join(" -> ")
-            );
+        for (folder, edges) in folders {
+            if let Some(cycle) = find_cycle(&edges) {
+                let dir = folder.iter().fold(src.clone(), |dir, m| dir.join(m));
+                circles.push(format!("{}: {}", dir.display(), cycle.join(" -> ")));
+            }
         }
     }
+    assert!(
+        circles.is_empty(),
+        "modules import each other in a circle:\n{}",
+        circles.join("\n")
+    );
 }
 
 #[test]
@@ -260,14 +380,57 @@ fn the_cycle_finder_finds_a_cycle_and_only_then() {
         find_cycle(&edges),
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
     );
+}
+
+fn strings(path: &[&str]) -> Vec<String> {
+    path.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn references_are_resolved_from_the_file_that_makes_them() {
+    let handle = strings(&["store", "handle"]);
+    let text = "use super::entry::Proposed;\n\
+                use super::{\n    blobs::{Blobs, FileBlobs as Files},\n    kv,\n};\n\
+                use crate::{store::Store, core};\n\
+                fn f() { super::super::fsck::check(); crate::limits::MAX } // crate::no, super::no\n\
+                #[cfg(test)]\nuse super::test_support;";
+    let found: BTreeSet<Vec<String>> = [
+        &["store", "entry", "Proposed"][..],
+        &["store", "blobs", "Blobs"],
+        &["store", "blobs", "FileBlobs"],
+        &["store", "kv"],
+        &["store", "Store"],
+        &["core"],
+        &["fsck", "check"],
+        &["limits", "MAX"],
+    ]
+    .into_iter()
+    .map(strings)
+    .collect();
+    assert_eq!(referenced_paths(&handle, text), found);
+    // In a folder's `mod.rs`, `super` is the folder's parent.
     assert_eq!(
-        crate_references(
-            "use crate::{store::Store, core};\nlet x = crate::limits::MAX; // crate::no"
-        ),
-        ["core", "limits", "store"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
+        referenced_paths(&strings(&["store"]), "use super::core::Op;"),
+        [strings(&["core", "Op"])].into_iter().collect()
+    );
+    assert_eq!(referenced_paths(&[], "use super::x;"), BTreeSet::new());
+    // A sibling in the folder, a module at the top, nothing for a reference into the module itself.
+    assert_eq!(
+        sibling_edge(&handle, &strings(&["store", "entry", "Proposed"])),
+        Some((strings(&["store"]), "handle".into(), "entry".into()))
+    );
+    assert_eq!(
+        sibling_edge(&handle, &strings(&["core", "Op"])),
+        Some((vec![], "store".into(), "core".into()))
+    );
+    assert_eq!(sibling_edge(&handle, &strings(&["store"])), None);
+    assert_eq!(
+        module_path(Path::new("/c/src"), Path::new("/c/src/store/mod.rs")),
+        strings(&["store"])
+    );
+    assert_eq!(
+        module_path(Path::new("/c/src"), Path::new("/c/src/lib.rs")),
+        Vec::<String>::new()
     );
 }
 

@@ -3,9 +3,10 @@
 //! controllers of a hybrid host, and the namespaces and mount calls of the sandbox.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::cgroupfs;
-use std::sync::OnceLock;
+use crate::clone::try_clone_exit;
 
 /// The environment variable that limits containment to less than the machine allows: `namespace` (no cgroups)
 /// or `subreaper` (neither cgroups nor namespaces). Unset or `auto`: everything that works.
@@ -94,8 +95,10 @@ impl Facilities {
         self.v2_pids || self.v1_pids.is_some()
     }
 
-    /// One line for logs and `sweep workers`: what contains a chunk and what enforces each limit.
-    pub fn summary(&self) -> String {
+    /// One line for logs and `sweep workers`: what contains a chunk and what enforces each limit, saying
+    /// whether chunks without limits or sandbox run in resident boxes (which this process knows, not the machine:
+    /// [`Facilities::summary`] asks it).
+    pub(crate) fn describe(&self, resident: bool) -> String {
         let lifetime = match (self.pid_namespace, &self.v2) {
             (PidNamespace::Direct, Some(_)) => {
                 "PID namespace per chunk (+ cgroup v2 for chunks with limits)"
@@ -131,7 +134,7 @@ impl Facilities {
         } else {
             "rlimit per process"
         };
-        let resident = if crate::resident::enabled() {
+        let resident = if resident {
             "; chunks without limits or sandbox in a resident PID namespace per thread, emptied between chunks"
         } else {
             ""
@@ -169,9 +172,9 @@ fn enable_v2_controllers(dir: &Path) -> (bool, bool) {
 
 /// Tries a PID namespace: a child made by clone(2) in one exits at once.
 fn probe_pid_namespace(root: bool) -> PidNamespace {
-    if crate::spawn::try_clone_exit(libc::CLONE_NEWPID) {
+    if try_clone_exit(libc::CLONE_NEWPID) {
         PidNamespace::Direct
-    } else if !root && crate::spawn::try_clone_exit(libc::CLONE_NEWPID | libc::CLONE_NEWUSER) {
+    } else if !root && try_clone_exit(libc::CLONE_NEWPID | libc::CLONE_NEWUSER) {
         PidNamespace::InUserNamespace
     } else {
         PidNamespace::Unavailable
@@ -183,11 +186,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_summary_names_every_limit() {
+    fn the_summary_names_every_limit_and_the_resident_boxes_when_there_are() {
         let f = Facilities::get();
-        let s = f.summary();
-        for word in ["memory", "pids", "cpu", "disk"] {
-            assert!(s.contains(word), "{s}");
+        for resident in [false, true] {
+            let s = f.describe(resident);
+            for word in ["memory", "pids", "cpu", "disk"] {
+                assert!(s.contains(word), "{s}");
+            }
+            assert_eq!(s.contains("resident"), resident, "{s}");
         }
     }
 }

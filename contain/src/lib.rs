@@ -24,8 +24,11 @@
 
 pub mod cgroup;
 pub mod cgroupfs;
+mod clone;
 pub mod facilities;
+mod in_box;
 pub mod launcher;
+mod prepare;
 pub mod resident;
 pub mod size;
 mod spawn;
@@ -168,6 +171,15 @@ pub struct Boxed {
     stderr: Option<File>,
     /// Set when the program runs in its thread's resident box ([`resident`]).
     resident: Option<resident::Link>,
+}
+
+impl Facilities {
+    /// One line for logs and `sweep workers`: what contains a chunk and what enforces each limit. Here, where
+    /// every module is known, because it also says whether this process runs chunks in resident boxes, which
+    /// are built on what the machine allows and so sit above [`facilities`].
+    pub fn summary(&self) -> String {
+        self.describe(resident::enabled())
+    }
 }
 
 /// Becomes the launcher or a resident box's server when this process was started as one (its first argument
@@ -329,7 +341,7 @@ impl Boxed {
             self.signal(libc::SIGKILL);
         } else {
             // Outside a namespace the box kills the program's group and every orphan it holds, then ends.
-            self.signal(spawn::KILL_ALL);
+            self.signal(in_box::KILL_ALL);
             if let Some(p) = self.program {
                 // SAFETY: the program's group, in case the box has not run yet.
                 unsafe { libc::kill(-p, libc::SIGKILL) };
@@ -515,8 +527,8 @@ impl Boxed {
         while self.buf.len() >= 5 {
             let v = i32::from_ne_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]);
             match self.buf[0] {
-                spawn::TAG_PROGRAM => self.program = Some(v),
-                spawn::TAG_STATUS => self.wait_status = Some(v),
+                in_box::TAG_PROGRAM => self.program = Some(v),
+                in_box::TAG_STATUS => self.wait_status = Some(v),
                 _ => {}
             }
             self.buf.drain(..5);

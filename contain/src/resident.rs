@@ -28,7 +28,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::facilities::{Facilities, PidNamespace};
+use crate::in_box;
 use crate::launcher;
+use crate::prepare;
 use crate::spawn::{self, Started};
 use crate::{Limits, Spec};
 
@@ -108,7 +110,7 @@ pub(crate) fn start(spec: &Spec) -> Option<io::Result<(Started, Link, Option<Own
         return None;
     }
     // Found here, as a box of its own would (the same errors), and sent as found.
-    let program = match spawn::resolve(&spec.program, &spec.cwd, &spec.env) {
+    let program = match prepare::resolve(&spec.program, &spec.cwd, &spec.env) {
         Ok(p) => PathBuf::from(OsString::from_vec(p.into_bytes())),
         Err(e) => return Some(Err(e)),
     };
@@ -231,7 +233,7 @@ pub fn serve() -> ! {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
         libc::sigemptyset(&mut sa.sa_mask);
-        for sig in spawn::PASSED_ON.into_iter().chain([spawn::KILL_ALL]) {
+        for sig in in_box::PASSED_ON.into_iter().chain([in_box::KILL_ALL]) {
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
         // Orphans of a chunk come here rather than to the box, so the server can reap them and know when the
@@ -270,7 +272,7 @@ fn run_one(req: Request, out: OwnedFd, err: OwnedFd, status: File, exec: OwnedFd
     };
     // The server's own directory becomes the program's: posix_spawn then needs no chdir of its own.
     if let Err(e) = std::env::set_current_dir(&req.cwd) {
-        return fail(spawn::STEP_CHDIR, e, libc::ENOENT);
+        return fail(in_box::STEP_CHDIR, e, libc::ENOENT);
     }
     let mut cmd = std::process::Command::new(&req.program);
     cmd.args(&req.args)
@@ -281,12 +283,12 @@ fn run_one(req: Request, out: OwnedFd, err: OwnedFd, status: File, exec: OwnedFd
         .stderr(err);
     let child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return fail(spawn::STEP_EXEC, e, libc::ENOEXEC),
+        Err(e) => return fail(in_box::STEP_EXEC, e, libc::ENOEXEC),
     };
     // The pipes' write ends go with the Command: the program holds the only copies now.
     drop(cmd);
     let pid = child.id() as i32;
-    let _ = write_record(&status, spawn::TAG_PROGRAM, pid);
+    let _ = write_record(&status, in_box::TAG_PROGRAM, pid);
     drop(exec);
     let mut st = 0;
     loop {
@@ -302,7 +304,7 @@ fn run_one(req: Request, out: OwnedFd, err: OwnedFd, status: File, exec: OwnedFd
         }
     }
     empty_namespace();
-    let _ = write_record(&status, spawn::TAG_STATUS, st);
+    let _ = write_record(&status, in_box::TAG_STATUS, st);
 }
 
 /// Kills every process in the namespace but this one and the box, and reaps them all. Orphans come to this

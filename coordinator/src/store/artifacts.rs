@@ -16,6 +16,7 @@
 //! hash alone) are still read.
 
 use super::blobs::TMP_PREFIX;
+use super::digest::{digest_hex, hash, is_digest};
 use super::error::StoreError;
 use super::framing::{take, take_u32};
 use super::handle::Store;
@@ -140,26 +141,8 @@ pub(super) fn shipped_key(digest: &str) -> Vec<u8> {
     format!("s/{digest}").into_bytes()
 }
 
-/// Whether `digest` is a blake3 digest in lower-case hex: the only names a shipped file may have (they become
-/// file names).
-pub fn is_digest(digest: &str) -> bool {
-    digest.len() == 64
-        && digest
-            .bytes()
-            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
 pub(super) fn job_blob(job: JobId) -> String {
     format!("r-{job}")
-}
-
-/// blake3 of `bytes` in hex: the digest job records and workers use for artifacts.
-pub fn digest_hex(bytes: &[u8]) -> String {
-    blake3::hash(bytes).to_hex().to_string()
-}
-
-pub(super) fn hash(bytes: &[u8]) -> Vec<u8> {
-    blake3::hash(bytes).as_bytes().to_vec()
 }
 
 impl Store {

@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 
 use super::artifacts::{
-    chunk_blob, encode_list_into, hash, job_blob, segment_blob, shipped_blob, shipped_key, ListRef,
+    chunk_blob, encode_list_into, job_blob, segment_blob, shipped_blob, shipped_key, ListRef,
 };
 use super::blocks::{BlockEdits, INLINE_OUTPUT_MAX};
+use super::digest::hash;
 use super::error::StoreError;
 use super::handle::Store;
 use super::keys::{be_u64, chunk_key, identity_key, job_key};

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use sweep_space::{ChunkOutput, Tally};
 
+use super::digest::{digest_hex, is_digest};
 use super::error::StoreError;
 use super::framing::{take, take_u32, take_u64};
 use crate::core::{IdentityRecord, JobRecord, Op};
@@ -485,9 +486,7 @@ fn from_wire(
         WireOp::Identity(rec) => Op::Identity(rec),
         WireOp::Shipped(digest, i) => {
             let bytes = frame(i)?;
-            if !super::artifacts::is_digest(&digest)
-                || super::artifacts::digest_hex(&bytes) != digest
-            {
+            if !is_digest(&digest) || digest_hex(&bytes) != digest {
                 return Err(damaged(format!(
                     "shipped file `{digest}` does not match its digest"
                 )));

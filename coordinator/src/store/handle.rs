@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::blobs::{Blobs, FileBlobs, MemBlobs};
+use super::entry::Proposed;
 use super::error::StoreError;
 use super::kv::{Kv, MemKv, SledKv};
 
@@ -17,7 +18,7 @@ pub struct Store {
     pub(super) writer: Mutex<()>,
     /// On a member of a replicated coordinator: the entries it proposed, for its state machine to apply
     /// without decoding them.
-    pub(super) proposed: super::entry::Proposed,
+    pub(super) proposed: Proposed,
 }
 
 impl Store {
@@ -35,8 +36,8 @@ impl Store {
         }
     }
 
-    /// The entries this member proposed (see [`super::Proposed`]).
-    pub fn proposed(&self) -> &super::Proposed {
+    /// The entries this member proposed (see [`Proposed`]).
+    pub fn proposed(&self) -> &Proposed {
         &self.proposed
     }
 

@@ -35,11 +35,14 @@
 //! import downward only, in this order from the bottom:
 //! - `error`: [`StoreError`], which every layer returns;
 //! - `framing`: reading length-prefixed fields, shared by the block and list codecs;
+//! - `digest`: blake3 digests in hex (names, records) and as raw bytes (the hashes kept beside what is written);
 //! - `keys`: how keys are spelled and named in errors;
 //! - `format`: the format marker, checked when sled is opened;
 //! - `kv`: the raw key-value layer, sled and its in-memory twin;
 //! - `blobs`: named files beside sled (or in memory), written atomically and durably;
 //! - `records`: how the core's records are encoded (JSON);
+//! - `entry`: a group commit's parts as one consensus entry (a compact binary form for the ops of results), and
+//!   the entries a member proposed, which the store keeps;
 //! - `blocks`: the 64-chunk block codec, and the block edits of one write;
 //! - `summaries`: the segment summaries derived from blocks, what start-up reads;
 //! - `handle`: the [`Store`] itself, the key-value layer and the blobs opened together;
@@ -47,7 +50,7 @@
 //! - `chunks`: chunk records and outputs read wherever they live, and fsck's writes to them;
 //! - `batches`: group commits, split into crash-consistent parts and encoded as batches;
 //! - `snapshot`: what start-up reads to rebuild the core;
-//! - `entry`: a group commit's parts as one consensus entry (a compact binary form for the ops of results);
+//! - `snapshot_file`: the store written to, and installed from, a file a replicated snapshot names;
 //! - `replicated`: the store as a replicated coordinator's state machine (applying entries, snapshots);
 //! - `upgrade`: the one-way upgrades of older formats on open.
 //!
@@ -59,6 +62,7 @@ mod batches;
 mod blobs;
 mod blocks;
 mod chunks;
+mod digest;
 mod entry;
 mod error;
 mod format;
@@ -75,11 +79,12 @@ mod summaries;
 mod test_support;
 mod upgrade;
 
-pub use artifacts::{digest_hex, is_digest, FinishedArtifacts};
+pub use artifacts::FinishedArtifacts;
 pub use batches::{split_commit, MAX_BATCH_OPS};
 pub use blobs::{Blobs, FileBlobs, MemBlobs};
 pub use blocks::{BLOCK, INLINE_OUTPUT_MAX};
 pub use chunks::Lists;
+pub use digest::{digest_hex, is_digest};
 pub use entry::{decode_entry, encode_entry, Proposed};
 pub use error::StoreError;
 pub use handle::Store;

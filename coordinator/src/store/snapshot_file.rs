@@ -282,7 +282,7 @@ impl SnapshotFiles {
         self.installed(d)?;
         let path = self.verify(d)?;
         let kv = &store.kv;
-        let mut batch: super::Writes = Vec::new();
+        let mut batch: super::kv::Writes = Vec::new();
         kv.for_each(b"", &mut |k, _| {
             if !keep.contains(&k) {
                 batch.push((k.to_vec(), None));

@@ -8,7 +8,8 @@
 //! (its list files are read where they are). Format 5 adds a summary per 4,096 chunks, which start-up reads
 //! instead of every block; opening a format-4 store builds them from its blocks once.
 
-use super::artifacts::{chunk_blob, hash, job_blob};
+use super::artifacts::{chunk_blob, job_blob};
+use super::digest::hash;
 use super::error::StoreError;
 use super::format::FORMAT;
 use super::handle::Store;
