@@ -92,6 +92,12 @@ impl Core {
                 for l in &mut leases {
                     l.deadline_ms = deadline;
                 }
+                info!(
+                    worker,
+                    request,
+                    chunks = leases.len(),
+                    "a lease request came again (its answer was lost): its chunks are handed back"
+                );
                 self.stage_dirty(now);
                 return Ok(LeaseAnswer::Chunks(leases));
             }
