@@ -62,8 +62,9 @@ pub fn json_u128(v: u128) -> serde_json::Value {
 /// The kernel's half of a chunk's control: progress, cancellation, the stop request and resume state as the
 /// kernel sees them. The engine holds the other half, [`ChunkControl`]; a kernel is only ever lent `&Control`,
 /// so it cannot cancel itself, change its threads or take its own saved state. [`Control::new`] makes a
-/// control nobody cancels, for running a kernel outside the engine (tests, benches). Kernels add nodes in batches and poll [`Control::is_cancelled`] between batches, so the
-/// cost is a relaxed atomic add every few thousand nodes.
+/// control nobody cancels, for running a kernel outside the engine (tests, benches). Kernels count their nodes
+/// in a [`crate::Meter`], which publishes them and polls [`Control::is_cancelled`] every few thousand steps, so the
+/// cost is a relaxed atomic add between batches, never per node.
 #[derive(Debug, Default)]
 pub struct Control {
     nodes: AtomicU64,
