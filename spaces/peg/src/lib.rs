@@ -283,10 +283,9 @@ impl Job for PegJob {
                 for &(pos, ways) in &classes[lo as usize..hi as usize] {
                     total += ways * counter.wins(pos)?;
                 }
-                counter.flush();
                 out.count("count", total);
                 out.count("classes", hi - lo);
-                out.nodes = counter.nodes;
+                out.nodes = counter.finish();
             }
             Mode::Positions => {
                 if n_chunks > MAX_POSITION_CHUNKS {

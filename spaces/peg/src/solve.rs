@@ -30,13 +30,10 @@ use super::game::{Game, Goal, PosSet};
 use super::pagoda::{self, Pruner};
 use super::solve_beam::{beam, BeamEnv, Ranking};
 use super::solve_layers::{LayerOutcome, LayerSearch, SearchProof};
-use sweep_space::{Control, SpaceError};
+use sweep_space::{Control, Meter, SpaceError};
 
 /// An isolated peg outweighs any distance sum (at most 64 pegs * 8).
 const ISOLATED_WEIGHT: u32 = 1 << 10;
-
-/// Nodes between cancellation checks.
-const CHECK_EVERY: u64 = 1 << 14;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -59,7 +56,10 @@ pub struct Solver<'a> {
     order: Vec<usize>,
     failed: PosSet,
     path: Vec<usize>,
+    /// Nodes of every phase, counted once each phase is over (the later phases publish their own progress).
     pub nodes: u64,
+    /// The depth-first phase's nodes.
+    dfs_meter: Meter<'a>,
     /// Positions expanded while building the endgame table.
     pub table_nodes: u64,
     seed: u64,
@@ -132,6 +132,7 @@ impl<'a> Solver<'a> {
             failed: PosSet::default(),
             path: Vec::with_capacity(64),
             nodes: 0,
+            dfs_meter: Meter::new(ctl),
             table_nodes: 0,
             seed,
             neighbours,
@@ -150,15 +151,15 @@ impl<'a> Solver<'a> {
         if let Some(why) = self.game.pagoda_obstruction() {
             return Ok(Outcome::ImpossibleByPagoda(why));
         }
-        let outcome = self.search()?;
-        self.ctl.add_nodes(self.nodes % CHECK_EVERY);
-        Ok(outcome)
+        self.search()
     }
 
     /// The phases, cheapest first; only the last is complete, and only it may conclude "impossible" by search.
     fn search(&mut self) -> Result<Outcome, SpaceError> {
         // Phase 2: a depth-first attempt on a small budget: the English board with any seed ends here.
-        match self.dfs(self.game.start, self.game.start.count_ones()) {
+        let first = self.dfs(self.game.start, self.game.start.count_ones());
+        self.nodes += self.dfs_meter.finish();
+        match first {
             Ok(true) => return Ok(Outcome::Solved(std::mem::take(&mut self.path))),
             Ok(false) => return Ok(Outcome::ImpossibleBySearch),
             Err(Stop::Err(e)) => return Err(e),
@@ -247,10 +248,7 @@ impl<'a> Solver<'a> {
             return Err(Stop::Budget);
         }
         self.budget -= 1;
-        self.nodes += 1;
-        if self.nodes.is_multiple_of(CHECK_EVERY) {
-            self.ctl.checkpoint(CHECK_EVERY)?;
-        }
+        self.dfs_meter.tick()?;
         let key = self.game.canon(&self.game.goal_group, pos);
         if self.failed.contains(&key) {
             return Ok(false);
