@@ -748,6 +748,23 @@ mod hex_bytes {
 mod tests {
     use super::*;
 
+    /// A job's own copy of this rule once planned `default.min(max)` chunks: zero when either was zero, a plan
+    /// with no chunk to run. The contract never plans fewer than one.
+    #[test]
+    fn a_default_or_cap_of_zero_still_plans_one_chunk() {
+        assert_eq!(Plan::chunk_count(None, 0, 5), Ok(1));
+        assert_eq!(Plan::chunk_count(None, 8, 0), Ok(1));
+        assert_eq!(Plan::chunk_count(None, 8, 5), Ok(5));
+        assert_eq!(Plan::chunk_count(None, 3, 5), Ok(3));
+        assert_eq!(Plan::chunk_count(Some(3), 3, 5), Ok(3));
+        for bad in [Some(0), Some(4)] {
+            assert!(matches!(
+                Plan::chunk_count(bad, 3, 5),
+                Err(SpaceError::InvalidParam { name: "chunks", .. })
+            ));
+        }
+    }
+
     #[test]
     fn digest_changes_with_every_field() {
         let base = ChunkOutput {
