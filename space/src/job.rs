@@ -62,8 +62,9 @@ pub fn json_u128(v: u128) -> serde_json::Value {
 /// The kernel's half of a chunk's control: progress, cancellation, the stop request and resume state as the
 /// kernel sees them. The engine holds the other half, [`ChunkControl`]; a kernel is only ever lent `&Control`,
 /// so it cannot cancel itself, change its threads or take its own saved state. [`Control::new`] makes a
-/// control nobody cancels, for running a kernel outside the engine (tests, benches). Kernels add nodes in batches and poll [`Control::is_cancelled`] between batches, so the
-/// cost is a relaxed atomic add every few thousand nodes.
+/// control nobody cancels, for running a kernel outside the engine (tests, benches). Kernels count their nodes
+/// in a [`crate::Meter`], which publishes them and polls [`Control::is_cancelled`] every few thousand steps, so the
+/// cost is a relaxed atomic add between batches, never per node.
 #[derive(Debug, Default)]
 pub struct Control {
     nodes: AtomicU64,
@@ -746,6 +747,23 @@ mod hex_bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A job's own copy of this rule once planned `default.min(max)` chunks: zero when either was zero, a plan
+    /// with no chunk to run. The contract never plans fewer than one.
+    #[test]
+    fn a_default_or_cap_of_zero_still_plans_one_chunk() {
+        assert_eq!(Plan::chunk_count(None, 0, 5), Ok(1));
+        assert_eq!(Plan::chunk_count(None, 8, 0), Ok(1));
+        assert_eq!(Plan::chunk_count(None, 8, 5), Ok(5));
+        assert_eq!(Plan::chunk_count(None, 3, 5), Ok(3));
+        assert_eq!(Plan::chunk_count(Some(3), 3, 5), Ok(3));
+        for bad in [Some(0), Some(4)] {
+            assert!(matches!(
+                Plan::chunk_count(bad, 3, 5),
+                Err(SpaceError::InvalidParam { name: "chunks", .. })
+            ));
+        }
+    }
 
     #[test]
     fn digest_changes_with_every_field() {

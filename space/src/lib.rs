@@ -8,6 +8,8 @@
 //!   workers. The five puzzles, `exec` and a user's own spaces all register the same way.
 //! - [`testkit`]: the checks every space's tests run (every chunking the same answer, lies refused, a resumed
 //!   chunk equal to an uninterrupted one).
+//! - [`Meter`]: the node accounting of every kernel: exact counts, progress published and cancellation checked
+//!   every [`STEPS_PER_CHECK`] steps.
 //! - Helpers every space may use and none should write twice: [`perm`] (factorials, permutation rank and unrank,
 //!   and the exact split of a rank range into chunks) and [`rng`] (the frozen splitmix64 generator whose bits are
 //!   part of stored answers).
@@ -16,6 +18,7 @@
 //! `proto`, `coordinator` and `worker` depend on it, never on a particular space.
 
 mod job;
+mod meter;
 pub mod perm;
 mod registry;
 pub mod rng;
@@ -26,4 +29,5 @@ pub use job::{
     JobInput, Plan, SearchSpace, SpaceError, Tally, MAX_REPORT_SOLUTIONS, MAX_RESUME_STATE_BYTES,
     MAX_SHOWN_SOLUTIONS,
 };
+pub use meter::{Meter, STEPS_PER_CHECK};
 pub use registry::{Registry, Space};

@@ -16,27 +16,22 @@
 //! searched and the rest of the node's rank range is counted as failed without looking at each value.
 
 use sweep_space::perm::FACTORIALS;
-use sweep_space::{ChunkOutput, Control, SpaceError};
+use sweep_space::{ChunkOutput, Control, Meter, SpaceError};
 
 use super::triangle::{encode, Geometry};
-
-/// How many kernel steps pass between progress reports and cancellation checks.
-const CHECK_EVERY: u32 = 1 << 12;
 
 /// The brute-force walk over ranks `[lo, hi)`.
 pub struct Brute<'a> {
     geo: &'a Geometry,
     lo: u64,
     hi: u64,
-    ctl: &'a Control,
     out: &'a mut ChunkOutput,
     /// `check[i] = Some((bottom, upper left))` when index `i` is the upper right ball of a group.
     check: Vec<Option<(usize, usize)>>,
     /// Ball values by seed index (0 = unset).
     balls: Vec<u8>,
-    nodes: u64,
-    unreported: u64,
-    steps: u32,
+    /// One step per node visited, and the ranks it accounts for: a leaf, or a failing block.
+    meter: Meter<'a>,
 }
 
 impl<'a> Brute<'a> {
@@ -51,13 +46,10 @@ impl<'a> Brute<'a> {
             geo,
             lo,
             hi,
-            ctl,
             out,
             check: completing_groups(geo),
             balls: vec![0; geo.n],
-            nodes: 0,
-            unreported: 0,
-            steps: 0,
+            meter: Meter::new(ctl),
         }
     }
 
@@ -67,8 +59,7 @@ impl<'a> Brute<'a> {
             let all = ((1u32 << (n + 1)) - 1) & !1;
             self.dfs(0, 0, all)?;
         }
-        self.ctl.add_nodes(self.unreported);
-        self.out.nodes = self.nodes;
+        self.out.nodes = self.meter.finish();
         Ok(())
     }
 
@@ -77,24 +68,12 @@ impl<'a> Brute<'a> {
         end.min(self.hi).saturating_sub(start.max(self.lo))
     }
 
-    fn account(&mut self, n: u64) -> Result<(), SpaceError> {
-        self.nodes += n;
-        self.unreported += n;
-        self.steps += 1;
-        if self.steps >= CHECK_EVERY {
-            self.steps = 0;
-            let n = std::mem::take(&mut self.unreported);
-            self.ctl.checkpoint(n)?;
-        }
-        Ok(())
-    }
-
     /// Places index `depth`. The subtree covers ranks `[base, base + (n - depth)!)`, which overlaps the chunk;
     /// every in-range rank of it is accounted exactly once, either by a leaf or as part of a failing block.
     fn dfs(&mut self, depth: usize, base: u64, unused: u32) -> Result<(), SpaceError> {
         let n = self.geo.n;
         if depth == n {
-            self.account(1)?;
+            self.meter.add(1)?;
             self.found();
             return Ok(());
         }
@@ -120,7 +99,7 @@ impl<'a> Brute<'a> {
                     self.balls[depth] = v;
                     self.dfs(depth + 1, start, unused & !(1u32 << v))?;
                 }
-                self.account(total - passed)?;
+                self.meter.add(total - passed)?;
             }
             None => {
                 let mut bits = unused;

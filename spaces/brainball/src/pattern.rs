@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use super::pdb::{self, patterns, Pdb, MAX_TILES};
 use super::segbfs::{expand, Kind, Layout, SegKey, SegmentStore};
 use sweep_space::perm::split_range;
-use sweep_space::{ChunkOutput, Control, SpaceError};
+use sweep_space::{ChunkOutput, Control, Meter, SpaceError};
 
 /// The largest pattern distance of tiles 1..k (index k): the last level job of the chain. Pinned by
 /// `the_level_count_of_every_pattern_size_is_the_in_memory_maximum`.
@@ -44,8 +44,6 @@ const MAGIC: &[u8; 8] = b"SWBBPLV1";
 /// Magic, tiles, cut, level, 5 reserved bytes, count.
 const HEADER_LEN: usize = 8 + 8 + 8;
 const DIGEST_LEN: usize = 32;
-/// Patterns between progress reports and cancellation checks in the database chunks.
-const CHECK_EVERY: usize = 1 << 16;
 
 /// Tiles 1..s cut the states of `k` tiles into segments: 2 gives 528 segments of 80,640 states for 6 tiles
 /// (10 KB bitmaps, enough segments to spread over any cluster); fewer tiles take a smaller cut.
@@ -324,6 +322,7 @@ pub fn database_chunk(
     let (lo, hi) = split_range(patterns(k) as u128, n_chunks, chunk);
     let (lo, hi) = (lo as usize, hi as usize);
     let mut dist = Vec::with_capacity(hi - lo);
+    let mut meter = Meter::new(ctl);
     // Rank order and the layout differ only in where the colour bits go: a placement rank is the segment's
     // placement digits then the offset's (the same mixed radix), and colour bit n is tile n's in a rank but
     // tile 0 comes first (most significant) in a segment's and tile s first in an offset's. So the (segment,
@@ -348,12 +347,10 @@ pub fn database_chunk(
             )));
         }
         dist.push(d as u8);
-        if (i - lo + 1) % CHECK_EVERY == 0 {
-            ctl.checkpoint(CHECK_EVERY as u64)?;
-        }
+        meter.tick()?;
     }
     Ok(ChunkOutput {
-        nodes: (hi - lo) as u64,
+        nodes: meter.finish(),
         artifact: dist,
         ..Default::default()
     })

@@ -26,7 +26,7 @@ use crate::ball::{Ball, Ring, N_TWISTS, SLOTS, TILES};
 use crate::pdb::{Pdb, SOLVER_TILES};
 use crate::prune::{Pruner, DEAD};
 use crate::table::Table;
-use sweep_space::{Control, SpaceError};
+use sweep_space::{Control, Meter, SpaceError};
 
 /// One step of a physical solution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,7 +250,6 @@ struct Scan<'a> {
     table: &'a Table,
     pdb: Option<&'a Pdb>,
     pruner: &'a Pruner,
-    ctl: &'a Control,
     /// The twists walked so far, 4 bits each, the first in the lowest bits.
     path: u128,
     leaves: Vec<Ball>,
@@ -258,7 +257,8 @@ struct Scan<'a> {
     dist: Vec<Option<u8>>,
     /// The first end met (its packed path and position), in walk order.
     hit: Option<(u128, Ball)>,
-    unreported: u64,
+    /// Counts the bounds computed and the leaves probed; one step per node walked.
+    meter: Meter<'a>,
     probes: u64,
     bounded: u64,
     pruned: u64,
@@ -270,13 +270,12 @@ impl<'a> Scan<'a> {
             table,
             pdb,
             pruner: Pruner::get(),
-            ctl,
             path: 0,
             leaves: Vec::with_capacity(BATCH),
             paths: Vec::with_capacity(BATCH),
             dist: Vec::with_capacity(BATCH),
             hit: None,
-            unreported: 0,
+            meter: Meter::new(ctl),
             probes: 0,
             bounded: 0,
             pruned: 0,
@@ -294,7 +293,7 @@ impl<'a> Scan<'a> {
             return false;
         }
         self.bounded += 1;
-        self.unreported += 1;
+        self.meter.count(1);
         let cut = pdb.exceeds(ball, budget);
         self.pruned += u64::from(cut);
         cut
@@ -303,6 +302,7 @@ impl<'a> Scan<'a> {
     /// Walks below `ball` (reached by `g` twists, automaton state `state`) to `left` more twists. Returns true once
     /// a hit is found, to unwind.
     fn walk(&mut self, ball: Ball, state: u32, g: u32, left: u8) -> Result<bool, SpaceError> {
+        self.meter.step()?;
         if self.cut(ball, left) {
             return Ok(false);
         }
@@ -314,7 +314,7 @@ impl<'a> Scan<'a> {
                 }
             }
             if self.leaves.len() + N_TWISTS > BATCH {
-                return self.flush();
+                return Ok(self.flush());
             }
             return Ok(false);
         }
@@ -334,22 +334,18 @@ impl<'a> Scan<'a> {
     }
 
     /// Probes the gathered leaves; keeps the first hit in walk order, so the answer does not depend on batching.
-    fn flush(&mut self) -> Result<bool, SpaceError> {
+    fn flush(&mut self) -> bool {
         let n = self.leaves.len();
         self.dist.resize(n, None);
         self.table.distance_many(&self.leaves, &mut self.dist[..n]);
         self.probes += n as u64;
-        self.unreported += n as u64;
-        if self.unreported >= 1 << 14 {
-            self.ctl.checkpoint(self.unreported)?;
-            self.unreported = 0;
-        }
+        self.meter.count(n as u64);
         if let Some(i) = self.dist[..n].iter().position(Option::is_some) {
             self.hit = Some((self.paths[i], self.leaves[i]));
         }
         self.leaves.clear();
         self.paths.clear();
-        Ok(self.hit.is_some())
+        self.hit.is_some()
     }
 }
 
@@ -402,7 +398,7 @@ pub fn walk_level(
         let stop = if left == 0 {
             scan.leaves.push(b);
             scan.paths.push(scan.path);
-            scan.flush()?
+            scan.flush()
         } else {
             scan.walk(b, state, prefix.len() as u32, left)?
         };
@@ -411,9 +407,9 @@ pub fn walk_level(
         }
     }
     if scan.hit.is_none() {
-        scan.flush()?;
+        scan.flush();
     }
-    ctl.add_nodes(scan.unreported);
+    scan.meter.finish();
     let hit = match scan.hit {
         Some((packed, meet)) => {
             let mut path: Vec<u8> = (0..f).map(|i| (packed >> (4 * i) & 15) as u8).collect();

@@ -16,7 +16,7 @@
 
 use crate::ball::{Ball, N_TWISTS, POS_MASK};
 use sweep_space::perm::split_range;
-use sweep_space::{Control, SpaceError};
+use sweep_space::{Control, Meter, SpaceError};
 
 /// Deepest table accepted. The 4-bit distances would allow 15; memory is the real limit. Each level multiplies
 /// the positions by about 10.3 (depth 6: 2,045,512 positions, depth 7: 21,102,966), so depth 8 holds about
@@ -29,9 +29,6 @@ const MAGIC: &[u8; 8] = b"SWBBTAB1";
 /// Magic, depth, 7 reserved bytes, count.
 const HEADER_LEN: usize = 8 + 8 + 8;
 const DIGEST_LEN: usize = 32;
-/// Positions between progress reports and cancellation checks.
-const CHECK_EVERY: u64 = 1 << 16;
-
 /// A bijection of the low 60 bits (xorshifts and odd multipliers, all taken mod 2^60).
 #[inline]
 pub fn mix(x: u64) -> u64 {
@@ -101,9 +98,7 @@ pub fn build_chunk(
     let mut walk = Walk {
         depth,
         entries: Vec::new(),
-        nodes: 0,
-        unreported: 0,
-        ctl,
+        meter: Meter::new(ctl),
     };
     if lo == 0 {
         walk.visit(Ball::SOLVED, 0)?;
@@ -116,36 +111,25 @@ pub fn build_chunk(
         }
         walk.dfs(ball, p.len() as u8, p.last().map(|&t| t as usize))?;
     }
-    ctl.add_nodes(walk.unreported);
+    let nodes = walk.meter.finish();
     let mut entries = walk.entries;
     entries.sort_unstable();
     entries.dedup_by_key(|e| key_of(*e));
     entries.shrink_to_fit();
-    Ok(ChunkTable {
-        entries,
-        nodes: walk.nodes,
-    })
+    Ok(ChunkTable { entries, nodes })
 }
 
 struct Walk<'a> {
     depth: u8,
     entries: Vec<u64>,
-    nodes: u64,
-    unreported: u64,
-    ctl: &'a Control,
+    meter: Meter<'a>,
 }
 
 impl Walk<'_> {
     #[inline]
     fn visit(&mut self, ball: Ball, dist: u8) -> Result<(), SpaceError> {
         self.entries.push(entry(ball, dist));
-        self.nodes += 1;
-        self.unreported += 1;
-        if self.unreported >= CHECK_EVERY {
-            self.ctl.checkpoint(self.unreported)?;
-            self.unreported = 0;
-        }
-        Ok(())
+        self.meter.tick()
     }
 
     fn dfs(&mut self, ball: Ball, dist: u8, last: Option<usize>) -> Result<(), SpaceError> {

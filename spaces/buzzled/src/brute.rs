@@ -16,13 +16,10 @@
 //! of boards in the chunk, as if each had been tested alone.
 
 use super::geometry::Geometry;
-use sweep_space::{Control, SpaceError};
+use sweep_space::{Control, Meter, SpaceError};
 
 /// Boards are u64 bit sets.
 pub const MAX_TILES: usize = 64;
-
-/// How often (in tree steps) the kernel reports progress and polls cancellation.
-const CHECK_EVERY: u32 = 1 << 16;
 
 /// Binomial coefficients `C(n, k)` for `n <= 64` (the largest, C(64, 32) ~ 1.8e18, fits a u64).
 pub struct Binomials {
@@ -153,15 +150,11 @@ impl Brute {
             brute: self,
             lo,
             hi,
-            nodes: 0,
-            reported: 0,
-            steps: 0,
-            ctl,
+            meter: Meter::new(ctl),
             found,
         };
         walk.dfs(0, self.yellow, 0, 0)?;
-        ctl.checkpoint(walk.nodes - walk.reported)?;
-        Ok(walk.nodes)
+        Ok(walk.meter.finish())
     }
 }
 
@@ -169,10 +162,8 @@ struct Walk<'a, 'f> {
     brute: &'a Brute,
     lo: u64,
     hi: u64,
-    nodes: u64,
-    reported: u64,
-    steps: u32,
-    ctl: &'a Control,
+    /// One step per inner node; boards are counted at the leaves and in the blocks rejected at once.
+    meter: Meter<'a>,
     found: &'f mut dyn FnMut(u64),
 }
 
@@ -188,16 +179,11 @@ impl Walk<'_, '_> {
         let n = b.order.len();
         if i == n {
             // Every row was checked when its last tile was decided: this board meets all clues.
-            self.nodes += 1;
+            self.meter.count(1);
             (self.found)(board);
             return Ok(());
         }
-        self.steps += 1;
-        if self.steps >= CHECK_EVERY {
-            self.steps = 0;
-            self.ctl.checkpoint(self.nodes - self.reported)?;
-            self.reported = self.nodes;
-        }
+        self.meter.step()?;
         let t = b.order[i];
         let undecided = b.rest[i + 1];
         let blacks = b.binom.c(n - i - 1, k);
@@ -226,7 +212,7 @@ impl Walk<'_, '_> {
             if rows_ok {
                 self.dfs(i + 1, nk, nbase, next)?;
             } else {
-                self.nodes += in_range;
+                self.meter.count(in_range);
             }
         }
         Ok(())

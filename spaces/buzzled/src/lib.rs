@@ -334,7 +334,7 @@ impl Job for BuzzledJob {
                     boards.push(self.geo.encode(board));
                     Flow::Continue
                 })?;
-                out.nodes = solver.nodes;
+                out.nodes = solver.nodes();
             }
         }
         if !boards.is_empty() {

@@ -15,7 +15,7 @@
 //! shallow nodes are re-walked by several chunks, which costs little since they are few.
 
 use super::geometry::Geometry;
-use sweep_space::{Control, SpaceError};
+use sweep_space::{Control, Meter, SpaceError};
 
 /// Path indices: the first 10 branchings split the tree into at most 1024 pieces.
 pub const PATH_BITS: u32 = 10;
@@ -24,9 +24,6 @@ pub const N_PATHS: u64 = 1 << PATH_BITS;
 const BLACK: u8 = 0;
 const YELLOW: u8 = 1;
 const UNKNOWN: u8 = 2;
-
-/// How often (in nodes) the kernel reports progress and polls cancellation.
-const CHECK_EVERY: u64 = 1 << 12;
 
 /// What to do with a found board (tile states, 1 = yellow): keep going or stop the search.
 pub enum Flow {
@@ -48,9 +45,8 @@ pub struct Solver<'a> {
     /// The chunk's path-index range.
     lo: u64,
     hi: u64,
-    pub nodes: u64,
-    unreported: u64,
-    ctl: Option<&'a Control>,
+    /// Detached when the solver runs outside a chunk (puzzle generation).
+    meter: Meter<'a>,
     stopped: bool,
     /// The search gives up after this many nodes (generation uses it to skip boards that are slow to decide).
     node_limit: u64,
@@ -78,9 +74,7 @@ impl<'a> Solver<'a> {
             queued: vec![true; n_lines],
             lo,
             hi,
-            nodes: 0,
-            unreported: 0,
-            ctl,
+            meter: ctl.map_or_else(Meter::detached, Meter::new),
             stopped: false,
             node_limit: u64::MAX,
         }
@@ -93,7 +87,12 @@ impl<'a> Solver<'a> {
     }
 
     pub fn gave_up(&self) -> bool {
-        self.nodes >= self.node_limit
+        self.meter.nodes() >= self.node_limit
+    }
+
+    /// The nodes searched so far: all of the chunk's once [`Solver::run`] has returned.
+    pub fn nodes(&self) -> u64 {
+        self.meter.nodes()
     }
 
     /// Searches the chunk, calling `found` with each board (true = yellow) it owns.
@@ -105,22 +104,14 @@ impl<'a> Solver<'a> {
         if self.propagate() {
             self.dfs(0, N_PATHS, found)?;
         }
-        if let Some(ctl) = self.ctl {
-            ctl.checkpoint(std::mem::take(&mut self.unreported))?;
-        }
+        self.meter.finish();
         Ok(())
     }
 
     fn count_node(&mut self) -> Result<(), SpaceError> {
-        self.nodes += 1;
-        self.unreported += 1;
-        if self.nodes >= self.node_limit {
+        self.meter.tick()?;
+        if self.meter.nodes() >= self.node_limit {
             self.stopped = true;
-        }
-        if self.unreported >= CHECK_EVERY {
-            if let Some(ctl) = self.ctl {
-                ctl.checkpoint(std::mem::take(&mut self.unreported))?;
-            }
         }
         Ok(())
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use sweep_peg::board::{bits, Board, BoardKind, Move};
 use sweep_peg::game::{Game, Goal};
-use sweep_peg::solve::{Outcome, Solver, SplitMix};
+use sweep_peg::solve::{ChildOrder, Outcome, Solver, SplitMix};
 use sweep_space::{Answer, Control, Job, Registry, Space, SpaceError};
 
 static REGISTRY: std::sync::LazyLock<Registry> =
@@ -192,8 +192,7 @@ struct OldSolver<'a> {
     game: &'a Game,
     order: Vec<usize>,
     failed: HashSet<u64>,
-    far: Vec<u32>,
-    neighbours: Vec<u64>,
+    children: ChildOrder,
     endgame: Vec<HashSet<u64>>,
     budget: u64,
     nodes: u64,
@@ -208,26 +207,11 @@ enum OldStop {
 
 impl OldSolver<'_> {
     fn new(game: &Game, seed: u64, limit: Duration) -> OldSolver<'_> {
-        let b = &game.board;
-        let (gr, gc) = match game.goal {
-            Goal::Hole(h) => b.cell_of[h as usize].unwrap_or((b.rows / 2, b.cols / 2)),
-            Goal::Any => (b.rows / 2, b.cols / 2),
-        };
-        let mut neighbours = vec![0u64; 64];
-        let mut far = vec![0u32; 64];
-        for m in &b.moves {
-            neighbours[m.from as usize] |= 1u64 << m.over;
-        }
-        for h in bits(b.holes) {
-            let (r, c) = b.cell_of[h as usize].unwrap_or((0, 0));
-            far[h as usize] = (r.abs_diff(gr) + c.abs_diff(gc)) as u32;
-        }
         OldSolver {
             game,
-            order: SplitMix::new(seed).permutation(b.moves.len()),
+            order: SplitMix::new(seed).permutation(game.board.moves.len()),
             failed: HashSet::new(),
-            far,
-            neighbours,
+            children: ChildOrder::new(game),
             endgame: Vec::new(),
             budget: 1 << 17,
             nodes: 0,
@@ -292,18 +276,11 @@ impl OldSolver<'_> {
     }
 
     fn score(&mut self, pos: u64) -> u32 {
-        let (mut isolated, mut far) = (0, 0);
-        for b in bits(pos) {
-            if pos & self.neighbours[b as usize] == 0 {
-                isolated += 1;
-            }
-            far += self.far[b as usize];
-        }
         let noise = self
             .jitter
             .as_mut()
             .map_or(0, |r| (r.next_u64() % 4) as u32);
-        isolated * 1024 + far + noise
+        self.children.score(pos) + noise
     }
 
     fn dfs(&mut self, pos: u64, pegs: u32, path: &mut Vec<usize>) -> Result<bool, OldStop> {

@@ -24,7 +24,7 @@
 //! why the default is two chunks; a split without repetition would need chunks that exchange their frontiers.
 
 use super::game::{Game, PosMap};
-use sweep_space::{Control, SpaceError};
+use sweep_space::{Control, Meter, SpaceError};
 
 /// Prefix depths beyond this would make the raw prefix layer large; the class count there is plenty.
 pub const MAX_SPLIT_DEPTH: u32 = 7;
@@ -73,14 +73,11 @@ pub fn max_chunks(game: &Game) -> u64 {
         .max(1)
 }
 
-/// Nodes between cancellation checks.
-const CHECK_EVERY: u64 = 1 << 16;
-
 pub struct Counter<'a> {
     game: &'a Game,
-    ctl: &'a Control,
     memo: PosMap<u128>,
-    pub nodes: u64,
+    /// Positions expanded (a memo hit or a pruned position is not a node).
+    meter: Meter<'a>,
     /// Positions a pagoda function proved dead.
     pub pruned: u64,
 }
@@ -89,9 +86,8 @@ impl<'a> Counter<'a> {
     pub fn new(game: &'a Game, ctl: &'a Control) -> Counter<'a> {
         Counter {
             game,
-            ctl,
             memo: PosMap::default(),
-            nodes: 0,
+            meter: Meter::new(ctl),
             pruned: 0,
         }
     }
@@ -122,10 +118,7 @@ impl<'a> Counter<'a> {
         if let Some(&w) = self.memo.get(&key) {
             return Ok(w);
         }
-        self.nodes += 1;
-        if self.nodes.is_multiple_of(CHECK_EVERY) {
-            self.ctl.checkpoint(CHECK_EVERY)?;
-        }
+        self.meter.tick()?;
         let mut total = 0u128;
         for m in &self.game.board.moves {
             if m.applies(pos) {
@@ -136,7 +129,8 @@ impl<'a> Counter<'a> {
         Ok(total)
     }
 
-    pub fn flush(&self) {
-        self.ctl.add_nodes(self.nodes % CHECK_EVERY);
+    /// The positions expanded, all of them now published as progress.
+    pub fn finish(&mut self) -> u64 {
+        self.meter.finish()
     }
 }

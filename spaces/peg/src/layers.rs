@@ -34,10 +34,7 @@ pub use super::layer_artifacts::{
     check_layer, layer_header, merge_layers, merge_paths, pegs_at, read_path, write_path, Figures,
     LayerReader, LayerWriter,
 };
-use sweep_space::{Control, SpaceError};
-
-/// Positions between progress reports and cancellation checks.
-const CHECK_EVERY: u64 = 1 << 14;
+use sweep_space::{Control, Meter, SpaceError};
 
 /// Successors with weights in a vector that is sorted and folded (equal positions summed) whenever it has
 /// doubled since the last fold: sequential memory traffic instead of a hash table's random probes (2.5x faster
@@ -115,7 +112,7 @@ pub fn expand(
 ) -> Result<Expanded, SpaceError> {
     let group = &game.game_group;
     let mut next = Folding::default();
-    let mut nodes = 0u64;
+    let mut meter = Meter::new(ctl);
     for (&pos, &w) in prev.positions.keys().iter().zip(&prev.weights) {
         if owner_hash(pos) % n_chunks != chunk {
             continue;
@@ -125,12 +122,9 @@ pub fn expand(
                 next.push(game.canon(group, pos ^ m.flip), w)?;
             }
         }
-        nodes += 1;
-        if nodes.is_multiple_of(CHECK_EVERY) {
-            ctl.checkpoint(CHECK_EVERY)?;
-        }
+        meter.tick()?;
     }
-    ctl.add_nodes(nodes % CHECK_EVERY);
+    let nodes = meter.finish();
     next.fold()?;
     let entries = next.entries;
     let mut out = LayerWriter::new(layer);
@@ -181,7 +175,7 @@ pub fn mark_on_path(
     let group = &game.game_group;
     let mut fig = Figures::default();
     let mut on_path = Vec::new();
-    let mut nodes = 0u64;
+    let mut meter = Meter::new(ctl);
     for &pos in positions {
         if owner_hash(pos) % n_chunks != chunk {
             continue;
@@ -204,12 +198,9 @@ pub fn mark_on_path(
             fig.on_path_raw += orbit;
             on_path.push(pos);
         }
-        nodes += 1;
-        if nodes.is_multiple_of(CHECK_EVERY) {
-            ctl.checkpoint(CHECK_EVERY)?;
-        }
+        meter.tick()?;
     }
-    ctl.add_nodes(nodes % CHECK_EVERY);
+    let nodes = meter.finish();
     Ok(Marked {
         artifact: write_path(layer, &fig, &on_path),
         figures: fig,
@@ -333,6 +324,7 @@ pub fn join_count(
         classes: 0,
         nodes: 0,
     };
+    let mut meter = Meter::new(ctl);
     for (&pos, &w) in forward.positions.keys().iter().zip(&forward.weights) {
         if owner_hash(pos) % n_chunks != chunk {
             continue;
@@ -360,12 +352,9 @@ pub fn join_count(
             }
         };
         j.count = j.count.checked_add(ways).ok_or_else(overflow)?;
-        j.nodes += 1;
-        if j.nodes.is_multiple_of(CHECK_EVERY) {
-            ctl.checkpoint(CHECK_EVERY)?;
-        }
+        meter.tick()?;
     }
-    ctl.add_nodes(j.nodes % CHECK_EVERY);
+    j.nodes = meter.finish();
     Ok(j)
 }
 

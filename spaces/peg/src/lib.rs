@@ -170,21 +170,6 @@ impl PegJob {
     }
 }
 
-fn check_requested(requested: Option<u64>, max: u64, default: u64) -> Result<u64, SpaceError> {
-    match requested {
-        Some(0) => Err(SpaceError::InvalidParam {
-            name: "chunks",
-            reason: "must be at least 1".into(),
-        }),
-        Some(k) if k > max => Err(SpaceError::InvalidParam {
-            name: "chunks",
-            reason: format!("{k} is more than this job can be split into ({max})"),
-        }),
-        Some(k) => Ok(k),
-        None => Ok(default.min(max)),
-    }
-}
-
 /// A solve chunk's outcome: exactly one of these counters, set to 1.
 const OUTCOMES: [&str; 4] = [
     "solved",
@@ -223,11 +208,11 @@ impl Job for PegJob {
             return d.plan(&self.game, requested);
         }
         let n_chunks = match self.params.mode {
-            Mode::Solve => check_requested(requested, 1, 1)?,
+            Mode::Solve => Plan::chunk_count(requested, 1, 1)?,
             Mode::Count => {
-                check_requested(requested, self.count_chunks_max(), DEFAULT_COUNT_CHUNKS)?
+                Plan::chunk_count(requested, self.count_chunks_max(), DEFAULT_COUNT_CHUNKS)?
             }
-            Mode::Positions => check_requested(requested, MAX_POSITION_CHUNKS, 1)?,
+            Mode::Positions => Plan::chunk_count(requested, MAX_POSITION_CHUNKS, 1)?,
         };
         Ok(Plan {
             n_chunks,
@@ -283,10 +268,9 @@ impl Job for PegJob {
                 for &(pos, ways) in &classes[lo as usize..hi as usize] {
                     total += ways * counter.wins(pos)?;
                 }
-                counter.flush();
                 out.count("count", total);
                 out.count("classes", hi - lo);
-                out.nodes = counter.nodes;
+                out.nodes = counter.finish();
             }
             Mode::Positions => {
                 if n_chunks > MAX_POSITION_CHUNKS {

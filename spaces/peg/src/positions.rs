@@ -18,7 +18,7 @@
 //! canonical position).
 
 use super::game::{owner_hash, Game};
-use sweep_space::{Control, SpaceError};
+use sweep_space::{Control, Meter, SpaceError};
 
 /// Figures for one peg count, counted only for the positions a chunk owns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,9 +29,6 @@ pub struct Layer {
     pub on_path_raw: u64,
 }
 
-/// Positions between cancellation checks.
-const CHECK_EVERY: u64 = 1 << 16;
-
 /// Runs the search; `layers[pegs]` holds the figures for positions with `pegs` pegs owned by `chunk`.
 pub fn run(
     game: &Game,
@@ -40,16 +37,7 @@ pub fn run(
     ctl: &Control,
 ) -> Result<(Vec<Layer>, u64), SpaceError> {
     let group = &game.game_group;
-    let mut nodes = 0u64;
-    let mut pending = 0u64;
-    let mut tick = |n: u64, nodes: &mut u64| -> Result<(), SpaceError> {
-        *nodes += n;
-        pending += n;
-        if pending >= CHECK_EVERY {
-            ctl.checkpoint(std::mem::take(&mut pending))?;
-        }
-        Ok(())
-    };
+    let mut meter = Meter::new(ctl);
     // Forward: by_depth[d] = sorted canonical positions reachable in d moves.
     let mut by_depth: Vec<Vec<u64>> = vec![vec![game.canon(group, game.start)]];
     for _ in 0..game.depth() {
@@ -61,7 +49,7 @@ pub fn run(
                     next.push(game.canon(group, pos ^ m.flip));
                 }
             }
-            tick(1, &mut nodes)?;
+            meter.tick()?;
         }
         if next.is_empty() {
             break;
@@ -91,7 +79,7 @@ pub fn run(
                 if on_path {
                     good.push(pos);
                 }
-                tick(1, &mut nodes)?;
+                meter.tick()?;
             }
             good
         };
@@ -108,6 +96,5 @@ pub fn run(
         }
         good_next = good;
     }
-    ctl.add_nodes(pending);
-    Ok((layers, nodes))
+    Ok((layers, meter.finish()))
 }

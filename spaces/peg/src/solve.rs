@@ -30,13 +30,10 @@ use super::game::{Game, Goal, PosSet};
 use super::pagoda::{self, Pruner};
 use super::solve_beam::{beam, BeamEnv, Ranking};
 use super::solve_layers::{LayerOutcome, LayerSearch, SearchProof};
-use sweep_space::{Control, SpaceError};
+use sweep_space::{Control, Meter, SpaceError};
 
 /// An isolated peg outweighs any distance sum (at most 64 pegs * 8).
 const ISOLATED_WEIGHT: u32 = 1 << 10;
-
-/// Nodes between cancellation checks.
-const CHECK_EVERY: u64 = 1 << 14;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -59,12 +56,14 @@ pub struct Solver<'a> {
     order: Vec<usize>,
     failed: PosSet,
     path: Vec<usize>,
+    /// Nodes of every phase, counted once each phase is over (the later phases publish their own progress).
     pub nodes: u64,
+    /// The depth-first phase's nodes.
+    dfs_meter: Meter<'a>,
     /// Positions expanded while building the endgame table.
     pub table_nodes: u64,
     seed: u64,
-    neighbours: Vec<u64>,
-    far: Vec<u32>,
+    children: ChildOrder,
     /// Nodes left to the depth-first attempt of phase 2.
     budget: u64,
     /// The exact endgame table, built once the first attempt fails.
@@ -74,6 +73,50 @@ pub struct Solver<'a> {
     prune: Option<Pruner>,
     /// What the complete search examined, when it proved the game impossible.
     pub proof: Option<SearchProof>,
+}
+
+/// The depth-first phase's order of children, by how promising each is (lower is tried first): pegs with no
+/// neighbour first, as a peg that cannot be jumped over or jump is what most dead ends consist of, then the
+/// total distance from the goal, so the rim is cleared before the centre.
+pub struct ChildOrder {
+    /// The holes next to each hole (those a move from it jumps over).
+    neighbours: Vec<u64>,
+    /// Each hole's distance from the goal (from the centre when any hole is a goal).
+    far: Vec<u32>,
+}
+
+impl ChildOrder {
+    pub fn new(game: &Game) -> ChildOrder {
+        let b = &game.board;
+        let (gr, gc) = match game.goal {
+            Goal::Hole(h) => b.cell_of[h as usize].unwrap_or((b.rows / 2, b.cols / 2)),
+            Goal::Any => (b.rows / 2, b.cols / 2),
+        };
+        let mut neighbours = vec![0u64; 64];
+        let mut far = vec![0u32; 64];
+        for m in &b.moves {
+            neighbours[m.from as usize] |= 1u64 << m.over;
+        }
+        for h in bits(b.holes) {
+            let (r, c) = b.cell_of[h as usize].unwrap_or((0, 0));
+            far[h as usize] = (r.abs_diff(gr) + c.abs_diff(gc)) as u32;
+        }
+        ChildOrder { neighbours, far }
+    }
+
+    /// The child position `pos`'s rank: lower is tried first.
+    #[inline]
+    pub fn score(&self, pos: u64) -> u32 {
+        let mut isolated = 0;
+        let mut far = 0;
+        for b in bits(pos) {
+            if pos & self.neighbours[b as usize] == 0 {
+                isolated += 1;
+            }
+            far += self.far[b as usize];
+        }
+        isolated * ISOLATED_WEIGHT + far
+    }
 }
 
 /// Why a search stopped without an answer.
@@ -111,20 +154,6 @@ impl<'a> Solver<'a> {
     pub fn new(game: &'a Game, seed: u64, ctl: &'a Control) -> Solver<'a> {
         let mut rng = SplitMix::new(seed);
         let order = rng.permutation(game.board.moves.len());
-        let b = &game.board;
-        let (gr, gc) = match game.goal {
-            Goal::Hole(h) => b.cell_of[h as usize].unwrap_or((b.rows / 2, b.cols / 2)),
-            Goal::Any => (b.rows / 2, b.cols / 2),
-        };
-        let mut neighbours = vec![0u64; 64];
-        let mut far = vec![0u32; 64];
-        for m in &b.moves {
-            neighbours[m.from as usize] |= 1u64 << m.over;
-        }
-        for h in super::board::bits(b.holes) {
-            let (r, c) = b.cell_of[h as usize].unwrap_or((0, 0));
-            far[h as usize] = (r.abs_diff(gr) + c.abs_diff(gc)) as u32;
-        }
         Solver {
             game,
             ctl,
@@ -132,10 +161,10 @@ impl<'a> Solver<'a> {
             failed: PosSet::default(),
             path: Vec::with_capacity(64),
             nodes: 0,
+            dfs_meter: Meter::new(ctl),
             table_nodes: 0,
             seed,
-            neighbours,
-            far,
+            children: ChildOrder::new(game),
             budget: FIRST_BUDGET,
             endgame: Endgame::default(),
             prune: None,
@@ -150,15 +179,15 @@ impl<'a> Solver<'a> {
         if let Some(why) = self.game.pagoda_obstruction() {
             return Ok(Outcome::ImpossibleByPagoda(why));
         }
-        let outcome = self.search()?;
-        self.ctl.add_nodes(self.nodes % CHECK_EVERY);
-        Ok(outcome)
+        self.search()
     }
 
     /// The phases, cheapest first; only the last is complete, and only it may conclude "impossible" by search.
     fn search(&mut self) -> Result<Outcome, SpaceError> {
         // Phase 2: a depth-first attempt on a small budget: the English board with any seed ends here.
-        match self.dfs(self.game.start, self.game.start.count_ones()) {
+        let first = self.dfs(self.game.start, self.game.start.count_ones());
+        self.nodes += self.dfs_meter.finish();
+        match first {
             Ok(true) => return Ok(Outcome::Solved(std::mem::take(&mut self.path))),
             Ok(false) => return Ok(Outcome::ImpossibleBySearch),
             Err(Stop::Err(e)) => return Err(e),
@@ -216,21 +245,6 @@ impl<'a> Solver<'a> {
         }
     }
 
-    /// How promising a child is (lower is tried first): pegs with no neighbour first, as a peg that cannot be
-    /// jumped over or jump is what most dead ends consist of, then the total distance from the centre, so the
-    /// rim is cleared before the centre.
-    fn score(&self, pos: u64) -> u32 {
-        let mut isolated = 0;
-        let mut far = 0;
-        for b in super::board::bits(pos) {
-            if pos & self.neighbours[b as usize] == 0 {
-                isolated += 1;
-            }
-            far += self.far[b as usize];
-        }
-        isolated * ISOLATED_WEIGHT + far
-    }
-
     fn dfs(&mut self, pos: u64, pegs: u32) -> Result<bool, Stop> {
         if pegs == 1 {
             return Ok(self.game.is_goal(pos));
@@ -247,10 +261,7 @@ impl<'a> Solver<'a> {
             return Err(Stop::Budget);
         }
         self.budget -= 1;
-        self.nodes += 1;
-        if self.nodes.is_multiple_of(CHECK_EVERY) {
-            self.ctl.checkpoint(CHECK_EVERY)?;
-        }
+        self.dfs_meter.tick()?;
         let key = self.game.canon(&self.game.goal_group, pos);
         if self.failed.contains(&key) {
             return Ok(false);
@@ -261,7 +272,7 @@ impl<'a> Solver<'a> {
         for &mi in &order {
             let m = moves[mi];
             if m.applies(pos) {
-                children.push((self.score(pos ^ m.flip), mi));
+                children.push((self.children.score(pos ^ m.flip), mi));
             }
         }
         self.order = order;

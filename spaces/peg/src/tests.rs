@@ -210,6 +210,30 @@ fn bad_parameters_are_typed_errors() {
     assert!(j.run_chunk(1, 1, &Control::new()).is_err());
 }
 
+/// Every mode plans by the contract's rule ([`Plan::chunk_count`]), which peg once re-wrote: at least one chunk,
+/// and the contract's words for a count it refuses.
+#[test]
+fn every_mode_plans_by_the_contracts_rule() {
+    for mode in ["solve", "count", "positions"] {
+        let j = job(&["--board", "triangle", "--goal", "any", "--mode", mode]).expect("valid");
+        assert!(j.plan(None).expect("plan").n_chunks >= 1, "{mode}");
+        let zero = Plan::chunk_count(Some(0), 1, 1).expect_err("zero chunks");
+        assert_eq!(j.plan(Some(0)), Err(zero), "{mode}");
+        match j.plan(Some(u64::MAX)) {
+            Err(SpaceError::InvalidParam {
+                name: "chunks",
+                reason,
+            }) => {
+                assert!(
+                    reason.contains("more than this job can be split into"),
+                    "{mode}: {reason}"
+                )
+            }
+            other => panic!("{mode}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn params_round_trip() {
     let j = job(&["--board", "triangle", "--goal", "any", "--mode", "count"]).expect("valid");

@@ -2,15 +2,12 @@
 //! chunk's walk over its prefixes ([`Backtrack`]). Its own module so that the hot loop reads in one place; the
 //! cell order and the symmetry breaking it relies on are described in the crate documentation.
 
-use sweep_space::{ChunkOutput, Control, SpaceError};
+use sweep_space::{ChunkOutput, Control, Meter, SpaceError};
 
 use crate::geometry::Geometry;
 use crate::labels::encode;
 use crate::masks::{half, label_bits, labels_above, mirror};
 use crate::prefixes::Prefix;
-
-/// How many DFS steps pass between progress reports and cancellation checks.
-pub(crate) const CHECK_EVERY: u32 = 1 << 14;
 
 /// The backtracking search below one prefix (see the crate documentation for the cell order). Free values are a
 /// bit mask; `outer_ok` masks the values an outer cell may take (above O_0).
@@ -180,10 +177,10 @@ impl Search {
 /// Runs the search below prefixes, counting nodes and reporting progress.
 pub(crate) struct Backtrack<'a> {
     search: Search,
-    ctl: &'a Control,
     out: &'a mut ChunkOutput,
-    nodes: u64,
-    unreported: u64,
+    /// Counts every node where it is made and takes one step per call above the bottom level: the bottom
+    /// loop, where most nodes are, stays a plain add.
+    meter: Meter<'a>,
     /// Unique stars found, added to the counters once at the end (not a map update per star).
     unique: u128,
     /// Whether the job wants the stars' text (a job that keeps counts only does not).
@@ -194,10 +191,8 @@ impl<'a> Backtrack<'a> {
     pub(crate) fn new(geo: &Geometry, ctl: &'a Control, out: &'a mut ChunkOutput) -> Self {
         Backtrack {
             search: Search::new(geo),
-            ctl,
             out,
-            nodes: 0,
-            unreported: 0,
+            meter: Meter::new(ctl),
             unique: 0,
             list: ctl.lists_solutions(),
         }
@@ -207,15 +202,12 @@ impl<'a> Backtrack<'a> {
         let Some((free, level, witness)) = self.search.start(p) else {
             return Ok(());
         };
-        self.nodes += 1;
-        self.unreported += 1;
+        self.meter.count(1);
         self.dfs(level, free, witness)
     }
 
-    pub(crate) fn flush(&mut self) -> Result<(), SpaceError> {
-        let n = std::mem::take(&mut self.unreported);
-        self.ctl.checkpoint(n)?;
-        self.out.nodes = self.nodes;
+    pub(crate) fn flush(&mut self) {
+        self.out.nodes = self.meter.finish();
         // A chunk without stars reports no counters at all, as it always has (the digest of its output is
         // compared across workers and versions).
         let unique = std::mem::take(&mut self.unique);
@@ -224,14 +216,12 @@ impl<'a> Backtrack<'a> {
                 .count("solutions", 2 * self.search.n as u128 * unique);
             self.out.count("unique", unique);
         }
-        Ok(())
     }
 
     fn dfs(&mut self, k: usize, free: u64, witness: u64) -> Result<(), SpaceError> {
         if k + 3 == self.search.n {
             if self.search.close(free) {
-                self.nodes += 1;
-                self.unreported += 1;
+                self.meter.count(1);
                 self.found();
             }
             return Ok(());
@@ -245,11 +235,9 @@ impl<'a> Backtrack<'a> {
                 let w = t - v;
                 self.search.j[k] = v;
                 self.search.o[k + 1] = w;
-                self.nodes += 1;
-                self.unreported += 1;
+                self.meter.count(1);
                 if self.search.close(free & !(1u64 << v) & !(1u64 << w)) {
-                    self.nodes += 1;
-                    self.unreported += 1;
+                    self.meter.count(1);
                     self.found();
                 }
             }
@@ -267,15 +255,10 @@ impl<'a> Backtrack<'a> {
             }
             self.search.j[k] = v;
             self.search.o[k + 1] = w;
-            self.nodes += 1;
-            self.unreported += 1;
+            self.meter.count(1);
             self.dfs(k + 1, rest, witness)?;
         }
-        if self.unreported >= u64::from(CHECK_EVERY) * 64 {
-            let n = std::mem::take(&mut self.unreported);
-            self.ctl.checkpoint(n)?;
-        }
-        Ok(())
+        self.meter.step()
     }
 
     fn found(&mut self) {

@@ -3,9 +3,8 @@
 //! tested), as the reference the backtracking search is checked against.
 
 use sweep_space::perm::FACTORIALS;
-use sweep_space::{ChunkOutput, Control, SpaceError};
+use sweep_space::{ChunkOutput, Control, Meter, SpaceError};
 
-use crate::backtrack::CHECK_EVERY;
 use crate::geometry::Geometry;
 use crate::labels::encode;
 use crate::masks::label_bits;
@@ -20,15 +19,15 @@ pub(crate) struct Brute<'a> {
     geo: &'a Geometry,
     lo: u64,
     hi: u64,
-    ctl: &'a Control,
     out: &'a mut ChunkOutput,
     /// `labels[cell]`.
     labels: Vec<u8>,
     /// Lines that become complete when field `d` is placed.
     completes_at: Vec<Vec<usize>>,
-    nodes: u64,
-    unreported: u64,
-    steps: u32,
+    /// One step per permutation tested or block of ranks failed at once.
+    meter: Meter<'a>,
+    /// Whether the job wants the stars' text.
+    list: bool,
 }
 
 impl<'a> Brute<'a> {
@@ -57,13 +56,11 @@ impl<'a> Brute<'a> {
             geo,
             lo,
             hi,
-            ctl,
             out,
             labels: vec![0; cells],
             completes_at,
-            nodes: 0,
-            unreported: 0,
-            steps: 0,
+            meter: Meter::new(ctl),
+            list: ctl.lists_solutions(),
         }
     }
 
@@ -71,20 +68,7 @@ impl<'a> Brute<'a> {
         if self.lo < self.hi {
             self.dfs(0, 0, label_bits(2 * self.geo.n))?;
         }
-        self.ctl.add_nodes(self.unreported);
-        self.out.nodes = self.nodes;
-        Ok(())
-    }
-
-    fn account(&mut self, n: u64) -> Result<(), SpaceError> {
-        self.nodes += n;
-        self.unreported += n;
-        self.steps += 1;
-        if self.steps >= CHECK_EVERY {
-            self.steps = 0;
-            let n = std::mem::take(&mut self.unreported);
-            self.ctl.checkpoint(n)?;
-        }
+        self.out.nodes = self.meter.finish();
         Ok(())
     }
 
@@ -118,9 +102,9 @@ impl<'a> Brute<'a> {
             });
             if fails {
                 // Every permutation in this block fails at this line: the one-by-one test's verdict, counted once.
-                self.account(in_range)?;
+                self.meter.add(in_range)?;
             } else if depth + 1 == cells {
-                self.account(1)?;
+                self.meter.add(1)?;
                 self.found();
             } else {
                 unused &= !(1u64 << v);
@@ -136,7 +120,7 @@ impl<'a> Brute<'a> {
         self.out.count("solutions", 1);
         if self.geo.is_canonical(&self.labels) {
             self.out.count("unique", 1);
-            if self.ctl.lists_solutions() {
+            if self.list {
                 self.out.solutions.push(encode(&self.labels));
             }
         }

@@ -223,7 +223,7 @@ impl Job for StarJob {
                 for p in &self.prefixes[lo as usize..hi as usize] {
                     bt.run_prefix(*p)?;
                 }
-                bt.flush()?;
+                bt.flush();
             }
         }
         Ok(out)
