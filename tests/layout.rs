@@ -483,3 +483,85 @@ fn ci_runs_the_test_command_the_readme_names() {
         "scripts/test runs every test, past a failing binary"
     );
 }
+
+/// What the coordinator's core must never depend on: an async runtime, a store, a network or the wire.
+const NOT_IN_THE_CORE: &[&str] = &[
+    "tokio",
+    "tokio-stream",
+    "sled",
+    "tonic",
+    "prost",
+    "hyper",
+    "axum",
+    "sweep-proto",
+    "sweep-client",
+    "sweep-coordinator",
+    "sweep-worker",
+];
+
+/// The core does no I/O because it has nothing to do I/O with: its manifest names no runtime, store or network,
+/// and neither does any sweep crate it depends on.
+#[test]
+fn the_coordinator_core_depends_on_no_runtime_store_or_network() {
+    let deps = dependencies(&read(&root().join("core/Cargo.toml")));
+    assert!(
+        deps.iter().any(|d| d == "sweep-space"),
+        "core/Cargo.toml's [dependencies] were not found: {deps:?}"
+    );
+    for dep in &deps {
+        assert!(
+            !NOT_IN_THE_CORE.contains(&dep.as_str()),
+            "core depends on `{dep}`: the coordinator's core does no I/O, so it needs no runtime, store or network"
+        );
+        // A sweep crate the core uses must be as plain: its own dependencies are checked the same way.
+        if let Some(dir) = dep.strip_prefix("sweep-") {
+            let manifest = root().join(dir).join("Cargo.toml");
+            for inner in dependencies(&read(&manifest)) {
+                assert!(
+                    !NOT_IN_THE_CORE.contains(&inner.as_str()),
+                    "core depends on `{dep}`, which depends on `{inner}`: the core must stay free of I/O"
+                );
+            }
+        }
+    }
+    let coordinator = dependencies(&read(&root().join("coordinator/Cargo.toml")));
+    assert!(
+        coordinator.iter().any(|d| d == "sweep-core"),
+        "the coordinator is a shell around sweep-core: {coordinator:?}"
+    );
+}
+
+/// The core's top-level modules import each other in one direction, as every other crate's do.
+#[test]
+fn the_coordinator_core_s_modules_import_in_one_direction() {
+    let src = root().join("core/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() > 10, "core/src: {} sources", files.len());
+    let modules: BTreeSet<String> = files.iter().map(|f| top_module(&src, f)).collect();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let from = top_module(&src, file);
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let test_file = stem == "tests" || stem.ends_with("_tests");
+        if from == "lib" || test_file {
+            continue;
+        }
+        for to in crate_references(&read(file)) {
+            if to != from && modules.contains(&to) && to != "lib" {
+                edges.entry(from.clone()).or_default().insert(to);
+            }
+        }
+    }
+    if let Some(cycle) = find_cycle(&edges) {
+        panic!(
+            "core/src: top-level modules import each other in a circle: {}",
+            cycle.join(" -> ")
+        );
+    }
+    assert!(
+        !edges.get("scheduler").is_some_and(|to| !to.is_empty()),
+        "the scheduler is the core's bottom: it imports no other module of the core: {:?}",
+        edges.get("scheduler")
+    );
+}

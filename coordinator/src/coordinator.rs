@@ -10,6 +10,8 @@ mod tasks;
 
 pub use tasks::Tasks;
 
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -26,7 +28,7 @@ use crate::core::{
 use crate::group_commit::GroupCommit;
 use crate::limits::{Limits, WatchSlots};
 use crate::replica::MemberHandle;
-use crate::scheduler::{ChunkRecord, IdentityUse, JobId, LeaseId, SchedulerConfig};
+use crate::scheduler::{IdentityUse, JobId, LeaseId, SchedulerConfig};
 use crate::store::{digest_hex, is_digest, Store, StoreError};
 
 /// How long a lease request that found nothing to do waits for work to appear before answering empty.
@@ -115,9 +117,48 @@ pub struct Coordinator {
     /// shutdown does not wait forever for a client that never hangs up.
     stopping: watch::Sender<bool>,
     watch_slots: WatchSlots,
+    /// The core's job-change counter ([`Core::job_changes`]) as `Watch` streams see it, published by
+    /// [`CoreGuard`] whenever the lock is let go after the counter moved.
+    job_changes: watch::Sender<u64>,
+    /// The counter's value last published, read under the core's lock so that publishers never race.
+    published_changes: AtomicU64,
     /// Event counters for `/metrics` and the dashboard ([`crate::metrics`]).
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     cfg: CoordinatorConfig,
+}
+
+/// The core, locked. When it is let go after the core's job-change counter moved, the new value goes to the
+/// `Watch` streams: the core counts, the shell wakes. Published while the lock is still held, so two guards
+/// cannot publish out of order.
+struct CoreGuard<'a> {
+    core: MutexGuard<'a, Core>,
+    changes: &'a watch::Sender<u64>,
+    published: &'a AtomicU64,
+}
+
+impl Deref for CoreGuard<'_> {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl DerefMut for CoreGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+}
+
+impl Drop for CoreGuard<'_> {
+    fn drop(&mut self) {
+        let now = self.core.job_changes();
+        // Relaxed: the core's mutex orders every access to `published`.
+        if self.published.load(Ordering::Relaxed) != now {
+            self.published.store(now, Ordering::Relaxed);
+            self.changes.send_replace(now);
+        }
+    }
 }
 
 impl Coordinator {
@@ -174,14 +215,20 @@ impl Coordinator {
             work_ready: Notify::new(),
             stopping: watch::channel(false).0,
             watch_slots: WatchSlots::new(cfg.limits.max_watch_streams),
+            job_changes: watch::channel(0).0,
+            published_changes: AtomicU64::new(0),
             metrics,
             cfg,
         }))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Core> {
+    fn lock(&self) -> CoreGuard<'_> {
         // A panic while holding the lock would be a bug; the state is still the best we have.
-        self.core.lock().unwrap_or_else(|p| p.into_inner())
+        CoreGuard {
+            core: self.core.lock().unwrap_or_else(|p| p.into_inner()),
+            changes: &self.job_changes,
+            published: &self.published_changes,
+        }
     }
 
     fn store(&self) -> Arc<Store> {
@@ -313,12 +360,6 @@ impl Coordinator {
         .await
         .map_err(|e| CoreError::Internal(format!("verifier crashed: {e}")))?;
         let store = self.store();
-        let stored_digest = |job: JobId, chunk: u64| -> Result<Option<String>, CoreError> {
-            match store.chunk(job, chunk)? {
-                Some(ChunkRecord::Done { digest, .. }) => Ok(Some(digest)),
-                _ => Ok(None),
-            }
-        };
         // Backpressure: applied only once the outbox is small again (see `MAX_OUTBOX_OPS`).
         loop {
             let (queued, filling) = {
@@ -335,7 +376,7 @@ impl Coordinator {
         for c in checked {
             let (nodes, failed_verification) = c.nodes_and_failed();
             let (ack, s) =
-                self.decide(|core| core.apply_report(worker, c, &stored_digest, now_ms()));
+                self.decide(|core| core.apply_report(worker, c, store.as_ref(), now_ms()));
             let ack = ack?;
             self.metrics
                 .report(worker, ack.kind, nodes, failed_verification);
@@ -437,7 +478,7 @@ impl Coordinator {
     /// A slot for one watch stream (bounded), and a receiver that changes whenever a job changes state.
     pub fn open_watch(&self) -> Result<(OwnedSemaphorePermit, watch::Receiver<u64>), CoreError> {
         let slot = self.watch_slots.acquire().map_err(CoreError::OverLimit)?;
-        Ok((slot, self.lock().subscribe_changes()))
+        Ok((slot, self.job_changes.subscribe()))
     }
 
     /// Resolves when the server begins to shut down.

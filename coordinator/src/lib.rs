@@ -1,11 +1,13 @@
 //! sweep's coordinator: it partitions jobs into chunks, leases them to workers, and keeps every job's progress in
 //! a sled store so that a killed coordinator resumes exactly where it stopped.
 //!
+//! The domain core it is a shell around (jobs, the scheduler, tallies, input-DAG holds, votes and workers in one
+//! synchronous type that decides and leaves its writes in an outbox) is the `sweep-core` crate, which depends on
+//! no runtime, store or network: that it does no I/O is a fact of the dependency graph. It is re-exported as
+//! [`core`] and [`scheduler`], so the modules here name it as they would a module of their own.
+//!
 //! Modules, from the bottom up; each imports only modules listed before it, so there is no import cycle:
-//! - [`scheduler`]: the lease/chunk state machine, free of I/O and driven with explicit time.
-//! - [`limits`]: what one client may make the coordinator hold or store.
-//! - [`core`]: the domain core: jobs, scheduler, tallies, input-DAG holds, votes and workers in one
-//!   synchronous type without I/O; it decides, and leaves the writes in an outbox of its own record types.
+//! - [`limits`]: the core's limits, and the bound on open `Watch` streams (a semaphore, so the shell's).
 //! - [`store`]: durable records behind a key-value trait (sled, or memory for tests), artifacts in checked
 //!   files; it persists the core's records and reads back the snapshot the core starts from.
 //! - [`fsck`]: checks a store and repairs it from its chunk records (`sweep store check|repair`).
@@ -34,7 +36,7 @@
 pub mod answers;
 pub mod auth;
 pub mod coordinator;
-pub mod core;
+pub use sweep_core as core;
 pub mod fsck;
 pub mod group_commit;
 pub mod grpc;
@@ -44,7 +46,7 @@ pub mod limits;
 pub mod member;
 pub mod metrics;
 pub mod replica;
-pub mod scheduler;
+pub use sweep_core::scheduler;
 pub mod server;
 pub mod store;
 

@@ -14,6 +14,7 @@ use super::keys::{be_u64, chunk_key, job_key};
 use super::kv::Writes;
 use super::records::decode;
 use super::summaries::SummaryEdits;
+use crate::core::StoredDigests;
 use crate::scheduler::{ChunkRecord, JobId};
 
 /// Whether a walk over stored outputs reads each chunk's list of solutions (a file of its own) too.
@@ -244,5 +245,18 @@ impl Store {
         })?;
         summaries.drain_into(&mut raw);
         self.kv.apply(raw)
+    }
+}
+
+/// The core asks for a done chunk's digest when a duplicate report arrives after the first result's batch was
+/// written; it is the `Done` record's, wherever the chunk's record lives.
+impl StoredDigests for Store {
+    type Error = StoreError;
+
+    fn done_digest(&self, job: JobId, chunk: u64) -> Result<Option<String>, StoreError> {
+        Ok(match self.chunk(job, chunk)? {
+            Some(ChunkRecord::Done { digest, .. }) => Some(digest),
+            _ => None,
+        })
     }
 }

@@ -10,13 +10,13 @@ use std::sync::Arc;
 use sweep_space::{AnswerMerge, Job, Plan, Registry, Tally};
 use tracing::{info, warn};
 
-use super::error::{invalid, CoreError};
-use super::records::{JobRecord, Listing, Op};
-use super::state::{Core, JobEntry};
-use super::views::JobView;
-use crate::inputs;
+use crate::error::{invalid, CoreError};
 use crate::limits::Limits;
+use crate::records::{JobRecord, Listing, Op};
 use crate::scheduler::{FairSpec, JobId, JobState, Millis, Scheduler};
+use crate::state::{Core, JobEntry};
+use crate::views::JobView;
+use sweep_engine::inputs;
 
 /// Upper bound on the chunks of one job the coordinator keeps. An untouched or done chunk costs it a bit
 /// (the scheduler's chunk map, the store's summaries), so a billion is 125 MB; more is a typo.
@@ -220,7 +220,7 @@ impl Default for JobOptions {
 /// Holds job `id` back in the scheduler until each of its `inputs` has its merged artifact stored. Returns the
 /// inputs that are done but have no stored artifact: jobs whose chunks produce none, which only get an (empty)
 /// artifact once some job reads them, so the merger must look at them again.
-pub(super) fn hold_for_inputs(
+pub(crate) fn hold_for_inputs(
     sched: &mut Scheduler,
     jobs: &BTreeMap<JobId, JobEntry>,
     id: JobId,
@@ -439,7 +439,7 @@ impl Core {
 }
 
 /// What the scheduler's fair share needs of a job: its owner, share, hint and threads per chunk.
-pub(super) fn fair_spec(record: &JobRecord, job: &dyn Job) -> FairSpec {
+pub(crate) fn fair_spec(record: &JobRecord, job: &dyn Job) -> FairSpec {
     FairSpec {
         owner: record.owner.clone(),
         share: record.share,

@@ -6,14 +6,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use sweep_space::Job;
-use tokio::sync::watch;
 use tracing::info;
 
-use super::records::Snapshot;
-use super::state::{Core, JobEntry};
-use super::submit::{fair_spec, hold_for_inputs};
 use crate::limits::{Limits, Usage};
+use crate::records::Snapshot;
 use crate::scheduler::{JobId, JobState, Millis, Scheduler, SchedulerConfig};
+use crate::state::{Core, JobEntry};
+use crate::submit::{fair_spec, hold_for_inputs};
 
 /// Rebuilds a job from its space and canonical parameters (the registry), or says why it cannot.
 pub type JobOf<'a> = &'a dyn Fn(&str, &serde_json::Value) -> Result<Arc<dyn Job>, String>;
@@ -135,7 +134,7 @@ impl Core {
             worker_seq: 0,
             to_merge,
             to_estimate,
-            job_changes: watch::channel(0).0,
+            job_changes: 0,
             usage,
             usage_dirty: BTreeSet::new(),
             limits,

@@ -3,13 +3,12 @@
 //! same batch. The shell takes the outbox for one group commit at a time (`take_batch`) and waits for that
 //! batch's sequence number before it answers; once a write failed, the core accepts no more changes.
 
-use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::error::CoreError;
-use super::records::Op;
-use super::state::Core;
+use crate::error::CoreError;
+use crate::records::Op;
 use crate::scheduler::{ChunkRecord, JobId, JobState, Millis};
+use crate::state::Core;
 
 impl Core {
     /// The sequence number of the batch now being filled: a request that staged writes waits for it.
@@ -56,14 +55,15 @@ impl Core {
         }
     }
 
-    /// A receiver that changes whenever some job changes state.
-    pub fn subscribe_changes(&self) -> watch::Receiver<u64> {
-        self.job_changes.subscribe()
+    /// How many times some job changed state since the core was opened: a reader that saw another number
+    /// has something new to show.
+    pub fn job_changes(&self) -> u64 {
+        self.job_changes
     }
 
     /// Moves what the scheduler changed into the outbox, and cancels the readers of inputs that ended without
     /// an artifact (and theirs, round after round).
-    pub(super) fn stage_dirty(&mut self, now: Millis) {
+    pub(crate) fn stage_dirty(&mut self, now: Millis) {
         self.maybe_stage_identities(now);
         loop {
             let ended = self.stage_dirty_once(now);
@@ -76,7 +76,7 @@ impl Core {
     /// A job whose input ended without a complete artifact (cancelled, or done with poisoned chunks) would wait
     /// for it for ever: it is cancelled, with a warning naming the input. A submit of the same job later creates
     /// what has to run again (neither kind of input is reused). True if any job was cancelled.
-    pub(super) fn cancel_readers_of(&mut self, ended: &[JobId]) -> bool {
+    pub(crate) fn cancel_readers_of(&mut self, ended: &[JobId]) -> bool {
         let mut any = false;
         for &input in ended {
             let readers: Vec<JobId> = self
@@ -130,7 +130,7 @@ impl Core {
             let Some(state) = self.sched.job_state(job) else {
                 continue;
             };
-            self.job_changes.send_modify(|n| *n += 1);
+            self.job_changes += 1;
             if let Some(e) = self.jobs.get_mut(&job) {
                 e.record.state = state;
                 if state.is_finished() {

@@ -1,15 +1,16 @@
-//! The core driven directly, with the in-memory store and simulated time: no sockets, no runtime, no clock.
+//! The core (`sweep-core`) driven directly, with the coordinator's real store in memory and simulated time: no
+//! sockets, no runtime, no clock. Here rather than in the core's crate because what the core leaves in its
+//! outbox must read back from the store as the snapshot it starts from, and that round trip is the store's.
 
 use std::sync::Arc;
 
 use serde_json::json;
 use sweep_space::{Answer, AnswerMerge, ChunkOutput, Control, Job, Plan, SpaceError};
 
-use super::results::{MAX_KEPT_MERGES, MAX_KEPT_RESULTS};
-use super::*;
-use crate::limits::Limits;
-use crate::scheduler::{JobId, JobState, SchedulerConfig};
-use crate::store::{split_commit, Store};
+use sweep_coordinator::core::*;
+use sweep_coordinator::limits::Limits;
+use sweep_coordinator::scheduler::{JobId, JobState, SchedulerConfig};
+use sweep_coordinator::store::{split_commit, Store};
 
 /// A job of `n` chunks whose chunk `i` finds the counter `i` (verify checks exactly that), each chunk needing
 /// `memory` bytes when set.
@@ -205,8 +206,7 @@ fn report_output(
 ) -> Ack {
     let target = core.report_target(l.job);
     let checked = Checked::new(limits, l.lease, l.job, l.chunk, Ok(out), target.as_ref());
-    core.apply_report(worker, checked, &|_, _| Ok(None), now)
-        .unwrap()
+    core.apply_report(worker, checked, &(), now).unwrap()
 }
 
 #[test]
@@ -648,7 +648,7 @@ fn a_running_job_s_merge_is_not_taken_and_a_stopped_list_drops_it() {
     let l = lease_one(&mut core, &w, 1);
     assert_eq!(with_solutions(&mut core, &l, 2).kind, AckKind::Accepted);
     assert!(core.take_merged(id).is_none(), "not finished");
-    assert!(core.jobs[&id].merged.is_some(), "still merging");
+    assert!(core.holds_merged(id), "still merging");
     let l = lease_one(&mut core, &w, 3);
     assert_eq!(with_solutions(&mut core, &l, 4).kind, AckKind::Accepted);
     assert_eq!(core.job_view(id, 0).unwrap().listing, Listing::Stopped);
@@ -682,10 +682,7 @@ fn only_the_last_finished_jobs_keep_their_merged_answers() {
     let mut core = open(&store, 0);
     let w = register(&mut core, "w", None);
     let ids = finish_one_chunk_jobs(&mut core, &w, MAX_KEPT_MERGES as u64 + 3);
-    let kept: Vec<bool> = ids
-        .iter()
-        .map(|id| core.jobs[id].merged.is_some())
-        .collect();
+    let kept: Vec<bool> = ids.iter().map(|id| core.holds_merged(*id)).collect();
     let dropped = ids.len() - MAX_KEPT_MERGES;
     assert!(kept[..dropped].iter().all(|k| !k), "{kept:?}");
     assert!(kept[dropped..].iter().all(|k| *k), "{kept:?}");
@@ -707,17 +704,16 @@ fn only_the_last_finished_jobs_keep_their_answers_text() {
             },
         );
     }
-    let kept: Vec<Option<&str>> = ids
+    let kept: Vec<Option<Arc<str>>> = ids
         .iter()
-        .map(|id| core.jobs[id].result.as_ref().map(|r| &*r.json))
+        .map(|id| core.results_input(*id, 0).unwrap().cached.map(|r| r.json))
         .collect();
     let dropped = ids.len() - MAX_KEPT_RESULTS;
     assert!(kept[..dropped].iter().all(Option::is_none), "{kept:?}");
     for (id, k) in ids[dropped..].iter().zip(&kept[dropped..]) {
-        assert_eq!(*k, Some(format!("{{\"job\":{id}}}").as_str()));
+        assert_eq!(k.as_deref(), Some(format!("{{\"job\":{id}}}").as_str()));
     }
     let cached = core.results_input(ids[dropped], 0).unwrap().cached;
-    assert_eq!(cached.as_ref().map(|r| &*r.json), kept[dropped]);
     assert_eq!(
         cached.map(|r| r.text.to_string()),
         Some(format!("job {}", ids[dropped]))
@@ -770,7 +766,7 @@ fn a_job_with_one_attempt_is_poisoned_at_its_first_failure_while_another_gets_th
         assert_eq!(view.state, JobState::DoneWithPoisonedChunks, "job {id}");
         assert_eq!(
             chunks.iter().find(|(job, _, _)| *job == id).map(|c| &c.2),
-            Some(&crate::scheduler::ChunkRecord::Poisoned {
+            Some(&sweep_coordinator::scheduler::ChunkRecord::Poisoned {
                 attempts,
                 last_error: "exit status 3".into()
             }),
@@ -1008,7 +1004,7 @@ fn identity_shares_and_use_survive_a_restart() {
     commit(&mut core, &store);
     let before = core.identity_views(30_000);
     // The job's own use too: it orders one person's jobs.
-    let job_use = core.sched.job_use_per_share(id).unwrap();
+    let job_use = core.scheduler().job_use_per_share(id).unwrap();
     assert!(job_use >= 30_000.0, "{job_use}");
     let restarted = open(&store, 40_000);
     let after = restarted.identity_views(30_000);
@@ -1024,7 +1020,7 @@ fn identity_shares_and_use_survive_a_restart() {
     assert_eq!(after[1].share, 3.0);
     let view = restarted.job_view(id, 40_000).unwrap();
     assert_eq!((view.owner.as_str(), view.share), ("alice", 1.0));
-    assert_eq!(restarted.sched.job_use_per_share(id), Some(job_use));
+    assert_eq!(restarted.scheduler().job_use_per_share(id), Some(job_use));
 }
 
 #[test]

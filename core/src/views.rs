@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use super::placement::Waiting;
-use super::records::Listing;
+use crate::placement::Waiting;
+use crate::records::Listing;
 use crate::scheduler::{JobId, JobState, LeaseId};
 
 /// One job as `sweep status`, the dashboard and the watch stream see it.
@@ -32,7 +32,7 @@ pub struct JobView {
     pub total_nodes: Option<u128>,
     /// The job's expected size while it runs, when `total_nodes` is unknown but its space estimates its chunks:
     /// real nodes of the finished chunks plus the others' estimates, corrected by the finished ones
-    /// ([`super::expected_total`]). An estimate, for progress and ETAs only.
+    /// ([`crate::expected_total`]). An estimate, for progress and ETAs only.
     pub estimated_nodes: Option<u128>,
     pub created_ms: u64,
     /// 0 while the job runs.

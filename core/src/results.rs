@@ -7,18 +7,18 @@ use std::sync::Arc;
 
 use sweep_space::{AnswerMerge, Job};
 
-use super::error::CoreError;
-use super::records::Listing;
-use super::state::{Core, JobEntry};
-use super::views::{JobView, KeptAnswer};
+use crate::error::CoreError;
+use crate::records::Listing;
 use crate::scheduler::{JobId, Millis};
+use crate::state::{Core, JobEntry};
+use crate::views::{JobView, KeptAnswer};
 
 /// Finished jobs that keep the answer merged while they ran until someone asks for it (see
 /// `Core::bound_finished_merges`).
-pub(super) const MAX_KEPT_MERGES: usize = 8;
+pub const MAX_KEPT_MERGES: usize = 8;
 
 /// How many finished jobs keep their answer's JSON text in memory (see `Core::keep_result`).
-pub(super) const MAX_KEPT_RESULTS: usize = 16;
+pub const MAX_KEPT_RESULTS: usize = 16;
 
 /// What the results of a job are computed from, copied out under the lock.
 pub struct ResultsInput {
@@ -91,7 +91,7 @@ impl Core {
     /// Drops the merged answers of all but the [`MAX_KEPT_MERGES`] most recently finished jobs whose answer
     /// nobody asked for yet (the layers of a DAG, say): each holds up to `MAX_SHOWN_SOLUTIONS` solutions, and
     /// the store can always rebuild them.
-    pub(super) fn bound_finished_merges(&mut self) {
+    pub(crate) fn bound_finished_merges(&mut self) {
         self.keep_latest_finished(MAX_KEPT_MERGES, |e| &mut e.merged);
     }
 
@@ -129,6 +129,12 @@ impl Core {
             return None;
         }
         e.merged.take()
+    }
+
+    /// Whether job `id` holds the answer merged as its results were accepted, so that its answer will need no
+    /// pass over the stored outputs (see [`Core::take_merged`]).
+    pub fn holds_merged(&self, id: JobId) -> bool {
+        self.jobs.get(&id).is_some_and(|e| e.merged.is_some())
     }
 
     /// Keeps a finished job's answer, so it is computed once; only the [`MAX_KEPT_RESULTS`] most recently

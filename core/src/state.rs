@@ -7,97 +7,98 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use sweep_space::{AnswerMerge, Job, Tally};
-use tokio::sync::watch;
 
-use super::estimate::{ChunkEstimates, MAX_ESTIMATED_CHUNKS};
-use super::records::{JobRecord, Op};
-use super::views::{FailedAttempt, KeptAnswer, LeaseView};
+use crate::estimate::{ChunkEstimates, MAX_ESTIMATED_CHUNKS};
 use crate::limits::{Limits, Usage};
+use crate::records::{JobRecord, Op};
 use crate::scheduler::{JobId, LeaseId, Millis, Scheduler};
+use crate::views::{FailedAttempt, KeptAnswer, LeaseView};
 
 /// One job as the core keeps it: its stored record, the space's job rebuilt from it, and what memory holds
 /// only for speed.
-pub(super) struct JobEntry {
-    pub(super) record: JobRecord,
-    pub(super) job: Arc<dyn Job>,
-    pub(super) params_json: String,
-    pub(super) tally: Tally,
+pub(crate) struct JobEntry {
+    pub(crate) record: JobRecord,
+    pub(crate) job: Arc<dyn Job>,
+    pub(crate) params_json: String,
+    pub(crate) tally: Tally,
     /// The final result as JSON and as text for people, computed once the job is finished. Text, not a
     /// `Value`: a star answer's 10,000 shown stars are 2 MB of JSON (and 0.9 MB for people) and 15 MB as a
     /// `Value` tree.
-    pub(super) result: Option<KeptAnswer>,
+    pub(crate) result: Option<KeptAnswer>,
     /// The merged artifact, kept in memory once loaded: workers of dependent jobs fetch it, maybe many times.
-    pub(super) artifact: Option<Arc<Vec<u8>>>,
+    pub(crate) artifact: Option<Arc<Vec<u8>>>,
     /// The most recent failed attempts, newest last (memory only: a poisoned chunk's last error is stored with
     /// the chunk).
-    pub(super) failures: VecDeque<FailedAttempt>,
+    pub(crate) failures: VecDeque<FailedAttempt>,
     /// Up-front estimates of the chunks' sizes while the job runs, for a job of unknown size whose space gives
     /// them (memory only: they are a pure function of the job, recomputed after a restart).
-    pub(super) estimates: Option<ChunkEstimates>,
+    pub(crate) estimates: Option<ChunkEstimates>,
     /// The answer over every result accepted by this process, merged as each is accepted (bounded: the tally
     /// and the smallest solutions), so a finished job's answer needs no pass over its stored outputs. `None`
     /// when it would not cover exactly what is stored: loaded after a restart, once the list is stopped, or
     /// taken by the first answer.
-    pub(super) merged: Option<AnswerMerge>,
+    pub(crate) merged: Option<AnswerMerge>,
 }
 
 /// What the core knows of one worker: memory only, so a restarted coordinator knows a worker again once it is
 /// heard from.
-pub(super) struct WorkerInfo {
-    pub(super) last_seen_ms: u64,
-    pub(super) threads: u32,
-    pub(super) chunks_done: u64,
+pub(crate) struct WorkerInfo {
+    pub(crate) last_seen_ms: u64,
+    pub(crate) threads: u32,
+    pub(crate) chunks_done: u64,
     /// Bytes its chunks may use, as it registered; 0: unknown (it did not say, or has not registered with this
     /// process yet).
-    pub(super) memory_bytes: u64,
-    pub(super) version: String,
-    pub(super) containment: String,
+    pub(crate) memory_bytes: u64,
+    pub(crate) version: String,
+    pub(crate) containment: String,
     /// The spaces it declared when it registered; `None` until it registers with this coordinator process
     /// (a worker that outlived a coordinator restart is asked to register again).
-    pub(super) spaces: Option<Vec<String>>,
+    pub(crate) spaces: Option<Vec<String>>,
     /// Its last lease request that carried a request id, with what it was granted: asked again under the same
     /// id (the worker gave up waiting for the answer, or never received it), it gets those chunks back instead
     /// of leaving them leased to nobody until they expire and are charged an attempt.
-    pub(super) last_lease: Option<(u64, Vec<LeaseView>)>,
+    pub(crate) last_lease: Option<(u64, Vec<LeaseView>)>,
 }
 
-/// The coordinator's domain core (see [`crate::core`]): one synchronous value, kept by the shell behind its
+/// The coordinator's domain core (see [the crate](crate)): one synchronous value, kept by the shell behind its
 /// lock.
 pub struct Core {
-    pub(super) sched: Scheduler,
-    pub(super) jobs: BTreeMap<JobId, JobEntry>,
-    pub(super) workers: HashMap<String, WorkerInfo>,
+    pub(crate) sched: Scheduler,
+    pub(crate) jobs: BTreeMap<JobId, JobEntry>,
+    pub(crate) workers: HashMap<String, WorkerInfo>,
     /// Nodes reported by heartbeats for leases still running (progress only).
-    pub(super) progress: HashMap<LeaseId, u64>,
+    pub(crate) progress: HashMap<LeaseId, u64>,
     /// Why chunks failed, kept for the poisoned report.
-    pub(super) last_errors: HashMap<(JobId, u64), String>,
+    pub(crate) last_errors: HashMap<(JobId, u64), String>,
     /// Resume states of chunks not done yet, as stored (see `Op::Checkpoint`).
-    pub(super) checkpoints: HashMap<(JobId, u64), String>,
-    pub(super) next_job: JobId,
-    pub(super) persisted_next_lease: LeaseId,
+    pub(crate) checkpoints: HashMap<(JobId, u64), String>,
+    pub(crate) next_job: JobId,
+    pub(crate) persisted_next_lease: LeaseId,
     /// The outbox: writes waiting for the next group commit, and that commit's sequence number.
-    pub(super) pending: Vec<Op>,
-    pub(super) seq: u64,
+    pub(crate) pending: Vec<Op>,
+    pub(crate) seq: u64,
     /// Set when the store failed: memory may be ahead of disk, so nothing more is accepted until a restart.
-    pub(super) failed: Option<String>,
-    pub(super) worker_seq: u64,
+    pub(crate) failed: Option<String>,
+    pub(crate) worker_seq: u64,
     /// Finished jobs whose chunk artifacts still have to be merged into one stored artifact.
-    pub(super) to_merge: Vec<JobId>,
+    pub(crate) to_merge: Vec<JobId>,
     /// Running jobs of unknown size whose chunk estimates the shell should compute (see [`Core::set_estimates`]).
-    pub(super) to_estimate: Vec<JobId>,
+    pub(crate) to_estimate: Vec<JobId>,
     /// Bumped whenever a job changes state, so watch streams report it at once instead of at their next tick.
-    pub(super) job_changes: watch::Sender<u64>,
+    /// A plain counter the shell reads after each decision ([`Core::job_changes`]) and publishes to its
+    /// streams however it likes: the core wakes nobody itself.
+    pub(crate) job_changes: u64,
     /// Per job: what its accepted outputs stored so far (solutions, bytes), checked against `limits`.
-    pub(super) usage: HashMap<JobId, Usage>,
+    pub(crate) usage: HashMap<JobId, Usage>,
     /// Jobs whose usage changed since the last batch.
-    pub(super) usage_dirty: BTreeSet<JobId>,
-    pub(super) limits: Limits,
+    pub(crate) usage_dirty: BTreeSet<JobId>,
+    pub(crate) limits: Limits,
     /// When identities' use was last staged for the store (see `shares.rs`).
-    pub(super) identities_saved_ms: Millis,
+    pub(crate) identities_saved_ms: Millis,
 }
 
 impl JobEntry {
-    pub(super) fn new(
+    pub(crate) fn new(
         record: JobRecord,
         job: Arc<dyn Job>,
         tally: Tally,
@@ -118,7 +119,7 @@ impl JobEntry {
     }
 
     /// Whether the job could use chunk estimates: running or paused, of unknown size, not given them yet.
-    pub(super) fn wants_estimates(&self) -> bool {
+    pub(crate) fn wants_estimates(&self) -> bool {
         self.record.total_nodes.is_none()
             && !self.record.state.is_finished()
             && self.estimates.is_none()

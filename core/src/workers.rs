@@ -4,10 +4,10 @@
 
 use tracing::info;
 
-use super::error::CoreError;
-use super::state::{Core, WorkerInfo};
-use super::views::WorkerView;
+use crate::error::CoreError;
 use crate::scheduler::Millis;
+use crate::state::{Core, WorkerInfo};
+use crate::views::WorkerView;
 
 /// What a worker says about itself when it registers.
 #[derive(Clone, Debug, Default)]
@@ -26,7 +26,7 @@ pub struct Registration {
 }
 
 impl Core {
-    pub(super) fn touch_worker(&mut self, worker: &str, now: Millis) {
+    pub(crate) fn touch_worker(&mut self, worker: &str, now: Millis) {
         self.workers
             .entry(worker.to_string())
             .and_modify(|w| w.last_seen_ms = now)

@@ -2,11 +2,11 @@
 //! store every few seconds, so a restart resumes it), and the priority ceiling above which a submit needs an
 //! admin token. The decisions themselves are the scheduler's fair-share queue.
 
-use super::error::CoreError;
-use super::records::{IdentityRecord, Op};
-use super::state::Core;
-use super::submit::check_share;
+use crate::error::CoreError;
+use crate::records::{IdentityRecord, Op};
 use crate::scheduler::{IdentityUse, Millis};
+use crate::state::Core;
+use crate::submit::check_share;
 
 /// How often an identity's decayed use is written while the coordinator is busy: a crash loses at most this
 /// much of it, which only makes the next few leases a little less fair.
@@ -77,7 +77,7 @@ impl Core {
 
     /// Stages every identity's share and decayed use if the last write is older than
     /// [`IDENTITY_SAVE_INTERVAL_MS`].
-    pub(super) fn maybe_stage_identities(&mut self, now: Millis) {
+    pub(crate) fn maybe_stage_identities(&mut self, now: Millis) {
         if now
             >= self
                 .identities_saved_ms

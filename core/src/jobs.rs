@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use sweep_space::Job;
 
-use super::error::CoreError;
-use super::estimate::ChunkEstimates;
-use super::records::Op;
-use super::state::Core;
-use super::views::JobView;
+use crate::error::CoreError;
+use crate::estimate::ChunkEstimates;
+use crate::records::Op;
 use crate::scheduler::{JobId, Millis};
+use crate::state::Core;
+use crate::views::JobView;
 
 /// Who asks to cancel, pause or resume a job, as the auth layer found them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,7 +104,7 @@ impl Core {
     }
 
     /// Jobs queued since the last call whose chunk estimates the shell should compute off the lock
-    /// ([`estimate_chunks`](super::estimate::estimate_chunks)): each with its job and chunk count.
+    /// ([`estimate_chunks`](crate::estimate::estimate_chunks)): each with its job and chunk count.
     pub fn take_to_estimate(&mut self) -> Vec<(JobId, Arc<dyn Job>, u64)> {
         std::mem::take(&mut self.to_estimate)
             .into_iter()
@@ -128,7 +128,7 @@ impl Core {
         // Chunks may have finished while the estimates were computed (or before a restart): their estimates
         // count as done, matching the tally's real nodes.
         e.estimates = Some(ChunkEstimates::new(per_chunk, self.sched.done_chunks(id)));
-        self.job_changes.send_modify(|n| *n += 1);
+        self.job_changes += 1;
     }
 
     /// Jobs finished since the last call whose artifacts the shell must merge.

@@ -3,12 +3,18 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::placement::{why_waiting, LiveWorker};
-use super::state::Core;
-use super::views::{JobView, Observation, WorkerObservation, WorkerView};
-use crate::scheduler::{JobId, JobState, Millis};
+use crate::placement::{why_waiting, LiveWorker};
+use crate::scheduler::{JobId, JobState, Millis, Scheduler};
+use crate::state::Core;
+use crate::views::{JobView, Observation, WorkerObservation, WorkerView};
 
 impl Core {
+    /// The scheduler, to be read: what it decided can be looked at from outside the core, never changed past
+    /// it.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
     /// One job as it is at `now` (which says which workers are live, for [`JobView::waiting`]).
     pub fn job_view(&self, id: JobId, now: Millis) -> Option<JobView> {
         self.job_view_among(id, &self.live_takers(now))

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use sweep_space::{ChunkOutput, Job};
 use tracing::{info, warn};
 
-use super::error::CoreError;
-use super::records::{Listing, Op};
-use super::state::Core;
-use super::views::{Ack, AckKind};
+use crate::error::CoreError;
 use crate::limits::{output_bytes, Limits, Usage};
+use crate::records::{Listing, Op};
 use crate::scheduler::{ChunkRecord, Completion, JobId, LeaseId, Millis};
+use crate::state::Core;
+use crate::views::{Ack, AckKind};
 
 /// A report after decoding and verification, ready to be applied under the lock.
 pub enum Checked {
@@ -31,6 +31,25 @@ pub enum Checked {
         output: ChunkOutput,
         verified: Result<(), sweep_space::SpaceError>,
     },
+}
+
+/// Where the core asks for a done chunk's digest once its result has left the outbox: the shell's store
+/// implements it, tests a map. A question the core asks, not a handle it keeps, so that the core stays a value
+/// that does no I/O of its own; the answer is needed only for a duplicate report of a chunk already written.
+pub trait StoredDigests {
+    type Error: std::fmt::Display;
+
+    /// The digest of chunk `chunk` of `job` as stored with its `Done` record; `None` if it is not done there.
+    fn done_digest(&self, job: JobId, chunk: u64) -> Result<Option<String>, Self::Error>;
+}
+
+/// No chunk stored: for a core whose every result is still in its outbox (tests, tools that never commit).
+impl StoredDigests for () {
+    type Error = std::convert::Infallible;
+
+    fn done_digest(&self, _: JobId, _: u64) -> Result<Option<String>, Self::Error> {
+        Ok(None)
+    }
 }
 
 /// What a report is checked against: its job, read under the lock, checked outside it.
@@ -108,13 +127,13 @@ impl Core {
         })
     }
 
-    /// Applies one checked report from `worker`. `stored_digest` reads a done chunk's digest from the store,
-    /// for a duplicate whose first result is no longer in the outbox.
+    /// Applies one checked report from `worker`. `stored` gives a done chunk's digest, for a duplicate whose
+    /// first result is no longer in the outbox.
     pub fn apply_report(
         &mut self,
         worker: &str,
         checked: Checked,
-        stored_digest: &dyn Fn(JobId, u64) -> Result<Option<String>, CoreError>,
+        stored: &impl StoredDigests,
         now: Millis,
     ) -> Result<Ack, CoreError> {
         // The lease this report ends is charged its real time, up to now.
@@ -261,7 +280,9 @@ impl Core {
             Completion::Duplicate => {
                 let stored = match self.pending_digest(job_id, chunk) {
                     Some(d) => Some(d),
-                    None => stored_digest(job_id, chunk)?,
+                    None => stored
+                        .done_digest(job_id, chunk)
+                        .map_err(|e| CoreError::Store(e.to_string()))?,
                 };
                 let matches = stored.as_deref() == Some(digest.as_str());
                 if let Some(e) = self.jobs.get_mut(&job_id) {

@@ -5,12 +5,12 @@
 
 use tracing::{info, warn};
 
-use super::error::CoreError;
-use super::placement::fits;
-use super::records::Op;
-use super::state::Core;
-use super::views::{FailedAttempt, LeaseAnswer, LeaseView};
+use crate::error::CoreError;
+use crate::placement::fits;
+use crate::records::Op;
 use crate::scheduler::{Expired, FailOutcome, JobId, LeaseId, Millis};
+use crate::state::Core;
+use crate::views::{FailedAttempt, LeaseAnswer, LeaseView};
 
 /// Upper bound on the chunks one lease request may ask for.
 pub const MAX_LEASE_REQUEST: u32 = 4096;
