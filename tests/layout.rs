@@ -539,7 +539,11 @@ fn the_scheduler_imports_nothing_else_of_the_core() {
     let src = root().join("core/src");
     let mut files = Vec::new();
     rust_files(&src.join("scheduler"), &mut files);
-    assert!(files.len() > 3, "core/src/scheduler: {} sources", files.len());
+    assert!(
+        files.len() > 3,
+        "core/src/scheduler: {} sources",
+        files.len()
+    );
     for file in &files {
         let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
         if stem == "tests" || stem.ends_with("_tests") || stem == "test_support" {
