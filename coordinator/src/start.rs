@@ -873,9 +873,20 @@ mod tests {
             .await
             .expect("committed without a listener")
             .expect("set");
-        drop(coord);
+        // The transports hold the coordinator, and the coordinator holds the store.
+        drop((coord, jobs));
         running.shutdown().await.expect("stopped");
-        let store = Store::open(dir.path()).expect("reopened");
+        // sled lets go of its lock once its flusher thread ends.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let store = loop {
+            match Store::open(dir.path()) {
+                Ok(store) => break store,
+                Err(e) => {
+                    assert!(std::time::Instant::now() < deadline, "reopening: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
         let snap = store.load().expect("load");
         assert!(
             snap.identities.iter().any(|i| i.identity == "someone"),
