@@ -15,7 +15,7 @@ use sweep_proto::v1;
 use tokio::sync::oneshot;
 
 use crate::args::{self, JobArgs};
-use crate::exit::{self, one_line, usage, Exit};
+use crate::exit::{self, usage, Exit};
 use crate::output::{Report, ReportResult};
 use crate::progress::{Bars, Mode};
 use crate::render::{answer_form, gib, results_report};
