@@ -5,9 +5,6 @@ use std::path::PathBuf;
 
 use clap::Args;
 use sweep_client::ClientSecurity;
-use sweep_coordinator::ServeSecurity;
-
-use crate::exit::{self, Exit};
 
 /// How a client authenticates and what it trusts.
 #[derive(Args, Debug, Default, Clone)]
@@ -72,25 +69,21 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    pub fn security(&self) -> anyhow::Result<ServeSecurity> {
-        let bad = |e: sweep_coordinator::auth::AuthError| Exit {
-            code: exit::USAGE,
-            message: e.to_string(),
-        };
-        let auth = sweep_coordinator::auth::Auth::from_role_files(
-            self.worker_token_file.clone(),
-            self.user_token_file.clone(),
-            self.admin_token_file.clone(),
-        )
-        .map_err(bad)?;
-        let tls = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some(
-                ServeSecurity::tls_from_files(cert, key, self.tls_client_ca.as_deref())
-                    .map_err(bad)?,
-            ),
-            _ => None,
-        };
-        Ok(ServeSecurity { auth, tls })
+    /// The files as the coordinator takes them; it reads and checks them when it starts.
+    pub fn files(&self) -> sweep_coordinator::start::Security {
+        sweep_coordinator::start::Security {
+            worker_token_file: self.worker_token_file.clone(),
+            user_token_file: self.user_token_file.clone(),
+            admin_token_file: self.admin_token_file.clone(),
+            tls: match (&self.tls_cert, &self.tls_key) {
+                (Some(cert), Some(key)) => Some(sweep_coordinator::start::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: self.tls_client_ca.clone(),
+                }),
+                _ => None,
+            },
+        }
     }
 }
 

@@ -26,6 +26,8 @@
 //! - [`grpc`]: the gRPC adapters (`Work` for workers, `Jobs` for people, `Replication` between members), the
 //!   only code that sees wire types;
 //!   [`http`]: the read-only web dashboard and `/metrics` (`--http ADDR`); [`server`]: `serve()` and shutdown.
+//! - [`start`]: the one way to start a coordinator, alone or as a member of a group, served or in process:
+//!   [`start()`] takes [`Options`] and gives a [`Running`] coordinator that owns everything it started.
 //! - [`inputs`]: a job's input DAG (the jobs whose artifacts it needs, recursively), shared by submit and
 //!   `sweep solve`.
 //!
@@ -48,8 +50,10 @@ pub mod metrics;
 pub mod replica;
 pub use sweep_core::scheduler;
 pub mod server;
+pub mod start;
 pub mod store;
 
 pub use auth::ServeSecurity;
 pub use coordinator::{Coordinator, CoordinatorConfig, ServeError};
 pub use server::{in_process, serve};
+pub use start::{start, Options, Running, StartError};

@@ -141,7 +141,7 @@ impl Leadership {
         url: String,
     ) -> Result<(u64, BTreeMap<u64, String>), ChangeError> {
         if let Some(own) = self.urls().get(&self.id).filter(|u| !u.is_empty()) {
-            if scheme(own) != scheme(&url) {
+            if serves_tls(own) != serves_tls(&url) {
                 return Err(ChangeError::Refused(format!(
                     "`{url}` is not an {}:// URL like this group's members' ({own}): the members of a group all \
                      serve TLS (https://, with --tls-cert) or none does",
@@ -331,6 +331,13 @@ impl Leadership {
 /// The scheme of a member's URL (`http`, `https`).
 fn scheme(url: &str) -> &str {
     url.split_once("://").map_or("", |(s, _)| s)
+}
+
+/// Whether the member at `url` serves TLS: the one rule for a group's URLs. A member serves what it is called
+/// with, TLS only at `https://` and plain gRPC at `http://`, and every member calls the others with one TLS
+/// setting, so a group's members are all at `https://` URLs (each with a certificate) or all at `http://`.
+pub fn serves_tls(url: &str) -> bool {
+    scheme(url) == "https"
 }
 
 /// The members' URLs: the applied membership's, else the ones started with.

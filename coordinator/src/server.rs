@@ -1,6 +1,7 @@
 //! Serving: both gRPC services (behind the auth and metrics layers) and the background tasks, until a
 //! shutdown future resolves; then everything still queued is written before `serve` returns. A member of a
-//! replicated coordinator serves the same services and `Replication` ([`serve_member`]).
+//! replicated coordinator serves the same services and `Replication` ([`serve_member`]). Both are parts that
+//! [`crate::start()`] puts together; nothing else calls them.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -146,8 +147,8 @@ fn limited(
 
 /// The `Work` and `Jobs` services of `coord` as transports for clients in this process (`sweep run`'s worker
 /// and progress bars): the same handlers, message limits and RPC metrics as over the network, no token (as an
-/// open coordinator), and no socket or HTTP/2 framing between them. A coordinator's background tasks run only
-/// in [`serve`], which must run beside them.
+/// open coordinator), and no socket or HTTP/2 framing between them. They serve only while the coordinator's
+/// background tasks run: [`crate::start()`] without a listener runs them ([`crate::Running::in_process`]).
 pub fn in_process(coord: &Arc<Coordinator>) -> (sweep_proto::Transport, sweep_proto::Transport) {
     use tower_layer::Layer;
     let (work, jobs) = crate::grpc::services(&Backend::Single(coord.clone()));

@@ -660,60 +660,101 @@ fn result_ops(
     ]
 }
 
-/// Three members whose state machines are coordinator stores (in memory, or sled on disk under their
-/// directories), on loopback, with the id of the leader they elected.
+/// Three members started through the front door (`sweep_coordinator::start`, as `sweep coordinator --peers`
+/// starts one), each with its store on disk in a directory of its own, on loopback, with the id of the leader
+/// they elected.
 struct StoreGroup {
-    handles: BTreeMap<u64, MemberHandle>,
-    stores: BTreeMap<u64, Arc<sweep_coordinator::store::Store>>,
+    members: BTreeMap<u64, sweep_coordinator::Running>,
+    urls: BTreeMap<u64, String>,
     leader: u64,
-    stops: BTreeMap<u64, oneshot::Sender<()>>,
-    _dirs: Vec<tempfile::TempDir>,
+    dirs: Vec<tempfile::TempDir>,
+}
+
+/// A loopback listener on port 0 and its `http://` URL.
+fn bind_loopback() -> (std::net::TcpListener, String) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", l.local_addr().expect("addr"));
+    (l, url)
+}
+
+/// Starts a member in `data` through the front door, its consensus ticking every [`TICK`].
+async fn start_store_member(
+    data: &Path,
+    listener: std::net::TcpListener,
+    membership: sweep_coordinator::start::Membership,
+) -> sweep_coordinator::Running {
+    use sweep_coordinator::start::{GroupOptions, Listen, Options};
+    sweep_coordinator::start(Options {
+        data: data.to_path_buf(),
+        config: common::config(30_000, 3),
+        security: Default::default(),
+        listen: Some(Listen::Bound(listener)),
+        http: None,
+        group: Some(GroupOptions {
+            membership,
+            peer_tls_ca: None,
+            // Ten ticks: a tick of `TICK`.
+            election_ms: Some(TICK.as_millis() as u64 * 10),
+        }),
+    })
+    .await
+    .expect("start the member")
 }
 
 impl StoreGroup {
-    async fn start(on_disk: bool) -> StoreGroup {
-        use sweep_coordinator::store::{Store, StoreMachine};
+    async fn start() -> StoreGroup {
+        use sweep_coordinator::start::Membership;
         let dirs: Vec<tempfile::TempDir> =
             (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-        let (listeners, urls) = bind_three().await;
-        let mut handles = BTreeMap::new();
-        let mut stores = BTreeMap::new();
-        let mut stops = BTreeMap::new();
-        for (id, l) in listeners {
-            let dir = dirs[id as usize - 1].path();
-            let store = Arc::new(if on_disk {
-                Store::open(&dir.join("store")).expect("store")
-            } else {
-                Store::in_memory()
-            });
-            let machine = StoreMachine::open(store.clone(), files_for(&dir.join("raft")))
-                .expect("state machine");
-            let (h, stop) = start_node(id, &dir.join("raft"), l, &urls, true, machine).await;
-            handles.insert(id, h);
-            stores.insert(id, store);
-            stops.insert(id, stop);
+        let listeners: Vec<(std::net::TcpListener, String)> =
+            (0..3).map(|_| bind_loopback()).collect();
+        let peers: Vec<String> = listeners.iter().map(|(_, u)| u.clone()).collect();
+        let urls: BTreeMap<u64, String> = (1..).zip(peers.iter().cloned()).collect();
+        let mut members = BTreeMap::new();
+        for ((id, (listener, _)), dir) in (1u64..).zip(listeners).zip(&dirs) {
+            let membership = Membership::Found {
+                peers: peers.clone(),
+                id: Some(id),
+            };
+            let running = start_store_member(dir.path(), listener, membership).await;
+            assert_eq!(running.member().map(|(id, _)| id), Some(id));
+            members.insert(id, running);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         let leader = loop {
-            if let Some((&id, _)) = handles.iter().find(|(_, h)| h.status().is_leader) {
+            if let Some((&id, _)) = members.iter().find(|(_, m)| handle(m).status().is_leader) {
                 break id;
             }
             assert!(Instant::now() < deadline, "no leader");
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
         StoreGroup {
-            handles,
-            stores,
+            members,
+            urls,
             leader,
-            stops,
-            _dirs: dirs,
+            dirs,
         }
+    }
+
+    fn handle(&self, id: u64) -> MemberHandle {
+        handle(&self.members[&id]).clone()
+    }
+
+    fn store(&self, id: u64) -> Arc<sweep_coordinator::store::Store> {
+        self.members[&id]
+            .member_store()
+            .expect("a member's store")
+            .clone()
     }
 
     /// Waits (at most `within`) until every member still running applied entry `index`.
     async fn all_applied(&self, index: u64, within: Duration) {
         let deadline = Instant::now() + within;
-        while !self.handles.values().all(|h| h.status().applied >= index) {
+        while !self
+            .members
+            .values()
+            .all(|m| handle(m).status().applied >= index)
+        {
             assert!(
                 Instant::now() < deadline,
                 "members did not apply entry {index}"
@@ -723,10 +764,18 @@ impl StoreGroup {
     }
 
     async fn stop(self) {
-        for h in self.handles.values() {
-            h.stop().await;
+        for (id, m) in self.members {
+            tokio::time::timeout(Duration::from_secs(40), m.shutdown())
+                .await
+                .unwrap_or_else(|_| panic!("member {id} did not stop"))
+                .expect("stopped");
         }
     }
+}
+
+/// The consensus handle of a member started through the front door.
+fn handle(m: &sweep_coordinator::Running) -> &MemberHandle {
+    m.member_handle().expect("a member")
 }
 
 /// The entries of a job of 40 chunks: the job, then its results in commits of ten, each with the tally after
@@ -776,16 +825,18 @@ fn job_entries() -> Vec<Vec<u8>> {
 /// same store on every member, which opens as a coordinator's with the same jobs and done chunks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
-    let group = StoreGroup::start(false).await;
-    let (handles, stores, leader) = (&group.handles, &group.stores, group.leader);
+    let group = StoreGroup::start().await;
+    let leader = group.leader;
+    let h = group.handle(leader);
     let entries = job_entries();
     let mut last = 0;
     for e in entries {
-        last = handles[&leader].propose(e).await.expect("committed");
+        last = h.propose(e).await.expect("committed");
     }
-    assert!(handles[&leader].status().applied >= last);
+    assert!(h.status().applied >= last);
     group.all_applied(last, Duration::from_secs(10)).await;
-    for (id, store) in stores {
+    for &id in group.members.keys() {
+        let store = group.store(id);
         let snap = store.load().expect("load");
         assert_eq!(snap.jobs.len(), 1, "member {id}");
         assert_eq!(snap.next_job, 2, "member {id}");
@@ -798,7 +849,7 @@ async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
         );
         assert_eq!(
             store.outputs(1).expect("outputs"),
-            stores[&leader].outputs(1).expect("outputs")
+            group.store(leader).outputs(1).expect("outputs")
         );
     }
     group.stop().await;
@@ -810,11 +861,12 @@ async fn group_commits_proposed_on_the_leader_land_in_every_members_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_member_installs_the_snapshot_file_the_leader_pushes() {
     use sweep_coordinator::core::Op;
-    use sweep_coordinator::store::{encode_entry, Store, StoreMachine};
+    use sweep_coordinator::start::Membership;
+    use sweep_coordinator::store::encode_entry;
 
-    let mut group = StoreGroup::start(true).await;
+    let mut group = StoreGroup::start().await;
     let leader = group.leader;
-    let h = group.handles[&leader].clone();
+    let h = group.handle(leader);
     let mut entries = job_entries();
     let artifact: Vec<u8> = (0..(3 << 20) + 5).map(|i| (i % 251) as u8).collect();
     entries.push(encode_entry(&[vec![Op::Artifact(1, Arc::new(artifact))]]).expect("entry"));
@@ -825,26 +877,45 @@ async fn a_new_member_installs_the_snapshot_file_the_leader_pushes() {
     group.all_applied(last, Duration::from_secs(10)).await;
 
     let lost = *group
-        .handles
+        .members
         .keys()
         .find(|&&id| id != leader)
         .expect("a follower");
-    group.handles.remove(&lost).expect("lost").stop().await;
-    if let Some(stop) = group.stops.remove(&lost) {
-        let _ = stop.send(());
-    }
-    assert_eq!(h.change(Change::Remove(lost)).await.expect("removed"), lost);
-    let l4 = tokio::net::TcpListener::bind("127.0.0.1:0")
+    group
+        .members
+        .remove(&lost)
+        .expect("lost")
+        .shutdown()
         .await
-        .expect("bind");
-    let url4 = format!("http://{}", l4.local_addr().expect("addr"));
-    let id4 = h.change(Change::Add(url4)).await.expect("added");
-    let peers = h.status().members;
+        .expect("stopped");
+    assert_eq!(h.change(Change::Remove(lost)).await.expect("removed"), lost);
+    // A new member in an empty directory joins as `sweep coordinator --join` does: it asks the group to add it
+    // at the address it listens on, and catches up from the snapshot file the leader pushes.
+    let (l4, url4) = bind_loopback();
     let dir4 = tempfile::tempdir().expect("dir");
-    let store4 = Arc::new(Store::open(&dir4.path().join("store")).expect("store"));
-    let raft4 = dir4.path().join("raft");
-    let machine = StoreMachine::open(store4.clone(), files_for(&raft4)).expect("machine");
-    let (h4, stop4) = start_node(id4, &raft4, l4, &peers, false, machine).await;
+    let others: Vec<String> = group
+        .urls
+        .iter()
+        .filter(|(&id, _)| id != lost)
+        .map(|(_, u)| u.clone())
+        .collect();
+    let joining = Membership::Join {
+        urls: others.join(","),
+        advertise: None,
+    };
+    let m4 = start_store_member(dir4.path(), l4, joining).await;
+    let (id4, urls4) = m4
+        .member()
+        .map(|(id, u)| (id, u.clone()))
+        .expect("a member");
+    assert_eq!(id4, 4, "a new id: the lost member's is never given again");
+    assert_eq!(
+        urls4.get(&4),
+        Some(&url4),
+        "added at the address it listens on"
+    );
+    let h4 = handle(&m4).clone();
+    let store4 = m4.member_store().expect("its store").clone();
     let after = h
         .propose(encode_entry(&[vec![Op::Meta("next_job", 3)]]).expect("entry"))
         .await
@@ -855,7 +926,7 @@ async fn a_new_member_installs_the_snapshot_file_the_leader_pushes() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (theirs, ours) = (
-        group.stores[&leader].load().expect("load"),
+        group.store(leader).load().expect("load"),
         store4.load().expect("load"),
     );
     assert_eq!(ours.done_list(), theirs.done_list());
@@ -863,7 +934,7 @@ async fn a_new_member_installs_the_snapshot_file_the_leader_pushes() {
     assert_eq!(ours.next_job, 3);
     assert_eq!(
         store4.outputs(1).expect("outputs"),
-        group.stores[&leader].outputs(1).expect("outputs")
+        group.store(leader).outputs(1).expect("outputs")
     );
     let listing = |dir: &Path| -> Vec<(String, u64)> {
         let mut v: Vec<(String, u64)> = std::fs::read_dir(dir)
@@ -877,18 +948,23 @@ async fn a_new_member_installs_the_snapshot_file_the_leader_pushes() {
         v.sort();
         v
     };
-    let artifacts = |root: &Path| listing(&root.join("store").join("artifacts"));
-    let leader_dir = group._dirs[leader as usize - 1].path();
+    let artifacts = |root: &Path| listing(&root.join("artifacts"));
+    let leader_dir = group.dirs[leader as usize - 1].path();
     assert_eq!(artifacts(dir4.path()), artifacts(leader_dir));
     assert!(
         artifacts(dir4.path()).iter().any(|(_, len)| *len > 3 << 20),
         "the blob of several pieces arrived"
     );
-    let snapshots = listing(files_for(&raft4).dir());
+    let snapshots = listing(
+        &dir4
+            .path()
+            .join(sweep_coordinator::member::LOG_DIR)
+            .join("snapshots"),
+    );
     assert_eq!(snapshots.len(), 1, "{snapshots:?}");
     assert!(snapshots[0].0.ends_with(".snap"), "{snapshots:?}");
-    h4.stop().await;
-    let _ = stop4.send(());
+    drop(store4);
+    m4.shutdown().await.expect("stopped");
     group.stop().await;
 }
 
@@ -897,46 +973,60 @@ async fn a_new_member_installs_the_snapshot_file_the_leader_pushes() {
 /// coordinator on it acknowledges nothing more and nothing more reaches the other members.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coordinator_on_the_leader_acknowledges_only_what_the_group_committed() {
-    use sweep_coordinator::{Coordinator, ServeSecurity};
+    use sweep_proto::v1::{jobs_client::JobsClient, work_client::WorkClient};
 
-    let group = StoreGroup::start(false).await;
-    let (handles, stores, leader) = (&group.handles, &group.stores, group.leader);
-    let coord = Coordinator::open_member(
-        stores[&leader].clone(),
-        common::config(30_000, 3),
-        handles[&leader].clone(),
-        Default::default(),
-    )
-    .expect("open the coordinator on the leader");
-    let server = common::Server::serve(coord, ServeSecurity::default(), false).await;
-    let (_, mut jobs) = server.clients().await;
-    let job = jobs
-        .submit(common::submit_req(
-            "star",
-            r#"{"points": 6, "method": "brute"}"#,
-            12,
-        ))
+    let group = StoreGroup::start().await;
+    let leader = group.leader;
+    let channel = tonic::transport::Endpoint::from_shared(group.urls[&leader].clone())
+        .expect("URL")
+        .connect()
         .await
-        .expect("submit")
-        .into_inner();
+        .expect("connect to the leader");
+    let mut jobs = JobsClient::new(channel.clone());
+    // The leader serves once an entry of its own term is committed and its coordinator is open.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let job = loop {
+        match jobs
+            .submit(common::submit_req(
+                "star",
+                r#"{"points": 6, "method": "brute"}"#,
+                12,
+            ))
+            .await
+        {
+            Ok(job) => break job.into_inner(),
+            Err(s) if s.message().starts_with(sweep_proto::NOT_LEADER) => {
+                assert!(Instant::now() < deadline, "the leader never served: {s}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(s) => panic!("submit: {s}"),
+        }
+    };
     let job_id = job.job.expect("the job").id;
-    let mut worker = server.worker("w").await;
+    let mut worker = common::FakeWorker::register(
+        WorkClient::with_interceptor(channel, common::Bearer::new(None)),
+        "w",
+        &common::spaces(),
+    )
+    .await
+    .expect("register");
     let accepted = worker.run_chunks(100).await.expect("run chunks");
     assert_eq!(accepted, 12);
-    let last = handles[&leader].status().applied;
+    let last = group.handle(leader).status().applied;
     group.all_applied(last, Duration::from_secs(10)).await;
-    let want = stores[&leader].load().expect("load");
+    let want = group.store(leader).load().expect("load");
     assert_eq!(want.done_list().len(), 12);
-    for (id, store) in stores {
-        let snap = store.load().expect("load");
+    for &id in group.members.keys() {
+        let snap = group.store(id).load().expect("load");
         assert_eq!(snap.done_list(), want.done_list(), "member {id}");
         assert_eq!(snap.tallies, want.tallies, "member {id}");
         assert_eq!(snap.jobs.len(), 1, "member {id}");
         assert_eq!(snap.jobs[0].id, job_id, "member {id}");
     }
-    // The leader's member stops: no proposal can commit, so a submit is refused, not acknowledged, and the
-    // other members never see it.
-    handles[&leader].stop().await;
+    // The leader's consensus member stops: no proposal can commit, so a submit is refused (the coordinator
+    // cannot commit it, or has already closed with its term), never acknowledged, and the other members never
+    // see it.
+    group.handle(leader).stop().await;
     let refused = jobs
         .submit(common::submit_req(
             "star",
@@ -946,14 +1036,18 @@ async fn a_coordinator_on_the_leader_acknowledges_only_what_the_group_committed(
         .await
         .expect_err("a submit acknowledged without the group");
     assert!(
-        refused.message().contains("replicated group"),
+        refused.message().contains("replicated group")
+            || refused.message().starts_with(sweep_proto::NOT_LEADER),
         "{}",
         refused.message()
     );
-    for (id, store) in stores.iter().filter(|(&id, _)| id != leader) {
-        assert_eq!(store.load().expect("load").jobs.len(), 1, "member {id}");
+    for (&id, _) in group.members.iter().filter(|(&id, _)| id != leader) {
+        assert_eq!(
+            group.store(id).load().expect("load").jobs.len(),
+            1,
+            "member {id}"
+        );
     }
-    server.stop().await;
     group.stop().await;
 }
 
@@ -995,8 +1089,8 @@ async fn throughput_of_three_members_against_one_store() {
     }
     let single_rate = results as f64 / t.elapsed().as_secs_f64();
 
-    let group = StoreGroup::start(true).await;
-    let (handles, stores, leader) = (&group.handles, &group.stores, group.leader);
+    let group = StoreGroup::start().await;
+    let h = group.handle(group.leader);
     let t = Instant::now();
     let mut last = 0;
     for ops in commits {
@@ -1004,12 +1098,12 @@ async fn throughput_of_three_members_against_one_store() {
             .await
             .expect("join")
             .expect("encode");
-        last = handles[&leader].propose(entry).await.expect("committed");
+        last = h.propose(entry).await.expect("committed");
     }
     let replicated_rate = results as f64 / t.elapsed().as_secs_f64();
     group.all_applied(last, Duration::from_secs(60)).await;
-    for (id, store) in stores {
-        let snap = store.load().expect("load");
+    for &id in group.members.keys() {
+        let snap = group.store(id).load().expect("load");
         assert_eq!(snap.done_list().len() as u64, results, "member {id}");
         assert_eq!(snap.tallies[&1].chunks, results, "member {id}");
     }

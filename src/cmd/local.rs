@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sweep_coordinator::store::{FinishedArtifacts, Store};
-use sweep_coordinator::{Coordinator, CoordinatorConfig};
+use sweep_coordinator::{start, CoordinatorConfig, Options, StartError};
 use sweep_engine::inputs::{self, DagNode};
 use sweep_engine::local;
 use sweep_proto::v1;
 use tokio::sync::oneshot;
 
 use crate::args::{self, JobArgs};
-use crate::exit::{self, one_line, usage, Exit};
+use crate::exit::{self, usage, Exit};
 use crate::output::{Report, ReportResult};
 use crate::progress::{Bars, Mode};
 use crate::render::{answer_form, gib, results_report};
@@ -97,6 +97,9 @@ fn with_local_job(
     }
 }
 
+/// What the embedded worker is told it connects to: it reaches the coordinator in process and never dials it.
+const IN_PROCESS_URL: &str = "in-process";
+
 pub fn run(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode> {
     with_local_job(registry, &raw, |local| run_local(registry, local))
 }
@@ -111,28 +114,30 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let rt = runtime()?;
     rt.block_on(async move {
-        let store = Store::open(&engine.data)
-            .with_context(|| format!("cannot use --data {}", engine.data.display()))
-            .map_err(|e| Exit { code: exit::USAGE, message: one_line(&e) })?;
         let mut config = CoordinatorConfig { registry: registry.clone(), ..CoordinatorConfig::default() };
         // The embedded coordinator is the person's own: its ceiling rises to what they ask for, and stays at the
         // usual default for the other jobs of the store.
         if let Some(n) = engine.max_attempts {
             config.scheduler.max_attempts = config.scheduler.max_attempts.max(n);
         }
-        let coord = Coordinator::open(store, config)
-            .with_context(|| format!("cannot load the jobs stored in {}", engine.data.display()))?;
-        // The worker and the bars call the coordinator's services in process: a listing job's solutions (24 MB
-        // for star n = 12) crossed loopback TCP and HTTP/2 framing otherwise, a tenth of the run's CPU. The
-        // loopback listener remains only because `serve` runs the coordinator's background tasks (commits,
-        // expiry, merges) beside it; nothing connects to it.
-        let (work_link, jobs_link) = sweep_coordinator::in_process(&coord);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("cannot bind a loopback port")?;
-        let url = format!("http://{}", listener.local_addr()?);
-        let (stop_coord, coord_stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(sweep_coordinator::serve(listener, coord, Default::default(), async {
-            let _ = coord_stopped.await;
-        }));
+        // No listener: the worker and the bars call the coordinator's services in process (a listing job's
+        // solutions, 24 MB for star n = 12, crossed loopback TCP and HTTP/2 framing otherwise, a tenth of the
+        // run's CPU), and its background tasks (commits, expiry, merges) run all the same.
+        let options = Options {
+            data: engine.data.clone(),
+            config,
+            security: Default::default(),
+            listen: None,
+            http: None,
+            group: None,
+        };
+        let coordinator = start(options).await.map_err(|e| match e {
+            StartError::Load(source) => anyhow::Error::new(source)
+                .context(format!("cannot load the jobs stored in {}", engine.data.display())),
+            e => crate::cmd::coordinator::start_failure(e),
+        })?;
+        let (work_link, jobs_link) =
+            coordinator.in_process().ok_or_else(|| anyhow::anyhow!("the embedded coordinator is not a single one"))?;
         let mut jobs = sweep_client::Client::in_process(jobs_link);
         if let Some(shipped) = ship {
             crate::remote::ship(&mut jobs, shipped.files).await?;
@@ -169,9 +174,10 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
             eprintln!("job {} in {} is already {}: answering from the store", info.id, engine.data.display(), info.state().label());
         }
         let (stop_worker, worker_stopped) = oneshot::channel::<()>();
+        // The worker reaches the coordinator in process only: the URL is never dialled.
         let worker_cfg = sweep_worker::WorkerConfig {
             in_process: Some(work_link),
-            ..sweep_worker::WorkerConfig::new(url.clone(), threads, registry.clone())
+            ..sweep_worker::WorkerConfig::new(IN_PROCESS_URL.to_string(), threads, registry.clone())
         };
         let mut worker = tokio::spawn(sweep_worker::run(worker_cfg, async {
             let _ = worker_stopped.await;
@@ -223,16 +229,16 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         if let (Some(path), Some(_)) = (&engine.solutions, &results) {
             crate::remote::write_solutions(&mut jobs, info.id, path).await?;
         }
-        // Graceful shutdown waits for open streams and connections: close ours first.
+        // The coordinator's watch streams end when it stops; ours are closed first so nothing waits on them.
         drop(stream);
         drop(jobs);
-        let _ = stop_coord.send(());
+        let stopping = coordinator.shutdown();
         // The answer is durable once `results` returns, so it is printed while the coordinator shuts down (its
         // last commits and sled's flush) on the runtime's threads; a failed shutdown is still reported after it.
         let answered = results.map(|results| {
             report_run(results, form, info, (job.as_ref(), &engine), started)
         });
-        server.await.context("coordinator task")?.context("embedded coordinator")?;
+        stopping.await.context("embedded coordinator")?;
         answered.unwrap_or_else(|| {
             Err(Exit {
                 code: exit::INTERRUPTED,

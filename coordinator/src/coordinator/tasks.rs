@@ -1,4 +1,5 @@
-//! The shell's background tasks, started by `serve`: the committer (group commit of the core's outbox), the
+//! The shell's background tasks, started by `serve`, by `start` without a listener, and by a member while it
+//! leads: the committer (group commit of the core's outbox), the
 //! expirer (leases nobody renewed, and pauses of the coordinator itself), the artifact merger and the chunk
 //! estimator. Each loops until the server stops, takes the core's lock only for short synchronous sections, and
 //! does its I/O and CPU work off the lock.
