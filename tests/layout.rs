@@ -531,7 +531,6 @@ fn the_coordinator_core_depends_on_no_runtime_store_or_network() {
     );
 }
 
-/// The core's top-level modules import each other in one direction, as every other crate's do.
 /// The scheduler is the core's bottom: the lease and chunk state machine imports nothing else of the core, so
 /// that it stays testable alone with simulated time. (Circles in `core/` are checked with every crate's.)
 #[test]

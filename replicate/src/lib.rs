@@ -30,9 +30,11 @@
 mod error;
 mod members;
 mod node;
+mod state_machine;
 mod store;
 
 pub use error::ReplicateError;
 pub use members::Members;
-pub use node::{Applied, Config, Membership, Node, Outgoing, Output, SnapshotJob, StateMachine};
+pub use node::{Applied, Config, Membership, Node, Outgoing, Output};
+pub use state_machine::{SnapshotJob, StateMachine};
 pub use store::LogStore;

@@ -18,57 +18,12 @@ use raft::{RawNode, SnapshotStatus, StateRole, Storage};
 
 use crate::error::ReplicateError;
 use crate::members::{check_address, unframe, Members};
+use crate::state_machine::StateMachine;
 use crate::store::LogStore;
 
-/// What the replicated log drives on every member: committed entries in log order, each exactly once, and
-/// snapshots to save and restore.
-pub trait StateMachine {
-    /// Applies the committed entry at `index`. Called with increasing indices; a gap means a snapshot was
-    /// restored in between.
-    fn apply(&mut self, index: u64, data: &[u8]);
-    /// The whole state, as `restore` takes it back (including whatever `applied` needs).
-    fn snapshot(&self) -> Vec<u8>;
-    /// A job that takes the snapshot off the node's thread, for a state whose snapshot takes long to write
-    /// (`None`, the default: `snapshot` is taken in place). The node applies nothing until the job has
-    /// returned, so the job sees the state as it is now, while the node goes on voting, heartbeating and
-    /// appending; the job returns `None` when it failed (the node tries again later).
-    fn snapshot_job(&self) -> Option<SnapshotJob> {
-        None
-    }
-    /// Replaces the whole state with a snapshot's bytes (from `snapshot` on some member, or the bytes given to
-    /// `LogStore::bootstrap`).
-    fn restore(&mut self, data: &[u8]);
-    /// Whether `restore` can take these snapshot bytes now. A state machine whose snapshot bytes only name a
-    /// file, which the transport carries beside the message, says whether that file has arrived; a snapshot
-    /// message it cannot take is dropped as if the network had lost it, and the leader sends it again.
-    fn has_snapshot(&self, _data: &[u8]) -> bool {
-        true
-    }
-    /// The snapshot with these bytes is now the member's stored one (taken here, or installed from the
-    /// leader): whatever older snapshots the state machine keeps outside the log may go.
-    fn snapshot_stored(&mut self, _data: &[u8]) {}
-    /// The index of the last entry applied (0: none). A durable state machine returns what it has kept, and
-    /// the node then does not apply those entries again; one kept in memory returns 0 after a restart and is
-    /// rebuilt from the stored snapshot and the log.
-    fn applied(&self) -> u64;
-    /// Why the state machine can apply nothing more (its disk failed, an entry it cannot read), once that is
-    /// so: the node then stops (`ReplicateError::StateMachine`) rather than acknowledge entries it cannot apply.
-    fn failure(&self) -> Option<String> {
-        None
-    }
-}
+mod snapshots;
 
-/// A snapshot taken off the node's thread (see `StateMachine::snapshot_job`).
-pub type SnapshotJob = Box<dyn FnOnce() -> Option<Vec<u8>> + Send>;
-
-/// A snapshot being written by a `SnapshotJob`: what it is of, and where its bytes will arrive.
-struct Snapshotting {
-    index: u64,
-    conf_state: ConfState,
-    /// The stored snapshot's index when it started: the log is compacted up to there once it is saved.
-    previous: u64,
-    done: std::sync::mpsc::Receiver<Option<Vec<u8>>>,
-}
+use snapshots::Snapshotting;
 
 /// A member's settings. Ticks are the caller's unit of time (the coordinator's would be some 100 ms).
 #[derive(Clone, Debug)]
@@ -672,94 +627,6 @@ impl<S: StateMachine> Node<S> {
         store.flush()?;
         self.conf_state = cs;
         Ok(())
-    }
-
-    /// Every `snapshot_every` applied entries, and once a member was added: save the state machine's snapshot,
-    /// and drop the log up to the previous snapshot, so that a follower a little behind still gets entries
-    /// rather than a whole snapshot.
-    fn maybe_snapshot(&mut self) -> Result<(), ReplicateError> {
-        let store = self.raw.store();
-        let previous = store.snapshot_metadata().index;
-        let due = self.snapshot_due && self.applied > previous;
-        if !due && self.applied < previous + self.snapshot_every {
-            return Ok(());
-        }
-        if self.snapshotting.is_some() || self.applied < self.retry_from {
-            return Ok(());
-        }
-        self.snapshot_due = false;
-        let Some(job) = self.sm.snapshot_job() else {
-            let data = self.sm.snapshot();
-            return self.save_snapshot(self.applied, self.conf_state.clone(), previous, data);
-        };
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("snapshot".into())
-            .spawn(move || {
-                let _ = tx.send(job());
-            })
-            .map_err(|e| ReplicateError::StateMachine(format!("cannot start a snapshot: {e}")))?;
-        self.snapshotting = Some(Snapshotting {
-            index: self.applied,
-            conf_state: self.conf_state.clone(),
-            previous,
-            done: rx,
-        });
-        Ok(())
-    }
-
-    fn save_snapshot(
-        &mut self,
-        index: u64,
-        conf_state: ConfState,
-        previous: u64,
-        data: Vec<u8>,
-    ) -> Result<(), ReplicateError> {
-        let store = self.raw.mut_store();
-        store.save_snapshot(index, &conf_state, data.clone())?;
-        store.compact(previous + 1)?;
-        self.sm.snapshot_stored(&data);
-        Ok(())
-    }
-
-    /// Saves the snapshot being written off this thread once it is done (`wait`: waits until it is), then
-    /// applies the entries that waited for it.
-    fn poll_snapshot(&mut self, wait: bool, out: &mut Output) -> Result<(), ReplicateError> {
-        let Some(pending) = &self.snapshotting else {
-            return Ok(());
-        };
-        // `None`: the thread ended without sending (it panicked).
-        let data = if wait {
-            pending.done.recv().ok()
-        } else {
-            match pending.done.try_recv() {
-                Ok(d) => Some(d),
-                Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(()),
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
-            }
-        };
-        let Some(pending) = self.snapshotting.take() else {
-            return Ok(());
-        };
-        match data {
-            Some(Some(data)) => {
-                // Nothing was applied meanwhile, so the members recorded now are those as of its index.
-                self.save_snapshot(pending.index, pending.conf_state, pending.previous, data)?
-            }
-            // It failed and said why: tried again a little later rather than at every call.
-            Some(None) => {
-                self.retry_from = self.applied + (self.snapshot_every / 10).max(1);
-                self.snapshot_due = true;
-            }
-            None => {
-                return Err(ReplicateError::StateMachine(
-                    "the thread writing a snapshot stopped without one".into(),
-                ))
-            }
-        }
-        let deferred: Vec<Entry> = self.deferred.drain(..).collect();
-        self.apply(deferred, out)?;
-        self.check_state_machine()
     }
 
     pub fn id(&self) -> u64 {
