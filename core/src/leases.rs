@@ -59,58 +59,6 @@ impl Core {
         request: u64,
         now: Millis,
     ) -> Result<LeaseAnswer, CoreError> {
-        let answer = self.lease_fresh_or_again(worker, max_chunks, request, now)?;
-        if let (LeaseAnswer::Chunks(leases), true) = (&answer, request != 0) {
-            if let Some(w) = self.workers.get_mut(worker) {
-                w.last_lease = Some((request, leases.clone()));
-            }
-        }
-        Ok(answer)
-    }
-
-    fn lease_fresh_or_again(
-        &mut self,
-        worker: &str,
-        max_chunks: u32,
-        request: u64,
-        now: Millis,
-    ) -> Result<LeaseAnswer, CoreError> {
-        let asked_before = self
-            .workers
-            .get(worker)
-            .and_then(|w| w.last_lease.as_ref())
-            .filter(|(id, _)| request != 0 && *id == request)
-            .map(|(_, leases)| leases.clone());
-        if let Some(mut leases) = asked_before {
-            self.check_writable()?;
-            self.touch_worker(worker, now);
-            let ids: Vec<LeaseId> = leases.iter().map(|l| l.lease).collect();
-            let gone = self.sched.heartbeat(now, worker, &ids);
-            leases.retain(|l| !gone.contains(&l.lease));
-            if !leases.is_empty() {
-                let deadline = now + self.lease_ttl_ms();
-                for l in &mut leases {
-                    l.deadline_ms = deadline;
-                }
-                info!(
-                    worker,
-                    request,
-                    chunks = leases.len(),
-                    "a lease request came again (its answer was lost): its chunks are handed back"
-                );
-                self.stage_dirty(now);
-                return Ok(LeaseAnswer::Chunks(leases));
-            }
-        }
-        self.lease_new(worker, max_chunks, now)
-    }
-
-    fn lease_new(
-        &mut self,
-        worker: &str,
-        max_chunks: u32,
-        now: Millis,
-    ) -> Result<LeaseAnswer, CoreError> {
         if worker.is_empty() {
             return Err(CoreError::Invalid(
                 "worker_id is empty: register first".into(),
@@ -135,6 +83,11 @@ impl Core {
         let Some(spaces) = self.workers.get(worker).and_then(|w| w.spaces.clone()) else {
             return Ok(LeaseAnswer::RegisterAgain);
         };
+        if request != 0 {
+            if let Some(again) = self.lease_again(worker, request, now) {
+                return Ok(LeaseAnswer::Chunks(again));
+            }
+        }
         let memory_bytes = self.workers.get(worker).map_or(0, |w| w.memory_bytes);
         let jobs = &self.jobs;
         // Per job, not per chunk: the cost of a lease stays with the number of jobs.
@@ -148,39 +101,83 @@ impl Core {
             .lease_where(now, worker, max_chunks as usize, &runnable);
         let leases = grants
             .iter()
-            .filter_map(|g| {
-                let e = self.jobs.get(&g.job)?;
-                // Leased only once every input's artifact is stored, so each has its digest.
-                let inputs = e
-                    .record
-                    .input_jobs
-                    .iter()
-                    .map(|&i| {
-                        let digest = self
-                            .jobs
-                            .get(&i)
-                            .and_then(|i| i.record.artifact_digest.clone())
-                            .unwrap_or_default();
-                        (i, digest)
-                    })
-                    .collect();
-                Some(LeaseView {
-                    lease: g.lease,
-                    job: g.job,
-                    space: e.record.space.clone(),
-                    params_json: e.params_json.clone(),
-                    n_chunks: e.record.n_chunks,
-                    chunk: g.chunk,
-                    deadline_ms: g.deadline,
-                    inputs,
-                    checkpoint: self.checkpoints.get(&(g.job, g.chunk)).cloned(),
-                    shipped: e.job.shipped(),
-                    count_only: e.record.listing.counts_only(),
-                })
-            })
+            .filter_map(|g| self.lease_view(g.lease, g.job, g.chunk, g.deadline))
             .collect();
+        if request != 0 {
+            if let Some(w) = self.workers.get_mut(worker) {
+                w.last_lease = Some((request, grants.iter().map(|g| g.lease).collect()));
+            }
+        }
         self.stage_dirty(now);
         Ok(LeaseAnswer::Chunks(leases))
+    }
+
+    /// The chunks `worker`'s last request, `request`, was granted and still holds, renewed; `None` when that
+    /// was another request or it holds none of them now (its leases expired or were revoked).
+    fn lease_again(&mut self, worker: &str, request: u64, now: Millis) -> Option<Vec<LeaseView>> {
+        let (asked, granted) = self.workers.get(worker)?.last_lease.clone()?;
+        if asked != request {
+            return None;
+        }
+        let gone = self.sched.heartbeat(now, worker, &granted);
+        let deadline = now + self.lease_ttl_ms();
+        let leases: Vec<LeaseView> = granted
+            .iter()
+            .filter(|l| !gone.contains(l))
+            .filter_map(|&l| {
+                let (job, chunk) = self.sched.lease_job_chunk(l)?;
+                self.lease_view(l, job, chunk, deadline)
+            })
+            .collect();
+        if leases.is_empty() {
+            return None;
+        }
+        info!(
+            worker,
+            request,
+            chunks = leases.len(),
+            "a lease request came again (its answer was lost): its chunks are handed back"
+        );
+        self.stage_dirty(now);
+        Some(leases)
+    }
+
+    /// What a worker is told of lease `lease` of `chunk` of `job`, due at `deadline`.
+    fn lease_view(
+        &self,
+        lease: LeaseId,
+        job: JobId,
+        chunk: u64,
+        deadline: Millis,
+    ) -> Option<LeaseView> {
+        let e = self.jobs.get(&job)?;
+        // Leased only once every input's artifact is stored, so each has its digest.
+        let inputs = e
+            .record
+            .input_jobs
+            .iter()
+            .map(|&i| {
+                let digest = self
+                    .jobs
+                    .get(&i)
+                    .and_then(|i| i.record.artifact_digest.clone())
+                    .unwrap_or_default();
+                (i, digest)
+            })
+            .collect();
+        Some(LeaseView {
+            lease,
+            job,
+            space: e.record.space.clone(),
+            params_json: e.params_json.clone(),
+            n_chunks: e.record.n_chunks,
+            chunk,
+            deadline_ms: deadline,
+            inputs,
+            checkpoint: self.checkpoints.get(&(job, chunk)).cloned(),
+            shipped: e.job.shipped(),
+            count_only: e.record.listing.counts_only(),
+        })
     }
 
     /// A worker's heartbeat: extends the leases it still holds, keeps their progress and resume states.

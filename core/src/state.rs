@@ -12,7 +12,7 @@ use crate::estimate::{ChunkEstimates, MAX_ESTIMATED_CHUNKS};
 use crate::limits::{Limits, Usage};
 use crate::records::{JobRecord, Op};
 use crate::scheduler::{JobId, LeaseId, Millis, Scheduler};
-use crate::views::{FailedAttempt, KeptAnswer, LeaseView};
+use crate::views::{FailedAttempt, KeptAnswer};
 
 /// One job as the core keeps it: its stored record, the space's job rebuilt from it, and what memory holds
 /// only for speed.
@@ -54,10 +54,10 @@ pub(crate) struct WorkerInfo {
     /// The spaces it declared when it registered; `None` until it registers with this coordinator process
     /// (a worker that outlived a coordinator restart is asked to register again).
     pub(crate) spaces: Option<Vec<String>>,
-    /// Its last lease request that carried a request id, with what it was granted: asked again under the same
-    /// id (the worker gave up waiting for the answer, or never received it), it gets those chunks back instead
-    /// of leaving them leased to nobody until they expire and are charged an attempt.
-    pub(crate) last_lease: Option<(u64, Vec<LeaseView>)>,
+    /// Its last lease request that carried a request id, with the leases it was granted: asked again under the
+    /// same id (the worker gave up waiting for the answer, or never received it), it gets those chunks back
+    /// instead of leaving them leased to nobody until they expire and are charged an attempt.
+    pub(crate) last_lease: Option<(u64, Vec<LeaseId>)>,
 }
 
 /// The coordinator's domain core (see [the crate](crate)): one synchronous value, kept by the shell behind its
