@@ -11,7 +11,6 @@ mod tasks;
 pub use tasks::Tasks;
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -120,8 +119,6 @@ pub struct Coordinator {
     /// The core's job-change counter ([`Core::job_changes`]) as `Watch` streams see it, published by
     /// [`CoreGuard`] whenever the lock is let go after the counter moved.
     job_changes: watch::Sender<u64>,
-    /// The counter's value last published, read under the core's lock so that publishers never race.
-    published_changes: AtomicU64,
     /// Event counters for `/metrics` and the dashboard ([`crate::metrics`]).
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     cfg: CoordinatorConfig,
@@ -133,7 +130,6 @@ pub struct Coordinator {
 struct CoreGuard<'a> {
     core: MutexGuard<'a, Core>,
     changes: &'a watch::Sender<u64>,
-    published: &'a AtomicU64,
 }
 
 impl Deref for CoreGuard<'_> {
@@ -153,11 +149,12 @@ impl DerefMut for CoreGuard<'_> {
 impl Drop for CoreGuard<'_> {
     fn drop(&mut self) {
         let now = self.core.job_changes();
-        // Relaxed: the core's mutex orders every access to `published`.
-        if self.published.load(Ordering::Relaxed) != now {
-            self.published.store(now, Ordering::Relaxed);
-            self.changes.send_replace(now);
-        }
+        // Streams wake only when the counter moved; the channel holds the value last published.
+        self.changes.send_if_modified(|published| {
+            let moved = *published != now;
+            *published = now;
+            moved
+        });
     }
 }
 
@@ -216,7 +213,6 @@ impl Coordinator {
             stopping: watch::channel(false).0,
             watch_slots: WatchSlots::new(cfg.limits.max_watch_streams),
             job_changes: watch::channel(0).0,
-            published_changes: AtomicU64::new(0),
             metrics,
             cfg,
         }))
@@ -227,7 +223,6 @@ impl Coordinator {
         CoreGuard {
             core: self.core.lock().unwrap_or_else(|p| p.into_inner()),
             changes: &self.job_changes,
-            published: &self.published_changes,
         }
     }
 
