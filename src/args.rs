@@ -2,11 +2,10 @@
 //! options with its own clap definition and a new space needs no change here.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use sweep_space::{FileRead, Job, Registry, Space, SpaceError};
+use sweep_space::{FileRead, Registry, Space, SpaceError, SpaceJob};
 
 use crate::exit::usage;
 
@@ -120,7 +119,7 @@ fn attempts(text: &str) -> Result<u32, String> {
 }
 
 pub struct JobArgs {
-    pub job: Arc<dyn Job>,
+    pub job: SpaceJob,
     pub engine: EngineOpts,
     /// Files the job ships (`exec --ship`), packed: sent to the coordinator before the job is submitted.
     pub ship: Option<crate::exec_args::ShipArg>,

@@ -16,7 +16,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use sweep_exec::{Exec, ExecParams};
-use sweep_space::{Job, SearchSpace};
+use sweep_space::{SearchSpace, SpaceJob};
 
 use crate::exit::usage;
 
@@ -202,12 +202,12 @@ impl Lookup<'_> {
 /// Refuses an `exec` job whose program cannot start where it will run (exit code 2, naming the program and
 /// why), before anything is sent or run; for `submit`, only warns (stderr) when just the workers can tell.
 /// Jobs of other spaces, and programs whose name depends on the chunk, pass unchecked.
-pub fn check(job: &dyn Job, shipped: Option<&Path>, runs_on: RunsOn) -> anyhow::Result<()> {
+pub fn check(job: &SpaceJob, shipped: Option<&Path>, runs_on: RunsOn) -> anyhow::Result<()> {
     if job.space() != Exec::NAME {
         return Ok(());
     }
     // The space built these parameters itself a moment ago; anything else is not this check's to report.
-    let Ok(params) = serde_json::from_value::<ExecParams>(job.params()) else {
+    let Ok(params) = serde_json::from_value::<ExecParams>(job.params().clone()) else {
         return Ok(());
     };
     let Some(program) = params.command.first() else {
@@ -356,7 +356,7 @@ mod tests {
         );
     }
 
-    fn exec_job(command: &[&str]) -> std::sync::Arc<dyn Job> {
+    fn exec_job(command: &[&str]) -> sweep_space::SpaceJob {
         let params = serde_json::json!({ "command": command });
         crate::builtin().job_from_params("exec", &params).unwrap()
     }
@@ -364,7 +364,7 @@ mod tests {
     #[test]
     fn run_refuses_what_cannot_start_and_submit_only_warns_unless_it_is_certain() {
         let missing = exec_job(&["/no/such/program"]);
-        let err = check(missing.as_ref(), None, RunsOn::ThisMachine).unwrap_err();
+        let err = check(&missing, None, RunsOn::ThisMachine).unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains("`/no/such/program`") && text.contains("does not exist"),
@@ -374,15 +374,15 @@ mod tests {
             err.downcast_ref::<crate::Exit>().map(|e| e.code),
             Some(crate::exit::USAGE)
         );
-        assert!(check(missing.as_ref(), None, RunsOn::Workers).is_ok());
+        assert!(check(&missing, None, RunsOn::Workers).is_ok());
         let relative = exec_job(&["./prog"]);
-        assert!(check(relative.as_ref(), None, RunsOn::Workers).is_err());
+        assert!(check(&relative, None, RunsOn::Workers).is_err());
         // A name made per chunk, and other spaces, are not looked up.
         let per_chunk = exec_job(&["/no/such/prog-{chunk}"]);
-        assert!(check(per_chunk.as_ref(), None, RunsOn::ThisMachine).is_ok());
+        assert!(check(&per_chunk, None, RunsOn::ThisMachine).is_ok());
         let star = crate::builtin()
             .job_from_params("star", &serde_json::json!({"points": 6, "method": "brute"}))
             .unwrap();
-        assert!(check(star.as_ref(), None, RunsOn::ThisMachine).is_ok());
+        assert!(check(&star, None, RunsOn::ThisMachine).is_ok());
     }
 }

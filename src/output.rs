@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use sweep_space::{Job, MAX_SHOWN_SOLUTIONS};
+use sweep_space::{SpaceJob, MAX_SHOWN_SOLUTIONS};
 
 /// JSON numbers are exact only up to 2^53 in many readers: larger counts are written as decimal strings.
 pub fn big(n: u128) -> Value {
@@ -45,7 +45,7 @@ impl ReportResult {
     }
 
     /// The answer as text for people.
-    fn text(&self, job: &dyn Job) -> Cow<'_, str> {
+    fn text(&self, job: &SpaceJob) -> Cow<'_, str> {
         match self {
             ReportResult::Built(v) => Cow::Owned(job.render_text(v)),
             ReportResult::Sent { text, .. } => Cow::Borrowed(text),
@@ -138,12 +138,12 @@ impl Report {
     }
 
     /// Prints the report; fails, printing nothing, only if `as_json` and a coordinator's answer is not JSON.
-    pub fn print(&self, job: &dyn Job, as_json: bool) -> Result<(), serde_json::Error> {
+    pub fn print(&self, job: &SpaceJob, as_json: bool) -> Result<(), serde_json::Error> {
         emit(&self.render(job, as_json)?);
         Ok(())
     }
 
-    fn render(&self, job: &dyn Job, as_json: bool) -> Result<String, serde_json::Error> {
+    fn render(&self, job: &SpaceJob, as_json: bool) -> Result<String, serde_json::Error> {
         use std::fmt::Write;
         if as_json {
             return Ok(format!("{}\n", self.to_json_text()?));
@@ -255,7 +255,7 @@ pub fn emit(text: &str) {
 /// Writes the job's pictures of `result` into `dir` (created if missing); nothing when `dir` is None. Says on
 /// stderr how many were written, so `--json` output stays one object.
 pub fn write_pictures(
-    job: &dyn Job,
+    job: &SpaceJob,
     result: &ReportResult,
     dir: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
@@ -289,7 +289,7 @@ pub fn human(x: f64) -> String {
 mod tests {
     use super::*;
 
-    fn star() -> std::sync::Arc<dyn Job> {
+    fn star() -> sweep_space::SpaceJob {
         crate::builtin()
             .job_from_params("star", &json!({"points": 6, "method": "backtrack"}))
             .unwrap()
@@ -331,12 +331,12 @@ mod tests {
         let old = report(old);
         for r in [&sent, &old] {
             assert_eq!(
-                r.render(job.as_ref(), true).unwrap(),
-                built.render(job.as_ref(), true).unwrap()
+                r.render(&job, true).unwrap(),
+                built.render(&job, true).unwrap()
             );
             assert_eq!(
-                r.render(job.as_ref(), false).unwrap(),
-                built.render(job.as_ref(), false).unwrap()
+                r.render(&job, false).unwrap(),
+                built.render(&job, false).unwrap()
             );
             assert_eq!(r.result.value().unwrap().as_ref(), &answer);
         }
@@ -347,22 +347,16 @@ mod tests {
             "result": answer, "poisoned_chunks": [{"chunk": 1}], "unverified": false, "failures": [],
             "listing": "all", "solutions_listed": 80, "max_attempts": 3,
         });
-        assert_eq!(
-            sent.render(job.as_ref(), true).unwrap(),
-            format!("{as_tree}\n")
-        );
+        assert_eq!(sent.render(&job, true).unwrap(), format!("{as_tree}\n"));
         assert!(built
-            .render(job.as_ref(), false)
+            .render(&job, false)
             .unwrap()
             .contains("unique solutions in the original program's field numbering"));
         // Cut JSON with its text: the text prints (the JSON is never read), `--json` and pictures refuse it;
         // without a text there is nothing to print, so it is refused at once.
         let cut = report(ReportResult::sent("{\"points\": 6,".into(), "the text".into()).unwrap());
-        assert!(cut
-            .render(job.as_ref(), false)
-            .unwrap()
-            .contains("the text"));
-        let err = cut.render(job.as_ref(), true).unwrap_err().to_string();
+        assert!(cut.render(&job, false).unwrap().contains("the text"));
+        let err = cut.render(&job, true).unwrap_err().to_string();
         assert!(err.contains("the answer is not JSON"), "{err}");
         assert!(cut.result.value().is_err());
         let err = ReportResult::sent("{\"points\": 6,".into(), String::new()).err();

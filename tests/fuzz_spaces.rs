@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
@@ -25,14 +25,14 @@ use sweep_brainball::{Move, Ring, Table};
 use sweep_buzzled::geometry::Geometry;
 use sweep_buzzled::puzzle::{check_clues, format_puzzle_file, parse_clue_list, parse_puzzle_file};
 use sweep_peg::board::{Board, BoardKind};
-use sweep_space::{Answer, ChunkOutput, Control, Job, Registry, Space, SpaceError};
+use sweep_space::{Answer, ChunkOutput, Control, Registry, Space, SpaceError};
 
 static REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(sweep::builtin);
 
 fn job_from_params(
     space: &str,
     params: &serde_json::Value,
-) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+) -> Result<sweep_space::SpaceJob, SpaceError> {
     REGISTRY.job_from_params(space, params)
 }
 
@@ -157,13 +157,13 @@ fn clear_error(e: &SpaceError) -> Result<String, TestCaseError> {
 /// A job that parsed must behave: canonical parameters rebuild an equal job (the coordinator stores them and
 /// rebuilds the job on restart), it plans, its input job (if any) parses, and an answer with nothing in it yet
 /// (what `Results` shows of a job just started) has a result and a rendering.
-fn check_job(job: &Arc<dyn Job>, chunks: Option<u64>) -> Result<(), TestCaseError> {
+fn check_job(job: &sweep_space::SpaceJob, chunks: Option<u64>) -> Result<(), TestCaseError> {
     let params = job.params();
     prop_assert!(params.is_object(), "params {params}");
-    let again = job_from_params(job.space(), &params).map_err(|e| {
+    let again = job_from_params(job.space(), params).map_err(|e| {
         TestCaseError::fail(format!("canonical params {params} do not rebuild: {e}"))
     })?;
-    prop_assert_eq!(again.params(), params.clone());
+    prop_assert_eq!(again.params(), params);
     let plan = job
         .plan(None)
         .map_err(|e| TestCaseError::fail(format!("default plan of {params}: {e}")))?;
@@ -495,7 +495,12 @@ fn base_params() -> Vec<(&'static str, Value)> {
             let args: Vec<String> = base.iter().map(|a| a.to_string()).collect();
             (
                 space,
-                lookup(space).unwrap().parse_args(&args).unwrap().params(),
+                lookup(space)
+                    .unwrap()
+                    .parse_args(&args)
+                    .unwrap()
+                    .params()
+                    .clone(),
             )
         })
         .collect()
@@ -918,7 +923,7 @@ fn fuzz_peg_holes() {
 
 /// Small real jobs of every space and mode, with their honest outputs for a few chunks.
 struct Fixture {
-    job: Arc<dyn Job>,
+    job: sweep_space::SpaceJob,
     n_chunks: u64,
     honest: Vec<(u64, ChunkOutput)>,
 }
@@ -969,9 +974,9 @@ fn fixtures() -> &'static Vec<Fixture> {
 
 /// `job` with its input jobs (a DAG: peg count and positions) built here, each once, and bound in order.
 fn bind_in_process(
-    job: Arc<dyn Job>,
+    job: sweep_space::SpaceJob,
     built: &mut HashMap<String, Vec<u8>>,
-) -> Option<Arc<dyn Job>> {
+) -> Option<sweep_space::SpaceJob> {
     let mut artifacts = Vec::new();
     for inp in job.inputs() {
         let key = format!("{} {}", inp.space, inp.params);

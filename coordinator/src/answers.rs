@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use sweep_space::{AnswerMerge, ChunkOutput, Job};
+use sweep_space::{AnswerMerge, ChunkOutput, SpaceJob};
 use tokio::sync::{mpsc, watch};
 
 use crate::core::{CoreError, KeptAnswer, PoisonedChunk};
@@ -27,7 +27,7 @@ pub type SolutionPieces = mpsc::Receiver<Result<(u64, Vec<String>), CoreError>>;
 pub fn answer(
     store: &Store,
     id: JobId,
-    job: &dyn Job,
+    job: &SpaceJob,
     n_chunks: u64,
     cached: Option<KeptAnswer>,
     merged: Option<AnswerMerge>,
@@ -86,7 +86,7 @@ pub fn answer(
 pub fn merged_artifact(
     store: &Store,
     id: JobId,
-    job: &dyn Job,
+    job: &SpaceJob,
 ) -> Result<Option<Vec<u8>>, CoreError> {
     // Most jobs have no artifacts: do not read a million outputs to find that out.
     if !store.has_chunk_artifacts(id)? {
@@ -157,7 +157,7 @@ fn send_piece(
 
 /// The job's merged artifact from its chunk outputs, in chunk order.
 fn merge_outputs(
-    job: &dyn Job,
+    job: &SpaceJob,
     outputs: &[(u64, ChunkOutput)],
 ) -> Result<Vec<u8>, sweep_space::SpaceError> {
     if outputs.iter().all(|(_, o)| o.artifact.is_empty()) {

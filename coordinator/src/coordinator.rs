@@ -551,7 +551,7 @@ impl Coordinator {
         } = input;
         let store = self.store();
         let (result, poisoned) = tokio::task::spawn_blocking(move || {
-            answers::answer(&store, id, job.as_ref(), n_chunks, cached, merged)
+            answers::answer(&store, id, &job, n_chunks, cached, merged)
         })
         .await
         .map_err(|e| CoreError::Internal(format!("results task: {e}")))??;

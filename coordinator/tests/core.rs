@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use sweep_space::{Answer, AnswerMerge, ChunkOutput, Control, Job, Plan, SpaceError};
+use sweep_space::{Answer, AnswerMerge, ChunkOutput, Control, Job, Plan, SpaceError, SpaceJob};
 
 use sweep_coordinator::core::*;
 use sweep_coordinator::limits::Limits;
@@ -81,12 +81,15 @@ fn output(chunk: u64, sum: u64) -> ChunkOutput {
     o
 }
 
-fn job_of(space: &str, params: &serde_json::Value) -> Result<Arc<dyn Job>, String> {
+/// A registered `sums` job of `n` chunks.
+fn sums(n: u64, memory: Option<u64>) -> SpaceJob {
+    let params = serde_json::json!({ "n": n, "memory": memory });
+    SpaceJob::new("sums", params, Arc::new(Sums { n, memory }))
+}
+
+fn job_of(space: &str, params: &serde_json::Value) -> Result<SpaceJob, String> {
     match (space, params["n"].as_u64()) {
-        ("sums", Some(n)) => Ok(Arc::new(Sums {
-            n,
-            memory: params["memory"].as_u64(),
-        })),
+        ("sums", Some(n)) => Ok(sums(n, params["memory"].as_u64())),
         _ => Err(format!("no space {space}")),
     }
 }
@@ -150,7 +153,7 @@ fn submit_sums(
     now: u64,
 ) -> JobId {
     let node = SubmitNode {
-        job: Arc::new(Sums { n, memory: None }),
+        job: sums(n, None),
         plan: Plan {
             n_chunks: n,
             total_nodes,
@@ -364,7 +367,7 @@ fn cancelling_an_input_cancels_its_readers() {
     let mut core = open(&store, 0);
     let dag = vec![
         SubmitNode {
-            job: Arc::new(Sums { n: 2, memory: None }),
+            job: sums(2, None),
             plan: Plan {
                 n_chunks: 2,
                 total_nodes: None,
@@ -372,7 +375,7 @@ fn cancelling_an_input_cancels_its_readers() {
             inputs: Vec::new(),
         },
         SubmitNode {
-            job: Arc::new(Sums { n: 3, memory: None }),
+            job: sums(3, None),
             plan: Plan {
                 n_chunks: 3,
                 total_nodes: None,
@@ -512,7 +515,7 @@ fn a_count_only_job_drops_lists_before_the_digest() {
 fn estimate_queued(core: &mut Core) -> Vec<JobId> {
     let mut ids = Vec::new();
     for (id, job, n_chunks) in core.take_to_estimate() {
-        let per_chunk = estimate_chunks(job.as_ref(), n_chunks).unwrap();
+        let per_chunk = estimate_chunks(&job, n_chunks).unwrap();
         core.set_estimates(id, per_chunk);
         ids.push(id);
     }
@@ -579,9 +582,9 @@ fn jobs_of_known_size_and_estimates_of_another_plan_are_left_alone() {
     let id = submit(&mut core, 8, 1, 0);
     core.set_estimates(id, vec![1.0; 7]);
     assert_eq!(core.job_view(id, 0).unwrap().estimated_nodes, None);
-    let sums = Sums { n: 8, memory: None };
-    assert_eq!(estimate_chunks(&sums, 0), None);
-    assert_eq!(estimate_chunks(&sums, MAX_ESTIMATED_CHUNKS + 1), None);
+    let eight = sums(8, None);
+    assert_eq!(estimate_chunks(&eight, 0), None);
+    assert_eq!(estimate_chunks(&eight, MAX_ESTIMATED_CHUNKS + 1), None);
 }
 
 /// The answer a finished job gets from the store: its stored outputs merged one at a time.
@@ -836,10 +839,7 @@ fn a_job_needing_more_memory_than_a_small_worker_has_goes_only_to_a_big_one() {
     let store = Store::in_memory();
     let mut core = open(&store, 0);
     let node = SubmitNode {
-        job: Arc::new(Sums {
-            n: 2,
-            memory: Some(8 * GIB),
-        }),
+        job: sums(2, Some(8 * GIB)),
         plan: Plan {
             n_chunks: 2,
             total_nodes: None,
@@ -905,7 +905,7 @@ fn a_job_found_again_takes_the_attempts_its_new_submit_asks_for() {
     let first = submit_with_attempts(&mut core, Some(1), 0);
     let again = |core: &mut Core, max_attempts| {
         let node = SubmitNode {
-            job: Arc::new(Sums { n: 1, memory: None }),
+            job: sums(1, None),
             plan: Plan {
                 n_chunks: 1,
                 total_nodes: None,
@@ -1115,7 +1115,7 @@ fn a_user_cancels_pauses_and_resumes_only_its_own_jobs() {
     // Bob's job reads Alice's unfinished input (a submit reuses an equal input whoever owns it).
     let input = submit_owned(&mut core, 2, "alice", 1.0, 5);
     let reader = SubmitNode {
-        job: Arc::new(Sums { n: 3, memory: None }),
+        job: sums(3, None),
         plan: Plan {
             n_chunks: 3,
             total_nodes: None,
@@ -1123,7 +1123,7 @@ fn a_user_cancels_pauses_and_resumes_only_its_own_jobs() {
         inputs: vec![0],
     };
     let input_node = SubmitNode {
-        job: Arc::new(Sums { n: 2, memory: None }),
+        job: sums(2, None),
         plan: Plan {
             n_chunks: 2,
             total_nodes: None,

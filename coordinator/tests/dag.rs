@@ -17,7 +17,7 @@ use sweep_coordinator::CoordinatorConfig;
 use sweep_engine::inputs;
 use sweep_proto::v1;
 use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SpaceError};
-use sweep_space::{Registry, Space};
+use sweep_space::{Registry, Space, SpaceJob};
 
 /// name -> (inputs, chunks). Names missing here fail to build, like bad parameters.
 fn graph(name: &str) -> Option<(Vec<String>, u64)> {
@@ -51,15 +51,16 @@ struct DagJob {
     bound: Option<Vec<Vec<u8>>>,
 }
 
-fn build(space: &str, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
+fn build(space: &str, params: &serde_json::Value) -> Result<SpaceJob, SpaceError> {
     if space == "broken" {
         // Reads a job whose parameters are ill-typed.
-        return Ok(Arc::new(DagJob {
+        let job = DagJob {
             name: "broken".into(),
             inputs: vec!["a".into(), "5".into()],
             chunks: 1,
             bound: None,
-        }));
+        };
+        return Ok(SpaceJob::new("broken", params.clone(), Arc::new(job)));
     }
     if space != "dag" {
         return common::spaces().job_from_params(space, params);
@@ -76,12 +77,13 @@ fn build(space: &str, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceE
         space: "dag",
         reason: format!("no node `{name}`"),
     })?;
-    Ok(Arc::new(DagJob {
+    let job = DagJob {
         name: name.to_string(),
         inputs,
         chunks,
         bound: None,
-    }))
+    };
+    Ok(SpaceJob::new("dag", params.clone(), Arc::new(job)))
 }
 
 fn params(node: &str) -> serde_json::Value {
@@ -228,10 +230,10 @@ impl Space for DagSpace {
     fn about(&self) -> &'static str {
         "a table of jobs and their inputs, for tests"
     }
-    fn parse_args(&self, _: &[String]) -> Result<Arc<dyn Job>, SpaceError> {
+    fn parse_args(&self, _: &[String]) -> Result<SpaceJob, SpaceError> {
         Err(SpaceError::Help("built from parameters only".into()))
     }
-    fn parse_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
+    fn parse_params(&self, params: &serde_json::Value) -> Result<SpaceJob, SpaceError> {
         build(self.0, params)
     }
 }

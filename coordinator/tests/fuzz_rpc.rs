@@ -8,7 +8,6 @@
 //! Every call is bounded ([`CALL_LIMIT`]): a handler that never answers fails the run.
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{FakeWorker, Server};
@@ -157,7 +156,7 @@ struct Real {
 const REAL_SPACE: &str = "star";
 const REAL_CHUNKS: u64 = 4;
 
-fn real_job() -> Arc<dyn sweep_space::Job> {
+fn real_job() -> sweep_space::SpaceJob {
     common::spaces()
         .job_from_params(
             REAL_SPACE,
@@ -224,7 +223,7 @@ async fn prepare(ch: Channel) -> Real {
     .unwrap();
     Real {
         id: job.id,
-        params: kernel.params(),
+        params: kernel.params().clone(),
         n_chunks: REAL_CHUNKS,
         done,
     }

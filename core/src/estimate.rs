@@ -6,7 +6,7 @@
 //! The estimates are a pure function of the job, so they are never stored: the shell computes them off the
 //! lock ([`estimate_chunks`], on the blocking pool) when a job is created or loaded, and hands them to the core.
 
-use sweep_space::Job;
+use sweep_space::SpaceJob;
 
 /// Jobs with more chunks than this get no estimate: 8 bytes per chunk are kept while the job runs, and asking
 /// a space for millions of estimates would tie up a blocking thread for long. Such jobs keep the chunk-based
@@ -47,7 +47,7 @@ pub fn expected_total(real_done: f64, est_done: f64, est_total: f64, n_chunks: u
 /// Every chunk's estimate, or `None` if the job gives none (or has too many chunks, or breaks the contract by
 /// answering for some chunks only). CPU work (64 random walks a chunk for star): the shell calls it on the
 /// blocking pool, never under the core's lock.
-pub fn estimate_chunks(job: &dyn Job, n_chunks: u64) -> Option<Vec<f64>> {
+pub fn estimate_chunks(job: &SpaceJob, n_chunks: u64) -> Option<Vec<f64>> {
     if n_chunks == 0 || n_chunks > MAX_ESTIMATED_CHUNKS {
         return None;
     }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use sweep_space::Job;
+use sweep_space::SpaceJob;
 
 use crate::error::CoreError;
 use crate::estimate::ChunkEstimates;
@@ -105,7 +105,7 @@ impl Core {
 
     /// Jobs queued since the last call whose chunk estimates the shell should compute off the lock
     /// ([`estimate_chunks`](crate::estimate::estimate_chunks)): each with its job and chunk count.
-    pub fn take_to_estimate(&mut self) -> Vec<(JobId, Arc<dyn Job>, u64)> {
+    pub fn take_to_estimate(&mut self) -> Vec<(JobId, SpaceJob, u64)> {
         std::mem::take(&mut self.to_estimate)
             .into_iter()
             .filter_map(|id| {
@@ -141,7 +141,7 @@ impl Core {
     }
 
     /// The job and its chunk count, for verifying a report outside the lock.
-    pub fn job_and_chunks(&self, job: JobId) -> Option<(Arc<dyn Job>, u64)> {
+    pub fn job_and_chunks(&self, job: JobId) -> Option<(SpaceJob, u64)> {
         self.jobs
             .get(&job)
             .map(|e| (e.job.clone(), e.record.n_chunks))

@@ -3,9 +3,8 @@
 //! whose inputs ended).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 
-use sweep_space::Job;
+use sweep_space::SpaceJob;
 use tracing::info;
 
 use crate::limits::{Limits, Usage};
@@ -15,7 +14,7 @@ use crate::state::{Core, JobEntry};
 use crate::submit::{fair_spec, hold_for_inputs};
 
 /// Rebuilds a job from its space and canonical parameters (the registry), or says why it cannot.
-pub type JobOf<'a> = &'a dyn Fn(&str, &serde_json::Value) -> Result<Arc<dyn Job>, String>;
+pub type JobOf<'a> = &'a dyn Fn(&str, &serde_json::Value) -> Result<SpaceJob, String>;
 
 /// Why the store cannot be opened as a coordinator's memory.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +74,7 @@ impl Core {
                     why,
                 })?;
             sched.add_job(rec.id, rec.priority, rec.n_chunks, rec.state);
-            sched.set_fair(rec.id, rec.priority, fair_spec(&rec, job.as_ref()));
+            sched.set_fair(rec.id, rec.priority, fair_spec(&rec, &job));
             sched.set_replication(rec.id, rec.replicate);
             sched.set_max_attempts(rec.id, rec.max_attempts);
             sched.restore_job_use(rec.id, rec.use_per_share_ms);

@@ -1,9 +1,7 @@
 //! Chunk reports: checked outside the lock (decoding, the space's verifier and digests can be costly), then
 //! applied under it, where the scheduler decides whether the result is new, a vote, a duplicate or refused.
 
-use std::sync::Arc;
-
-use sweep_space::{ChunkOutput, Job};
+use sweep_space::{ChunkOutput, SpaceJob};
 use tracing::{info, warn};
 
 use crate::error::CoreError;
@@ -54,7 +52,7 @@ impl StoredDigests for () {
 
 /// What a report is checked against: its job, read under the lock, checked outside it.
 pub struct ReportTarget {
-    pub job: Arc<dyn Job>,
+    pub job: SpaceJob,
     pub n_chunks: u64,
     /// The job keeps counts only: lists are dropped (after they are verified, if a worker sent one anyway).
     pub counts_only: bool,
@@ -78,7 +76,7 @@ impl Checked {
         let Some(target) = target else {
             return Checked::Rejected(lease, format!("no job {job_id}"));
         };
-        let (job, n_chunks) = (target.job.as_ref(), target.n_chunks);
+        let (job, n_chunks) = (&target.job, target.n_chunks);
         if let Err(message) = limits.check_report(output.solutions.len()) {
             return Checked::OverLimit {
                 lease,

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use sweep_space::{AnswerMerge, Job};
+use sweep_space::{AnswerMerge, SpaceJob};
 
 use crate::error::CoreError;
 use crate::records::Listing;
@@ -22,7 +22,7 @@ pub const MAX_KEPT_RESULTS: usize = 16;
 
 /// What the results of a job are computed from, copied out under the lock.
 pub struct ResultsInput {
-    pub job: Arc<dyn Job>,
+    pub job: SpaceJob,
     pub n_chunks: u64,
     pub view: JobView,
     /// The answer, if it was computed already (finished jobs keep theirs).

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use sweep_space::{AnswerMerge, Job, Tally};
+use sweep_space::{AnswerMerge, SpaceJob, Tally};
 
 use crate::estimate::{ChunkEstimates, MAX_ESTIMATED_CHUNKS};
 use crate::limits::{Limits, Usage};
@@ -18,7 +18,7 @@ use crate::views::{FailedAttempt, KeptAnswer};
 /// only for speed.
 pub(crate) struct JobEntry {
     pub(crate) record: JobRecord,
-    pub(crate) job: Arc<dyn Job>,
+    pub(crate) job: SpaceJob,
     pub(crate) params_json: String,
     pub(crate) tally: Tally,
     /// The final result as JSON and as text for people, computed once the job is finished. Text, not a
@@ -100,7 +100,7 @@ pub struct Core {
 impl JobEntry {
     pub(crate) fn new(
         record: JobRecord,
-        job: Arc<dyn Job>,
+        job: SpaceJob,
         tally: Tally,
         merged: Option<AnswerMerge>,
     ) -> JobEntry {

@@ -5,9 +5,8 @@
 //! whose inputs have no stored artifact yet is held back in the scheduler until they do.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use sweep_space::{AnswerMerge, Job, Plan, Registry, Tally};
+use sweep_space::{AnswerMerge, Plan, Registry, SpaceJob, Tally};
 use tracing::{info, warn};
 
 use crate::error::{invalid, CoreError};
@@ -72,7 +71,7 @@ pub fn parse_submit(
     spec: &SubmitSpec,
     registry: &Registry,
     limits: &Limits,
-) -> Result<Arc<dyn Job>, CoreError> {
+) -> Result<SpaceJob, CoreError> {
     if spec.max_attempts == Some(0) {
         return Err(CoreError::Invalid(
             "max_attempts must be at least 1 (the first attempt counts)".into(),
@@ -109,7 +108,7 @@ pub fn parse_submit(
 /// recursively: the DAG for [`Core::submit`], inputs first, each input with its default plan; and how the job
 /// asked for runs.
 pub fn plan_submit(
-    job: Arc<dyn Job>,
+    job: SpaceJob,
     spec: &SubmitSpec,
     registry: &Registry,
 ) -> Result<(Vec<SubmitNode>, JobOptions), CoreError> {
@@ -127,7 +126,7 @@ pub fn plan_submit(
         let plan = match plan.take().filter(|_| i == last) {
             Some(p) => p,
             None => {
-                let label = inputs::label(node.job.as_ref());
+                let label = inputs::label(&node.job);
                 let p = node
                     .job
                     .plan(None)
@@ -181,7 +180,7 @@ pub enum Reuse {
 /// One job of a submitted DAG, inputs first: the job, its plan, and the indices (into the DAG) of the jobs
 /// whose artifacts it reads.
 pub struct SubmitNode {
-    pub job: Arc<dyn Job>,
+    pub job: SpaceJob,
     pub plan: Plan,
     pub inputs: Vec<usize>,
 }
@@ -341,7 +340,7 @@ impl Core {
     #[allow(clippy::too_many_arguments)]
     fn find_or_create(
         &mut self,
-        job: Arc<dyn Job>,
+        job: SpaceJob,
         plan: &Plan,
         priority: i32,
         reuse: Reuse,
@@ -363,7 +362,7 @@ impl Core {
         if reuse != Reuse::Never {
             let found = self.jobs.values().find(|e| {
                 e.record.space == space
-                    && e.record.params == params
+                    && &e.record.params == params
                     && e.record.n_chunks == plan.n_chunks
                     && e.record.replicate == replicate
                     // A job with a complete list serves a request for counts only, not the other way round.
@@ -388,7 +387,7 @@ impl Core {
         let record = JobRecord {
             id,
             space: space.to_string(),
-            params,
+            params: params.clone(),
             n_chunks: plan.n_chunks,
             total_nodes: plan.total_nodes,
             priority,
@@ -410,8 +409,7 @@ impl Core {
         };
         self.sched
             .add_job(id, priority, plan.n_chunks, JobState::Running);
-        self.sched
-            .set_fair(id, priority, fair_spec(&record, job.as_ref()));
+        self.sched.set_fair(id, priority, fair_spec(&record, &job));
         self.sched.set_replication(id, replicate);
         self.sched.set_max_attempts(id, max_attempts);
         let merge = hold_for_inputs(&mut self.sched, &self.jobs, id, &inputs);
@@ -439,7 +437,7 @@ impl Core {
 }
 
 /// What the scheduler's fair share needs of a job: its owner, share, hint and threads per chunk.
-pub(crate) fn fair_spec(record: &JobRecord, job: &dyn Job) -> FairSpec {
+pub(crate) fn fair_spec(record: &JobRecord, job: &SpaceJob) -> FairSpec {
     FairSpec {
         owner: record.owner.clone(),
         share: record.share,

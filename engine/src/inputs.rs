@@ -10,9 +10,8 @@
 //! built once, the way the coordinator keeps one job for it.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
-use sweep_space::{Job, JobInput, SpaceError};
+use sweep_space::{JobInput, SpaceError, SpaceJob};
 
 /// More distinct jobs than this in one job's input DAG is a space describing something unbounded, not a search
 /// anybody means to run: the submit is refused.
@@ -20,12 +19,12 @@ pub const MAX_DAG_JOBS: usize = 4096;
 
 /// Rebuilds a job from its space name and canonical parameters: [`sweep_space::Registry::job_from_params`] in
 /// production, a test's own table in tests.
-pub type JobBuilder<'a> = &'a dyn Fn(&str, &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError>;
+pub type JobBuilder<'a> = &'a dyn Fn(&str, &serde_json::Value) -> Result<SpaceJob, SpaceError>;
 
 /// One job of a DAG and where its inputs are in the list.
 #[derive(Clone, Debug)]
 pub struct DagNode {
-    pub job: Arc<dyn Job>,
+    pub job: SpaceJob,
     /// Indices (into the list [`resolve`] returns) of this job's inputs, in the order of [`Job::inputs`]; always
     /// smaller than this node's own index.
     pub inputs: Vec<usize>,
@@ -44,30 +43,30 @@ pub enum DagError {
 
 /// The job's input DAG in dependency order: every job after all of its inputs, `root` last, each distinct job
 /// once. A job without inputs gives a one-element list.
-pub fn resolve(root: Arc<dyn Job>, build: JobBuilder<'_>) -> Result<Vec<DagNode>, DagError> {
+pub fn resolve(root: SpaceJob, build: JobBuilder<'_>) -> Result<Vec<DagNode>, DagError> {
     resolve_bounded(root, build, MAX_DAG_JOBS)
 }
 
 /// A job in messages: its space and parameters, clipped (a parameter list can be long).
-pub fn label(job: &dyn Job) -> String {
+pub fn label(job: &SpaceJob) -> String {
     format!("{} {}", job.space(), clip(&job.params().to_string()))
 }
 
-fn key(job: &dyn Job) -> (String, String) {
+fn key(job: &SpaceJob) -> (String, String) {
     (job.space().to_string(), job.params().to_string())
 }
 
 /// A job being walked: the inputs it names and the nodes of those resolved so far.
 struct Frame {
     key: (String, String),
-    job: Arc<dyn Job>,
+    job: SpaceJob,
     wanted: Vec<JobInput>,
     inputs: Vec<usize>,
 }
 
-fn frame(job: Arc<dyn Job>) -> Frame {
+fn frame(job: SpaceJob) -> Frame {
     Frame {
-        key: key(job.as_ref()),
+        key: key(&job),
         wanted: job.inputs(),
         inputs: Vec::new(),
         job,
@@ -77,7 +76,7 @@ fn frame(job: Arc<dyn Job>) -> Frame {
 fn chain(stack: &[Frame]) -> String {
     stack
         .iter()
-        .map(|f| label(f.job.as_ref()))
+        .map(|f| label(&f.job))
         .collect::<Vec<_>>()
         .join(" -> ")
 }
@@ -85,7 +84,7 @@ fn chain(stack: &[Frame]) -> String {
 /// [`resolve`] with the size bound as a parameter (tests use a small one). Depth-first with an explicit stack:
 /// a chain thousands of jobs long must not overflow the thread's stack.
 pub fn resolve_bounded(
-    root: Arc<dyn Job>,
+    root: SpaceJob,
     build: JobBuilder<'_>,
     max: usize,
 ) -> Result<Vec<DagNode>, DagError> {
@@ -116,7 +115,7 @@ pub fn resolve_bounded(
             ),
             source,
         })?;
-        let key = key(job.as_ref());
+        let key = key(&job);
         if let Some(&i) = index.get(&key) {
             if let Some(top) = stack.last_mut() {
                 top.inputs.push(i);
@@ -128,13 +127,13 @@ pub fn resolve_bounded(
             return Err(DagError::Cycle(format!(
                 "{} -> {}",
                 chain(&stack[from..]),
-                label(job.as_ref())
+                label(&job)
             )));
         }
         if nodes.len() + stack.len() >= max {
             return Err(DagError::TooLarge {
                 max,
-                path: format!("{} -> {}", chain(&stack), label(job.as_ref())),
+                path: format!("{} -> {}", chain(&stack), label(&job)),
             });
         }
         on_path.insert(key);
@@ -169,7 +168,8 @@ pub fn last_readers(nodes: &[DagNode]) -> Vec<Option<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sweep_space::{Answer, ChunkOutput, Control, Plan};
+    use std::sync::Arc;
+    use sweep_space::{Answer, ChunkOutput, Control, Job, Plan};
 
     /// A test space: job `n` reads the jobs its parameters list, so any graph can be described.
     #[derive(Debug)]
@@ -216,10 +216,14 @@ mod tests {
             .map(|(_, i)| i.iter().map(|s| s.to_string()).collect())
     }
 
-    fn build(space: &str, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
+    fn build(space: &str, params: &serde_json::Value) -> Result<SpaceJob, SpaceError> {
         let name = params.as_str().unwrap_or_default().to_string();
         match (space, graph(&name)) {
-            ("g", Some(inputs)) => Ok(Arc::new(Node { name, inputs })),
+            ("g", Some(inputs)) => Ok(SpaceJob::new(
+                "g",
+                params.clone(),
+                Arc::new(Node { name, inputs }),
+            )),
             _ => Err(SpaceError::BadParams {
                 space: "g",
                 reason: format!("no node `{name}`"),
@@ -263,7 +267,7 @@ mod tests {
         }
     }
 
-    fn root(name: &str) -> Arc<dyn Job> {
+    fn root(name: &str) -> SpaceJob {
         build("g", &serde_json::json!(name)).unwrap()
     }
 

@@ -3,10 +3,9 @@
 //! is measured against.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use sweep_space::{Answer, AnswerMerge, ChunkControl, ChunkOutput, Job, SpaceError};
+use sweep_space::{Answer, AnswerMerge, ChunkControl, ChunkOutput, SpaceError, SpaceJob};
 
 use crate::inputs::{label, DagNode};
 
@@ -41,7 +40,7 @@ pub const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 /// `count_only` the kernels are told not to build lists and any list is dropped, as a coordinator would.
 pub fn run_chunks(
     pool: &rayon::ThreadPool,
-    job: &dyn Job,
+    job: &SpaceJob,
     n: u64,
     count_only: bool,
     progress: &(dyn Fn(u64, u64) + Sync),
@@ -118,7 +117,7 @@ pub struct DagSources<'a> {
     /// The merged artifact of a finished job kept somewhere (a coordinator's store), if there is one. Asked
     /// for every input it may need before the first input is built, so a caller may let go of where it reads
     /// them from once `building` is first called.
-    pub stored: &'a dyn Fn(&dyn Job) -> Option<Vec<u8>>,
+    pub stored: &'a dyn Fn(&SpaceJob) -> Option<Vec<u8>>,
     /// Called before input `built` of `to_build` is run here, with its label and its number of chunks.
     pub building: &'a dyn Fn(usize, usize, &str, u64),
     /// Progress of the input being run, as for [`run_chunks`].
@@ -132,7 +131,7 @@ pub fn bind_dag(
     pool: &rayon::ThreadPool,
     dag: Vec<DagNode>,
     sources: &DagSources<'_>,
-) -> Result<Arc<dyn Job>, RunError> {
+) -> Result<SpaceJob, RunError> {
     let n = dag.len();
     if n == 0 {
         return Err(RunError::EmptyDag);
@@ -147,7 +146,7 @@ pub fn bind_dag(
             continue;
         }
         if i + 1 < n {
-            if let Some(bytes) = (sources.stored)(dag[i].job.as_ref()) {
+            if let Some(bytes) = (sources.stored)(&dag[i].job) {
                 artifacts[i] = Some(bytes);
                 stored[i] = true;
                 continue;
@@ -179,12 +178,12 @@ pub fn bind_dag(
                 .iter()
                 .map(|&k| artifacts[k].as_deref())
                 .collect::<Option<Vec<&[u8]>>>()
-                .ok_or_else(|| RunError::MissingInput(label(node.job.as_ref())))?;
+                .ok_or_else(|| RunError::MissingInput(label(&node.job)))?;
             let bound = node
                 .job
                 .bind_inputs(&views)
                 .map_err(|source| RunError::Bind {
-                    job: label(node.job.as_ref()),
+                    job: label(&node.job),
                     source,
                 })?;
             for &k in &node.inputs {
@@ -199,11 +198,11 @@ pub fn bind_dag(
         }
         built += 1;
         let plan = job.plan(None).map_err(|source| RunError::Plan {
-            job: label(job.as_ref()),
+            job: label(&job),
             source,
         })?;
-        (sources.building)(built, to_build, &label(job.as_ref()), plan.n_chunks);
-        let answer = run_chunks(pool, job.as_ref(), plan.n_chunks, false, sources.progress)?;
+        (sources.building)(built, to_build, &label(&job), plan.n_chunks);
+        let answer = run_chunks(pool, &job, plan.n_chunks, false, sources.progress)?;
         artifacts[i] = Some(answer.artifact);
     }
     Err(RunError::EmptyDag)
@@ -212,7 +211,8 @@ pub fn bind_dag(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sweep_space::Registry;
+    use std::sync::Arc;
+    use sweep_space::{Job, Registry};
 
     fn pool(threads: usize) -> rayon::ThreadPool {
         rayon::ThreadPoolBuilder::new()
@@ -221,7 +221,7 @@ mod tests {
             .expect("a pool")
     }
 
-    fn primes(below: u64) -> Arc<dyn Job> {
+    fn primes(below: u64) -> SpaceJob {
         Registry::new()
             .with::<sweep_primes::Primes>()
             .job_from_params("primes", &serde_json::json!({ "below": below }))
@@ -231,13 +231,13 @@ mod tests {
     #[test]
     fn a_local_run_equals_the_contract_kit_and_reports_progress() {
         let job = primes(2_000_000);
-        let want = sweep_space::testkit::run_all(job.as_ref(), Some(37));
+        let want = sweep_space::testkit::run_all(&*job, Some(37));
         let seen = AtomicU64::new(0);
         let progress = |done: u64, _nodes: u64| {
             seen.fetch_max(done, Ordering::Relaxed);
         };
         for threads in [1, 3] {
-            let got = run_chunks(&pool(threads), job.as_ref(), 37, false, &progress).expect("runs");
+            let got = run_chunks(&pool(threads), &job, 37, false, &progress).expect("runs");
             assert_eq!(got.tally.counters, want.tally.counters, "{threads} threads");
             assert_eq!(got.tally.nodes, want.tally.nodes, "{threads} threads");
         }
@@ -279,7 +279,8 @@ mod tests {
 
     #[test]
     fn a_failing_chunk_stops_the_run_with_its_error() {
-        let err = run_chunks(&pool(2), &FailsAt(5), 16, false, &|_, _| {});
+        let fails_at_5 = SpaceJob::new("fails", serde_json::Value::Null, Arc::new(FailsAt(5)));
+        let err = run_chunks(&pool(2), &fails_at_5, 16, false, &|_, _| {});
         match err {
             Err(RunError::Chunk(SpaceError::Verification(why))) => assert!(why.contains("chunk 5")),
             other => panic!("expected chunk 5's error, got {other:?}"),

@@ -5,7 +5,8 @@
 //!   reported results, and a summary of the merged [`Answer`].
 //! - [`SearchSpace`]: the typed side: clap/serde parameters and a validating constructor.
 //! - [`Registry`]: the spaces a process knows, as a value the command line hands to the coordinator and the
-//!   workers. The five puzzles, `exec` and a user's own spaces all register the same way.
+//!   workers. The five puzzles, `exec` and a user's own spaces all register the same way. A job built through
+//!   it is a [`SpaceJob`]: the space's job with its name, canonical parameters and the framework's checks.
 //! - [`testkit`]: the checks every space's tests run (every chunking the same answer, lies refused, a resumed
 //!   chunk equal to an uninterrupted one).
 //! - [`Meter`]: the node accounting of every kernel: exact counts, progress published and cancellation checked
@@ -17,17 +18,21 @@
 //! Architecture invariant: this crate does no I/O and knows nothing of networks, storage or async runtimes;
 //! `proto`, `coordinator` and `worker` depend on it, never on a particular space.
 
+mod control;
+mod error;
 mod job;
 mod meter;
+mod output;
 pub mod perm;
 mod registry;
 pub mod rng;
 pub mod testkit;
 
-pub use job::{
-    json_u128, Answer, AnswerMerge, ChunkControl, ChunkOutput, Control, FileOption, FileRead, Job,
-    JobInput, Plan, SearchSpace, SpaceError, Tally, MAX_REPORT_SOLUTIONS, MAX_RESUME_STATE_BYTES,
-    MAX_SHOWN_SOLUTIONS,
-};
+pub use control::{ChunkControl, Control, MAX_RESUME_STATE_BYTES};
+pub use error::{json_u128, SpaceError};
+pub use job::{FileOption, FileRead, Job, JobInput, Plan, SearchSpace};
 pub use meter::{Meter, STEPS_PER_CHECK};
-pub use registry::{Registry, Space};
+pub use output::{
+    Answer, AnswerMerge, ChunkOutput, Tally, MAX_REPORT_SOLUTIONS, MAX_SHOWN_SOLUTIONS,
+};
+pub use registry::{Registry, Space, SpaceJob};

@@ -2,11 +2,10 @@
 //! the command line. A user's crate builds its own (the built-in spaces plus its own) and hands it to `sweep`.
 
 use std::marker::PhantomData;
+use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::job::{
-    Answer, ChunkOutput, Control, FileOption, Job, JobInput, Plan, SearchSpace, SpaceError,
-};
+use crate::{ChunkOutput, Control, FileOption, Job, Plan, SearchSpace, SpaceError};
 
 /// A registry entry: a [`SearchSpace`] with its types erased. Implement it by hand only for a space whose
 /// parameters are not a clap/serde struct; [`Registry::with`] wraps a [`SearchSpace`] for you.
@@ -14,9 +13,9 @@ pub trait Space: Send + Sync {
     fn name(&self) -> &'static str;
     fn about(&self) -> &'static str;
     /// Parses the space's options (everything after the space name on the command line).
-    fn parse_args(&self, args: &[String]) -> Result<Arc<dyn Job>, SpaceError>;
+    fn parse_args(&self, args: &[String]) -> Result<SpaceJob, SpaceError>;
     /// Rebuilds a job from its canonical parameters, rejecting unknown or ill-typed fields.
-    fn parse_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError>;
+    fn parse_params(&self, params: &serde_json::Value) -> Result<SpaceJob, SpaceError>;
     /// Options whose value is a file the command line reads ([`SearchSpace::FILE_OPTIONS`]).
     fn file_options(&self) -> &'static [FileOption] {
         &[]
@@ -110,7 +109,7 @@ impl Registry {
         &self,
         space: &str,
         params: &serde_json::Value,
-    ) -> Result<Arc<dyn Job>, SpaceError> {
+    ) -> Result<SpaceJob, SpaceError> {
         self.lookup(space)?.parse_params(params)
     }
 }
@@ -130,7 +129,7 @@ impl<S: SearchSpace> Space for Registered<S> {
         S::FILE_OPTIONS
     }
 
-    fn parse_args(&self, args: &[String]) -> Result<Arc<dyn Job>, SpaceError> {
+    fn parse_args(&self, args: &[String]) -> Result<SpaceJob, SpaceError> {
         use clap::{Args, FromArgMatches};
         let cmd = S::Params::augment_args(
             clap::Command::new(S::NAME)
@@ -150,7 +149,7 @@ impl<S: SearchSpace> Space for Registered<S> {
         framed::<S>(params)
     }
 
-    fn parse_params(&self, params: &serde_json::Value) -> Result<Arc<dyn Job>, SpaceError> {
+    fn parse_params(&self, params: &serde_json::Value) -> Result<SpaceJob, SpaceError> {
         // The error names the field (`points: invalid type: string "x", expected u32`): serde's own message does
         // not say where, and these parameters come from a Submit or a stored job record, not from a person who
         // just typed them.
@@ -170,54 +169,84 @@ impl<S: SearchSpace> Space for Registered<S> {
     }
 }
 
-fn framed<S: SearchSpace>(params: S::Params) -> Result<Arc<dyn Job>, SpaceError> {
+fn framed<S: SearchSpace>(params: S::Params) -> Result<SpaceJob, SpaceError> {
     let job = S::build(params.clone())?;
-    // The job's own canonical form wins; otherwise the parameters as parsed.
-    let canonical = match job.params() {
-        serde_json::Value::Null => {
-            serde_json::to_value(&params).map_err(|e| SpaceError::BadParams {
-                space: S::NAME,
-                reason: format!("parameters do not serialise: {e}"),
-            })?
-        }
-        own => own,
-    };
-    Ok(Arc::new(Framed {
+    let parsed = serde_json::to_value(&params).map_err(|e| SpaceError::BadParams {
         space: S::NAME,
-        params: canonical,
-        inner: Arc::new(job),
-    }))
+        reason: format!("parameters do not serialise: {e}"),
+    })?;
+    Ok(SpaceJob::new(S::NAME, parsed, Arc::new(job)))
 }
 
-/// What the framework adds to every registered job: its name and parameters, and checked chunk indices, so a
-/// space's own code never sees a chunk outside its plan.
-#[derive(Debug)]
-struct Framed {
+/// A job of a registered space, as the coordinator, the workers and the command line hold it: the space's name,
+/// the job's canonical parameters, and the space's own [`Job`].
+///
+/// It is the space's job behind a pointer ([`Deref`] to `dyn Job`), with the framework's rules added where
+/// they apply, so a space's own code never has to enforce them: chunk indices are checked against the plan
+/// before [`Job::run_chunk`], [`Job::verify`] and [`Job::verify_counts`] see them, a plan has at least one
+/// chunk, a chunk uses at least one thread, a memory limit of zero is none, and an estimate is finite and not
+/// negative. Those methods are this type's own and take precedence over the trait's; every other method of
+/// [`Job`] is the space's, reached through the pointer. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct SpaceJob {
     space: &'static str,
-    params: serde_json::Value,
-    inner: Arc<dyn Job>,
+    params: Arc<serde_json::Value>,
+    job: Arc<dyn Job>,
 }
 
-impl Framed {
-    fn check(&self, n_chunks: u64, chunk: u64) -> Result<(), SpaceError> {
+impl Deref for SpaceJob {
+    type Target = dyn Job;
+
+    fn deref(&self) -> &Self::Target {
+        self.job.as_ref()
+    }
+}
+
+impl AsRef<dyn Job> for SpaceJob {
+    fn as_ref(&self) -> &(dyn Job + 'static) {
+        self.job.as_ref()
+    }
+}
+
+impl SpaceJob {
+    /// A job of the space `space` built from `params`. The job's own canonical form of its parameters
+    /// ([`Job::params`]) wins over `params` as parsed, so two spellings of one search store as one. For a
+    /// hand-written [`Space`]; [`Registry::with`] builds these itself.
+    pub fn new(space: &'static str, params: serde_json::Value, job: Arc<dyn Job>) -> SpaceJob {
+        let params = match job.params() {
+            serde_json::Value::Null => params,
+            own => own,
+        };
+        SpaceJob {
+            space,
+            params: Arc::new(params),
+            job,
+        }
+    }
+
+    pub fn space(&self) -> &'static str {
+        self.space
+    }
+
+    /// The canonical parameters: what is stored and sent with the job, and rebuilds it in any process.
+    pub fn params(&self) -> &serde_json::Value {
+        &self.params
+    }
+
+    /// The space's own job, for code that needs it as a trait object of its own.
+    pub fn job(&self) -> &Arc<dyn Job> {
+        &self.job
+    }
+
+    fn check(n_chunks: u64, chunk: u64) -> Result<(), SpaceError> {
         if chunk >= n_chunks {
             return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
         }
         Ok(())
     }
-}
 
-impl Job for Framed {
-    fn space(&self) -> &'static str {
-        self.space
-    }
-
-    fn params(&self) -> serde_json::Value {
-        self.params.clone()
-    }
-
-    fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
-        let plan = self.inner.plan(requested)?;
+    pub fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
+        let plan = self.job.plan(requested)?;
         if plan.n_chunks == 0 {
             return Err(SpaceError::InvalidParam {
                 name: "chunks",
@@ -227,126 +256,63 @@ impl Job for Framed {
         Ok(plan)
     }
 
-    fn run_chunk(
+    pub fn run_chunk(
         &self,
         n_chunks: u64,
         chunk: u64,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        self.check(n_chunks, chunk)?;
-        self.inner.run_chunk(n_chunks, chunk, ctl)
+        Self::check(n_chunks, chunk)?;
+        self.job.run_chunk(n_chunks, chunk, ctl)
     }
 
-    fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        self.check(n_chunks, chunk)?;
-        self.inner.verify(n_chunks, chunk, out)
+    pub fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        Self::check(n_chunks, chunk)?;
+        self.job.verify(n_chunks, chunk, out)
     }
 
-    fn verify_counts(
+    pub fn verify_counts(
         &self,
         n_chunks: u64,
         chunk: u64,
         out: &ChunkOutput,
     ) -> Result<(), SpaceError> {
-        self.check(n_chunks, chunk)?;
-        self.inner.verify_counts(n_chunks, chunk, out)
+        Self::check(n_chunks, chunk)?;
+        self.job.verify_counts(n_chunks, chunk, out)
     }
 
-    fn verifiable(&self) -> bool {
-        self.inner.verifiable()
+    pub fn threads_per_chunk(&self) -> u32 {
+        self.job.threads_per_chunk().max(1)
     }
 
-    fn threads_per_chunk(&self) -> u32 {
-        self.inner.threads_per_chunk().max(1)
+    /// Zero bytes is no limit at all: every worker meets it, so the job is shown and stored as having none.
+    pub fn chunk_memory(&self) -> Option<u64> {
+        self.job.chunk_memory().filter(|&b| b > 0)
     }
 
-    fn chunk_memory(&self) -> Option<u64> {
-        // Zero bytes is no limit at all: every worker meets it, so the job is shown and stored as having none.
-        self.inner.chunk_memory().filter(|&b| b > 0)
-    }
-
-    fn merge_artifacts(
-        &self,
-        artifacts: &mut dyn Iterator<Item = &[u8]>,
-    ) -> Result<Vec<u8>, SpaceError> {
-        self.inner.merge_artifacts(artifacts)
-    }
-
-    fn estimate_chunk_nodes(&self, n_chunks: u64, chunk: u64) -> Option<f64> {
-        self.check(n_chunks, chunk).ok()?;
-        // A space's arithmetic gone wrong must not become a negative or infinite job size downstream.
-        self.inner
+    /// A space's arithmetic gone wrong must not become a negative or infinite job size downstream.
+    pub fn estimate_chunk_nodes(&self, n_chunks: u64, chunk: u64) -> Option<f64> {
+        Self::check(n_chunks, chunk).ok()?;
+        self.job
             .estimate_chunk_nodes(n_chunks, chunk)
             .filter(|e| e.is_finite() && *e >= 0.0)
     }
 
-    fn result(&self, answer: &Answer) -> serde_json::Value {
-        self.inner.result(answer)
-    }
-
-    fn render_text(&self, result: &serde_json::Value) -> String {
-        self.inner.render_text(result)
-    }
-
-    fn result_texts(&self, answer: &Answer) -> (String, String) {
-        self.inner.result_texts(answer)
-    }
-
-    fn inputs(&self) -> Vec<JobInput> {
-        self.inner.inputs()
-    }
-
-    fn shipped(&self) -> Vec<String> {
-        self.inner.shipped()
-    }
-
-    fn bind_inputs(&self, artifacts: &[&[u8]]) -> Result<Arc<dyn Job>, SpaceError> {
-        let bound = self.inner.bind_inputs(artifacts)?;
-        Ok(Arc::new(Framed {
+    /// This job with its inputs' artifacts and shipped files loaded ([`Job::bind_inputs`]), under the same
+    /// name and parameters.
+    pub fn bind_inputs(&self, artifacts: &[&[u8]]) -> Result<SpaceJob, SpaceError> {
+        Ok(SpaceJob {
             space: self.space,
             params: self.params.clone(),
-            inner: bound,
-        }))
-    }
-
-    fn pictures(&self, result: &serde_json::Value) -> Vec<(String, String)> {
-        self.inner.pictures(result)
+            job: self.job.bind_inputs(artifacts)?,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The names of the `fn`s declared at the top level of the block that starts at `header` in `source`.
-    fn fns_in_block(source: &str, header: &str) -> Vec<String> {
-        let start = source
-            .find(header)
-            .unwrap_or_else(|| panic!("`{header}` not found"));
-        let body = &source[start..];
-        // The block ends at the first line that is a lone closing brace at column 0.
-        let end = body.find("\n}\n").unwrap_or(body.len());
-        let mut names: Vec<String> = body[..end]
-            .lines()
-            .filter_map(|l| l.strip_prefix("    fn "))
-            .filter_map(|l| l.split(['(', '<']).next())
-            .map(str::to_string)
-            .collect();
-        names.sort();
-        names
-    }
-
-    /// `Framed` must forward every method of `Job`: a method it forgot would silently fall back to the trait's
-    /// default for every registered job, whatever the space implements. Read from the sources themselves, so a
-    /// method added to the trait fails this test until it is forwarded.
-    #[test]
-    fn framed_forwards_every_method_of_job() {
-        let declared = fns_in_block(include_str!("job.rs"), "pub trait Job: ");
-        let forwarded = fns_in_block(include_str!("registry.rs"), "impl Job for Framed {");
-        assert!(declared.len() >= 17, "the trait was not read: {declared:?}");
-        let missing: Vec<&String> = declared.iter().filter(|m| !forwarded.contains(m)).collect();
-        assert!(missing.is_empty(), "Framed does not forward {missing:?}");
-    }
+    use crate::Answer;
 
     /// A space as a user would write it: no name, no parameters, no range checks of its own.
     #[derive(Debug)]
@@ -411,8 +377,8 @@ mod tests {
             .parse_args(&["--up-to".into(), "10".into()])
             .unwrap();
         assert_eq!(job.space(), "count");
-        assert_eq!(job.params(), serde_json::json!({"up_to": 10}));
-        let again = reg.job_from_params("count", &job.params()).unwrap();
+        assert_eq!(job.params(), &serde_json::json!({"up_to": 10}));
+        let again = reg.job_from_params("count", job.params()).unwrap();
         assert_eq!(again.params(), job.params());
         assert_eq!(
             job.run_chunk(4, 4, &Control::new()),
@@ -463,18 +429,56 @@ mod tests {
         assert!(err.to_string().contains("up_to"), "{err}");
     }
 
+    /// What the space itself answers reaches callers unchanged through the pointer; what the framework rules on
+    /// is its own: a plan of no chunks is refused and a chunk uses at least one thread.
+    #[derive(Debug)]
+    struct Careless;
+
+    impl Job for Careless {
+        fn plan(&self, _: Option<u64>) -> Result<Plan, SpaceError> {
+            Ok(Plan {
+                n_chunks: 0,
+                total_nodes: None,
+            })
+        }
+        fn run_chunk(&self, _: u64, _: u64, _: &Control) -> Result<ChunkOutput, SpaceError> {
+            Ok(ChunkOutput::default())
+        }
+        fn verify(&self, _: u64, _: u64, _: &ChunkOutput) -> Result<(), SpaceError> {
+            Ok(())
+        }
+        fn threads_per_chunk(&self) -> u32 {
+            0
+        }
+        fn verifiable(&self) -> bool {
+            false
+        }
+        fn result(&self, _: &Answer) -> serde_json::Value {
+            serde_json::json!("careless")
+        }
+        fn render_text(&self, r: &serde_json::Value) -> String {
+            format!("text of {r}")
+        }
+    }
+
     #[test]
-    fn resume_state_is_bounded_and_taken_once() {
-        let handle = crate::ChunkControl::new(Some("at 5".into()));
-        let ctl = handle.control();
-        assert_eq!(ctl.resume_state(), Some("at 5"));
-        assert_eq!(handle.take_resume_state(), None);
-        ctl.save_resume_state("at 7").unwrap();
-        assert_eq!(handle.take_resume_state().as_deref(), Some("at 7"));
-        assert_eq!(handle.take_resume_state(), None, "nothing new");
-        let big = "x".repeat(crate::MAX_RESUME_STATE_BYTES + 1);
-        assert!(ctl.save_resume_state(big).is_err());
-        let empty = crate::ChunkControl::new(Some(String::new()));
-        assert_eq!(empty.control().resume_state(), None);
+    fn the_space_answers_through_the_pointer_and_the_framework_keeps_its_rules() {
+        let job = SpaceJob::new("careless", serde_json::json!({"k": 1}), Arc::new(Careless));
+        assert_eq!(job.space(), "careless");
+        assert_eq!(job.params(), &serde_json::json!({"k": 1}));
+        assert!(matches!(
+            job.plan(None),
+            Err(SpaceError::InvalidParam { name: "chunks", .. })
+        ));
+        assert_eq!(job.threads_per_chunk(), 1);
+        assert!(!job.verifiable());
+        let (json, text) = job.result_texts(&Answer::default());
+        assert_eq!(
+            (json.as_str(), text.as_str()),
+            ("\"careless\"", "text of \"careless\"")
+        );
+        // A job that takes no inputs says so under its space's name, and binding keeps name and parameters.
+        let err = job.bind_inputs(&[b"x"]).unwrap_err();
+        assert!(err.to_string().contains("1 were given"), "{err}");
     }
 }

@@ -232,9 +232,9 @@ pub fn results(
         let report = results_report(r, &info, (info.space.clone(), params), elapsed, form)
             .context("the result is not JSON")?;
         report
-            .print(job.as_ref(), a.json)
+            .print(&job, a.json)
             .context("the result is not JSON")?;
-        crate::output::write_pictures(job.as_ref(), &report.result, svg.as_deref())?;
+        crate::output::write_pictures(&job, &report.result, svg.as_deref())?;
         if let Some(path) = solutions {
             if !info.state().is_finished() {
                 eprintln!(

@@ -3,7 +3,6 @@
 
 use std::cell::RefCell;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -64,7 +63,7 @@ fn local_job(registry: &Registry, raw: &[String]) -> anyhow::Result<Option<Local
         .map_err(|e| usage(e.to_string()))?;
     // Before the store is opened or anything runs: a program that cannot start would fail every attempt.
     crate::exec_program::check(
-        args.job.as_ref(),
+        &args.job,
         args.ship.as_ref().map(|s| s.path.as_path()),
         crate::exec_program::RunsOn::ThisMachine,
     )?;
@@ -236,7 +235,7 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         // The answer is durable once `results` returns, so it is printed while the coordinator shuts down (its
         // last commits and sled's flush) on the runtime's threads; a failed shutdown is still reported after it.
         let answered = results.map(|results| {
-            report_run(results, form, info, (job.as_ref(), &engine), started)
+            report_run(results, form, info, (&job, &engine), started)
         });
         stopping.await.context("embedded coordinator")?;
         answered.unwrap_or_else(|| {
@@ -273,14 +272,14 @@ fn report_run(
     results: v1::ResultsResponse,
     form: v1::AnswerForm,
     info: v1::JobInfo,
-    (job, engine): (&dyn sweep_space::Job, &args::EngineOpts),
+    (job, engine): (&sweep_space::SpaceJob, &args::EngineOpts),
     started: Instant,
 ) -> anyhow::Result<ExitCode> {
     let final_info = results.job.clone().unwrap_or(info);
     let report = results_report(
         results,
         &final_info,
-        (job.space().to_string(), job.params()),
+        (job.space().to_string(), job.params().clone()),
         started.elapsed().as_secs_f64(),
         form,
     )
@@ -314,12 +313,12 @@ fn bind_dag(
     dag: Vec<DagNode>,
     engine: &args::EngineOpts,
     show: bool,
-) -> anyhow::Result<Arc<dyn sweep_space::Job>> {
+) -> anyhow::Result<sweep_space::SpaceJob> {
     // Open only while the engine looks inputs up: building them can take long, and a store held open is
     // locked against a `sweep run` on the same --data meanwhile.
     let finished = RefCell::new(stored_artifacts(&engine.data));
     let stored =
-        |job: &dyn sweep_space::Job| finished.borrow().as_ref()?.get(job.space(), &job.params());
+        |job: &sweep_space::SpaceJob| finished.borrow().as_ref()?.get(job.space(), job.params());
     let bar = SolveBar::new(show);
     let building = |built: usize, to_build: usize, label: &str, n_chunks: u64| {
         drop(finished.borrow_mut().take());
@@ -439,7 +438,7 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
     }
     let bar = SolveBar::new(show);
     bar.start(n);
-    let answer = local::run_chunks(&pool, job.as_ref(), n, engine.count_only, &|done, nodes| {
+    let answer = local::run_chunks(&pool, &job, n, engine.count_only, &|done, nodes| {
         bar.update(done, nodes)
     })
     .map_err(local_error)?;
@@ -447,7 +446,7 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
     let (json, text) = job.result_texts(&answer);
     let report = Report {
         space: job.space().to_string(),
-        params: job.params(),
+        params: job.params().clone(),
         job: None,
         state: "done".into(),
         chunks_total: n,
@@ -463,9 +462,9 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
         max_attempts: None,
     };
     report
-        .print(job.as_ref(), engine.json)
+        .print(&job, engine.json)
         .context("the answer as JSON")?;
-    crate::output::write_pictures(job.as_ref(), &report.result, engine.svg.as_deref())?;
+    crate::output::write_pictures(&job, &report.result, engine.svg.as_deref())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -30,7 +30,7 @@ pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode>
         .plan(parsed.engine.chunks)
         .map_err(|e| usage(e.to_string()))?;
     crate::exec_program::check(
-        parsed.job.as_ref(),
+        &parsed.job,
         parsed.ship.as_ref().map(|s| s.path.as_path()),
         RunsOn::Workers,
     )?;

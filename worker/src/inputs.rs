@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use sweep_proto::deadline::{within, CallKind};
 use sweep_proto::v1;
-use sweep_space::Job;
+use sweep_space::SpaceJob;
 use tonic::Status;
 use tracing::{info, warn};
 
@@ -40,7 +40,7 @@ fn lease_inputs(lease: &v1::ChunkLease) -> Vec<(u64, String)> {
 
 impl Shared {
     /// The job a lease belongs to, built once per job and, if it needs input artifacts, bound to them.
-    pub(crate) async fn job(&self, lease: &v1::ChunkLease) -> Result<Arc<dyn Job>, PrepError> {
+    pub(crate) async fn job(&self, lease: &v1::ChunkLease) -> Result<SpaceJob, PrepError> {
         let key = (lease.job_id, lease.params_json.clone());
         if let Some(j) = self.lock().cached_job(&key) {
             return Ok(j);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sweep_proto::v1;
-use sweep_space::{ChunkControl, Job};
+use sweep_space::{ChunkControl, SpaceJob};
 
 /// What a worker did before it stopped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -67,7 +67,7 @@ impl State {
 }
 
 struct CachedJob {
-    job: Arc<dyn Job>,
+    job: SpaceJob,
     /// Digests of the artifacts it is bound to (empty: a job without inputs).
     inputs: Vec<String>,
     last_use: u64,
@@ -78,7 +78,7 @@ struct CachedJob {
 const MAX_BOUND_JOBS: usize = 8;
 
 impl State {
-    pub(crate) fn cached_job(&mut self, key: &(u64, String)) -> Option<Arc<dyn Job>> {
+    pub(crate) fn cached_job(&mut self, key: &(u64, String)) -> Option<SpaceJob> {
         self.uses += 1;
         let uses = self.uses;
         self.jobs.get_mut(key).map(|c| {
@@ -93,7 +93,7 @@ impl State {
     pub(crate) fn cache_job(
         &mut self,
         key: (u64, String),
-        job: Arc<dyn Job>,
+        job: SpaceJob,
         inputs: Vec<(u64, String)>,
     ) {
         self.uses += 1;

@@ -148,8 +148,7 @@ impl Coordinator {
         loop {
             let todo = self.lock().take_to_estimate();
             for (id, job, n_chunks) in todo {
-                let estimate =
-                    tokio::task::spawn_blocking(move || estimate_chunks(job.as_ref(), n_chunks));
+                let estimate = tokio::task::spawn_blocking(move || estimate_chunks(&job, n_chunks));
                 // A shutdown does not wait for a big job's estimates: they are only ever a progress figure.
                 let per_chunk = tokio::select! {
                     r = estimate => r,
@@ -180,7 +179,7 @@ impl Coordinator {
         self.settle().await?;
         let store = self.store();
         let merged =
-            tokio::task::spawn_blocking(move || answers::merged_artifact(&store, id, job.as_ref()))
+            tokio::task::spawn_blocking(move || answers::merged_artifact(&store, id, &job))
                 .await
                 .map_err(|e| CoreError::Internal(format!("merge task: {e}")))??;
         // A job whose chunks produce no artifact needs none, unless another job reads it: that one waits for a

@@ -360,7 +360,7 @@ fn params_roundtrip_through_json() {
     let again = sweep_space::testkit::registry::<crate::Billiard>()
         .job_from_params("billiard", &j.params())
         .unwrap();
-    assert_eq!(again.params(), j.params());
+    assert_eq!(again.params(), &j.params());
     let rebuilt: BilliardParams = serde_json::from_value(j.params()).unwrap();
     assert_eq!(rebuilt.ranks.as_deref(), Some("5..1000"));
     let parsed = sweep_space::testkit::registry::<crate::Billiard>()
@@ -375,11 +375,11 @@ fn params_roundtrip_through_json() {
             "5..1000".into(),
         ])
         .unwrap();
-    assert_eq!(parsed.params(), j.params());
+    assert_eq!(parsed.params(), &j.params());
     let strategy = sweep_space::testkit::registry::<crate::Billiard>()
         .job_from_params("billiard", &json!({"rows": 7, "method": "strategy"}))
         .unwrap();
-    assert_eq!(strategy.params(), json!({"rows": 7, "method": "strategy"}));
+    assert_eq!(strategy.params(), &json!({"rows": 7, "method": "strategy"}));
     assert!(serde_json::from_value::<BilliardParams>(
         json!({"rows": 5, "method": "brute", "x": 1})
     )

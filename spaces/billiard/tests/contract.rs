@@ -1,10 +1,8 @@
 //! The engine's contract, checked with the contract crate's kit on jobs built as the engine builds them.
 
-use std::sync::Arc;
+use sweep_space::{testkit, Registry};
 
-use sweep_space::{testkit, Job, Registry};
-
-fn job(args: &[&str]) -> Arc<dyn Job> {
+fn job(args: &[&str]) -> sweep_space::SpaceJob {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     Registry::new()
         .with::<sweep_billiard::Billiard>()
@@ -17,7 +15,7 @@ fn job(args: &[&str]) -> Arc<dyn Job> {
 fn every_chunking_gives_the_same_answer() {
     for args in [&["--rows", "5"][..], &["--rows", "4", "--method", "brute"]] {
         let j = job(args);
-        let answer = testkit::same_answer_under(j.as_ref(), &[Some(1), Some(2), Some(7), None]);
+        let answer = testkit::same_answer_under(&*j, &[Some(1), Some(2), Some(7), None]);
         assert!(answer.tally.counter("unique") > 0, "{args:?} has solutions");
     }
 }
@@ -27,7 +25,7 @@ fn lies_about_a_chunk_with_solutions_are_refused() {
     let j = job(&["--rows", "4"]);
     let n = j.plan(Some(3)).expect("plan").n_chunks;
     let tried: usize = (0..n)
-        .map(|c| testkit::lies_refused(j.as_ref(), n, c, &["unique"]))
+        .map(|c| testkit::lies_refused(&*j, n, c, &["unique"]))
         .max()
         .unwrap_or(0);
     assert_eq!(tried, 3, "some chunk has a solution to drop");

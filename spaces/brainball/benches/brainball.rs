@@ -33,7 +33,7 @@ static REGISTRY: std::sync::LazyLock<Registry> =
 fn job_from_params(
     space: &str,
     params: &serde_json::Value,
-) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+) -> Result<sweep_space::SpaceJob, SpaceError> {
     REGISTRY.job_from_params(space, params)
 }
 use sweep_brainball::pdb::Pdb;
@@ -315,7 +315,7 @@ fn main() {
     );
 }
 
-fn build_job(args: &[&str]) -> std::sync::Arc<dyn Job> {
+fn build_job(args: &[&str]) -> sweep_space::SpaceJob {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     REGISTRY
         .lookup("brainball")
@@ -324,7 +324,7 @@ fn build_job(args: &[&str]) -> std::sync::Arc<dyn Job> {
 }
 
 /// Binds every input as the engine would, inputs first; each input job's chunks run in order on this thread.
-fn bind_all(job: std::sync::Arc<dyn Job>) -> std::sync::Arc<dyn Job> {
+fn bind_all(job: sweep_space::SpaceJob) -> sweep_space::SpaceJob {
     let inputs = job.inputs();
     if inputs.is_empty() {
         return job;
@@ -333,7 +333,7 @@ fn bind_all(job: std::sync::Arc<dyn Job>) -> std::sync::Arc<dyn Job> {
         .iter()
         .map(|inp| {
             let j = bind_all(job_from_params(&inp.space, &inp.params).expect("input job"));
-            let (answer, _) = run_chunks(j.as_ref(), j.plan(None).expect("plan").n_chunks, 1, None);
+            let (answer, _) = run_chunks(&*j, j.plan(None).expect("plan").n_chunks, 1, None);
             answer.artifact
         })
         .collect();
@@ -445,10 +445,10 @@ fn deep_bench() {
         let before = t0.elapsed().as_secs_f64();
         let n = bound.plan(None).expect("plan").n_chunks;
         let t0 = Instant::now();
-        let (answer, times) = run_chunks(bound.as_ref(), n, 1, None);
+        let (answer, times) = run_chunks(&*bound, n, 1, None);
         let one = t0.elapsed().as_secs_f64();
         let t0 = Instant::now();
-        let (answer2, _) = run_chunks(bound.as_ref(), n, 2, None);
+        let (answer2, _) = run_chunks(&*bound, n, 2, None);
         let two = t0.elapsed().as_secs_f64();
         assert_eq!(
             answer.artifact, answer2.artifact,
@@ -504,7 +504,7 @@ fn census_bench(args: &[String]) {
         t0.elapsed().as_secs_f64()
     );
     let t0 = Instant::now();
-    let (answer, done) = run_chunks_keep(bound.as_ref(), n, 2, limit);
+    let (answer, done) = run_chunks_keep(&*bound, n, 2, limit);
     let wall = t0.elapsed().as_secs_f64();
     let k = done.len() as u64;
     // The first k chunks of an n-sample, n-chunk census are exactly the k-sample, k-chunk census.

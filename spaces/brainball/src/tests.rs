@@ -358,7 +358,7 @@ fn moves_print_in_jaaps_notation_and_parse_back() {
     assert_eq!(Move::parse("x/"), None);
 }
 
-fn job(args: &[&str]) -> std::sync::Arc<dyn Job> {
+fn job(args: &[&str]) -> sweep_space::SpaceJob {
     let space = sweep_space::testkit::registry::<crate::Brainball>()
         .lookup("brainball")
         .unwrap();
@@ -367,14 +367,14 @@ fn job(args: &[&str]) -> std::sync::Arc<dyn Job> {
 }
 
 /// The job with its input table bound, as the engine does: the table job is run first, its artifact merged.
-fn bound(job: std::sync::Arc<dyn Job>) -> std::sync::Arc<dyn Job> {
+fn bound(job: sweep_space::SpaceJob) -> sweep_space::SpaceJob {
     match job.inputs().first() {
         None => job,
         Some(inp) => {
             let table_job = sweep_space::testkit::registry::<crate::Brainball>()
                 .job_from_params(&inp.space, &inp.params)
                 .unwrap();
-            let table = run_all(table_job.as_ref());
+            let table = run_all(&*table_job);
             job.bind_inputs(&[&table.artifact]).unwrap()
         }
     }
@@ -388,7 +388,7 @@ fn run_all(job: &dyn Job) -> Answer {
 fn table_job_reports_counts_digest_and_size() {
     let job = job(&["table", "--depth", "3"]);
     assert_eq!(job.plan(None).unwrap().n_chunks, 156);
-    let answer = run_all(job.as_ref());
+    let answer = run_all(&*job);
     let r = job.result(&answer);
     let hist = small_table(3).histogram();
     assert_eq!(r["positions"], json!(hist.iter().sum::<u64>()));
@@ -421,7 +421,7 @@ fn solve_job_gives_verified_solutions_in_input_order() {
     let params = job.params();
     assert_eq!(params["mode"], json!("solve"));
     let again = sweep_space::testkit::registry::<crate::Brainball>()
-        .job_from_params("brainball", &params)
+        .job_from_params("brainball", params)
         .unwrap();
     assert_eq!(again.params(), params);
     // Its input is the depth-3 table job, and it cannot run without it.
@@ -434,7 +434,7 @@ fn solve_job_gives_verified_solutions_in_input_order() {
     assert!(job.bind_inputs(&[&wrong_depth.artifact]).is_err());
     assert!(job.bind_inputs(&[b"not a table"]).is_err());
     let job = bound(job);
-    let answer = run_all(job.as_ref());
+    let answer = run_all(&*job);
     let r = job.result(&answer);
     let sols = r["solutions"].as_array().unwrap();
     assert_eq!(sols.len(), 4);
@@ -614,7 +614,7 @@ fn the_reversed_ring_needs_sixteen_twists() {
 
 /// The job with every input bound, as the engine does for a DAG: each input job (itself bound first) is run and
 /// merged, and the artifacts are handed over in order.
-fn bound_all(job: std::sync::Arc<dyn Job>, chunks: Option<u64>) -> std::sync::Arc<dyn Job> {
+fn bound_all(job: sweep_space::SpaceJob, chunks: Option<u64>) -> sweep_space::SpaceJob {
     let inputs = job.inputs();
     if inputs.is_empty() {
         return job;
@@ -626,7 +626,7 @@ fn bound_all(job: std::sync::Arc<dyn Job>, chunks: Option<u64>) -> std::sync::Ar
                 .job_from_params(&inp.space, &inp.params)
                 .unwrap();
             let j = bound_all(j, chunks);
-            run_all_with(j.as_ref(), chunks).artifact
+            run_all_with(&*j, chunks).artifact
         })
         .collect();
     let refs: Vec<&[u8]> = artifacts.iter().map(Vec::as_slice).collect();
@@ -680,7 +680,7 @@ fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances
         let mut results = Vec::new();
         for chunks in [Some(1), Some(5), None] {
             let bound = bound_all(job.clone(), chunks);
-            let answer = run_all_with(bound.as_ref(), chunks);
+            let answer = run_all_with(&*bound, chunks);
             let r = job.result(&answer);
             assert_eq!(r["found"], json!(true), "{r}");
             assert_eq!(r["twists"], json!(5), "{text}: {r}");
@@ -748,7 +748,7 @@ fn census_and_deep_parameters_are_checked() {
     assert_eq!(j.plan(None).unwrap().n_chunks, 256);
     assert_eq!(j.inputs().len(), 2, "the table and the pattern database");
     let again = sweep_space::testkit::registry::<crate::Brainball>()
-        .job_from_params("brainball", &j.params())
+        .job_from_params("brainball", j.params())
         .unwrap();
     assert_eq!(again.params(), j.params());
 }
@@ -801,7 +801,7 @@ fn census_chunks_are_checked_and_summed_into_intervals() {
 fn a_small_census_solves_every_sample_optimally() {
     let job = job(&["census", "--samples", "20", "--seed", "1"]);
     let bound = bound_all(job.clone(), None);
-    let answer = run_all_with(bound.as_ref(), Some(4));
+    let answer = run_all_with(&*bound, Some(4));
     let r = job.result(&answer);
     assert_eq!(r["solved"], json!(20));
     let hist = r["histogram"].as_array().unwrap();
@@ -908,7 +908,7 @@ fn the_pattern_jobs_chain_their_levels_and_store_the_in_memory_database() {
     let level = |l: &str| job(&["pattern", "--pattern-tiles", "3", "--level", l]);
     assert_eq!(level("1").inputs().len(), 0);
     assert_eq!(level("2").inputs().len(), 1);
-    assert_eq!(level("5").inputs()[1].params, level("3").params());
+    assert_eq!(&level("5").inputs()[1].params, level("3").params());
     let want = Pdb::build(3).to_bytes();
     for chunks in [Some(1), Some(3), None] {
         let answer = run_all_with(bound_all(db.clone(), chunks).as_ref(), chunks);
@@ -927,7 +927,7 @@ fn the_pattern_jobs_chain_their_levels_and_store_the_in_memory_database() {
         "--pattern-tiles",
         "3",
     ]);
-    assert_eq!(census.inputs()[1].params, db.params());
+    assert_eq!(&census.inputs()[1].params, db.params());
     let err = |args: &[&str]| {
         let space = sweep_space::testkit::registry::<crate::Brainball>()
             .lookup("brainball")

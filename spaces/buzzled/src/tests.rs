@@ -206,7 +206,7 @@ fn a_puzzle_file_becomes_canonical_params() {
     assert!(params.get("puzzle_text").is_none() && params.get("puzzle").is_none());
     // The canonical params rebuild an equal job.
     let again = sweep_space::testkit::registry::<crate::Buzzled>()
-        .job_from_params("buzzled", &params)
+        .job_from_params("buzzled", params)
         .unwrap();
     assert_eq!(again.params(), params);
     let from_clues = space

@@ -1,10 +1,8 @@
 //! The engine's contract, checked with the contract crate's kit on jobs built as the engine builds them.
 
-use std::sync::Arc;
+use sweep_space::{testkit, Registry};
 
-use sweep_space::{testkit, Job, Registry};
-
-fn job(args: &[&str]) -> Arc<dyn Job> {
+fn job(args: &[&str]) -> sweep_space::SpaceJob {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     Registry::new()
         .with::<sweep_buzzled::Buzzled>()
@@ -28,7 +26,7 @@ fn every_chunking_gives_the_same_answer() {
     let clues = clues();
     for method in ["propagate", "brute"] {
         let j = job(&["--clues", &clues, "--side", "3", "--method", method]);
-        let answer = testkit::same_answer_under(j.as_ref(), &[Some(1), Some(3), None]);
+        let answer = testkit::same_answer_under(&*j, &[Some(1), Some(3), None]);
         assert_eq!(
             answer.tally.counter("solutions"),
             1,
@@ -43,7 +41,7 @@ fn lies_about_the_chunk_with_the_solution_are_refused() {
     let j = job(&["--clues", &clues, "--side", "3"]);
     let n = j.plan(Some(4)).expect("plan").n_chunks;
     let tried: usize = (0..n)
-        .map(|c| testkit::lies_refused(j.as_ref(), n, c, &["solutions"]))
+        .map(|c| testkit::lies_refused(&*j, n, c, &["solutions"]))
         .max()
         .unwrap_or(0);
     assert_eq!(tried, 3, "some chunk has the solution to drop");

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use sweep_peg::board::{bits, Board, BoardKind, Move};
 use sweep_peg::game::{Game, Goal};
 use sweep_peg::solve::{ChildOrder, Outcome, Solver, SplitMix};
-use sweep_space::{Answer, Control, Job, Registry, Space, SpaceError};
+use sweep_space::{Answer, Control, Registry, Space, SpaceError};
 
 static REGISTRY: std::sync::LazyLock<Registry> =
     std::sync::LazyLock::new(|| Registry::new().with::<sweep_peg::Peg>());
@@ -25,7 +25,7 @@ fn lookup(space: &str) -> Result<&'static dyn Space, SpaceError> {
 fn job_from_params(
     space: &str,
     params: &serde_json::Value,
-) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+) -> Result<sweep_space::SpaceJob, SpaceError> {
     REGISTRY.job_from_params(space, params)
 }
 
@@ -135,7 +135,7 @@ fn run_job_split(args: &[&str], chunks: Option<u64>) -> (Duration, String, u128)
     let t = Instant::now();
     let mut done: HashMap<String, Vec<u8>> = HashMap::new();
     let mut nodes = 0u128;
-    let answer = run_dag(job.as_ref(), chunks, &ctl, &mut done, &mut nodes);
+    let answer = run_dag(&job, chunks, &ctl, &mut done, &mut nodes);
     let el = t.elapsed();
     let res = job.result(&answer);
     let summary = if let Some(c) = res.get("count") {
@@ -149,7 +149,7 @@ fn run_job_split(args: &[&str], chunks: Option<u64>) -> (Duration, String, u128)
 /// One job of a DAG: its inputs first (memoised by canonical params, as the coordinator does), then its chunks;
 /// returns its answer, with the merged artifact inside.
 fn run_dag(
-    job: &dyn Job,
+    job: &sweep_space::SpaceJob,
     chunks: Option<u64>,
     ctl: &Control,
     done: &mut HashMap<String, Vec<u8>>,
@@ -160,13 +160,13 @@ fn run_dag(
         let key = format!("{} {}", inp.space, inp.params);
         if !done.contains_key(&key) {
             let input = job_from_params(&inp.space, &inp.params).expect("input job");
-            let ans = run_dag(input.as_ref(), None, ctl, done, nodes);
+            let ans = run_dag(&input, None, ctl, done, nodes);
             done.insert(key.clone(), ans.artifact);
         }
         arts.push(key);
     }
-    let bound: Arc<dyn Job> = if arts.is_empty() {
-        job_from_params(job.space(), &job.params()).expect("job")
+    let bound = if arts.is_empty() {
+        job.clone()
     } else {
         let slices: Vec<&[u8]> = arts.iter().map(|k| done[k].as_slice()).collect();
         job.bind_inputs(&slices).expect("inputs bind")

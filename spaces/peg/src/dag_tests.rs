@@ -54,6 +54,8 @@ impl Driver {
                 sweep_space::testkit::registry::<crate::Peg>()
                     .job_from_params(&inp.space, &inp.params)
                     .expect("input params rebuild a job")
+                    .job()
+                    .clone()
             }),
             runs: Vec::new(),
         }
@@ -199,6 +201,7 @@ fn job(args: &[&str]) -> Result<Arc<dyn Job>, SpaceError> {
     sweep_space::testkit::registry::<crate::Peg>()
         .lookup("peg")?
         .parse_args(&args)
+        .map(|j| j.job().clone())
 }
 
 // ---- independent references: raw positions, no symmetry, no layers --------------------------------------------
@@ -445,12 +448,12 @@ fn dag_inputs_are_canonical_and_shared_between_count_and_positions() {
         let j = sweep_space::testkit::registry::<crate::Peg>()
             .job_from_params(&inp.space, &inp.params)
             .expect("rebuilds");
-        assert_eq!(j.params(), inp.params);
+        assert_eq!(j.params(), &inp.params);
         for deeper in j.inputs() {
             let d = sweep_space::testkit::registry::<crate::Peg>()
                 .job_from_params(&deeper.space, &deeper.params)
                 .expect("rebuilds");
-            assert_eq!(d.params(), deeper.params);
+            assert_eq!(d.params(), &deeper.params);
         }
     }
     // Path k reads layer k, which the count's chain holds too: one job for both users.
@@ -481,7 +484,7 @@ fn old_job_params_still_parse() {
         .expect("old params parse");
     assert_eq!(
         j.params(),
-        old,
+        &old,
         "no new fields appear in a top job's params"
     );
     assert_eq!(j.inputs().len(), 2);

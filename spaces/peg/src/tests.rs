@@ -8,14 +8,12 @@ use proptest::prelude::*;
 use super::*;
 use sweep_space::{Answer, Control};
 
-fn job(args: &[&str]) -> Result<Arc<dyn Job>, SpaceError> {
+fn job(args: &[&str]) -> Result<sweep_space::SpaceJob, SpaceError> {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     sweep_space::testkit::registry::<crate::Peg>()
         .lookup("peg")?
         .parse_args(&args)
 }
-
-use std::sync::Arc;
 
 /// Runs every chunk of `job` split into `n` and merges, checking each output with `verify`.
 fn run_all(job: &dyn Job, n: u64) -> Answer {
@@ -238,7 +236,7 @@ fn every_mode_plans_by_the_contracts_rule() {
 fn params_round_trip() {
     let j = job(&["--board", "triangle", "--goal", "any", "--mode", "count"]).expect("valid");
     let again = sweep_space::testkit::registry::<crate::Peg>()
-        .job_from_params("peg", &j.params())
+        .job_from_params("peg", j.params())
         .expect("rebuilds");
     assert_eq!(j.params(), again.params());
     assert_eq!(j.params()["start"], "1,1");

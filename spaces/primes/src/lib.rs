@@ -302,7 +302,7 @@ mod tests {
     fn job_from_params(
         space: &str,
         params: &serde_json::Value,
-    ) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
+    ) -> Result<sweep_space::SpaceJob, SpaceError> {
         sweep_space::Registry::new()
             .with::<Primes>()
             .job_from_params(space, params)
@@ -315,7 +315,7 @@ mod tests {
             .count() as u64
     }
 
-    fn job(below: u64) -> std::sync::Arc<dyn Job> {
+    fn job(below: u64) -> sweep_space::SpaceJob {
         job_from_params("primes", &json!({ "below": below })).expect("job")
     }
 
@@ -416,7 +416,7 @@ mod tests {
     #[test]
     fn parameters_round_trip_and_limits() {
         let j = job(1_000_000);
-        assert_eq!(j.params(), json!({ "below": 1_000_000 }));
+        assert_eq!(j.params(), &json!({ "below": 1_000_000 }));
         assert_eq!(j.plan(None).unwrap().n_chunks, 1);
         assert_eq!(job(100_000_000).plan(None).unwrap().n_chunks, 12);
         assert!(j.plan(Some(0)).is_err());
@@ -426,7 +426,7 @@ mod tests {
         // Default N.
         assert_eq!(
             job_from_params("primes", &json!({})).unwrap().params(),
-            json!({ "below": 10_000_000 })
+            &json!({ "below": 10_000_000 })
         );
     }
 }

@@ -112,7 +112,7 @@ fn cpu_s(wall: Instant) -> f64 {
         .unwrap_or_else(|| wall.elapsed().as_secs_f64())
 }
 
-fn star_job(points: u32) -> std::sync::Arc<dyn Job> {
+fn star_job(points: u32) -> sweep_space::SpaceJob {
     let args: Vec<String> = vec!["--points".into(), points.to_string()];
     sweep_space::Registry::new()
         .with::<sweep_star::Star>()

@@ -1,10 +1,8 @@
 //! The engine's contract, checked with the contract crate's kit on jobs built as the engine builds them.
 
-use std::sync::Arc;
+use sweep_space::{testkit, Registry};
 
-use sweep_space::{testkit, Job, Registry};
-
-fn job(points: u32, method: &str) -> Arc<dyn Job> {
+fn job(points: u32, method: &str) -> sweep_space::SpaceJob {
     Registry::new()
         .with::<sweep_star::Star>()
         .job_from_params(
@@ -18,7 +16,7 @@ fn job(points: u32, method: &str) -> Arc<dyn Job> {
 fn every_chunking_gives_the_same_answer() {
     for (points, method) in [(8, "backtrack"), (7, "brute")] {
         let j = job(points, method);
-        let answer = testkit::same_answer_under(j.as_ref(), &[Some(1), Some(5), Some(64), None]);
+        let answer = testkit::same_answer_under(&*j, &[Some(1), Some(5), Some(64), None]);
         assert!(
             answer.tally.counter("unique") > 0,
             "{points} points have stars"
@@ -31,7 +29,7 @@ fn lies_about_a_chunk_with_stars_are_refused() {
     let j = job(8, "backtrack");
     let n = j.plan(Some(6)).expect("plan").n_chunks;
     let tried: usize = (0..n)
-        .map(|c| testkit::lies_refused(j.as_ref(), n, c, &["unique"]))
+        .map(|c| testkit::lies_refused(&*j, n, c, &["unique"]))
         .max()
         .unwrap_or(0);
     assert_eq!(tried, 3, "some chunk has a star to drop");
