@@ -43,10 +43,10 @@ pub const MAX_TILES: usize = 6;
 /// Refuses a pattern size the solver does not build.
 pub fn check_tiles(k: usize) -> Result<(), SpaceError> {
     if !(1..=MAX_TILES).contains(&k) {
-        return Err(SpaceError::InvalidParam {
-            name: "pattern-tiles",
-            reason: format!("{k} tiles: the pattern database holds 1..={MAX_TILES}"),
-        });
+        return Err(SpaceError::invalid_param(
+            "pattern-tiles",
+            format!("{k} tiles: the pattern database holds 1..={MAX_TILES}"),
+        ));
     }
     Ok(())
 }

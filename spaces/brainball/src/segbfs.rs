@@ -103,10 +103,10 @@ impl Layout {
     pub fn new(k: usize, s: usize) -> Result<Layout, SpaceError> {
         // s = 0 is one segment of every state: what a database of one tile is cut into.
         if !(1..=8).contains(&k) || s >= k {
-            return Err(SpaceError::InvalidParam {
-                name: "tiles",
-                reason: format!("{k} tiles cut by {s}: need 0 <= s < k <= 8"),
-            });
+            return Err(SpaceError::invalid_param(
+                "tiles",
+                format!("{k} tiles cut by {s}: need 0 <= s < k <= 8"),
+            ));
         }
         let mut dest = [[0u8; SLOTS]; N_TWISTS];
         let mut turn = [[0u8; SLOTS]; N_TWISTS];
