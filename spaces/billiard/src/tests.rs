@@ -135,19 +135,7 @@ fn canonical_rows(geo: &Geometry, ans: &Answer) -> Vec<Vec<Vec<u8>>> {
 #[test]
 fn seed_groups_and_numbering() {
     let geo = Geometry::new(5);
-    let seed: Vec<[u8; 3]> = vec![
-        [0, 1, 2],
-        [1, 3, 4],
-        [2, 4, 5],
-        [3, 6, 7],
-        [4, 7, 8],
-        [5, 8, 9],
-        [6, 10, 11],
-        [7, 11, 12],
-        [8, 12, 13],
-        [9, 13, 14],
-    ];
-    assert_eq!(geo.groups, seed);
+    assert_eq!(geo.groups, crate::triangle::ORIGINAL_GROUPS);
     assert_eq!(geo.n, 15);
     assert_eq!(index(4, 0), 10);
     // In the original program's order every group completes at its upper right ball and no ball completes two groups.
@@ -346,12 +334,7 @@ fn bad_parameters_are_named() {
     })
     .is_ok());
     let j = job(4, Method::Strategy, None);
-    assert!(j.plan(Some(0)).unwrap_err().to_string().contains("chunks"));
-    assert!(j.plan(Some(1 << 40)).is_err());
-    assert!(matches!(
-        j.run_chunk(4, 4, &Control::new()),
-        Err(SpaceError::ChunkOutOfRange { .. })
-    ));
+    sweep_space::testkit::out_of_plan_refused(&j, 1 << 40);
 }
 
 #[test]

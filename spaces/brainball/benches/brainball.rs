@@ -25,20 +25,13 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use sweep_brainball::ball::{Ball, N_TWISTS};
+use sweep_brainball::pdb::Pdb;
+use sweep_brainball::{random_positions, solve, Ring, Table};
+use sweep_space::{Answer, ChunkOutput, Control, Job, Registry};
 
 /// The built-in spaces, once: the bench looks jobs up by name as the command line does.
 static REGISTRY: std::sync::LazyLock<Registry> =
     std::sync::LazyLock::new(|| Registry::new().with::<sweep_brainball::Brainball>());
-
-fn job_from_params(
-    space: &str,
-    params: &serde_json::Value,
-) -> Result<std::sync::Arc<dyn Job>, SpaceError> {
-    REGISTRY.job_from_params(space, params)
-}
-use sweep_brainball::pdb::Pdb;
-use sweep_brainball::{random_positions, solve, Ring, Table};
-use sweep_space::{Answer, ChunkOutput, Control, Job, Registry, SpaceError};
 
 const DEPTH: u8 = 7;
 /// Original solves are ~10 s each (a full depth-7 walk), so only a few are timed.
@@ -325,20 +318,10 @@ fn build_job(args: &[&str]) -> std::sync::Arc<dyn Job> {
 
 /// Binds every input as the engine would, inputs first; each input job's chunks run in order on this thread.
 fn bind_all(job: std::sync::Arc<dyn Job>) -> std::sync::Arc<dyn Job> {
-    let inputs = job.inputs();
-    if inputs.is_empty() {
-        return job;
-    }
-    let artifacts: Vec<Vec<u8>> = inputs
-        .iter()
-        .map(|inp| {
-            let j = bind_all(job_from_params(&inp.space, &inp.params).expect("input job"));
-            let (answer, _) = run_chunks(j.as_ref(), j.plan(None).expect("plan").n_chunks, 1, None);
-            answer.artifact
-        })
-        .collect();
-    let refs: Vec<&[u8]> = artifacts.iter().map(Vec::as_slice).collect();
-    job.bind_inputs(&refs).expect("inputs bind")
+    sweep_space::testkit::bind_inputs(&REGISTRY, job, &mut |input| {
+        let n = input.plan(None).expect("plan").n_chunks;
+        run_chunks(input, n, 1, None).0
+    })
 }
 
 /// Runs chunks 0.. of `n` on `threads` threads, each taking the next chunk in order (as workers lease them),

@@ -368,16 +368,8 @@ fn job(args: &[&str]) -> std::sync::Arc<dyn Job> {
 
 /// The job with its input table bound, as the engine does: the table job is run first, its artifact merged.
 fn bound(job: std::sync::Arc<dyn Job>) -> std::sync::Arc<dyn Job> {
-    match job.inputs().first() {
-        None => job,
-        Some(inp) => {
-            let table_job = sweep_space::testkit::registry::<crate::Brainball>()
-                .job_from_params(&inp.space, &inp.params)
-                .unwrap();
-            let table = run_all(table_job.as_ref());
-            job.bind_inputs(&[&table.artifact]).unwrap()
-        }
-    }
+    let registry = sweep_space::testkit::registry::<crate::Brainball>();
+    sweep_space::testkit::bind_inputs(registry, job, &mut |input| run_all(input))
 }
 
 fn run_all(job: &dyn Job) -> Answer {
@@ -612,25 +604,11 @@ fn the_reversed_ring_needs_sixteen_twists() {
     assert_eq!(solve::replay(ring, &sol.moves).0.canonical(), Ball::SOLVED);
 }
 
-/// The job with every input bound, as the engine does for a DAG: each input job (itself bound first) is run and
-/// merged, and the artifacts are handed over in order.
+/// The job with every input bound, as the engine does for a DAG: each input job (itself bound first) is run in
+/// at most `chunks` chunks and merged, and the artifacts are handed over in order.
 fn bound_all(job: std::sync::Arc<dyn Job>, chunks: Option<u64>) -> std::sync::Arc<dyn Job> {
-    let inputs = job.inputs();
-    if inputs.is_empty() {
-        return job;
-    }
-    let artifacts: Vec<Vec<u8>> = inputs
-        .iter()
-        .map(|inp| {
-            let j = sweep_space::testkit::registry::<crate::Brainball>()
-                .job_from_params(&inp.space, &inp.params)
-                .unwrap();
-            let j = bound_all(j, chunks);
-            run_all_with(j.as_ref(), chunks).artifact
-        })
-        .collect();
-    let refs: Vec<&[u8]> = artifacts.iter().map(Vec::as_slice).collect();
-    job.bind_inputs(&refs).unwrap()
+    let registry = sweep_space::testkit::registry::<crate::Brainball>();
+    sweep_space::testkit::bind_inputs(registry, job, &mut |input| run_all_with(input, chunks))
 }
 
 fn run_all_with(job: &dyn Job, chunks: Option<u64>) -> Answer {

@@ -60,7 +60,7 @@ use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceErr
 use backtrack::Backtrack;
 use brute::{total_perms, Brute};
 use estimate::ESTIMATE_PROBES;
-pub use geometry::Geometry;
+pub use geometry::{Geometry, ORIGINAL_LINES_SIX};
 pub use params::{Method, StarParams};
 use params::{MAX_BRUTE_POINTS, MAX_POINTS};
 use prefixes::{shared_prefixes, Prefix};
