@@ -70,16 +70,7 @@ fn exhaustive(rows: usize) -> (u128, u128, Vec<Vec<Vec<u8>>>) {
         }
     }
     let solutions = found.len() as u128;
-    let mut classes: Vec<Vec<Vec<u8>>> = found
-        .into_iter()
-        .map(|t| {
-            let m: Vec<Vec<u8>> = t
-                .iter()
-                .map(|r| r.iter().rev().copied().collect())
-                .collect();
-            t.min(m)
-        })
-        .collect();
+    let mut classes: Vec<Vec<Vec<u8>>> = found.into_iter().map(mirror_min).collect();
     classes.sort();
     classes.dedup();
     (solutions, classes.len() as u128, classes)
@@ -114,19 +105,21 @@ fn five_rows_by_top_row() -> u128 {
     count
 }
 
+/// The smaller of a triangle's rows and their mirror image: its class, computed without [`Geometry`].
+fn mirror_min(rows: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mirrored: Vec<Vec<u8>> = rows
+        .iter()
+        .map(|r| r.iter().rev().copied().collect())
+        .collect();
+    rows.min(mirrored)
+}
+
 /// Canonical rows of an answer, sorted the same way as [`exhaustive`]'s.
 fn canonical_rows(geo: &Geometry, ans: &Answer) -> Vec<Vec<Vec<u8>>> {
     let mut out: Vec<Vec<Vec<u8>>> = ans
         .solutions
         .iter()
-        .map(|s| {
-            let t = geo.to_rows(&geo.parse_solution(s).unwrap());
-            let m: Vec<Vec<u8>> = t
-                .iter()
-                .map(|r| r.iter().rev().copied().collect())
-                .collect();
-            t.min(m)
-        })
+        .map(|s| mirror_min(geo.to_rows(&geo.parse_solution(s).unwrap())))
         .collect();
     out.sort();
     out

@@ -114,6 +114,15 @@ fn before_solve(table: &Table, ring: Ring) -> Option<u8> {
     None
 }
 
+/// "before min / median / max   after min / median / max" of two sets of seconds, in milliseconds.
+fn before_after_ms(before: &[f64], after: &[f64]) -> String {
+    let ms = |v: &[f64]| {
+        let (lo, med, hi) = stats(v);
+        format!("{:.1} / {:.1} / {:.1}", lo * 1e3, med * 1e3, hi * 1e3)
+    };
+    format!("before {}   after {}", ms(before), ms(after))
+}
+
 fn stats(v: &[f64]) -> (f64, f64, f64) {
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.total_cmp(b));
@@ -235,31 +244,17 @@ fn main() {
         let (b, a) = (&before_t[len - 12], &after_t[len - 12]);
         all_b.extend(b);
         all_a.extend(a);
-        let (b0, b1, b2) = stats(b);
-        let (a0, a1, a2) = stats(a);
         println!(
-            "{len} twists ({} positions): before {:.1} / {:.1} / {:.1}   after {:.1} / {:.1} / {:.1}   median ratio {:.0}x",
+            "{len} twists ({} positions): {}   median ratio {:.0}x",
             b.len(),
-            b0 * 1e3,
-            b1 * 1e3,
-            b2 * 1e3,
-            a0 * 1e3,
-            a1 * 1e3,
-            a2 * 1e3,
-            b1 / a1.max(1e-9)
+            before_after_ms(b, a),
+            stats(b).1 / stats(a).1.max(1e-9)
         );
     }
-    let (b0, b1, b2) = stats(&all_b);
-    let (a0, a1, a2) = stats(&all_a);
     println!(
-        "12-14 twists ({} positions): before {:.1} / {:.1} / {:.1}   after {:.1} / {:.1} / {:.1}   total {:.2} s vs {:.2} s ({:.0}x)",
+        "12-14 twists ({} positions): {}   total {:.2} s vs {:.2} s ({:.0}x)",
         all_b.len(),
-        b0 * 1e3,
-        b1 * 1e3,
-        b2 * 1e3,
-        a0 * 1e3,
-        a1 * 1e3,
-        a2 * 1e3,
+        before_after_ms(&all_b, &all_a),
         all_b.iter().sum::<f64>(),
         all_a.iter().sum::<f64>(),
         all_b.iter().sum::<f64>() / all_a.iter().sum::<f64>().max(1e-9)

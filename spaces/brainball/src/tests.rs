@@ -628,6 +628,21 @@ fn run_all_with(job: &dyn Job, chunks: Option<u64>) -> Answer {
     answer
 }
 
+/// A deep search for `position` within `max_twists`, on the smallest table and pattern database (quick to build).
+fn small_deep_job(position: &str, max_twists: &str) -> std::sync::Arc<dyn Job> {
+    job(&[
+        "deep",
+        "--position",
+        position,
+        "--depth",
+        "1",
+        "--pattern-tiles",
+        "4",
+        "--max-twists",
+        max_twists,
+    ])
+}
+
 #[test]
 fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances() {
     let by_bfs = bfs(5);
@@ -639,18 +654,7 @@ fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances
     far.sort();
     for b in far.iter().step_by(far.len() / 3).take(3) {
         let text = b.ring().to_string();
-        let args = [
-            "deep",
-            "--position",
-            &text,
-            "--depth",
-            "1",
-            "--pattern-tiles",
-            "4",
-            "--max-twists",
-            "8",
-        ];
-        let job = job(&args);
+        let job = small_deep_job(&text, "8");
         // Round for 7 twists (8 has the wrong parity): it reads the table and the rounds for 5 and 3.
         assert_eq!(job.params()["max_twists"], json!(7));
         // It reads the table, the stored pattern database, and the round for 5.
@@ -676,18 +680,7 @@ fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances
         assert!(results.windows(2).all(|w| w[0] == w[1]));
     }
     // A bound below the distance is answered as such, not with a longer solution.
-    let text = far[0].ring().to_string();
-    let job = job(&[
-        "deep",
-        "--position",
-        &text,
-        "--depth",
-        "1",
-        "--pattern-tiles",
-        "4",
-        "--max-twists",
-        "3",
-    ]);
+    let job = small_deep_job(&far[0].ring().to_string(), "3");
     let answer = run_all_with(bound_all(job.clone(), None).as_ref(), None);
     let r = job.result(&answer);
     assert_eq!(r["found"], json!(false));

@@ -601,11 +601,7 @@ fn english_dag_positions() {
     let game = Game::new(Board::new(BoardKind::English), 24, Goal::Hole(24));
     let (ans, _, _) = english_report(Mode::Positions, 16);
     let res = dag_job(&game, Mode::Positions, Some(16)).result(&ans);
-    let t = &res["positions"]["totals"];
-    assert_eq!(t["reachable"], 23_475_688u64, "{res}");
-    assert_eq!(t["on_path"], 1_679_072u64, "{res}");
-    assert_eq!(t["reachable_raw"], 187_636_299u64, "{res}");
-    assert_eq!(t["on_path_raw"], 13_428_122u64, "{res}");
+    super::tests::assert_english_position_totals(&res);
 }
 
 /// Work conservation on the English board: node totals with 1 and 16 shards (count DAG, twice the layers).
