@@ -192,22 +192,7 @@ impl Layout {
             seg /= SLOTS - n;
         }
         let mut slots = [0u8; SLOTS];
-        let mut used = 0u32;
-        for n in 0..self.k {
-            let mut left = digits[n];
-            let mut x = 0;
-            loop {
-                if used & (1 << x) == 0 {
-                    if left == 0 {
-                        break;
-                    }
-                    left -= 1;
-                }
-                x += 1;
-            }
-            slots[n] = x as u8;
-            used |= 1 << x;
-        }
+        crate::pdb::place_digits(&digits[..self.k], &mut slots);
         (slots, cols)
     }
 
