@@ -33,10 +33,13 @@ pub fn build_job(p: BrainballParams) -> Result<BrainballJob, SpaceError> {
     pdb::check_tiles(k)?;
     if let Some(l) = p.level {
         if !(1..=LEVELS[k]).contains(&l) {
-            return Err(SpaceError::invalid_param("level", format!(
+            return Err(SpaceError::invalid_param(
+                "level",
+                format!(
                     "{l} is outside 1..={}: the patterns of {k} tiles are at most {} twists from solved",
                     LEVELS[k], LEVELS[k]
-                )));
+                ),
+            ));
         }
     }
     // The depth and seed mean nothing here: left at their defaults, every job names the same database.

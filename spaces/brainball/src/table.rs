@@ -477,13 +477,16 @@ pub fn summarize(bytes: &[u8]) -> Result<(u8, Vec<u64>), SpaceError> {
 
 pub fn check_depth(depth: u8) -> Result<(), SpaceError> {
     if depth > MAX_DEPTH {
-        return Err(SpaceError::invalid_param("depth", format!(
+        return Err(SpaceError::invalid_param(
+            "depth",
+            format!(
                 "{depth} is beyond the deepest supported table ({MAX_DEPTH}): a depth-{depth} table would hold \
                  about {:.1e} positions ({:.0} GB at 8 bytes each, more while merging), beyond the memory of \
                  the machines sweep runs on",
                 estimated_positions(depth),
                 estimated_positions(depth) * 8.0 / 1e9
-            )));
+            ),
+        ));
     }
     Ok(())
 }

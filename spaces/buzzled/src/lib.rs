@@ -118,9 +118,12 @@ impl SearchSpace for Buzzled {
 
     fn build(params: BuzzledParams) -> Result<BuzzledJob, SpaceError> {
         if let Some(path) = &params.puzzle {
-            return Err(SpaceError::invalid_param("puzzle", format!(
+            return Err(SpaceError::invalid_param(
+                "puzzle",
+                format!(
                     "`{path}`: puzzle files are read by the sweep CLI; here pass the file's text with --puzzle-text"
-                )));
+                ),
+            ));
         }
         let (side, clues, name) = match &params.puzzle_text {
             Some(text) => {
@@ -147,7 +150,7 @@ impl SearchSpace for Buzzled {
                     return Err(SpaceError::invalid_param(
                         "clues",
                         "no puzzle given: pass --clues \"5,2,2,...\" (clockwise from the top) or \
-                                 --puzzle FILE",
+                         --puzzle FILE",
                     ));
                 };
                 let clues = parse_clue_list(text)
@@ -162,12 +165,15 @@ impl SearchSpace for Buzzled {
         let geo = Geometry::new(side)?;
         // The method's limit first: it does not depend on the clues.
         if params.method == Method::Brute && geo.n_tiles() > brute::MAX_TILES {
-            return Err(SpaceError::invalid_param("method", format!(
-                        "brute force handles boards of up to {} tiles (side <= 5), side {side} has {}; use \
-                         --method propagate",
-                        brute::MAX_TILES,
-                        geo.n_tiles()
-                    )));
+            return Err(SpaceError::invalid_param(
+                "method",
+                format!(
+                    "brute force handles boards of up to {} tiles (side <= 5), side {side} has {}; use \
+                     --method propagate",
+                    brute::MAX_TILES,
+                    geo.n_tiles()
+                ),
+            ));
         }
         let yellow = check_clues(&geo, &clues)?;
         let brute = (params.method == Method::Brute).then(|| Brute::new(&geo, &clues, yellow));

@@ -179,13 +179,16 @@ pub fn check_clues(geo: &Geometry, clues: &[u32]) -> Result<u32, SpaceError> {
                     .collect::<Vec<_>>()
                     .join(",")
             };
-            return Err(SpaceError::invalid_param("clues", format!(
+            return Err(SpaceError::invalid_param(
+                "clues",
+                format!(
                     "the totals disagree: the columns (clues {}) add up to {cols} yellow tiles but the {}s \
                      (clues {}) add up to {t}",
                     span(&col_ls),
                     fam.describe(),
                     span(&ls)
-                )));
+                ),
+            ));
         }
     }
     Ok(cols)
