@@ -11,6 +11,8 @@
 //!   chunk equal to an uninterrupted one).
 //! - [`Meter`]: the node accounting of every kernel: exact counts, progress published and cancellation checked
 //!   every [`STEPS_PER_CHECK`] steps.
+//! - Checks every space makes alike: [`SpaceError::check_param_range`] for a parameter's bounds and
+//!   [`Plan::chunk_range`] for a chunk's part of a range.
 //! - Helpers every space may use and none should write twice: [`perm`] (factorials, permutation rank and unrank,
 //!   and the exact split of a rank range into chunks) and [`rng`] (the frozen splitmix64 generator whose bits are
 //!   part of stored answers).
@@ -18,6 +20,7 @@
 //! Architecture invariant: this crate does no I/O and knows nothing of networks, storage or async runtimes;
 //! `proto`, `coordinator` and `worker` depend on it, never on a particular space.
 
+mod checks;
 mod control;
 mod error;
 mod job;

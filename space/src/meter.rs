@@ -110,6 +110,27 @@ impl<'a> Meter<'a> {
         self.published = self.nodes;
     }
 
+    /// Publishes now and fails if the chunk was cancelled, whatever the steps: for a kernel whose checks follow a
+    /// cadence of its own (one that saves resume states at them every so many nodes, where its search allows a
+    /// cursor). The step count starts over.
+    pub fn checkpoint(&mut self) -> Result<(), SpaceError> {
+        self.check()
+    }
+
+    /// Nodes counted since the last publication: what such a kernel's cadence is measured in.
+    #[inline]
+    pub fn unpublished(&self) -> u64 {
+        self.nodes - self.published
+    }
+
+    /// Takes up the count a chunk had reached when it saved the resume state it continues from: counted in the
+    /// output, as an uninterrupted run counts them, but not published, since the attempt that did that work
+    /// published it.
+    pub fn resume_at(&mut self, nodes: u64) {
+        self.nodes = nodes;
+        self.published = nodes;
+    }
+
     /// The exact nodes counted so far.
     pub fn nodes(&self) -> u64 {
         self.nodes
@@ -191,6 +212,30 @@ mod tests {
         assert_eq!(handle.nodes(), 3);
         meter.add(3).expect("never cancelled");
         assert_eq!(handle.nodes(), 3 * (u64::from(STEPS_PER_CHECK) + 1));
+    }
+
+    #[test]
+    fn a_checkpoint_publishes_and_checks_at_once() {
+        let handle = ChunkControl::new(None);
+        let mut meter = Meter::new(handle.control());
+        meter.tick().expect("not cancelled");
+        meter.count(41);
+        assert_eq!(meter.unpublished(), 41);
+        meter.checkpoint().expect("not cancelled");
+        assert_eq!((handle.nodes(), meter.unpublished()), (42, 0));
+        handle.cancel();
+        assert_eq!(meter.checkpoint(), Err(SpaceError::Cancelled));
+    }
+
+    #[test]
+    fn a_resumed_count_is_in_the_output_but_not_published_again() {
+        let handle = ChunkControl::new(None);
+        let mut meter = Meter::new(handle.control());
+        meter.resume_at(1000);
+        assert_eq!(meter.unpublished(), 0);
+        meter.count(5);
+        assert_eq!(meter.finish(), 1005);
+        assert_eq!(handle.nodes(), 5, "only this attempt's work is progress");
     }
 
     #[test]

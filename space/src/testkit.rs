@@ -7,8 +7,13 @@
 //!   repeat part of the space, and the merge does not depend on how the space was cut;
 //! - every output passes the space's own verifier, and the lies a faulty worker tells are refused
 //!   ([`lies_refused`]);
+//! - a chunk count or a chunk outside what the job can plan is refused, never guessed at
+//!   ([`out_of_plan_refused`]);
 //! - a chunk stopped after saving a resume state and resumed from it reports what an uninterrupted run reports
 //!   ([`resumed_equals_uninterrupted`]).
+//!
+//! - a job that reads other jobs' artifacts can be run once they are bound ([`bind_inputs`]), as the engine
+//!   binds a DAG's jobs.
 //!
 //! The kit runs jobs through whatever [`Job`] it is given; pass one built by a [`crate::Registry`] to also test
 //! what the framework adds (names, canonical parameters, chunk-range checks). Failures panic with a message that
@@ -16,7 +21,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{Answer, ChunkControl, ChunkOutput, Control, Job, Registry, SearchSpace};
+use crate::{
+    Answer, ChunkControl, ChunkOutput, Control, Job, Registry, SearchSpace, SpaceError, SpaceJob,
+};
 
 /// A registry holding the space `S` alone, as the engine registers it, built once per space and kept for the
 /// test process's life: what a space's own tests look names up in and rebuild jobs from parameters with.
@@ -112,6 +119,35 @@ pub fn same_answer_under(job: &dyn Job, chunkings: &[Option<u64>]) -> Answer {
     }
 }
 
+/// Checks that `job` refuses what lies outside its plans: a plan of no chunks (with a message about chunks) or
+/// of `too_many`, more than it can be split into; and, under its default plan of `n` chunks, chunk `n`, and
+/// chunk 0 of a plan of `too_many` chunks, which no plan of the job has.
+///
+/// # Panics
+/// If any of them is accepted.
+pub fn out_of_plan_refused(job: &dyn Job, too_many: u64) {
+    let name = job.space();
+    match job.plan(Some(0)) {
+        Err(e) if e.to_string().contains("chunks") => {}
+        other => panic!("{name}: a plan of 0 chunks gives {other:?}"),
+    }
+    assert!(
+        job.plan(Some(too_many)).is_err(),
+        "{name}: a plan of {too_many} chunks is accepted"
+    );
+    let n = job
+        .plan(None)
+        .unwrap_or_else(|e| panic!("{name}: default plan: {e}"))
+        .n_chunks;
+    for (n_chunks, chunk) in [(n, n), (too_many, 0)] {
+        assert_eq!(
+            job.run_chunk(n_chunks, chunk, &Control::new()),
+            Err(SpaceError::ChunkOutOfRange { chunk, n_chunks }),
+            "{name}: chunk {chunk} of {n_chunks} runs"
+        );
+    }
+}
+
 /// Checks that the job's verifier refuses the lies a faulty or dishonest worker tells about chunk `chunk`
 /// of `n_chunks`: each of the `checked` counters one higher, a dropped solution and a made-up one. `checked`
 /// names the counters the space's verifier vouches for from one chunk's output alone (a count of the listed
@@ -196,4 +232,35 @@ pub fn resumed_equals_uninterrupted(
         "{name}: chunk {chunk} of {n_chunks} resumed from {state:?} reports other than an uninterrupted run"
     );
     true
+}
+
+/// `job` with every input bound, as the engine binds a job of a DAG: each input job is rebuilt from its
+/// parameters in `registry`, its own inputs bound first, then run by `run` (which returns the input's merged
+/// answer: [`run_all`] in tests, a timed harness in benches), and the artifacts are handed over in the order of
+/// [`Job::inputs`]. A job without inputs is returned as it is.
+///
+/// # Panics
+/// If an input job cannot be rebuilt or the artifacts do not bind.
+pub fn bind_inputs(
+    registry: &Registry,
+    job: SpaceJob,
+    run: &mut dyn FnMut(&dyn Job) -> Answer,
+) -> SpaceJob {
+    let inputs = job.inputs();
+    if inputs.is_empty() {
+        return job;
+    }
+    let artifacts: Vec<Vec<u8>> = inputs
+        .iter()
+        .map(|input| {
+            let rebuilt = registry
+                .job_from_params(&input.space, &input.params)
+                .unwrap_or_else(|e| panic!("{}: input job {}: {e}", job.space(), input.space));
+            let bound = bind_inputs(registry, rebuilt, run);
+            run(bound.as_ref()).artifact
+        })
+        .collect();
+    let refs: Vec<&[u8]> = artifacts.iter().map(Vec::as_slice).collect();
+    job.bind_inputs(&refs)
+        .unwrap_or_else(|e| panic!("{}: inputs do not bind: {e}", job.space()))
 }

@@ -38,12 +38,7 @@ impl SearchSpace for Queens {
 
     fn build(params: QueensParams) -> Result<QueensJob, SpaceError> {
         // Checked here too: parameters also arrive as JSON (a submitted job), not only from the command line.
-        if !(1..=MAX_N).contains(&params.n) {
-            return Err(SpaceError::InvalidParam {
-                name: "n",
-                reason: format!("{} is not in 1..={MAX_N}", params.n),
-            });
-        }
+        SpaceError::check_param_range("n", params.n, 1..=MAX_N)?;
         Ok(QueensJob {
             n: params.n,
             prefixes: prefixes(params.n),

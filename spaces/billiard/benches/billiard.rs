@@ -10,24 +10,10 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use sweep_billiard::strategy::{self, prefixes, Saves, SAVE_EVERY};
-use sweep_billiard::triangle::Geometry;
+use sweep_billiard::triangle::{Geometry, ORIGINAL_GROUPS};
 use sweep_billiard::{Billiard, BilliardParams, Method};
 use sweep_space::perm::{rank, unrank};
 use sweep_space::{Control, Job, SearchSpace};
-
-/// The original program's groups (bottom, upper left, upper right).
-const GROUPS: [[usize; 3]; 10] = [
-    [0, 1, 2],
-    [1, 3, 4],
-    [2, 4, 5],
-    [3, 6, 7],
-    [4, 7, 8],
-    [5, 8, 9],
-    [6, 10, 11],
-    [7, 11, 12],
-    [8, 12, 13],
-    [9, 13, 14],
-];
 
 /// `std::next_permutation`: false when `v` was the last permutation.
 fn next_permutation(v: &mut [u8]) -> bool {
@@ -53,7 +39,8 @@ fn next_permutation(v: &mut [u8]) -> bool {
 }
 
 #[inline(always)]
-fn check_group(v: &[u8; 15], [b, l, r]: [usize; 3]) -> bool {
+fn check_group(v: &[u8; 15], [b, l, r]: [u8; 3]) -> bool {
+    let [b, l, r] = [b, l, r].map(usize::from);
     v[b] == v[l].abs_diff(v[r])
 }
 
@@ -67,7 +54,7 @@ fn seed_brute(start: u64, count: u64) -> u64 {
     let mut found = 0;
     for _ in 0..count {
         let mut ok = true;
-        for g in GROUPS {
+        for g in ORIGINAL_GROUPS {
             // Non-short-circuit, as the original program's `&` chain.
             ok &= check_group(&v, g);
         }

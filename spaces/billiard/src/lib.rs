@@ -67,34 +67,26 @@ impl SearchSpace for Billiard {
     type Job = BilliardJob;
 
     fn build(mut params: BilliardParams) -> Result<BilliardJob, SpaceError> {
-        if params.rows == 0 || params.rows as usize > MAX_ROWS {
-            return Err(SpaceError::InvalidParam {
-                name: "rows",
-                reason: format!(
-                    "{} is out of range: rows must be 1..={MAX_ROWS}",
-                    params.rows
-                ),
-            });
-        }
+        SpaceError::check_param_range("rows", params.rows as usize, 1..=MAX_ROWS)?;
         let geo = Geometry::new(params.rows as usize);
         let ranks = match (params.method, &params.ranks) {
             (Method::Brute, _) if params.rows > MAX_BRUTE_ROWS => {
-                return Err(SpaceError::InvalidParam {
-                    name: "rows",
-                    reason: format!(
+                return Err(SpaceError::invalid_param(
+                    "rows",
+                    format!(
                         "brute force enumerates n! permutations and is limited to rows <= {MAX_BRUTE_ROWS} \
                          (n = {} > {MAX_N}); use --method strategy",
                         geo.n
                     ),
-                });
+                ));
             }
             (Method::Brute, Some(text)) => parse_ranks(text, FACTORIALS[geo.n])?,
             (Method::Brute, None) => (0, FACTORIALS[geo.n]),
             (Method::Strategy, Some(_)) => {
-                return Err(SpaceError::InvalidParam {
-                    name: "ranks",
-                    reason: "permutation ranks only apply to --method brute".into(),
-                });
+                return Err(SpaceError::invalid_param(
+                    "ranks",
+                    "permutation ranks only apply to --method brute",
+                ));
             }
             (Method::Strategy, None) => (0, 0),
         };
@@ -117,10 +109,7 @@ impl SearchSpace for Billiard {
 
 /// Parses `START..END` (decimal, `_` allowed as a digit separator) into a non-empty range within `0..=total`.
 fn parse_ranks(text: &str, total: u64) -> Result<(u64, u64), SpaceError> {
-    let bad = |reason: String| SpaceError::InvalidParam {
-        name: "ranks",
-        reason,
-    };
+    let bad = |reason: String| SpaceError::invalid_param("ranks", reason);
     let Some((start, end)) = text.split_once("..") else {
         return Err(bad(format!(
             "`{text}` is not of the form START..END (e.g. 0..1000000)"

@@ -23,7 +23,7 @@
 use std::ops::Range;
 
 use sweep_space::perm::split_range;
-use sweep_space::{ChunkOutput, Control, SpaceError, MAX_RESUME_STATE_BYTES};
+use sweep_space::{ChunkOutput, Control, Meter, SpaceError, MAX_RESUME_STATE_BYTES};
 
 use super::triangle::{encode, index, Geometry};
 
@@ -175,8 +175,7 @@ pub fn run_chunk(
         ctl,
         out: ChunkOutput::default(),
         board: Board::new(geo.rows),
-        nodes: 0,
-        unreported: 0,
+        meter: Meter::new(ctl),
         id: ChunkId { n_chunks, chunk },
         prefix: mine.start,
         report_every: REPORT_EVERY.min(saves.every.max(1)),
@@ -280,8 +279,9 @@ struct Strategy<'a> {
     ctl: &'a Control,
     out: ChunkOutput,
     board: Board,
-    nodes: u64,
-    unreported: u64,
+    /// Placements tried, published at each report: reports follow placements rather than the meter's steps,
+    /// since every report is a point where a cursor may be saved, at least every [`Saves::every`] placements.
+    meter: Meter<'a>,
     id: ChunkId,
     /// The index (into the job's prefixes) of the prefix being searched.
     prefix: usize,
@@ -295,8 +295,7 @@ struct Strategy<'a> {
 
 impl Strategy<'_> {
     fn run_prefix(&mut self, [a, b]: [u8; 2]) -> Result<(), SpaceError> {
-        self.nodes += 1;
-        self.unreported += 1;
+        self.meter.count(1);
         let Some(mut used) = self.board.place(0, a, 0) else {
             return Ok(());
         };
@@ -312,9 +311,7 @@ impl Strategy<'_> {
     }
 
     fn finish(mut self) -> ChunkOutput {
-        let left = std::mem::take(&mut self.unreported);
-        self.ctl.add_nodes(left);
-        self.out.nodes = self.nodes;
+        self.out.nodes = self.meter.finish();
         self.out
     }
 
@@ -324,8 +321,7 @@ impl Strategy<'_> {
             return Ok(());
         }
         let cands = self.board.candidates(j, used);
-        self.nodes += u64::from(cands.count_ones());
-        self.unreported += u64::from(cands.count_ones());
+        self.meter.count(u64::from(cands.count_ones()));
         self.branch(j, used, cands)
     }
 
@@ -340,7 +336,7 @@ impl Strategy<'_> {
                 self.dfs(j + 1, u)?;
             }
         }
-        if self.unreported >= self.report_every {
+        if self.meter.unpublished() >= self.report_every {
             self.report(j)?;
         }
         Ok(())
@@ -351,11 +347,10 @@ impl Strategy<'_> {
     #[cold]
     #[inline(never)]
     fn report(&mut self, j: usize) -> Result<(), SpaceError> {
-        let n = std::mem::take(&mut self.unreported);
-        self.ctl.checkpoint(n)?;
+        self.meter.checkpoint()?;
         let stop = self.ctl.is_stop_requested();
-        if self.sink.is_some() && (stop || self.nodes >= self.next_save) {
-            self.next_save = self.nodes.saturating_add(self.save_every);
+        if self.sink.is_some() && (stop || self.meter.nodes() >= self.next_save) {
+            self.next_save = self.meter.nodes().saturating_add(self.save_every);
             let saved = self.save(j);
             if stop && saved {
                 return Err(SpaceError::Cancelled);
@@ -384,7 +379,7 @@ impl Strategy<'_> {
             self.id.n_chunks,
             self.prefix,
             encode(path),
-            self.nodes,
+            self.meter.nodes(),
             counter("solutions"),
             counter("unique"),
             self.out.solutions.join(";"),
@@ -428,7 +423,7 @@ impl Strategy<'_> {
                 return None;
             }
         }
-        self.nodes = cursor.nodes;
+        self.meter.resume_at(cursor.nodes);
         self.next_save = cursor.nodes.saturating_add(self.save_every);
         self.prefix = cursor.prefix;
         // Only counters that were counted: an uninterrupted run has no zero entries.

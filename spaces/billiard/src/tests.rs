@@ -70,16 +70,7 @@ fn exhaustive(rows: usize) -> (u128, u128, Vec<Vec<Vec<u8>>>) {
         }
     }
     let solutions = found.len() as u128;
-    let mut classes: Vec<Vec<Vec<u8>>> = found
-        .into_iter()
-        .map(|t| {
-            let m: Vec<Vec<u8>> = t
-                .iter()
-                .map(|r| r.iter().rev().copied().collect())
-                .collect();
-            t.min(m)
-        })
-        .collect();
+    let mut classes: Vec<Vec<Vec<u8>>> = found.into_iter().map(mirror_min).collect();
     classes.sort();
     classes.dedup();
     (solutions, classes.len() as u128, classes)
@@ -114,19 +105,21 @@ fn five_rows_by_top_row() -> u128 {
     count
 }
 
+/// The smaller of a triangle's rows and their mirror image: its class, computed without [`Geometry`].
+fn mirror_min(rows: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mirrored: Vec<Vec<u8>> = rows
+        .iter()
+        .map(|r| r.iter().rev().copied().collect())
+        .collect();
+    rows.min(mirrored)
+}
+
 /// Canonical rows of an answer, sorted the same way as [`exhaustive`]'s.
 fn canonical_rows(geo: &Geometry, ans: &Answer) -> Vec<Vec<Vec<u8>>> {
     let mut out: Vec<Vec<Vec<u8>>> = ans
         .solutions
         .iter()
-        .map(|s| {
-            let t = geo.to_rows(&geo.parse_solution(s).unwrap());
-            let m: Vec<Vec<u8>> = t
-                .iter()
-                .map(|r| r.iter().rev().copied().collect())
-                .collect();
-            t.min(m)
-        })
+        .map(|s| mirror_min(geo.to_rows(&geo.parse_solution(s).unwrap())))
         .collect();
     out.sort();
     out
@@ -135,19 +128,7 @@ fn canonical_rows(geo: &Geometry, ans: &Answer) -> Vec<Vec<Vec<u8>>> {
 #[test]
 fn seed_groups_and_numbering() {
     let geo = Geometry::new(5);
-    let seed: Vec<[u8; 3]> = vec![
-        [0, 1, 2],
-        [1, 3, 4],
-        [2, 4, 5],
-        [3, 6, 7],
-        [4, 7, 8],
-        [5, 8, 9],
-        [6, 10, 11],
-        [7, 11, 12],
-        [8, 12, 13],
-        [9, 13, 14],
-    ];
-    assert_eq!(geo.groups, seed);
+    assert_eq!(geo.groups, crate::triangle::ORIGINAL_GROUPS);
     assert_eq!(geo.n, 15);
     assert_eq!(index(4, 0), 10);
     // In the original program's order every group completes at its upper right ball and no ball completes two groups.
@@ -346,12 +327,7 @@ fn bad_parameters_are_named() {
     })
     .is_ok());
     let j = job(4, Method::Strategy, None);
-    assert!(j.plan(Some(0)).unwrap_err().to_string().contains("chunks"));
-    assert!(j.plan(Some(1 << 40)).is_err());
-    assert!(matches!(
-        j.run_chunk(4, 4, &Control::new()),
-        Err(SpaceError::ChunkOutOfRange { .. })
-    ));
+    sweep_space::testkit::out_of_plan_refused(&j, 1 << 40);
 }
 
 #[test]

@@ -8,6 +8,22 @@
 
 use sweep_space::SpaceError;
 
+/// The original program's ten groups `(bottom, upper left, upper right)` of the 15-ball triangle, as it lists
+/// them: what [`Geometry::new`] must reproduce for 5 rows, and what the bench's re-implementation of that
+/// program tests.
+pub const ORIGINAL_GROUPS: [[u8; 3]; 10] = [
+    [0, 1, 2],
+    [1, 3, 4],
+    [2, 4, 5],
+    [3, 6, 7],
+    [4, 7, 8],
+    [5, 8, 9],
+    [6, 10, 11],
+    [7, 11, 12],
+    [8, 12, 13],
+    [9, 13, 14],
+];
+
 /// A triangle of `rows` rows over the numbers `1..=n`, `n = rows(rows+1)/2`.
 #[derive(Debug, Clone)]
 pub struct Geometry {

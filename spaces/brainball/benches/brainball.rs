@@ -25,20 +25,13 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use sweep_brainball::ball::{Ball, N_TWISTS};
+use sweep_brainball::pdb::Pdb;
+use sweep_brainball::{random_positions, solve, Ring, Table};
+use sweep_space::{Answer, ChunkOutput, Control, Job, Registry};
 
 /// The built-in spaces, once: the bench looks jobs up by name as the command line does.
 static REGISTRY: std::sync::LazyLock<Registry> =
     std::sync::LazyLock::new(|| Registry::new().with::<sweep_brainball::Brainball>());
-
-fn job_from_params(
-    space: &str,
-    params: &serde_json::Value,
-) -> Result<sweep_space::SpaceJob, SpaceError> {
-    REGISTRY.job_from_params(space, params)
-}
-use sweep_brainball::pdb::Pdb;
-use sweep_brainball::{random_positions, solve, Ring, Table};
-use sweep_space::{Answer, ChunkOutput, Control, Job, Registry, SpaceError};
 
 const DEPTH: u8 = 7;
 /// Original solves are ~10 s each (a full depth-7 walk), so only a few are timed.
@@ -119,6 +112,15 @@ fn before_solve(table: &Table, ring: Ring) -> Option<u8> {
         }
     }
     None
+}
+
+/// "before min / median / max   after min / median / max" of two sets of seconds, in milliseconds.
+fn before_after_ms(before: &[f64], after: &[f64]) -> String {
+    let ms = |v: &[f64]| {
+        let (lo, med, hi) = stats(v);
+        format!("{:.1} / {:.1} / {:.1}", lo * 1e3, med * 1e3, hi * 1e3)
+    };
+    format!("before {}   after {}", ms(before), ms(after))
 }
 
 fn stats(v: &[f64]) -> (f64, f64, f64) {
@@ -242,31 +244,17 @@ fn main() {
         let (b, a) = (&before_t[len - 12], &after_t[len - 12]);
         all_b.extend(b);
         all_a.extend(a);
-        let (b0, b1, b2) = stats(b);
-        let (a0, a1, a2) = stats(a);
         println!(
-            "{len} twists ({} positions): before {:.1} / {:.1} / {:.1}   after {:.1} / {:.1} / {:.1}   median ratio {:.0}x",
+            "{len} twists ({} positions): {}   median ratio {:.0}x",
             b.len(),
-            b0 * 1e3,
-            b1 * 1e3,
-            b2 * 1e3,
-            a0 * 1e3,
-            a1 * 1e3,
-            a2 * 1e3,
-            b1 / a1.max(1e-9)
+            before_after_ms(b, a),
+            stats(b).1 / stats(a).1.max(1e-9)
         );
     }
-    let (b0, b1, b2) = stats(&all_b);
-    let (a0, a1, a2) = stats(&all_a);
     println!(
-        "12-14 twists ({} positions): before {:.1} / {:.1} / {:.1}   after {:.1} / {:.1} / {:.1}   total {:.2} s vs {:.2} s ({:.0}x)",
+        "12-14 twists ({} positions): {}   total {:.2} s vs {:.2} s ({:.0}x)",
         all_b.len(),
-        b0 * 1e3,
-        b1 * 1e3,
-        b2 * 1e3,
-        a0 * 1e3,
-        a1 * 1e3,
-        a2 * 1e3,
+        before_after_ms(&all_b, &all_a),
         all_b.iter().sum::<f64>(),
         all_a.iter().sum::<f64>(),
         all_b.iter().sum::<f64>() / all_a.iter().sum::<f64>().max(1e-9)
@@ -325,20 +313,10 @@ fn build_job(args: &[&str]) -> sweep_space::SpaceJob {
 
 /// Binds every input as the engine would, inputs first; each input job's chunks run in order on this thread.
 fn bind_all(job: sweep_space::SpaceJob) -> sweep_space::SpaceJob {
-    let inputs = job.inputs();
-    if inputs.is_empty() {
-        return job;
-    }
-    let artifacts: Vec<Vec<u8>> = inputs
-        .iter()
-        .map(|inp| {
-            let j = bind_all(job_from_params(&inp.space, &inp.params).expect("input job"));
-            let (answer, _) = run_chunks(&*j, j.plan(None).expect("plan").n_chunks, 1, None);
-            answer.artifact
-        })
-        .collect();
-    let refs: Vec<&[u8]> = artifacts.iter().map(Vec::as_slice).collect();
-    job.bind_inputs(&refs).expect("inputs bind")
+    sweep_space::testkit::bind_inputs(&REGISTRY, job, &mut |input| {
+        let n = input.plan(None).expect("plan").n_chunks;
+        run_chunks(input, n, 1, None).0
+    })
 }
 
 /// Runs chunks 0.. of `n` on `threads` threads, each taking the next chunk in order (as workers lease them),

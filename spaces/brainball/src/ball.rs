@@ -126,9 +126,8 @@ impl Ring {
     /// Parses 13 signed integers (whitespace and commas separate them) that must be a signed permutation of
     /// 1..13; the error names what is wrong.
     pub fn parse(text: &str) -> Result<Ring, SpaceError> {
-        let bad = |reason: String| SpaceError::InvalidParam {
-            name: "position",
-            reason: format!("`{}`: {reason}", text.trim()),
+        let bad = |reason: String| {
+            SpaceError::invalid_param("position", format!("`{}`: {reason}", text.trim()))
         };
         let mut tiles = Vec::with_capacity(TILES);
         for word in text

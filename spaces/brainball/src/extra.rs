@@ -17,51 +17,50 @@ use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, SpaceError};
 /// Prefix length of a deep job unless asked: 143 chunks, enough for a few dozen workers.
 const DEFAULT_SPLIT: u8 = 2;
 
-fn invalid(name: &'static str, reason: impl Into<String>) -> SpaceError {
-    SpaceError::InvalidParam {
-        name,
-        reason: reason.into(),
-    }
-}
-
 /// The table and solve modes take none of the census's or deep search's parameters.
 pub fn refuse_other_modes_params(p: &BrainballParams) -> Result<(), SpaceError> {
     if p.samples.is_some() {
-        return Err(invalid("samples", "only a census takes --samples"));
+        return Err(SpaceError::invalid_param(
+            "samples",
+            "only a census takes --samples",
+        ));
     }
     if p.max_twists.is_some() {
-        return Err(invalid(
+        return Err(SpaceError::invalid_param(
             "max-twists",
             "only a deep search takes --max-twists",
         ));
     }
     if p.split.is_some() {
-        return Err(invalid("split", "only a deep search takes --split"));
+        return Err(SpaceError::invalid_param(
+            "split",
+            "only a deep search takes --split",
+        ));
     }
     Ok(())
 }
 
 pub fn build_census(p: BrainballParams) -> Result<BrainballJob, SpaceError> {
     let samples = p.samples.ok_or_else(|| {
-        invalid(
+        SpaceError::invalid_param(
             "samples",
             "a census needs --samples N (how many random positions)",
         )
     })?;
     if samples == 0 || samples > census::MAX_SAMPLES {
-        return Err(invalid(
+        return Err(SpaceError::invalid_param(
             "samples",
             format!("{samples} is outside 1..={}", census::MAX_SAMPLES),
         ));
     }
     if p.position.is_some() || p.positions.is_some() || p.random.is_some() {
-        return Err(invalid(
+        return Err(SpaceError::invalid_param(
             "position",
             "a census draws its own positions from --seed: use `solve` for given ones",
         ));
     }
     if p.max_twists.is_some() || p.split.is_some() {
-        return Err(invalid(
+        return Err(SpaceError::invalid_param(
             "split",
             "--max-twists and --split belong to a deep search",
         ));
@@ -81,14 +80,14 @@ pub fn build_deep(p: BrainballParams) -> Result<BrainballJob, SpaceError> {
     let text = match (&p.position, &p.positions) {
         (Some(t), None) => t.clone(),
         _ => {
-            return Err(invalid(
+            return Err(SpaceError::invalid_param(
                 "position",
                 "a deep search takes exactly one --position",
             ))
         }
     };
     if p.random.is_some() || p.samples.is_some() {
-        return Err(invalid(
+        return Err(SpaceError::invalid_param(
             "random",
             "a deep search takes one --position, not random ones",
         ));
@@ -96,7 +95,7 @@ pub fn build_deep(p: BrainballParams) -> Result<BrainballJob, SpaceError> {
     let ring = Ring::parse(&text)?;
     let split = p.split.unwrap_or(DEFAULT_SPLIT);
     if !(1..=deep::MAX_SPLIT).contains(&split) {
-        return Err(invalid(
+        return Err(SpaceError::invalid_param(
             "split",
             format!("{split} is outside 1..={}", deep::MAX_SPLIT),
         ));
@@ -105,7 +104,7 @@ pub fn build_deep(p: BrainballParams) -> Result<BrainballJob, SpaceError> {
     let (first, _) = first_level(p.depth, None, ball);
     let lowest = first + p.depth;
     let max = p.max_twists.ok_or_else(|| {
-        invalid(
+        SpaceError::invalid_param(
             "max-twists",
             format!("a deep search needs --max-twists L (the longest solution to look for, at least {lowest})"),
         )
@@ -118,7 +117,7 @@ pub fn build_deep(p: BrainballParams) -> Result<BrainballJob, SpaceError> {
     };
     let top = lowest.max(max);
     if max < lowest || top - p.depth > solve::MAX_LEVEL {
-        return Err(invalid(
+        return Err(SpaceError::invalid_param(
             "max-twists",
             format!(
                 "{max} is outside {lowest}..={} for this position and depth",

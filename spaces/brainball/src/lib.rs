@@ -74,10 +74,10 @@ impl SearchSpace for Brainball {
         table::check_depth(params.depth)?;
         pdb::check_tiles(params.pattern_tiles as usize)?;
         if params.level.is_some() && params.mode != Some(Mode::Pattern) {
-            return Err(SpaceError::InvalidParam {
-                name: "level",
-                reason: "only a pattern database job takes --level".into(),
-            });
+            return Err(SpaceError::invalid_param(
+                "level",
+                "only a pattern database job takes --level",
+            ));
         }
         match params.mode {
             Some(Mode::Pattern) => return pattern_job::build_job(params),
@@ -94,10 +94,10 @@ impl SearchSpace for Brainball {
         }
         if let Some(k) = params.random {
             if k > MAX_RANDOM {
-                return Err(SpaceError::InvalidParam {
-                    name: "random",
-                    reason: format!("{k} positions is more than the {MAX_RANDOM} allowed"),
-                });
+                return Err(SpaceError::invalid_param(
+                    "random",
+                    format!("{k} positions is more than the {MAX_RANDOM} allowed"),
+                ));
             }
             positions.extend(random_positions(k as usize, params.seed));
         }
@@ -120,11 +120,10 @@ impl SearchSpace for Brainball {
                 });
             }
             Mode::Solve if positions.is_empty() && params.random != Some(0) => {
-                return Err(SpaceError::InvalidParam {
-                    name: "position",
-                    reason: "nothing to solve: give --position, --positions, --file or --random"
-                        .into(),
-                });
+                return Err(SpaceError::invalid_param(
+                    "position",
+                    "nothing to solve: give --position, --positions, --file or --random",
+                ));
             }
             _ => {}
         }

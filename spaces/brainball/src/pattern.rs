@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use super::pdb::{self, patterns, Pdb, MAX_TILES};
 use super::segbfs::{expand, Kind, Layout, SegKey, SegmentStore};
 use sweep_space::perm::split_range;
-use sweep_space::{ChunkOutput, Control, Meter, SpaceError};
+use sweep_space::{ChunkOutput, Control, Meter, Plan, SpaceError};
 
 /// The largest pattern distance of tiles 1..k (index k): the last level job of the chain. Pinned by
 /// `the_level_count_of_every_pattern_size_is_the_in_memory_maximum`.
@@ -222,8 +222,7 @@ pub fn level_chunk(
     ctl: &Control,
 ) -> Result<ChunkOutput, SpaceError> {
     let segments = layout.segments();
-    sweep_space::Plan::check_chunk(chunk, n_chunks, u64::from(segments))?;
-    let (lo, hi) = split_range(u128::from(segments), n_chunks, chunk);
+    let (lo, hi) = Plan::chunk_range(u128::from(segments), n_chunks, chunk, u64::from(segments))?;
     let mut store = Pair {
         visited,
         before,

@@ -17,18 +17,14 @@ use crate::pdb::{self, patterns, Pdb};
 
 /// `pattern [--level L]`: only the pattern size and the level are its parameters.
 pub fn build_job(p: BrainballParams) -> Result<BrainballJob, SpaceError> {
-    let invalid = |name: &'static str, reason: &str| SpaceError::InvalidParam {
-        name,
-        reason: reason.to_string(),
-    };
     if p.position.is_some() || p.positions.is_some() || p.random.is_some() {
-        return Err(invalid(
+        return Err(SpaceError::invalid_param(
             "position",
             "a pattern database job takes no positions",
         ));
     }
     if p.samples.is_some() || p.max_twists.is_some() || p.split.is_some() {
-        return Err(invalid(
+        return Err(SpaceError::invalid_param(
             "samples",
             "a pattern database job takes only --pattern-tiles and --level",
         ));
@@ -37,13 +33,13 @@ pub fn build_job(p: BrainballParams) -> Result<BrainballJob, SpaceError> {
     pdb::check_tiles(k)?;
     if let Some(l) = p.level {
         if !(1..=LEVELS[k]).contains(&l) {
-            return Err(SpaceError::InvalidParam {
-                name: "level",
-                reason: format!(
+            return Err(SpaceError::invalid_param(
+                "level",
+                format!(
                     "{l} is outside 1..={}: the patterns of {k} tiles are at most {} twists from solved",
                     LEVELS[k], LEVELS[k]
                 ),
-            });
+            ));
         }
     }
     // The depth and seed mean nothing here: left at their defaults, every job names the same database.

@@ -43,10 +43,10 @@ pub const MAX_TILES: usize = 6;
 /// Refuses a pattern size the solver does not build.
 pub fn check_tiles(k: usize) -> Result<(), SpaceError> {
     if !(1..=MAX_TILES).contains(&k) {
-        return Err(SpaceError::InvalidParam {
-            name: "pattern-tiles",
-            reason: format!("{k} tiles: the pattern database holds 1..={MAX_TILES}"),
-        });
+        return Err(SpaceError::invalid_param(
+            "pattern-tiles",
+            format!("{k} tiles: the pattern database holds 1..={MAX_TILES}"),
+        ));
     }
     Ok(())
 }
@@ -398,10 +398,17 @@ pub(crate) fn unrank(k: usize, index: usize, slots: &mut [u8]) -> u32 {
         digits[n] = r % (SLOTS - n);
         r /= SLOTS - n;
     }
+    place_digits(&digits[..k], slots);
+    colours
+}
+
+/// The slots a pattern's mixed-radix digits name, tile 1 first: tile `n` takes the `digits[n]`-th slot still free
+/// (the inverse of the ranking in [`rank`], shared by [`unrank`] and the segmented layout's decoding).
+#[inline]
+pub(crate) fn place_digits(digits: &[usize], slots: &mut [u8]) {
     let mut used = 0u32;
-    for n in 0..k {
-        // The digits[n]-th free slot.
-        let mut left = digits[n];
+    for (n, &digit) in digits.iter().enumerate() {
+        let mut left = digit;
         let mut s = 0;
         loop {
             if used & (1 << s) == 0 {
@@ -415,7 +422,6 @@ pub(crate) fn unrank(k: usize, index: usize, slots: &mut [u8]) -> u32 {
         slots[n] = s as u8;
         used |= 1 << s;
     }
-    colours
 }
 
 /// The inverse signed permutation of `ball` as a position: the one its solving sequences reach from solved.

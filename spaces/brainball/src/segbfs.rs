@@ -103,10 +103,10 @@ impl Layout {
     pub fn new(k: usize, s: usize) -> Result<Layout, SpaceError> {
         // s = 0 is one segment of every state: what a database of one tile is cut into.
         if !(1..=8).contains(&k) || s >= k {
-            return Err(SpaceError::InvalidParam {
-                name: "tiles",
-                reason: format!("{k} tiles cut by {s}: need 0 <= s < k <= 8"),
-            });
+            return Err(SpaceError::invalid_param(
+                "tiles",
+                format!("{k} tiles cut by {s}: need 0 <= s < k <= 8"),
+            ));
         }
         let mut dest = [[0u8; SLOTS]; N_TWISTS];
         let mut turn = [[0u8; SLOTS]; N_TWISTS];
@@ -192,22 +192,7 @@ impl Layout {
             seg /= SLOTS - n;
         }
         let mut slots = [0u8; SLOTS];
-        let mut used = 0u32;
-        for n in 0..self.k {
-            let mut left = digits[n];
-            let mut x = 0;
-            loop {
-                if used & (1 << x) == 0 {
-                    if left == 0 {
-                        break;
-                    }
-                    left -= 1;
-                }
-                x += 1;
-            }
-            slots[n] = x as u8;
-            used |= 1 << x;
-        }
+        crate::pdb::place_digits(&digits[..self.k], &mut slots);
         (slots, cols)
     }
 

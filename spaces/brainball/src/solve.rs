@@ -365,21 +365,21 @@ pub fn walk_level(
     ctl: &Control,
 ) -> Result<Level, SpaceError> {
     if f == 0 || f > MAX_LEVEL {
-        return Err(SpaceError::InvalidParam {
-            name: "level",
-            reason: format!("forward level {f} is outside 1..={MAX_LEVEL}"),
-        });
+        return Err(SpaceError::invalid_param(
+            "level",
+            format!("forward level {f} is outside 1..={MAX_LEVEL}"),
+        ));
     }
     let mut scan = Scan::new(table, pdb, ctl);
     'prefixes: for prefix in prefixes {
         if prefix.len() > f as usize {
-            return Err(SpaceError::InvalidParam {
-                name: "level",
-                reason: format!(
+            return Err(SpaceError::invalid_param(
+                "level",
+                format!(
                     "a prefix of {} twists is longer than level {f}",
                     prefix.len()
                 ),
-            });
+            ));
         }
         let (mut b, mut state) = (ball, Pruner::START);
         scan.path = 0;

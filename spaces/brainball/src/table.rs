@@ -15,8 +15,7 @@
 //! the minimum, which is the true distance because some chunk holds a shortest sequence.
 
 use crate::ball::{Ball, N_TWISTS, POS_MASK};
-use sweep_space::perm::split_range;
-use sweep_space::{Control, Meter, SpaceError};
+use sweep_space::{Control, Meter, Plan, SpaceError};
 
 /// Deepest table accepted. The 4-bit distances would allow 15; memory is the real limit. Each level multiplies
 /// the positions by about 10.3 (depth 6: 2,045,512 positions, depth 7: 21,102,966), so depth 8 holds about
@@ -93,8 +92,12 @@ pub fn build_chunk(
     ctl: &Control,
 ) -> Result<ChunkTable, SpaceError> {
     let prefixes = prefixes(depth);
-    sweep_space::Plan::check_chunk(chunk, n_chunks, prefixes.len() as u64)?;
-    let (lo, hi) = split_range(prefixes.len() as u128, n_chunks, chunk);
+    let (lo, hi) = Plan::chunk_range(
+        prefixes.len() as u128,
+        n_chunks,
+        chunk,
+        prefixes.len() as u64,
+    )?;
     let mut walk = Walk {
         depth,
         entries: Vec::new(),
@@ -474,16 +477,16 @@ pub fn summarize(bytes: &[u8]) -> Result<(u8, Vec<u64>), SpaceError> {
 
 pub fn check_depth(depth: u8) -> Result<(), SpaceError> {
     if depth > MAX_DEPTH {
-        return Err(SpaceError::InvalidParam {
-            name: "depth",
-            reason: format!(
+        return Err(SpaceError::invalid_param(
+            "depth",
+            format!(
                 "{depth} is beyond the deepest supported table ({MAX_DEPTH}): a depth-{depth} table would hold \
                  about {:.1e} positions ({:.0} GB at 8 bytes each, more while merging), beyond the memory of \
                  the machines sweep runs on",
                 estimated_positions(depth),
                 estimated_positions(depth) * 8.0 / 1e9
             ),
-        });
+        ));
     }
     Ok(())
 }

@@ -368,16 +368,8 @@ fn job(args: &[&str]) -> sweep_space::SpaceJob {
 
 /// The job with its input table bound, as the engine does: the table job is run first, its artifact merged.
 fn bound(job: sweep_space::SpaceJob) -> sweep_space::SpaceJob {
-    match job.inputs().first() {
-        None => job,
-        Some(inp) => {
-            let table_job = sweep_space::testkit::registry::<crate::Brainball>()
-                .job_from_params(&inp.space, &inp.params)
-                .unwrap();
-            let table = run_all(&*table_job);
-            job.bind_inputs(&[&table.artifact]).unwrap()
-        }
-    }
+    let registry = sweep_space::testkit::registry::<crate::Brainball>();
+    sweep_space::testkit::bind_inputs(registry, job, &mut |input| run_all(input))
 }
 
 fn run_all(job: &dyn Job) -> Answer {
@@ -612,25 +604,11 @@ fn the_reversed_ring_needs_sixteen_twists() {
     assert_eq!(solve::replay(ring, &sol.moves).0.canonical(), Ball::SOLVED);
 }
 
-/// The job with every input bound, as the engine does for a DAG: each input job (itself bound first) is run and
-/// merged, and the artifacts are handed over in order.
+/// The job with every input bound, as the engine does for a DAG: each input job (itself bound first) is run in
+/// at most `chunks` chunks and merged, and the artifacts are handed over in order.
 fn bound_all(job: sweep_space::SpaceJob, chunks: Option<u64>) -> sweep_space::SpaceJob {
-    let inputs = job.inputs();
-    if inputs.is_empty() {
-        return job;
-    }
-    let artifacts: Vec<Vec<u8>> = inputs
-        .iter()
-        .map(|inp| {
-            let j = sweep_space::testkit::registry::<crate::Brainball>()
-                .job_from_params(&inp.space, &inp.params)
-                .unwrap();
-            let j = bound_all(j, chunks);
-            run_all_with(&*j, chunks).artifact
-        })
-        .collect();
-    let refs: Vec<&[u8]> = artifacts.iter().map(Vec::as_slice).collect();
-    job.bind_inputs(&refs).unwrap()
+    let registry = sweep_space::testkit::registry::<crate::Brainball>();
+    sweep_space::testkit::bind_inputs(registry, job, &mut |input| run_all_with(input, chunks))
 }
 
 fn run_all_with(job: &dyn Job, chunks: Option<u64>) -> Answer {
@@ -650,6 +628,21 @@ fn run_all_with(job: &dyn Job, chunks: Option<u64>) -> Answer {
     answer
 }
 
+/// A deep search for `position` within `max_twists`, on the smallest table and pattern database (quick to build).
+fn small_deep_job(position: &str, max_twists: &str) -> sweep_space::SpaceJob {
+    job(&[
+        "deep",
+        "--position",
+        position,
+        "--depth",
+        "1",
+        "--pattern-tiles",
+        "4",
+        "--max-twists",
+        max_twists,
+    ])
+}
+
 #[test]
 fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances() {
     let by_bfs = bfs(5);
@@ -661,18 +654,7 @@ fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances
     far.sort();
     for b in far.iter().step_by(far.len() / 3).take(3) {
         let text = b.ring().to_string();
-        let args = [
-            "deep",
-            "--position",
-            &text,
-            "--depth",
-            "1",
-            "--pattern-tiles",
-            "4",
-            "--max-twists",
-            "8",
-        ];
-        let job = job(&args);
+        let job = small_deep_job(&text, "8");
         // Round for 7 twists (8 has the wrong parity): it reads the table and the rounds for 5 and 3.
         assert_eq!(job.params()["max_twists"], json!(7));
         // It reads the table, the stored pattern database, and the round for 5.
@@ -698,18 +680,7 @@ fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances
         assert!(results.windows(2).all(|w| w[0] == w[1]));
     }
     // A bound below the distance is answered as such, not with a longer solution.
-    let text = far[0].ring().to_string();
-    let job = job(&[
-        "deep",
-        "--position",
-        &text,
-        "--depth",
-        "1",
-        "--pattern-tiles",
-        "4",
-        "--max-twists",
-        "3",
-    ]);
+    let job = small_deep_job(&far[0].ring().to_string(), "3");
     let answer = run_all_with(bound_all(job.clone(), None).as_ref(), None);
     let r = job.result(&answer);
     assert_eq!(r["found"], json!(false));

@@ -63,8 +63,8 @@ pub fn generate(side: usize, seed: u64) -> Result<(Puzzle, Vec<bool>), SpaceErro
             board[t] = !board[t];
         }
     }
-    Err(SpaceError::InvalidParam {
-        name: "side",
-        reason: format!("no unique puzzle of side {side} found from seed {seed}; try another seed"),
-    })
+    Err(SpaceError::invalid_param(
+        "side",
+        format!("no unique puzzle of side {side} found from seed {seed}; try another seed"),
+    ))
 }

@@ -74,12 +74,7 @@ pub const MAX_SIDE: usize = 40;
 impl Geometry {
     /// The board of side `side` (2 ..= [`MAX_SIDE`]).
     pub fn new(side: usize) -> Result<Geometry, SpaceError> {
-        if !(2..=MAX_SIDE).contains(&side) {
-            return Err(SpaceError::InvalidParam {
-                name: "side",
-                reason: format!("{side} is out of range: a board has side 2 ..= {MAX_SIDE}"),
-            });
-        }
+        SpaceError::check_param_range("side", side, 2..=MAX_SIDE)?;
         let m = side as i32 - 1;
         let mut coords: Vec<(i32, i32)> = Vec::with_capacity(tiles_for_side(side));
         for q in -m..=m {

@@ -28,7 +28,6 @@ use brute::Brute;
 use geometry::Geometry;
 use propagate::{Flow, Solver, N_PATHS};
 use puzzle::{check_clues, parse_clue_list, parse_puzzle_file};
-use sweep_space::perm::split_range;
 use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
 
 /// The registry's handle for the Buzzled space.
@@ -119,48 +118,43 @@ impl SearchSpace for Buzzled {
 
     fn build(params: BuzzledParams) -> Result<BuzzledJob, SpaceError> {
         if let Some(path) = &params.puzzle {
-            return Err(SpaceError::InvalidParam {
-                name: "puzzle",
-                reason: format!(
+            return Err(SpaceError::invalid_param(
+                "puzzle",
+                format!(
                     "`{path}`: puzzle files are read by the sweep CLI; here pass the file's text with --puzzle-text"
                 ),
-            });
+            ));
         }
         let (side, clues, name) = match &params.puzzle_text {
             Some(text) => {
                 let p = parse_puzzle_file(text)?;
                 if params.clues.is_some() {
-                    return Err(SpaceError::InvalidParam {
-                        name: "clues",
-                        reason:
-                            "give the clues either with --clues or in the puzzle file, not both"
-                                .into(),
-                    });
+                    return Err(SpaceError::invalid_param(
+                        "clues",
+                        "give the clues either with --clues or in the puzzle file, not both",
+                    ));
                 }
                 if let Some(s) = params.side.filter(|&s| s != p.side) {
-                    return Err(SpaceError::InvalidParam {
-                        name: "side",
-                        reason: format!(
+                    return Err(SpaceError::invalid_param(
+                        "side",
+                        format!(
                             "--side {s} disagrees with the puzzle file's side {}",
                             p.side
                         ),
-                    });
+                    ));
                 }
                 (p.side, p.clues, params.name.clone().or(p.name))
             }
             None => {
                 let Some(text) = &params.clues else {
-                    return Err(SpaceError::InvalidParam {
-                        name: "clues",
-                        reason: "no puzzle given: pass --clues \"5,2,2,...\" (clockwise from the top) or \
-                                 --puzzle FILE"
-                            .into(),
-                    });
+                    return Err(SpaceError::invalid_param(
+                        "clues",
+                        "no puzzle given: pass --clues \"5,2,2,...\" (clockwise from the top) or \
+                         --puzzle FILE",
+                    ));
                 };
-                let clues = parse_clue_list(text).map_err(|reason| SpaceError::InvalidParam {
-                    name: "clues",
-                    reason,
-                })?;
+                let clues = parse_clue_list(text)
+                    .map_err(|reason| SpaceError::invalid_param("clues", reason))?;
                 (
                     params.side.unwrap_or(DEFAULT_SIDE),
                     clues,
@@ -171,15 +165,15 @@ impl SearchSpace for Buzzled {
         let geo = Geometry::new(side)?;
         // The method's limit first: it does not depend on the clues.
         if params.method == Method::Brute && geo.n_tiles() > brute::MAX_TILES {
-            return Err(SpaceError::InvalidParam {
-                    name: "method",
-                    reason: format!(
-                        "brute force handles boards of up to {} tiles (side <= 5), side {side} has {}; use \
-                         --method propagate",
-                        brute::MAX_TILES,
-                        geo.n_tiles()
-                    ),
-                });
+            return Err(SpaceError::invalid_param(
+                "method",
+                format!(
+                    "brute force handles boards of up to {} tiles (side <= 5), side {side} has {}; use \
+                     --method propagate",
+                    brute::MAX_TILES,
+                    geo.n_tiles()
+                ),
+            ));
         }
         let yellow = check_clues(&geo, &clues)?;
         let brute = (params.method == Method::Brute).then(|| Brute::new(&geo, &clues, yellow));
@@ -235,17 +229,25 @@ impl BuzzledJob {
         }
     }
 
+    /// Chunk `chunk`'s part, checked against the plan: a range of board ranks for brute force, of paths for the
+    /// propagating solver.
+    fn chunk_range(&self, n_chunks: u64, chunk: u64) -> Result<(u64, u64), SpaceError> {
+        let total = self.brute.as_ref().map_or(N_PATHS, |b| b.total());
+        let (lo, hi) = Plan::chunk_range(u128::from(total), n_chunks, chunk, self.max_chunks())?;
+        // lo <= hi <= total, a u64.
+        Ok((lo as u64, hi as u64))
+    }
+
     /// What a chunk's counters say on their own, listed or not: only `solutions`, no artifact, and a
     /// brute-force chunk tests every board of its rank range exactly once.
     fn check_counts(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+        let (lo, hi) = self.chunk_range(n_chunks, chunk)?;
         out.check_counters(&["solutions"])?;
         if !out.artifact.is_empty() {
             return Err(SpaceError::Verification("buzzled has no artifacts".into()));
         }
-        if let Some(b) = &self.brute {
-            let (lo, hi) = split_range(u128::from(b.total()), n_chunks, chunk);
-            out.check_nodes(hi - lo, "boards tested")?;
+        if self.brute.is_some() {
+            out.check_nodes(u128::from(hi - lo), "boards tested")?;
         }
         Ok(())
     }
@@ -314,22 +316,19 @@ impl Job for BuzzledJob {
         chunk: u64,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+        let (lo, hi) = self.chunk_range(n_chunks, chunk)?;
         let mut out = ChunkOutput::default();
         let mut boards: Vec<String> = Vec::new();
         match &self.brute {
             Some(b) => {
-                let (lo, hi) = split_range(u128::from(b.total()), n_chunks, chunk);
                 let n = self.geo.n_tiles();
-                out.nodes = b.run(lo as u64, hi as u64, ctl, &mut |bits| {
+                out.nodes = b.run(lo, hi, ctl, &mut |bits| {
                     let board: Vec<bool> = (0..n).map(|t| bits >> t & 1 == 1).collect();
                     boards.push(self.geo.encode(&board));
                 })?;
             }
             None => {
-                let (lo, hi) = split_range(u128::from(N_PATHS), n_chunks, chunk);
-                let mut solver =
-                    Solver::new(&self.geo, &self.clues, lo as u64, hi as u64, Some(ctl));
+                let mut solver = Solver::new(&self.geo, &self.clues, lo, hi, Some(ctl));
                 solver.run(&mut |board| {
                     boards.push(self.geo.encode(board));
                     Flow::Continue
@@ -366,7 +365,8 @@ impl Job for BuzzledJob {
         let range = self
             .brute
             .as_ref()
-            .map(|b| split_range(u128::from(b.total()), n_chunks, chunk));
+            .map(|_| self.chunk_range(n_chunks, chunk))
+            .transpose()?;
         let mut seen = std::collections::HashSet::new();
         for s in &out.solutions {
             let board = self
@@ -385,8 +385,10 @@ impl Job for BuzzledJob {
                 )));
             }
             if let (Some(b), Some((lo, hi))) = (&self.brute, range) {
-                let rank = b.rank(Self::board_bits(&board)).map(u128::from);
-                if !rank.is_some_and(|r| (lo..hi).contains(&r)) {
+                if !b
+                    .rank(Self::board_bits(&board))
+                    .is_some_and(|r| (lo..hi).contains(&r))
+                {
                     return Err(SpaceError::Verification(format!(
                         "board `{s}` is not in the chunk's rank range {lo}..{hi}"
                     )));

@@ -34,10 +34,7 @@ pub struct Puzzle {
 }
 
 fn file_error(line: usize, reason: impl Into<String>) -> SpaceError {
-    SpaceError::InvalidParam {
-        name: "puzzle",
-        reason: format!("line {line}: {}", reason.into()),
-    }
+    SpaceError::invalid_param("puzzle", format!("line {line}: {}", reason.into()))
 }
 
 /// Parses a comma- and/or space-separated list of clues.
@@ -98,14 +95,10 @@ pub fn parse_puzzle_file(text: &str) -> Result<Puzzle, SpaceError> {
             }
         }
     }
-    let side = side.ok_or_else(|| SpaceError::InvalidParam {
-        name: "puzzle",
-        reason: "the file has no `side: N` line".into(),
-    })?;
-    let clues = clues.ok_or_else(|| SpaceError::InvalidParam {
-        name: "puzzle",
-        reason: "the file has no `clues:` line".into(),
-    })?;
+    let side =
+        side.ok_or_else(|| SpaceError::invalid_param("puzzle", "the file has no `side: N` line"))?;
+    let clues = clues
+        .ok_or_else(|| SpaceError::invalid_param("puzzle", "the file has no `clues:` line"))?;
     Ok(Puzzle { side, clues, name })
 }
 
@@ -149,25 +142,25 @@ pub fn format_puzzle_file(p: &Puzzle) -> String {
 pub fn check_clues(geo: &Geometry, clues: &[u32]) -> Result<u32, SpaceError> {
     let expected = clues_for_side(geo.side);
     if clues.len() != expected {
-        return Err(SpaceError::InvalidParam {
-            name: "clues",
-            reason: format!(
+        return Err(SpaceError::invalid_param(
+            "clues",
+            format!(
                 "a side-{} board has {expected} rows, so {expected} clues, but {} were given",
                 geo.side,
                 clues.len()
             ),
-        });
+        ));
     }
     for (l, (&c, line)) in clues.iter().zip(&geo.lines).enumerate() {
         if c as usize > line.tiles.len() {
-            return Err(SpaceError::InvalidParam {
-                name: "clues",
-                reason: format!(
+            return Err(SpaceError::invalid_param(
+                "clues",
+                format!(
                     "{} asks for {c} yellow tiles but the row has only {}",
                     geo.describe_line(l),
                     line.tiles.len()
                 ),
-            });
+            ));
         }
     }
     let total = |fam: Family| -> (u32, Vec<usize>) {
@@ -186,16 +179,16 @@ pub fn check_clues(geo: &Geometry, clues: &[u32]) -> Result<u32, SpaceError> {
                     .collect::<Vec<_>>()
                     .join(",")
             };
-            return Err(SpaceError::InvalidParam {
-                name: "clues",
-                reason: format!(
+            return Err(SpaceError::invalid_param(
+                "clues",
+                format!(
                     "the totals disagree: the columns (clues {}) add up to {cols} yellow tiles but the {}s \
                      (clues {}) add up to {t}",
                     span(&col_ls),
                     fam.describe(),
                     span(&ls)
                 ),
-            });
+            ));
         }
     }
     Ok(cols)

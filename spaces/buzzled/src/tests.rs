@@ -270,12 +270,7 @@ fn cancellation_stops_a_chunk() {
         Err(SpaceError::Cancelled)
     );
     let j = p52(Method::Propagate);
-    assert!(matches!(
-        j.run_chunk(2, 2, &Control::new()),
-        Err(SpaceError::ChunkOutOfRange { .. })
-    ));
-    assert!(j.plan(Some(N_PATHS + 1)).is_err());
-    assert!(j.plan(Some(0)).is_err());
+    sweep_space::testkit::out_of_plan_refused(&j, N_PATHS + 1);
 }
 
 #[test]

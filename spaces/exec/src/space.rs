@@ -111,37 +111,37 @@ impl SearchSpace for Exec {
 
     fn build(params: ExecParams) -> Result<ExecJob, SpaceError> {
         let Some(program) = params.command.first() else {
-            return Err(SpaceError::InvalidParam {
-                name: "command",
-                reason: "name the program to run after `--`".into(),
-            });
+            return Err(SpaceError::invalid_param(
+                "command",
+                "name the program to run after `--`",
+            ));
         };
         if program.is_empty() {
-            return Err(SpaceError::InvalidParam {
-                name: "command",
-                reason: "the program's name is empty".into(),
-            });
+            return Err(SpaceError::invalid_param(
+                "command",
+                "the program's name is empty",
+            ));
         }
         if params.ship.is_some() && params.ship_digest.is_some() {
-            return Err(SpaceError::InvalidParam {
-                name: "ship",
-                reason: "give --ship PATH, not both it and a digest".into(),
-            });
+            return Err(SpaceError::invalid_param(
+                "ship",
+                "give --ship PATH, not both it and a digest",
+            ));
         }
         if let Some(w) = &params.workdir {
             if !w.is_absolute() {
-                return Err(SpaceError::InvalidParam {
-                    name: "workdir",
-                    reason: format!("`{}` is not an absolute path", w.display()),
-                });
+                return Err(SpaceError::invalid_param(
+                    "workdir",
+                    format!("`{}` is not an absolute path", w.display()),
+                ));
             }
         }
         if let Some(d) = &params.ship_digest {
             if !ship::is_digest(d) {
-                return Err(SpaceError::InvalidParam {
-                    name: "ship_digest",
-                    reason: format!("`{d}` is not a blake3 digest in lower-case hex"),
-                });
+                return Err(SpaceError::invalid_param(
+                    "ship_digest",
+                    format!("`{d}` is not a blake3 digest in lower-case hex"),
+                ));
             }
         }
         Ok(ExecJob {
@@ -230,10 +230,10 @@ impl ExecJob {
 impl Job for ExecJob {
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
         let Some(n) = requested else {
-            return Err(SpaceError::InvalidParam {
-                name: "chunks",
-                reason: "an exec job needs --chunks N: the program decides what a chunk is".into(),
-            });
+            return Err(SpaceError::invalid_param(
+                "chunks",
+                "an exec job needs --chunks N: the program decides what a chunk is",
+            ));
         };
         Ok(Plan {
             n_chunks: Plan::chunk_count(Some(n), MAX_CHUNKS, n)?,

@@ -28,6 +28,17 @@ pub enum BoardKind {
     Triangle,
 }
 
+impl BoardKind {
+    /// Every board, in the order of the spec: what a property that holds on any board is checked over.
+    pub const ALL: [BoardKind; 5] = [
+        BoardKind::English,
+        BoardKind::European,
+        BoardKind::Wiegleb,
+        BoardKind::Diamond,
+        BoardKind::Triangle,
+    ];
+}
+
 /// One jump: the peg on `from` jumps over `over` into the empty `to`. Fields are bit indices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Move {
@@ -470,13 +481,7 @@ mod tests {
 
     #[test]
     fn class_functionals_are_invariant_under_every_move() {
-        for kind in [
-            BoardKind::English,
-            BoardKind::European,
-            BoardKind::Wiegleb,
-            BoardKind::Diamond,
-            BoardKind::Triangle,
-        ] {
+        for kind in BoardKind::ALL {
             let b = Board::new(kind);
             assert!(!b.class_basis.is_empty(), "{kind:?}");
             for w in &b.class_basis {

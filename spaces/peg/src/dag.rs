@@ -105,17 +105,13 @@ pub fn canonical(params: PegParams) -> PegParams {
     }
 }
 
-fn invalid(name: &'static str, reason: String) -> SpaceError {
-    SpaceError::InvalidParam { name, reason }
-}
-
 impl Dag {
     /// The DAG role of a job with these parameters, validated; `None` for a plain `solve` job.
     pub fn new(params: &PegParams, game: &Game) -> Result<Option<Dag>, SpaceError> {
         let last = game.depth();
         if let Some(s) = params.shards {
             if s == 0 || s > MAX_SHARDS {
-                return Err(invalid(
+                return Err(SpaceError::invalid_param(
                     "shards",
                     format!("{s} is not between 1 and {MAX_SHARDS}"),
                 ));
@@ -123,19 +119,19 @@ impl Dag {
         }
         let kind = match (params.stage, params.layer) {
             (None, Some(k)) => {
-                return Err(invalid(
+                return Err(SpaceError::invalid_param(
                     "layer",
                     format!("layer {k} given without a stage (`--stage layer|path`)"),
                 ))
             }
             (Some(_), None) => {
-                return Err(invalid(
+                return Err(SpaceError::invalid_param(
                     "layer",
-                    "a stage needs its layer (`--layer K`)".into(),
+                    "a stage needs its layer (`--layer K`)",
                 ))
             }
             (Some(_), Some(k)) if k > last => {
-                return Err(invalid(
+                return Err(SpaceError::invalid_param(
                     "layer",
                     format!(
                         "{k} is beyond the last layer of this game ({last}: one peg left after {last} jumps)"
@@ -149,9 +145,9 @@ impl Dag {
                 Mode::Positions => Kind::Positions,
                 Mode::Solve => {
                     if params.shards.is_some() {
-                        return Err(invalid(
+                        return Err(SpaceError::invalid_param(
                             "shards",
-                            "only `count` and `positions` are split into shards".into(),
+                            "only `count` and `positions` are split into shards",
                         ));
                     }
                     return Ok(None);

@@ -4,7 +4,7 @@
 //! answer with `Answer::from_outputs`. Answers are checked against naive searches written here (no symmetry, no
 //! layers), against the single-chunk methods of `count.rs` / `positions.rs`, and across shard counts.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,6 +14,7 @@ use super::board::{Board, BoardKind};
 use super::dag::{Dag, Stage};
 use super::game::{Game, Goal};
 use super::layers::{self, LayerReader};
+use super::tests::{naive_count, naive_positions};
 use super::{layer_counter, Mode, PegJob, PegParams, LAYER_FIELDS};
 use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, SpaceError};
 
@@ -205,66 +206,6 @@ fn job(args: &[&str]) -> Result<Arc<dyn Job>, SpaceError> {
 }
 
 // ---- independent references: raw positions, no symmetry, no layers --------------------------------------------
-
-fn naive_count(game: &Game, pos: u64, memo: &mut HashMap<u64, u128>) -> u128 {
-    if pos.count_ones() == 1 {
-        return u128::from(game.is_goal(pos));
-    }
-    if let Some(&c) = memo.get(&pos) {
-        return c;
-    }
-    let c = game
-        .board
-        .moves
-        .iter()
-        .filter(|m| pos & m.flip == m.need)
-        .map(|m| naive_count(game, pos ^ m.flip, memo))
-        .sum();
-    memo.insert(pos, c);
-    c
-}
-
-/// Per peg count: [reachable up to symmetry, raw, on a path up to symmetry, raw], from raw sets.
-fn naive_positions(game: &Game) -> BTreeMap<u32, [u64; 4]> {
-    let mut seen: HashSet<u64> = HashSet::from([game.start]);
-    let mut stack = vec![game.start];
-    while let Some(p) = stack.pop() {
-        for m in &game.board.moves {
-            if p & m.flip == m.need && seen.insert(p ^ m.flip) {
-                stack.push(p ^ m.flip);
-            }
-        }
-    }
-    let mut memo = HashMap::new();
-    // Symmetry classes by walking each symmetry's permutation hole by hole.
-    let canon = |p: u64| {
-        game.game_group
-            .iter()
-            .map(|&g| {
-                super::board::bits(p).fold(0u64, |a, b| {
-                    a | 1u64 << game.board.symmetries[g].perm[b as usize]
-                })
-            })
-            .min()
-            .unwrap_or(p)
-    };
-    let mut out: BTreeMap<u32, [u64; 4]> = BTreeMap::new();
-    let (mut classes, mut good) = (HashSet::new(), HashSet::new());
-    for &p in &seen {
-        let e = out.entry(p.count_ones()).or_default();
-        e[1] += 1;
-        if classes.insert(canon(p)) {
-            e[0] += 1;
-        }
-        if naive_count(game, p, &mut memo) > 0 {
-            e[3] += 1;
-            if good.insert(canon(p)) {
-                e[2] += 1;
-            }
-        }
-    }
-    out
-}
 
 fn small_games() -> Vec<Game> {
     let tri = Board::new(BoardKind::Triangle);
@@ -663,11 +604,7 @@ fn english_dag_positions() {
     let game = Game::new(Board::new(BoardKind::English), 24, Goal::Hole(24));
     let (ans, _, _) = english_report(Mode::Positions, 16);
     let res = dag_job(&game, Mode::Positions, Some(16)).result(&ans);
-    let t = &res["positions"]["totals"];
-    assert_eq!(t["reachable"], 23_475_688u64, "{res}");
-    assert_eq!(t["on_path"], 1_679_072u64, "{res}");
-    assert_eq!(t["reachable_raw"], 187_636_299u64, "{res}");
-    assert_eq!(t["on_path_raw"], 13_428_122u64, "{res}");
+    super::tests::assert_english_position_totals(&res);
 }
 
 /// Work conservation on the English board: node totals with 1 and 16 shards (count DAG, twice the layers).

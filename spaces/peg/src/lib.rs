@@ -68,26 +68,17 @@ impl SearchSpace for Peg {
                 "centre".into()
             }
         });
-        let start_hole =
-            board
-                .parse_hole(&start_text)
-                .map_err(|reason| SpaceError::InvalidParam {
-                    name: "start",
-                    reason,
-                })?;
+        let start_hole = board
+            .parse_hole(&start_text)
+            .map_err(|reason| SpaceError::invalid_param("start", reason))?;
         let goal = match params.goal.as_deref() {
             None => Goal::Hole(start_hole),
             Some(t) if t.trim().eq_ignore_ascii_case("any") => Goal::Any,
-            Some(t) => {
-                Goal::Hole(
-                    board
-                        .parse_hole(t)
-                        .map_err(|reason| SpaceError::InvalidParam {
-                            name: "goal",
-                            reason,
-                        })?,
-                )
-            }
+            Some(t) => Goal::Hole(
+                board
+                    .parse_hole(t)
+                    .map_err(|reason| SpaceError::invalid_param("goal", reason))?,
+            ),
         };
         // Canonical parameters: resolved hole names, so equal jobs have equal params.
         let params = PegParams {

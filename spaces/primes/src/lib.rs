@@ -14,7 +14,6 @@ use std::fmt::Write;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use sweep_space::perm::split_range;
 use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
 
 /// The registry's handle for the primes space.
@@ -64,17 +63,8 @@ impl SearchSpace for Primes {
     type Job = PrimesJob;
 
     fn build(params: PrimesParams) -> Result<PrimesJob, SpaceError> {
-        if params.below > MAX_BELOW {
-            return Err(SpaceError::InvalidParam {
-                name: "below",
-                reason: format!(
-                    "{} is above the largest N, 2^40 = {MAX_BELOW}",
-                    params.below
-                ),
-            });
-        }
         Ok(PrimesJob {
-            below: params.below,
+            below: SpaceError::check_param_range("below", params.below, 0..=MAX_BELOW)?,
         })
     }
 }
@@ -102,9 +92,12 @@ impl PrimesJob {
         self.below.max(1)
     }
 
-    fn range(&self, n_chunks: u64, chunk: u64) -> (u64, u64) {
-        let (lo, hi) = split_range(u128::from(self.below), n_chunks, chunk);
-        (lo as u64, hi as u64)
+    /// The integers `[lo, hi)` of chunk `chunk`, checked against the plan.
+    fn range(&self, n_chunks: u64, chunk: u64) -> Result<(u64, u64), SpaceError> {
+        let (lo, hi) =
+            Plan::chunk_range(u128::from(self.below), n_chunks, chunk, self.max_chunks())?;
+        // lo <= hi <= below, a u64.
+        Ok((lo as u64, hi as u64))
     }
 }
 
@@ -199,8 +192,7 @@ impl Job for PrimesJob {
         chunk: u64,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
-        let (lo, hi) = self.range(n_chunks, chunk);
+        let (lo, hi) = self.range(n_chunks, chunk)?;
         let primes = count_primes(lo, hi, ctl)?;
         let mut out = ChunkOutput {
             nodes: hi - lo,
@@ -223,14 +215,13 @@ impl Job for PrimesJob {
     }
 
     fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+        let (lo, hi) = self.range(n_chunks, chunk)?;
         out.check_counters(&["primes"])?;
         if !out.solutions.is_empty() || !out.artifact.is_empty() {
             return Err(SpaceError::Verification(
                 "primes reports a count only: no solutions, no artifact".into(),
             ));
         }
-        let (lo, hi) = self.range(n_chunks, chunk);
         out.check_nodes(u128::from(hi - lo), "integers examined")?;
         let counted = out.counters.get("primes").copied().unwrap_or(0);
         if hi - lo <= VERIFY_RECOUNT {

@@ -25,17 +25,7 @@
 use std::time::Instant;
 
 use sweep_space::{ChunkOutput, Control, Job, Meter, SpaceError};
-use sweep_star::Geometry;
-
-/// The original program's six lines in its field numbering.
-const LINES: [[usize; 4]; 6] = [
-    [0, 1, 2, 3],
-    [3, 4, 5, 6],
-    [6, 7, 8, 0],
-    [9, 2, 4, 10],
-    [10, 5, 7, 11],
-    [11, 8, 1, 9],
-];
+use sweep_star::{Geometry, ORIGINAL_LINES_SIX};
 
 fn next_permutation(a: &mut [u8]) -> bool {
     let Some(i) = (1..a.len()).rev().find(|&i| a[i - 1] < a[i]) else {
@@ -52,7 +42,7 @@ fn original_method() -> (u64, u64) {
     let (mut tested, mut found) = (0u64, 0u64);
     loop {
         tested += 1;
-        if LINES
+        if ORIGINAL_LINES_SIX
             .iter()
             .all(|l| l.iter().map(|&f| u32::from(p[f])).sum::<u32>() == 26)
         {

@@ -2,6 +2,17 @@
 //! canonical forms built from them. Everything here is fixed by n alone, so the kernels, the checks and the
 //! rendering share one [`Geometry`] and none of them re-derives it.
 
+/// The original program's six lines of the 6-pointed star, in its field numbering: what the field numbering
+/// of [`Geometry::new`] must reproduce for n = 6, and what the bench's re-implementation of that program tests.
+pub const ORIGINAL_LINES_SIX: [[usize; 4]; 6] = [
+    [0, 1, 2, 3],
+    [3, 4, 5, 6],
+    [6, 7, 8, 0],
+    [9, 2, 4, 10],
+    [10, 5, 7, 11],
+    [11, 8, 1, 9],
+];
+
 /// The static shape of an n-pointed star.
 #[derive(Debug, Clone)]
 pub struct Geometry {

@@ -55,13 +55,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use sweep_space::perm::split_range;
 use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
 
 use backtrack::Backtrack;
 use brute::{total_perms, Brute};
 use estimate::ESTIMATE_PROBES;
-pub use geometry::Geometry;
+pub use geometry::{Geometry, ORIGINAL_LINES_SIX};
 pub use params::{Method, StarParams};
 use params::{MAX_BRUTE_POINTS, MAX_POINTS};
 use prefixes::{shared_prefixes, Prefix};
@@ -77,32 +76,16 @@ impl SearchSpace for Star {
     type Job = StarJob;
 
     fn build(params: StarParams) -> Result<StarJob, SpaceError> {
-        if params.points < 5 {
-            return Err(SpaceError::InvalidParam {
-                name: "points",
-                reason: format!(
-                    "{} is too small: a star {{n/2}} needs at least 5 points",
-                    params.points
-                ),
-            });
-        }
-        if params.points > MAX_POINTS {
-            return Err(SpaceError::InvalidParam {
-                name: "points",
-                reason: format!(
-                    "{} is too large: at most {MAX_POINTS} points are supported",
-                    params.points
-                ),
-            });
-        }
+        // A star {n/2} needs at least 5 points.
+        SpaceError::check_param_range("points", params.points, 5..=MAX_POINTS)?;
         if params.method == Method::Brute && params.points > MAX_BRUTE_POINTS {
-            return Err(SpaceError::InvalidParam {
-                name: "points",
-                reason: format!(
+            return Err(SpaceError::invalid_param(
+                "points",
+                format!(
                     "brute force enumerates (2n)! permutations and is limited to n <= {MAX_BRUTE_POINTS}; \
                      use --method backtrack"
                 ),
-            });
+            ));
         }
         Ok(StarJob::new(params))
     }
@@ -136,6 +119,14 @@ impl StarJob {
         total_perms(&self.geo)
     }
 
+    /// What chunks cut: the permutations' ranks for brute force, the prefixes for backtracking.
+    fn chunk_total(&self) -> u128 {
+        match self.params.method {
+            Method::Brute => self.total_perms(),
+            Method::Backtrack => self.prefixes.len() as u128,
+        }
+    }
+
     fn max_chunks(&self) -> u64 {
         match self.params.method {
             Method::Brute => u64::try_from(self.total_perms())
@@ -167,9 +158,8 @@ impl StarJob {
         chunk: u64,
         probes: u32,
     ) -> Result<f64, SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+        let (lo, hi) = Plan::chunk_range(self.chunk_total(), n_chunks, chunk, self.max_chunks())?;
         if self.params.method == Method::Brute {
-            let (lo, hi) = split_range(self.total_perms(), n_chunks, chunk);
             return Ok((hi - lo) as f64);
         }
         Ok(estimate::backtrack_chunk_nodes(
@@ -210,15 +200,13 @@ impl Job for StarJob {
         chunk: u64,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+        let (lo, hi) = Plan::chunk_range(self.chunk_total(), n_chunks, chunk, self.max_chunks())?;
         let mut out = ChunkOutput::default();
         match self.params.method {
             Method::Brute => {
-                let (lo, hi) = split_range(self.total_perms(), n_chunks, chunk);
                 Brute::new(&self.geo, lo as u64, hi as u64, ctl, &mut out).run()?;
             }
             Method::Backtrack => {
-                let (lo, hi) = split_range(self.prefixes.len() as u128, n_chunks, chunk);
                 let mut bt = Backtrack::new(&self.geo, ctl, &mut out);
                 for p in &self.prefixes[lo as usize..hi as usize] {
                     bt.run_prefix(*p)?;
