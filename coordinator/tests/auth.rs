@@ -1,17 +1,18 @@
 //! Tokens, TLS and limits of a real coordinator on loopback: every refusal has the right status and reaches no
 //! handler, tokens rotate without losing a job, TLS refuses plain clients and (when asked) clients without a
 //! certificate, and one client cannot make the coordinator hold or store unbounded data.
+//!
+//! Jobs calls go through raw tonic clients over `sweep-client`'s token channel: the checks are of the status
+//! each refusal carries on the wire, which `sweep-client` turns into its own errors.
 
-mod common;
-// Shared with the end-to-end tests (`tests/e2e/support/mod.rs` includes the same file).
-#[path = "common/pki.rs"]
-mod pki;
+use sweep_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Authed, Bearer, FakeWorker, Work};
-use pki::{pki, Pki};
+use common::pki::{pki, Pki};
+use common::FakeWorker;
+use sweep_client::{ClientSecurity, SecureChannel, WorkClient as Work};
 use sweep_coordinator::auth::Auth;
 use sweep_coordinator::limits::Limits;
 use sweep_coordinator::store::Store;
@@ -52,13 +53,33 @@ impl Server {
         Server { server, dir }
     }
 
-    async fn clients(&self, token: Option<&str>) -> (Work, JobsClient<Authed>) {
-        self.server.clients_as(token).await
+    async fn clients(&self, token: Option<&str>) -> (Work, JobsClient<SecureChannel>) {
+        clients_as(&self.server, token).await
     }
 
     async fn stop(self) {
         self.server.stop().await
     }
+}
+
+/// Clients of both services on one connection to `server`, sending `token` (if any) with every call.
+async fn clients_as(
+    server: &common::Server,
+    token: Option<&str>,
+) -> (Work, JobsClient<SecureChannel>) {
+    let ch = with_token(server.channel().await, token);
+    (Work::new(ch.clone()), JobsClient::new(ch))
+}
+
+/// `channel` sending `token` (if any) as every `sweep-client` connection does.
+fn with_token(channel: tonic::transport::Channel, token: Option<&str>) -> SecureChannel {
+    let security = ClientSecurity {
+        token: token.map(String::from),
+        ..ClientSecurity::default()
+    };
+    let interceptor =
+        sweep_client::token_interceptor(&security).expect("a token a client may send");
+    sweep_client::secure(channel, interceptor)
 }
 
 /// Token files `worker.tokens` and `admin.tokens` in `dir`, and the auth that reads them.
@@ -300,7 +321,7 @@ async fn tls_jobs_as(
     pki: &Pki,
     with_cert: bool,
     token: &str,
-) -> Result<JobsClient<Authed>, String> {
+) -> Result<JobsClient<SecureChannel>, String> {
     let mut tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(std::fs::read(&pki.ca).unwrap()));
     if with_cert {
@@ -317,10 +338,14 @@ async fn tls_jobs_as(
         .connect()
         .await
         .map_err(|e| format!("{e:?}"))?;
-    Ok(JobsClient::with_interceptor(ch, Bearer::new(Some(token))))
+    Ok(JobsClient::new(with_token(ch, Some(token))))
 }
 
-async fn tls_jobs(url: &str, pki: &Pki, with_cert: bool) -> Result<JobsClient<Authed>, String> {
+async fn tls_jobs(
+    url: &str,
+    pki: &Pki,
+    with_cert: bool,
+) -> Result<JobsClient<SecureChannel>, String> {
     tls_jobs_as(url, pki, with_cert, ADMIN).await
 }
 
@@ -357,7 +382,7 @@ async fn tls_serves_trusting_clients_and_refuses_plain_ones() {
             .connect()
             .await
             .map_err(|e| e.to_string())?;
-        JobsClient::with_interceptor(ch, Bearer::new(Some(ADMIN)))
+        JobsClient::new(with_token(ch, Some(ADMIN)))
             .list_jobs(v1::ListJobsRequest {})
             .await
             .map_err(|e| e.to_string())
@@ -596,8 +621,8 @@ async fn user_tokens_submit_below_the_ceiling_and_admins_set_shares() {
     const USER: &str = "user-token-dddddddddddddddddd";
     let dir = tempfile::tempdir().unwrap();
     let server = start_with_user_tokens(dir.path(), &[USER], Some(5)).await;
-    let (work, mut user) = server.clients_as(Some(USER)).await;
-    let (_, mut admin) = server.clients_as(Some(ADMIN)).await;
+    let (work, mut user) = clients_as(&server, Some(USER)).await;
+    let (_, mut admin) = clients_as(&server, Some(ADMIN)).await;
     let user_id = sweep_coordinator::auth::identity_of(USER);
 
     let job = user
@@ -694,9 +719,9 @@ async fn user_tokens_control_their_own_jobs_and_admins_anyones() {
     const BOB: &str = "user-token-bob-ffffffffffffff";
     let dir = tempfile::tempdir().unwrap();
     let server = start_with_user_tokens(dir.path(), &[ALICE, BOB], None).await;
-    let (_, mut alice) = server.clients_as(Some(ALICE)).await;
-    let (_, mut bob) = server.clients_as(Some(BOB)).await;
-    let (_, mut admin) = server.clients_as(Some(ADMIN)).await;
+    let (_, mut alice) = clients_as(&server, Some(ALICE)).await;
+    let (_, mut bob) = clients_as(&server, Some(BOB)).await;
+    let (_, mut admin) = clients_as(&server, Some(ADMIN)).await;
     let (alice_id, bob_id) = (
         sweep_coordinator::auth::identity_of(ALICE),
         sweep_coordinator::auth::identity_of(BOB),
