@@ -2,8 +2,9 @@
 //! handler, tokens rotate without losing a job, TLS refuses plain clients and (when asked) clients without a
 //! certificate, and one client cannot make the coordinator hold or store unbounded data.
 //!
-//! Jobs calls go through raw tonic clients over `sweep-client`'s token channel: the checks are of the status
-//! each refusal carries on the wire, which `sweep-client` turns into its own errors.
+//! Calls whose refusal is checked as the status on the wire go through raw tonic clients over `sweep-client`'s
+//! token channel (what is sent, and how, is exactly what a client sends); the job controls of user tokens go
+//! through `sweep-client` itself, as `sweep cancel` and the others do.
 
 use sweep_testkit as common;
 
@@ -719,55 +720,38 @@ async fn user_tokens_control_their_own_jobs_and_admins_anyones() {
     const BOB: &str = "user-token-bob-ffffffffffffff";
     let dir = tempfile::tempdir().unwrap();
     let server = start_with_user_tokens(dir.path(), &[ALICE, BOB], None).await;
-    let (_, mut alice) = clients_as(&server, Some(ALICE)).await;
-    let (_, mut bob) = clients_as(&server, Some(BOB)).await;
-    let (_, mut admin) = clients_as(&server, Some(ADMIN)).await;
+    // Through `sweep-client`, as `sweep cancel` and the others call: the refusals are its errors.
+    let mut alice = server.client_as(Some(ALICE)).await;
+    let mut bob = server.client_as(Some(BOB)).await;
+    let mut admin = server.client_as(Some(ADMIN)).await;
     let (alice_id, bob_id) = (
         sweep_coordinator::auth::identity_of(ALICE),
         sweep_coordinator::auth::identity_of(BOB),
     );
     let state = |j: &v1::JobInfo| v1::JobState::try_from(j.state).unwrap();
-    let req = |job_id| v1::JobRequest { job_id };
 
-    let hers = alice
-        .submit(star7(4))
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
-    let his = bob
-        .submit(star7(5))
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
-    let his_too = bob
-        .submit(star7(6))
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
+    let hers = alice.submit(star7(4)).await.unwrap().job.unwrap();
+    let his = bob.submit(star7(5)).await.unwrap().job.unwrap();
+    let his_too = bob.submit(star7(6)).await.unwrap().job.unwrap();
     assert_eq!(hers.owner, alice_id);
     assert_eq!(his.owner, bob_id);
 
-    let paused = alice.pause(req(hers.id)).await.unwrap().into_inner();
+    let paused = alice.pause(hers.id).await.unwrap();
     assert_eq!(state(&paused), v1::JobState::Paused);
-    let resumed = alice.resume(req(hers.id)).await.unwrap().into_inner();
+    let resumed = alice.resume(hers.id).await.unwrap();
     assert_eq!(state(&resumed), v1::JobState::Running);
-    let cancelled = alice.cancel(req(hers.id)).await.unwrap().into_inner();
+    let cancelled = alice.cancel(hers.id).await.unwrap();
     assert_eq!(state(&cancelled), v1::JobState::Cancelled);
 
     let refusals = [
-        ("cancel", alice.cancel(req(his.id)).await.unwrap_err()),
-        ("pause", alice.pause(req(his.id)).await.unwrap_err()),
-        ("resume", alice.resume(req(his.id)).await.unwrap_err()),
+        ("cancel", alice.cancel(his.id).await.unwrap_err()),
+        ("pause", alice.pause(his.id).await.unwrap_err()),
+        ("resume", alice.resume(his.id).await.unwrap_err()),
     ];
     for (verb, e) in refusals {
-        assert_eq!(e.code(), Code::PermissionDenied, "{verb}: {e:?}");
-        let m = e.message();
+        let status = e.status().expect("the coordinator's answer");
+        assert_eq!(status.code(), Code::PermissionDenied, "{verb}: {e:?}");
+        let m = status.message();
         assert!(
             m.contains(&format!("job {} belongs to {bob_id}", his.id))
                 && m.contains(&format!("this user token is {alice_id}"))
@@ -776,20 +760,20 @@ async fn user_tokens_control_their_own_jobs_and_admins_anyones() {
             "{verb}: {e:?}"
         );
     }
-    let untouched = admin.job_status(req(his.id)).await.unwrap().into_inner();
+    let untouched = admin.job_status(his.id).await.unwrap();
     assert_eq!(state(&untouched), v1::JobState::Running);
     // A job nobody has is unknown whoever asks.
-    let e = alice.cancel(req(9999)).await.unwrap_err();
-    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = alice.cancel(9999).await.unwrap_err();
+    assert_eq!(e.status().map(|s| s.code()), Some(Code::NotFound), "{e:?}");
 
-    let paused = admin.pause(req(his_too.id)).await.unwrap().into_inner();
+    let paused = admin.pause(his_too.id).await.unwrap();
     assert_eq!(state(&paused), v1::JobState::Paused);
-    let resumed = admin.resume(req(his_too.id)).await.unwrap().into_inner();
+    let resumed = admin.resume(his_too.id).await.unwrap();
     assert_eq!(state(&resumed), v1::JobState::Running);
-    let cancelled = admin.cancel(req(his.id)).await.unwrap().into_inner();
+    let cancelled = admin.cancel(his.id).await.unwrap();
     assert_eq!(state(&cancelled), v1::JobState::Cancelled);
     // Bob still manages his other job himself.
-    let cancelled = bob.cancel(req(his_too.id)).await.unwrap().into_inner();
+    let cancelled = bob.cancel(his_too.id).await.unwrap();
     assert_eq!(state(&cancelled), v1::JobState::Cancelled);
     server.stop().await;
 }

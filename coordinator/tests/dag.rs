@@ -303,6 +303,22 @@ async fn fetch(w: &mut FakeWorker, job: u64, digest: &str) -> Vec<u8> {
     bytes
 }
 
+/// Leases up to `max` chunks at a time, runs and reports them until the job of node `name` is done (at most
+/// 500 rounds, pausing 20 ms whenever nothing was offered).
+async fn run_until_done(work: &mut FakeWorker, jobs: &mut Jobs, name: &str, max: u32) {
+    for _ in 0..500 {
+        let reports = lease_and_run(work, jobs, max).await;
+        if reports.is_empty() {
+            if all_jobs(jobs).await[name].state().label() == "done" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        report(work, reports).await;
+    }
+    panic!("job {name} did not finish");
+}
+
 /// Leases up to `max` chunks, checks that every input of their jobs is done with the digest the lease names, and
 /// runs them; returns the reports without sending them.
 async fn lease_and_run(w: &mut FakeWorker, jobs: &mut Jobs, max: u32) -> Vec<v1::ChunkReport> {
@@ -495,16 +511,7 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     );
     // The leases held across the restart still count (late results are accepted once).
     report(&mut work, held).await;
-    for _ in 0..500 {
-        let reports = lease_and_run(&mut work, &mut jobs, 3).await;
-        if reports.is_empty() {
-            if all_jobs(&mut jobs).await["e"].state().label() == "done" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        report(&mut work, reports).await;
-    }
+    run_until_done(&mut work, &mut jobs, "e", 3).await;
     let done = all_jobs(&mut jobs).await;
     for (name, j) in &done {
         assert_eq!(j.state().label(), "done", "{name}");
@@ -551,16 +558,7 @@ async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
     assert_eq!(all_jobs(&mut jobs).await["quiet"].artifact_digest, "");
     let e = jobs.submit(submit("e", true)).await.unwrap().job.unwrap();
     assert_eq!(e.input_jobs[1], quiet.id, "the finished job is reused");
-    for _ in 0..500 {
-        let reports = lease_and_run(&mut work, &mut jobs, 4).await;
-        if reports.is_empty() {
-            if all_jobs(&mut jobs).await["e"].state().label() == "done" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        report(&mut work, reports).await;
-    }
+    run_until_done(&mut work, &mut jobs, "e", 4).await;
     let r = jobs.results(e.id, v1::AnswerForm::Both).await.unwrap();
     let got: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
     assert_eq!(got, solve_here("e"));
@@ -598,16 +596,7 @@ async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_aga
     for name in ["b", "d", "e"] {
         assert!(now[name].id > before["e"].id, "{name} is created again");
     }
-    for _ in 0..500 {
-        let reports = lease_and_run(&mut work, &mut jobs, 4).await;
-        if reports.is_empty() {
-            if all_jobs(&mut jobs).await["e"].state().label() == "done" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        report(&mut work, reports).await;
-    }
+    run_until_done(&mut work, &mut jobs, "e", 4).await;
     let r = jobs
         .results(now["e"].id, v1::AnswerForm::Both)
         .await
