@@ -1,6 +1,7 @@
 //! The layout's invariants, checked on the sources so that a change cannot quietly undo them:
 //! - a search space crate depends on the contract crate and plain libraries, never on anything engine-side;
 //! - the containment and consensus crates depend on no sweep crate at all;
+//! - the test kit (`testkit/`) is a dev-dependency only, and is never published;
 //! - in every crate of the workspace, the modules in each folder import each other in one direction (no cycle
 //!   through `crate::` or `super::` paths), the top level included;
 //! - the README names one test command, which does the set-up a fresh machine needs, and CI runs exactly it.
@@ -46,6 +47,31 @@ fn dependencies(manifest: &str) -> Vec<String> {
         }
     }
     names
+}
+
+/// The test kit depends on the coordinator and on `sweep` itself: as a dev-dependency it serves integration
+/// tests, as a dependency it would ship a test harness (and tie a crate to the whole engine).
+#[test]
+fn the_test_kit_is_a_dev_dependency_only() {
+    let sources = workspace_sources();
+    assert!(
+        sources.iter().any(|s| s.ends_with("testkit/src")),
+        "the test kit is a workspace member: {sources:?}"
+    );
+    for src in sources {
+        let manifest = src.parent().expect("a crate's folder").join("Cargo.toml");
+        let deps = dependencies(&read(&manifest));
+        assert!(
+            !deps.iter().any(|d| d == "sweep-testkit"),
+            "{} lists sweep-testkit as a dependency: it may be a dev-dependency only",
+            manifest.display()
+        );
+    }
+    let kit = read(&root().join("testkit/Cargo.toml"));
+    assert!(
+        kit.lines().any(|l| l.trim() == "publish = false"),
+        "the test kit is never published"
+    );
 }
 
 fn space_crates() -> Vec<PathBuf> {

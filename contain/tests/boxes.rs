@@ -20,6 +20,10 @@ fn main() {
         "containment here: {}",
         sweep_contain::Facilities::get().summary()
     );
+    // Most scenarios pass with a subreaper alone, so a machine without PID namespaces would otherwise report
+    // them ok while the namespace's own guarantees went untested: such a run fails here, before any scenario,
+    // unless it asked for no namespace.
+    pid_namespace_here("this run of every scenario");
     let scenarios: &[Scenario] = &[
         ("a_daemon_dies_with_its_chunk", a_daemon_dies_with_its_chunk),
         (
@@ -713,8 +717,7 @@ fn pid_of(out: &str) -> i32 {
 /// chunk's program comes after the last one.
 fn a_resident_box_is_emptied_between_chunks_and_replaced_when_killed(dir: &Path) {
     let resident = sweep_contain::resident::enabled();
-    let namespaced =
-        sweep_contain::Facilities::get().pid_namespace != sweep_contain::PidNamespace::Unavailable;
+    let namespaced = pid_namespace_here("numbering a box's programs from PID 2");
     let m = marker(9);
     let pid = "echo pid $$";
     let (o, out, _) = run(&spec(

@@ -429,27 +429,9 @@ mod tests {
 
     fn job(id: JobId, n: u64) -> JobRecord {
         JobRecord {
-            id,
-            space: "star".into(),
-            params: serde_json::json!({"points": 6}),
-            n_chunks: n,
-            total_nodes: None,
-            priority: 0,
             state: JobState::Done,
-            created_ms: 1,
             finished_ms: 2,
-            duplicates: 0,
-            digest_mismatches: 0,
-            input_jobs: Vec::new(),
-            artifact_digest: None,
-            replicate: 1,
-            listing: Default::default(),
-            max_attempts: None,
-            chunk_memory: None,
-            owner: String::new(),
-            share: 1.0,
-            chunk_hint_ms: None,
-            use_per_share_ms: 0.0,
+            ..JobRecord::new(id, "star", serde_json::json!({"points": 6}), n, 1)
         }
     }
 

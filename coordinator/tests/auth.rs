@@ -1,17 +1,19 @@
 //! Tokens, TLS and limits of a real coordinator on loopback: every refusal has the right status and reaches no
 //! handler, tokens rotate without losing a job, TLS refuses plain clients and (when asked) clients without a
 //! certificate, and one client cannot make the coordinator hold or store unbounded data.
+//!
+//! Calls whose refusal is checked as the status on the wire go through raw tonic clients over `sweep-client`'s
+//! token channel (what is sent, and how, is exactly what a client sends); the job controls of user tokens go
+//! through `sweep-client` itself, as `sweep cancel` and the others do.
 
-mod common;
-// Shared with the end-to-end tests (`tests/e2e/support/mod.rs` includes the same file).
-#[path = "common/pki.rs"]
-mod pki;
+use sweep_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Authed, Bearer, FakeWorker, Work};
-use pki::{pki, Pki};
+use common::pki::{pki, Pki};
+use common::FakeWorker;
+use sweep_client::{ClientSecurity, SecureChannel, WorkClient as Work};
 use sweep_coordinator::auth::Auth;
 use sweep_coordinator::limits::Limits;
 use sweep_coordinator::store::Store;
@@ -52,13 +54,33 @@ impl Server {
         Server { server, dir }
     }
 
-    async fn clients(&self, token: Option<&str>) -> (Work, JobsClient<Authed>) {
-        self.server.clients_as(token).await
+    async fn clients(&self, token: Option<&str>) -> (Work, JobsClient<SecureChannel>) {
+        clients_as(&self.server, token).await
     }
 
     async fn stop(self) {
         self.server.stop().await
     }
+}
+
+/// Clients of both services on one connection to `server`, sending `token` (if any) with every call.
+async fn clients_as(
+    server: &common::Server,
+    token: Option<&str>,
+) -> (Work, JobsClient<SecureChannel>) {
+    let ch = with_token(server.channel().await, token);
+    (Work::new(ch.clone()), JobsClient::new(ch))
+}
+
+/// `channel` sending `token` (if any) as every `sweep-client` connection does.
+fn with_token(channel: tonic::transport::Channel, token: Option<&str>) -> SecureChannel {
+    let security = ClientSecurity {
+        token: token.map(String::from),
+        ..ClientSecurity::default()
+    };
+    let interceptor =
+        sweep_client::token_interceptor(&security).expect("a token a client may send");
+    sweep_client::secure(channel, interceptor)
 }
 
 /// Token files `worker.tokens` and `admin.tokens` in `dir`, and the auth that reads them.
@@ -300,7 +322,7 @@ async fn tls_jobs_as(
     pki: &Pki,
     with_cert: bool,
     token: &str,
-) -> Result<JobsClient<Authed>, String> {
+) -> Result<JobsClient<SecureChannel>, String> {
     let mut tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(std::fs::read(&pki.ca).unwrap()));
     if with_cert {
@@ -317,10 +339,14 @@ async fn tls_jobs_as(
         .connect()
         .await
         .map_err(|e| format!("{e:?}"))?;
-    Ok(JobsClient::with_interceptor(ch, Bearer::new(Some(token))))
+    Ok(JobsClient::new(with_token(ch, Some(token))))
 }
 
-async fn tls_jobs(url: &str, pki: &Pki, with_cert: bool) -> Result<JobsClient<Authed>, String> {
+async fn tls_jobs(
+    url: &str,
+    pki: &Pki,
+    with_cert: bool,
+) -> Result<JobsClient<SecureChannel>, String> {
     tls_jobs_as(url, pki, with_cert, ADMIN).await
 }
 
@@ -357,7 +383,7 @@ async fn tls_serves_trusting_clients_and_refuses_plain_ones() {
             .connect()
             .await
             .map_err(|e| e.to_string())?;
-        JobsClient::with_interceptor(ch, Bearer::new(Some(ADMIN)))
+        JobsClient::new(with_token(ch, Some(ADMIN)))
             .list_jobs(v1::ListJobsRequest {})
             .await
             .map_err(|e| e.to_string())
@@ -596,8 +622,8 @@ async fn user_tokens_submit_below_the_ceiling_and_admins_set_shares() {
     const USER: &str = "user-token-dddddddddddddddddd";
     let dir = tempfile::tempdir().unwrap();
     let server = start_with_user_tokens(dir.path(), &[USER], Some(5)).await;
-    let (work, mut user) = server.clients_as(Some(USER)).await;
-    let (_, mut admin) = server.clients_as(Some(ADMIN)).await;
+    let (work, mut user) = clients_as(&server, Some(USER)).await;
+    let (_, mut admin) = clients_as(&server, Some(ADMIN)).await;
     let user_id = sweep_coordinator::auth::identity_of(USER);
 
     let job = user
@@ -694,55 +720,38 @@ async fn user_tokens_control_their_own_jobs_and_admins_anyones() {
     const BOB: &str = "user-token-bob-ffffffffffffff";
     let dir = tempfile::tempdir().unwrap();
     let server = start_with_user_tokens(dir.path(), &[ALICE, BOB], None).await;
-    let (_, mut alice) = server.clients_as(Some(ALICE)).await;
-    let (_, mut bob) = server.clients_as(Some(BOB)).await;
-    let (_, mut admin) = server.clients_as(Some(ADMIN)).await;
+    // Through `sweep-client`, as `sweep cancel` and the others call: the refusals are its errors.
+    let mut alice = server.client_as(Some(ALICE)).await;
+    let mut bob = server.client_as(Some(BOB)).await;
+    let mut admin = server.client_as(Some(ADMIN)).await;
     let (alice_id, bob_id) = (
         sweep_coordinator::auth::identity_of(ALICE),
         sweep_coordinator::auth::identity_of(BOB),
     );
     let state = |j: &v1::JobInfo| v1::JobState::try_from(j.state).unwrap();
-    let req = |job_id| v1::JobRequest { job_id };
 
-    let hers = alice
-        .submit(star7(4))
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
-    let his = bob
-        .submit(star7(5))
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
-    let his_too = bob
-        .submit(star7(6))
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
+    let hers = alice.submit(star7(4)).await.unwrap().job.unwrap();
+    let his = bob.submit(star7(5)).await.unwrap().job.unwrap();
+    let his_too = bob.submit(star7(6)).await.unwrap().job.unwrap();
     assert_eq!(hers.owner, alice_id);
     assert_eq!(his.owner, bob_id);
 
-    let paused = alice.pause(req(hers.id)).await.unwrap().into_inner();
+    let paused = alice.pause(hers.id).await.unwrap();
     assert_eq!(state(&paused), v1::JobState::Paused);
-    let resumed = alice.resume(req(hers.id)).await.unwrap().into_inner();
+    let resumed = alice.resume(hers.id).await.unwrap();
     assert_eq!(state(&resumed), v1::JobState::Running);
-    let cancelled = alice.cancel(req(hers.id)).await.unwrap().into_inner();
+    let cancelled = alice.cancel(hers.id).await.unwrap();
     assert_eq!(state(&cancelled), v1::JobState::Cancelled);
 
     let refusals = [
-        ("cancel", alice.cancel(req(his.id)).await.unwrap_err()),
-        ("pause", alice.pause(req(his.id)).await.unwrap_err()),
-        ("resume", alice.resume(req(his.id)).await.unwrap_err()),
+        ("cancel", alice.cancel(his.id).await.unwrap_err()),
+        ("pause", alice.pause(his.id).await.unwrap_err()),
+        ("resume", alice.resume(his.id).await.unwrap_err()),
     ];
     for (verb, e) in refusals {
-        assert_eq!(e.code(), Code::PermissionDenied, "{verb}: {e:?}");
-        let m = e.message();
+        let status = e.status().expect("the coordinator's answer");
+        assert_eq!(status.code(), Code::PermissionDenied, "{verb}: {e:?}");
+        let m = status.message();
         assert!(
             m.contains(&format!("job {} belongs to {bob_id}", his.id))
                 && m.contains(&format!("this user token is {alice_id}"))
@@ -751,20 +760,20 @@ async fn user_tokens_control_their_own_jobs_and_admins_anyones() {
             "{verb}: {e:?}"
         );
     }
-    let untouched = admin.job_status(req(his.id)).await.unwrap().into_inner();
+    let untouched = admin.job_status(his.id).await.unwrap();
     assert_eq!(state(&untouched), v1::JobState::Running);
     // A job nobody has is unknown whoever asks.
-    let e = alice.cancel(req(9999)).await.unwrap_err();
-    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = alice.cancel(9999).await.unwrap_err();
+    assert_eq!(e.status().map(|s| s.code()), Some(Code::NotFound), "{e:?}");
 
-    let paused = admin.pause(req(his_too.id)).await.unwrap().into_inner();
+    let paused = admin.pause(his_too.id).await.unwrap();
     assert_eq!(state(&paused), v1::JobState::Paused);
-    let resumed = admin.resume(req(his_too.id)).await.unwrap().into_inner();
+    let resumed = admin.resume(his_too.id).await.unwrap();
     assert_eq!(state(&resumed), v1::JobState::Running);
-    let cancelled = admin.cancel(req(his.id)).await.unwrap().into_inner();
+    let cancelled = admin.cancel(his.id).await.unwrap();
     assert_eq!(state(&cancelled), v1::JobState::Cancelled);
     // Bob still manages his other job himself.
-    let cancelled = bob.cancel(req(his_too.id)).await.unwrap().into_inner();
+    let cancelled = bob.cancel(his_too.id).await.unwrap();
     assert_eq!(state(&cancelled), v1::JobState::Cancelled);
     server.stop().await;
 }

@@ -5,13 +5,14 @@
 //! cycle, an unbounded chain and an input with bad parameters. A hand-written worker leases, fetches every input
 //! artifact (checking its digest), binds, runs and reports; the coordinator is restarted in the middle. The
 //! answer must equal the one computed in this process from the same DAG, with every chunk counted once.
-mod common;
+use sweep_testkit as common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{FakeWorker, Jobs, Server};
+use common::{FakeWorker, Server};
+use sweep_client::Client as Jobs;
 use sweep_coordinator::store::Store;
 use sweep_coordinator::CoordinatorConfig;
 use sweep_engine::inputs;
@@ -272,10 +273,9 @@ fn submit(node: &str, reuse: bool) -> v1::SubmitRequest {
 }
 
 async fn all_jobs(jobs: &mut Jobs) -> BTreeMap<String, v1::JobInfo> {
-    jobs.list_jobs(v1::ListJobsRequest {})
+    jobs.list_jobs()
         .await
         .unwrap()
-        .into_inner()
         .jobs
         .into_iter()
         .map(|j| {
@@ -305,6 +305,22 @@ async fn fetch(w: &mut FakeWorker, job: u64, digest: &str) -> Vec<u8> {
     bytes
 }
 
+/// Leases up to `max` chunks at a time, runs and reports them until the job of node `name` is done (at most
+/// 500 rounds, pausing 20 ms whenever nothing was offered).
+async fn run_until_done(work: &mut FakeWorker, jobs: &mut Jobs, name: &str, max: u32) {
+    for _ in 0..500 {
+        let reports = lease_and_run(work, jobs, max).await;
+        if reports.is_empty() {
+            if all_jobs(jobs).await[name].state().label() == "done" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        report(work, reports).await;
+    }
+    panic!("job {name} did not finish");
+}
+
 /// Leases up to `max` chunks, checks that every input of their jobs is done with the digest the lease names, and
 /// runs them; returns the reports without sending them.
 async fn lease_and_run(w: &mut FakeWorker, jobs: &mut Jobs, max: u32) -> Vec<v1::ChunkReport> {
@@ -331,13 +347,7 @@ async fn lease_and_run(w: &mut FakeWorker, jobs: &mut Jobs, max: u32) -> Vec<v1:
         }
         let mut artifacts = Vec::new();
         for (input, want) in l.inputs.iter().zip(job.inputs()) {
-            let info = jobs
-                .job_status(v1::JobRequest {
-                    job_id: input.job_id,
-                })
-                .await
-                .unwrap()
-                .into_inner();
+            let info = jobs.job_status(input.job_id).await.unwrap();
             assert_eq!(
                 info.state().label(),
                 "done",
@@ -367,7 +377,7 @@ async fn worker(server: &Server, registered: bool) -> FakeWorker {
         spaces: common::space_names(&registry()),
         ..Default::default()
     };
-    let (work, _) = server.clients().await;
+    let work = server.work_as(None);
     if registered {
         FakeWorker::register_as(work, registration).await.unwrap()
     } else {
@@ -390,11 +400,11 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     let server = start(Store::open(&path).unwrap()).await;
-    let (_, mut jobs) = server.clients().await;
+    let mut jobs = server.client().await;
     let mut work = worker(&server, true).await;
 
     // One submit creates the whole DAG, each job once, inputs before their readers.
-    let top = jobs.submit(submit("e", true)).await.unwrap().into_inner();
+    let top = jobs.submit(submit("e", true)).await.unwrap();
     assert!(!top.existing);
     let all = all_jobs(&mut jobs).await;
     assert_eq!(
@@ -416,10 +426,10 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     }
 
     // Submitting again (or a job inside the DAG) finds what exists.
-    let again = jobs.submit(submit("e", true)).await.unwrap().into_inner();
+    let again = jobs.submit(submit("e", true)).await.unwrap();
     assert!(again.existing);
     assert_eq!(again.job.unwrap().id, id("e"));
-    let inner = jobs.submit(submit("d", true)).await.unwrap().into_inner();
+    let inner = jobs.submit(submit("d", true)).await.unwrap();
     assert!(inner.existing);
     assert_eq!(inner.job.unwrap().id, id("d"));
 
@@ -443,9 +453,10 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
         ),
     ] {
         let err = jobs.submit(req).await.unwrap_err();
-        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        let status = err.status().expect("the coordinator's answer");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{err:?}");
         for n in needles {
-            assert!(err.message().contains(n), "{n}: {}", err.message());
+            assert!(status.message().contains(n), "{n}: {}", status.message());
         }
     }
     assert_eq!(all_jobs(&mut jobs).await.len(), 6);
@@ -486,7 +497,7 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     server.stop().await;
 
     let server = start(Store::open(&path).unwrap()).await;
-    let (_, mut jobs) = server.clients().await;
+    let mut jobs = server.client().await;
     let mut work = worker(&server, false).await;
     let restored = all_jobs(&mut jobs).await;
     assert_eq!(restored["d"].input_jobs, [id("b"), id("c"), id("a")]);
@@ -502,16 +513,7 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
     );
     // The leases held across the restart still count (late results are accepted once).
     report(&mut work, held).await;
-    for _ in 0..500 {
-        let reports = lease_and_run(&mut work, &mut jobs, 3).await;
-        if reports.is_empty() {
-            if all_jobs(&mut jobs).await["e"].state().label() == "done" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        report(&mut work, reports).await;
-    }
+    run_until_done(&mut work, &mut jobs, "e", 3).await;
     let done = all_jobs(&mut jobs).await;
     for (name, j) in &done {
         assert_eq!(j.state().label(), "done", "{name}");
@@ -527,14 +529,7 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
         done["quiet"].artifact_digest,
         blake3::hash(b"").to_hex().to_string()
     );
-    let r = jobs
-        .results(v1::ResultsRequest {
-            job_id: id("e"),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = jobs.results(id("e"), v1::AnswerForm::Both).await.unwrap();
     let got: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
     assert_eq!(got, solve_here("e"));
     // Each of e's 5 chunks read d's artifact (3 chunks of 8 bytes) and quiet's (empty).
@@ -548,7 +543,7 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
     let server = start(Store::in_memory()).await;
-    let (_, mut jobs) = server.clients().await;
+    let mut jobs = server.client().await;
     let mut work = worker(&server, false).await;
     jobs.submit(submit("quiet", true)).await.unwrap();
     for _ in 0..100 {
@@ -563,32 +558,10 @@ async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
     assert_eq!(quiet.state().label(), "done");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(all_jobs(&mut jobs).await["quiet"].artifact_digest, "");
-    let e = jobs
-        .submit(submit("e", true))
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
+    let e = jobs.submit(submit("e", true)).await.unwrap().job.unwrap();
     assert_eq!(e.input_jobs[1], quiet.id, "the finished job is reused");
-    for _ in 0..500 {
-        let reports = lease_and_run(&mut work, &mut jobs, 4).await;
-        if reports.is_empty() {
-            if all_jobs(&mut jobs).await["e"].state().label() == "done" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        report(&mut work, reports).await;
-    }
-    let r = jobs
-        .results(v1::ResultsRequest {
-            job_id: e.id,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    run_until_done(&mut work, &mut jobs, "e", 4).await;
+    let r = jobs.results(e.id, v1::AnswerForm::Both).await.unwrap();
     let got: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
     assert_eq!(got, solve_here("e"));
     drop((work, jobs));
@@ -600,15 +573,11 @@ async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_again() {
     let server = start(Store::in_memory()).await;
-    let (_, mut jobs) = server.clients().await;
+    let mut jobs = server.client().await;
     let mut work = worker(&server, false).await;
     jobs.submit(submit("e", true)).await.unwrap();
     let before = all_jobs(&mut jobs).await;
-    jobs.cancel(v1::JobRequest {
-        job_id: before["b"].id,
-    })
-    .await
-    .unwrap();
+    jobs.cancel(before["b"].id).await.unwrap();
     let after = all_jobs(&mut jobs).await;
     for (name, state) in [
         ("a", "running"),
@@ -620,7 +589,7 @@ async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_aga
     ] {
         assert_eq!(after[name].state().label(), state, "{name}");
     }
-    let again = jobs.submit(submit("e", true)).await.unwrap().into_inner();
+    let again = jobs.submit(submit("e", true)).await.unwrap();
     assert!(!again.existing, "a cancelled job is not reused");
     let now = all_jobs(&mut jobs).await;
     for name in ["a", "c", "quiet"] {
@@ -629,24 +598,11 @@ async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_aga
     for name in ["b", "d", "e"] {
         assert!(now[name].id > before["e"].id, "{name} is created again");
     }
-    for _ in 0..500 {
-        let reports = lease_and_run(&mut work, &mut jobs, 4).await;
-        if reports.is_empty() {
-            if all_jobs(&mut jobs).await["e"].state().label() == "done" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        report(&mut work, reports).await;
-    }
+    run_until_done(&mut work, &mut jobs, "e", 4).await;
     let r = jobs
-        .results(v1::ResultsRequest {
-            job_id: now["e"].id,
-            ..Default::default()
-        })
+        .results(now["e"].id, v1::AnswerForm::Both)
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     let got: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
     assert_eq!(got, solve_here("e"));
     drop((work, jobs));

@@ -6,7 +6,9 @@
 //! `SWEEP_FUZZ_CASES` cases per target (default [`DEFAULT_CASES`]); the full run is
 //! `SWEEP_FUZZ_CASES=100000 cargo test --release -p sweep-coordinator --test fuzz_rpc`.
 //! Every call is bounded ([`CALL_LIMIT`]): a handler that never answers fails the run.
-mod common;
+//!
+//! The calls here are raw tonic, not `sweep-client`: the point is to send what no client would.
+use sweep_testkit as common;
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +45,8 @@ async fn start(store: Store) -> Server {
 
 /// The honest worker of these tests, on its own connection to `ch`.
 async fn honest_worker(ch: Channel, name: &str) -> FakeWorker {
-    let work = WorkClient::with_interceptor(ch, common::Bearer::new(None));
+    let token = sweep_client::token_interceptor(&Default::default()).expect("no token to read");
+    let work = WorkClient::new(sweep_client::secure(ch, token));
     FakeWorker::register(work, name, &common::spaces())
         .await
         .unwrap()

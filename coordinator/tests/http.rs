@@ -2,7 +2,7 @@
 //! done (chunks done, leased, failed verification, a duplicate) and checked against the coordinator's own
 //! `JobStatus` answer, then again once the job has finished (its rendered answer).
 
-mod common;
+use sweep_testkit as common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -96,7 +96,8 @@ async fn dashboard_state_and_metrics_match_the_job() {
         true,
     )
     .await;
-    let (work, mut jobs) = server.clients().await;
+    let work = server.work_as(None);
+    let mut jobs = server.client().await;
 
     // Before any job: an empty but well-formed state, and the page itself.
     let empty = server.json("/api/state").await;
@@ -123,7 +124,6 @@ async fn dashboard_state_and_metrics_match_the_job() {
         })
         .await
         .unwrap()
-        .into_inner()
         .job
         .unwrap();
     let registration = |name: &str, threads| v1::RegisterRequest {
@@ -174,18 +174,11 @@ async fn dashboard_state_and_metrics_match_the_job() {
         .unwrap();
     assert_eq!(again.status(), v1::AckStatus::Duplicate);
     // A refused call, for the error counter.
-    let err = jobs
-        .job_status(v1::JobRequest { job_id: 42 })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::NotFound);
+    let err = jobs.job_status(42).await.unwrap_err();
+    assert_eq!(err.status().map(|s| s.code()), Some(tonic::Code::NotFound));
 
     // The dashboard's state says what JobStatus says.
-    let info = jobs
-        .job_status(v1::JobRequest { job_id: job.id })
-        .await
-        .unwrap()
-        .into_inner();
+    let info = jobs.job_status(job.id).await.unwrap();
     assert_eq!((info.chunks_done, info.chunks_leased), (1, 1));
     let state = server.json("/api/state").await;
     let j = &state["jobs"][0];

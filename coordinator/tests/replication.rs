@@ -3,10 +3,7 @@
 //! elect a new leader when the leader stops, and a stopped member reopened from its store catches up; with the
 //! coordinator's store as the state machine, group commits proposed on the leader land in every member's store.
 
-mod common;
-// Shared with the auth tests and the end-to-end tests.
-#[path = "common/pki.rs"]
-mod pki;
+use sweep_testkit as common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -782,33 +779,10 @@ fn handle(m: &sweep_coordinator::Running) -> &MemberHandle {
 /// it, as the core stages them.
 fn job_entries() -> Vec<Vec<u8>> {
     use sweep_coordinator::core::{JobRecord, Op};
-    use sweep_coordinator::scheduler::JobState;
     use sweep_coordinator::store::encode_entry;
     use sweep_space::Tally;
 
-    let job = JobRecord {
-        id: 1,
-        space: "primes".into(),
-        params: serde_json::json!({"below": 1000}),
-        n_chunks: 40,
-        total_nodes: None,
-        priority: 0,
-        state: JobState::Running,
-        created_ms: 1,
-        finished_ms: 0,
-        duplicates: 0,
-        digest_mismatches: 0,
-        input_jobs: Vec::new(),
-        artifact_digest: None,
-        replicate: 1,
-        listing: Default::default(),
-        max_attempts: None,
-        chunk_memory: None,
-        owner: String::new(),
-        share: 1.0,
-        chunk_hint_ms: None,
-        use_per_share_ms: 0.0,
-    };
+    let job = JobRecord::new(1, "primes", serde_json::json!({"below": 1000}), 40, 1);
     let mut entries =
         vec![encode_entry(&[vec![Op::job(job), Op::Meta("next_job", 2)]]).expect("entry")];
     let mut tally = Tally::default();
@@ -1003,8 +977,9 @@ async fn a_coordinator_on_the_leader_acknowledges_only_what_the_group_committed(
         }
     };
     let job_id = job.job.expect("the job").id;
+    let token = sweep_client::token_interceptor(&Default::default()).expect("no token to read");
     let mut worker = common::FakeWorker::register(
-        WorkClient::with_interceptor(channel, common::Bearer::new(None)),
+        WorkClient::new(sweep_client::secure(channel, token)),
         "w",
         &common::spaces(),
     )
@@ -1236,7 +1211,7 @@ async fn members_replicate_over_mutual_tls() {
     use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
     let pki_dir = tempfile::tempdir().expect("dir");
-    let p = pki::pki(pki_dir.path());
+    let p = common::pki::pki(pki_dir.path());
     let server_tls = ServeSecurity::tls_from_files(&p.server_cert, &p.server_key, Some(&p.ca))
         .expect("server TLS");
     let peer_tls = sweep_client::tls_config(&p.ca, Some((&p.server_cert, &p.server_key)))

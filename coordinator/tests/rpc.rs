@@ -1,7 +1,7 @@
-//! The coordinator's gRPC services driven by a raw client on loopback: garbled and hostile requests are refused
-//! with a clear status, never a panic, and never cost stored progress.
+//! The coordinator's gRPC services driven on loopback through `sweep-client` and a scripted worker: garbled and
+//! hostile requests are refused with a clear status, never a panic, and never cost stored progress.
 
-mod common;
+use sweep_testkit as common;
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ async fn hostile_requests_are_refused_and_progress_survives() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     let server = start(Store::open(&path).unwrap()).await;
-    let (work, mut jobs) = server.clients().await;
+    let mut jobs = server.client().await;
 
     // Submissions that make no sense.
     for (req, needle) in [
@@ -39,12 +39,9 @@ async fn hostile_requests_are_refused_and_progress_survives() {
         ),
     ] {
         let err = jobs.submit(req).await.unwrap_err();
-        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
-        assert!(
-            err.message().contains(needle),
-            "{needle}: {}",
-            err.message()
-        );
+        let status = err.status().expect("the coordinator's answer");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(err.to_string().contains(needle), "{needle}: {err}");
     }
 
     let job = jobs
@@ -55,10 +52,9 @@ async fn hostile_requests_are_refused_and_progress_survives() {
         ))
         .await
         .unwrap()
-        .into_inner()
         .job
         .unwrap();
-    let mut worker = FakeWorker::register(work, "probe", &common::spaces())
+    let mut worker = FakeWorker::register(server.work_as(None), "probe", &common::spaces())
         .await
         .unwrap();
     for bad in [0, 1_000_000] {
@@ -118,11 +114,7 @@ async fn hostile_requests_are_refused_and_progress_survives() {
         .await
         .unwrap();
     assert_eq!(again.status(), v1::AckStatus::Duplicate);
-    let info = jobs
-        .job_status(v1::JobRequest { job_id: job.id })
-        .await
-        .unwrap()
-        .into_inner();
+    let info = jobs.job_status(job.id).await.unwrap();
     assert_eq!(
         (info.chunks_done, info.completions, info.duplicates),
         (1, 1, 1)
@@ -131,19 +123,12 @@ async fn hostile_requests_are_refused_and_progress_survives() {
 
     // A restart on the same store still has the one accepted result, and only it.
     let server = start(Store::open(&path).unwrap()).await;
-    let (_, mut jobs) = server.clients().await;
-    let info = jobs
-        .job_status(v1::JobRequest { job_id: job.id })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut jobs = server.client().await;
+    let info = jobs.job_status(job.id).await.unwrap();
     assert_eq!((info.chunks_done, info.completions), (1, 1));
     assert_eq!(info.nodes, honest.nodes.to_string());
-    let err = jobs
-        .job_status(v1::JobRequest { job_id: 77 })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::NotFound);
+    let err = jobs.job_status(77).await.unwrap_err();
+    assert_eq!(err.status().map(|s| s.code()), Some(tonic::Code::NotFound));
     server.stop().await;
 }
 
@@ -182,15 +167,14 @@ async fn results_wait_for_the_last_result_to_be_durable() {
         delay: Duration::from_millis(300),
     }));
     let server = start(store).await;
-    let (work, mut jobs) = server.clients().await;
+    let mut jobs = server.client().await;
     let job = jobs
         .submit(submit_req("star", r#"{"points": 6, "method": "brute"}"#, 1))
         .await
         .unwrap()
-        .into_inner()
         .job
         .unwrap();
-    let mut worker = FakeWorker::register(work, "", &common::spaces())
+    let mut worker = FakeWorker::register(server.work_as(None), "", &common::spaces())
         .await
         .unwrap();
     let lease = worker.lease(1).await.unwrap().remove(0);
@@ -198,40 +182,28 @@ async fn results_wait_for_the_last_result_to_be_durable() {
     let completing = tokio::spawn(async move { worker.complete_one(&lease, out).await });
     // Wait until the job shows as done in memory while the write is still under way: the Watch stream reports
     // progress as it happens (status answers wait for the store).
-    let mut watch = jobs
-        .watch(v1::WatchRequest {
-            job_id: job.id,
-            interval_ms: 50,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    while let Some(ev) = watch.message().await.unwrap() {
+    let mut watch = jobs.watch(job.id, 50).await.unwrap();
+    while let Some(ev) = watch.next().await.unwrap() {
         if ev.jobs.iter().any(|j| j.state().label() == "done") {
             break;
         }
     }
     drop(watch);
-    let res = jobs
-        .results(v1::ResultsRequest {
-            job_id: job.id,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let res = jobs.results(job.id, v1::AnswerForm::Both).await.unwrap();
     let result: serde_json::Value = serde_json::from_str(&res.result_json).unwrap();
     assert_eq!(result["solutions"], 960, "{result}");
     assert_eq!(result["unique"], 80, "{result}");
     assert!(!res.result_text.is_empty(), "both forms by default");
-    // Each form alone when asked; a form this coordinator does not know gets both.
+    // Each form alone when asked; a form this coordinator does not know gets both. Raw: no client sends an
+    // unknown form.
+    let mut raw = v1::jobs_client::JobsClient::new(server.channel().await);
     let (json_only, text_only) = (v1::AnswerForm::Json as i32, v1::AnswerForm::Text as i32);
     for (form, json, text) in [
         (json_only, true, false),
         (text_only, false, true),
         (7, true, true),
     ] {
-        let one = jobs
+        let one = raw
             .results(v1::ResultsRequest {
                 job_id: job.id,
                 form,

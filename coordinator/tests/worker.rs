@@ -3,73 +3,18 @@
 //! thread survives it and runs every other chunk), and chunks that only finish when all of them run at once
 //! (a worker's threads are its own, however many: more than tokio's blocking pool would hold).
 
-mod common;
+use sweep_testkit as common;
 
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
+use common::stubs::Counting;
 use common::{config, submit_req, Server};
 use serde::{Deserialize, Serialize};
 use sweep_coordinator::store::Store;
 use sweep_proto::v1;
 use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, Registry, SearchSpace, SpaceError};
 use sweep_worker::{WorkerConfig, WorkerStats};
-
-/// Chunk `chunk` counts `chunk + 1` nodes and one solution, except the chunk named `panic_at`, which panics.
-struct Fragile;
-
-#[derive(clap::Args, Serialize, Deserialize, Clone, Debug)]
-struct FragileParams {
-    #[arg(long)]
-    panic_at: u64,
-}
-
-#[derive(Debug)]
-struct FragileJob(u64);
-
-impl SearchSpace for Fragile {
-    const NAME: &'static str = "fragile";
-    const ABOUT: &'static str = "a test space whose kernel panics on one chunk";
-    type Params = FragileParams;
-    type Job = FragileJob;
-
-    fn build(params: FragileParams) -> Result<FragileJob, SpaceError> {
-        Ok(FragileJob(params.panic_at))
-    }
-}
-
-impl Job for FragileJob {
-    fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
-        Ok(Plan {
-            n_chunks: Plan::chunk_count(requested, 64, 8)?,
-            total_nodes: None,
-        })
-    }
-
-    fn run_chunk(&self, _n: u64, chunk: u64, _ctl: &Control) -> Result<ChunkOutput, SpaceError> {
-        if chunk == self.0 {
-            panic!("chunk {chunk} is cursed");
-        }
-        let mut out = ChunkOutput {
-            nodes: chunk + 1,
-            ..ChunkOutput::default()
-        };
-        out.count("found", 1);
-        Ok(out)
-    }
-
-    fn verify(&self, _n: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        out.check_nodes(u128::from(chunk) + 1, "nodes")
-    }
-
-    fn result(&self, answer: &Answer) -> serde_json::Value {
-        serde_json::json!({ "found": answer.tally.counter("found").to_string() })
-    }
-
-    fn render_text(&self, result: &serde_json::Value) -> String {
-        result.to_string()
-    }
-}
 
 /// Every chunk waits (at most 20 s) until all `n` have started, and counts `together` if they all did.
 struct Together;
@@ -134,15 +79,10 @@ impl Job for TogetherJob {
 }
 
 /// Polls job `id` until it is no longer running (at most 20 s, in 50 ms steps); its last state.
-async fn wait_until_finished(jobs: &mut common::Jobs, id: u64) -> v1::JobState {
+async fn wait_until_finished(jobs: &mut sweep_client::Client, id: u64) -> v1::JobState {
     let mut state = v1::JobState::Running;
     for _ in 0..400 {
-        state = jobs
-            .job_status(v1::JobRequest { job_id: id })
-            .await
-            .unwrap()
-            .into_inner()
-            .state();
+        state = jobs.job_status(id).await.unwrap().state();
         if !matches!(state, v1::JobState::Running) {
             break;
         }
@@ -193,12 +133,11 @@ async fn run_on_one_worker_over(
     let mut cfg = config(lease_ttl_ms, max_attempts);
     cfg.registry = registry.clone();
     let server = Server::start(Store::open(&dir.path().join("store")).unwrap(), cfg).await;
-    let (_, mut jobs) = server.clients().await;
+    let mut jobs = server.client().await;
     let job = jobs
         .submit(submit_req(space, params, chunks))
         .await
         .unwrap()
-        .into_inner()
         .job
         .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -220,14 +159,7 @@ async fn run_on_one_worker_over(
         let _ = stopped.await;
     }));
     let state = wait_until_finished(&mut jobs, job.id).await;
-    let res = jobs
-        .results(v1::ResultsRequest {
-            job_id: job.id,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let res = jobs.results(job.id, v1::AnswerForm::Both).await.unwrap();
     let _ = stop.send(());
     let stats = tokio::time::timeout(Duration::from_secs(30), worker)
         .await
@@ -263,9 +195,9 @@ async fn six_hundred_threads_run_six_hundred_chunks_at_once() {
 async fn a_panicking_kernel_fails_its_chunk_and_the_search_thread_runs_the_others() {
     // The job ends within seconds: two attempts of the cursed chunk, seven tiny ones, on one thread.
     let (state, res, stats) = run_on_one_worker(
-        common::spaces().with::<Fragile>(),
+        common::spaces().with::<Counting>(),
         (5_000, 2),
-        ("fragile", r#"{"panic_at":3}"#, 8),
+        ("counting", r#"{"panic_at":3}"#, 8),
         1,
     )
     .await;

@@ -78,6 +78,44 @@ pub struct JobRecord {
     pub use_per_share_ms: f64,
 }
 
+impl JobRecord {
+    /// A running job as a submit creates it: `n_chunks` chunks of `space` with `params`, created at
+    /// `created_ms`, and every other field as a record that never set it reads back (no priority, no inputs, no
+    /// replication, every solution listed, the coordinator's attempts, a share of 1). Other fields are set with
+    /// struct update syntax from it.
+    pub fn new(
+        id: JobId,
+        space: impl Into<String>,
+        params: serde_json::Value,
+        n_chunks: u64,
+        created_ms: u64,
+    ) -> JobRecord {
+        JobRecord {
+            id,
+            space: space.into(),
+            params,
+            n_chunks,
+            total_nodes: None,
+            priority: 0,
+            state: JobState::Running,
+            created_ms,
+            finished_ms: 0,
+            duplicates: 0,
+            digest_mismatches: 0,
+            input_jobs: Vec::new(),
+            artifact_digest: None,
+            replicate: one(),
+            listing: Listing::All,
+            max_attempts: None,
+            chunk_memory: None,
+            owner: String::new(),
+            share: one_share(),
+            chunk_hint_ms: None,
+            use_per_share_ms: 0.0,
+        }
+    }
+}
+
 fn is_zero(v: &f64) -> bool {
     *v == 0.0
 }
@@ -224,5 +262,23 @@ mod tests {
             "{}",
             std::mem::size_of::<Op>()
         );
+    }
+
+    /// A new record is what a stored record that names only the required fields reads back as, so a field
+    /// added with a serde default and forgotten in `new` (or the other way round) fails here.
+    #[test]
+    fn a_new_record_has_the_defaults_of_a_stored_one() {
+        let params = serde_json::json!({"points": 6});
+        let stored = serde_json::json!({
+            "id": 3, "space": "star", "params": params, "n_chunks": 12,
+            "priority": 0, "state": "running", "created_ms": 7,
+        });
+        let read: JobRecord = serde_json::from_value(stored).unwrap();
+        let new = JobRecord::new(3, "star", params, 12, 7);
+        assert_eq!(new, read);
+        // And it writes out as that minimal record again, with nothing a default would leave out.
+        let written = serde_json::to_value(&new).unwrap();
+        let back: JobRecord = serde_json::from_value(written).unwrap();
+        assert_eq!(back, new);
     }
 }

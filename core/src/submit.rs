@@ -385,19 +385,9 @@ impl Core {
         self.next_job += 1;
         let max_attempts = self.allowed_attempts(id, max_attempts);
         let record = JobRecord {
-            id,
-            space: space.to_string(),
-            params: params.clone(),
-            n_chunks: plan.n_chunks,
             total_nodes: plan.total_nodes,
             priority,
-            state: JobState::Running,
-            created_ms: now,
-            finished_ms: 0,
-            duplicates: 0,
-            digest_mismatches: 0,
             input_jobs: inputs.clone(),
-            artifact_digest: None,
             replicate,
             listing,
             max_attempts,
@@ -405,7 +395,7 @@ impl Core {
             owner,
             share,
             chunk_hint_ms,
-            use_per_share_ms: 0.0,
+            ..JobRecord::new(id, space, params.clone(), plan.n_chunks, now)
         };
         self.sched
             .add_job(id, priority, plan.n_chunks, JobState::Running);

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::handle::Store;
 use crate::core::JobRecord;
-use crate::scheduler::{ChunkRecord, JobId, JobState};
+use crate::scheduler::{ChunkRecord, JobId};
 
 pub(super) fn done_record(chunk: u64) -> ChunkRecord {
     ChunkRecord::Done {
@@ -16,27 +16,8 @@ pub(super) fn done_record(chunk: u64) -> ChunkRecord {
 
 pub(super) fn record(id: JobId) -> JobRecord {
     JobRecord {
-        id,
-        space: "star".into(),
-        params: serde_json::json!({"points": 6}),
-        n_chunks: 3,
         total_nodes: Some(10),
-        priority: 0,
-        state: JobState::Running,
-        created_ms: 1,
-        finished_ms: 0,
-        duplicates: 0,
-        digest_mismatches: 0,
-        input_jobs: Vec::new(),
-        artifact_digest: None,
-        replicate: 1,
-        listing: Default::default(),
-        max_attempts: None,
-        chunk_memory: None,
-        owner: String::new(),
-        share: 1.0,
-        chunk_hint_ms: None,
-        use_per_share_ms: 0.0,
+        ..JobRecord::new(id, "star", serde_json::json!({"points": 6}), 3, 1)
     }
 }
 

@@ -9,8 +9,7 @@
 
 pub mod group;
 pub mod netns;
-#[path = "../../../coordinator/tests/common/pki.rs"]
-pub mod pki;
+pub use sweep_testkit::pki;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};

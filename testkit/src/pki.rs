@@ -1,7 +1,6 @@
 //! Test certificates made with rcgen: a CA, a server certificate for localhost and 127.0.0.1 (also good as a
 //! client certificate, as a member of a replicated coordinator presents its own to the others), and a client
-//! certificate, written as PEM files. One file for the coordinator's integration tests and the end-to-end tests,
-//! which include it by path.
+//! certificate, written as PEM files: what the coordinator's TLS tests and the end-to-end tests serve and trust.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +19,7 @@ pub struct Pki {
     pub client_key: PathBuf,
 }
 
+/// Makes the certificates and writes them into `dir` (which must exist).
 pub fn pki(dir: &Path) -> Pki {
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
