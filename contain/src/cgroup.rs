@@ -46,6 +46,22 @@ pub struct Counters {
 }
 
 impl ChunkGroup {
+    /// The group `name` at `v2` (cgroup v2's directory, when there is one), with no limits set and nothing
+    /// counted yet.
+    fn unlimited(name: String, v2: Option<PathBuf>) -> ChunkGroup {
+        ChunkGroup {
+            name,
+            v2,
+            memory: None,
+            pids: None,
+            memory_limit: None,
+            pids_limit: None,
+            base: Counters::default(),
+            cpu_base: None,
+            killed: false,
+        }
+    }
+
     /// A group for a chunk with `limits`: one from the pool or a new one; `None` where this machine has no
     /// cgroup to give and the limits need none.
     pub fn take(limits: &Limits) -> io::Result<Option<ChunkGroup>> {
@@ -72,17 +88,8 @@ impl ChunkGroup {
                     std::process::id(),
                     NEXT.fetch_add(1, Ordering::Relaxed)
                 );
-                ChunkGroup {
-                    v2: make(f.v2.as_deref(), &name)?,
-                    name,
-                    memory: None,
-                    pids: None,
-                    memory_limit: None,
-                    pids_limit: None,
-                    base: Counters::default(),
-                    cpu_base: None,
-                    killed: false,
-                }
+                let v2 = make(f.v2.as_deref(), &name)?;
+                ChunkGroup::unlimited(name, v2)
             }
         };
         if want_memory && g.memory.is_none() {
@@ -342,17 +349,7 @@ fn clean_stale_once() {
                 if alive {
                     continue;
                 }
-                let mut g = ChunkGroup {
-                    name: name.clone(),
-                    v2: Some(e.path()),
-                    memory: None,
-                    pids: None,
-                    memory_limit: None,
-                    pids_limit: None,
-                    base: Counters::default(),
-                    cpu_base: None,
-                    killed: false,
-                };
+                let mut g = ChunkGroup::unlimited(name.clone(), Some(e.path()));
                 g.kill_all();
                 if std::fs::remove_dir(e.path()).is_ok() {
                     tracing::info!(group = %e.path().display(), "removed a cgroup a dead worker left");

@@ -301,14 +301,7 @@ impl<S: StateMachine> Node<S> {
         self.ensure_leader()?;
         let leader = self.leader();
         self.guarded(|raw| {
-            match raw.propose(Vec::new(), data) {
-                Ok(()) => {}
-                // Dropped while a leadership transfer is under way: to the caller, not the leader.
-                Err(raft::Error::ProposalDropped) => {
-                    return Err(ReplicateError::NotLeader { leader })
-                }
-                Err(e) => return Err(e.into()),
-            }
+            proposed(raw.propose(Vec::new(), data), leader)?;
             Ok(raw.raft.raft_log.last_index())
         })
     }
@@ -367,13 +360,7 @@ impl<S: StateMachine> Node<S> {
         };
         let leader = self.leader();
         self.guarded(|raw| {
-            match raw.propose_conf_change(Vec::new(), cc) {
-                Ok(()) => {}
-                Err(raft::Error::ProposalDropped) => {
-                    return Err(ReplicateError::NotLeader { leader })
-                }
-                Err(e) => return Err(e.into()),
-            }
+            proposed(raw.propose_conf_change(Vec::new(), cc), leader)?;
             Ok(raw.raft.raft_log.last_index())
         })
     }
@@ -725,6 +712,17 @@ fn from_peer(t: MessageType) -> bool {
             | MsgRequestPreVote
             | MsgRequestPreVoteResponse
     )
+}
+
+
+/// What raft's answer to a proposal means to the caller: a proposal dropped while a leadership transfer is under
+/// way is the caller's to send to the leader, not an error of this member.
+fn proposed(result: Result<(), raft::Error>, leader: Option<u64>) -> Result<(), ReplicateError> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(raft::Error::ProposalDropped) => Err(ReplicateError::NotLeader { leader }),
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[cfg(test)]
