@@ -350,6 +350,16 @@ async fn tls_jobs(
     tls_jobs_as(url, pki, with_cert, ADMIN).await
 }
 
+/// Lists the jobs as the admin over TLS: whether the connection and the call were both accepted.
+async fn list_over_tls(url: &str, pki: &Pki, with_cert: bool) -> Result<(), String> {
+    tls_jobs(url, pki, with_cert)
+        .await?
+        .list_jobs(v1::ListJobsRequest {})
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_serves_trusting_clients_and_refuses_plain_ones() {
     let pki_dir = tempfile::tempdir().unwrap();
@@ -393,14 +403,7 @@ async fn tls_serves_trusting_clients_and_refuses_plain_ones() {
 
     // A client that trusts another CA refuses the server.
     let other = pki(pki_dir.path());
-    let untrusting = async {
-        tls_jobs(&server.url, &other, false)
-            .await?
-            .list_jobs(v1::ListJobsRequest {})
-            .await
-            .map_err(|e| e.to_string())
-    }
-    .await;
+    let untrusting = list_over_tls(&server.url, &other, false).await;
     assert!(
         untrusting.is_err(),
         "a certificate from an unknown CA was accepted"
@@ -418,14 +421,7 @@ async fn client_certificates_are_required_when_a_client_ca_is_set() {
     })
     .await;
     let files = files.unwrap();
-    let without = async {
-        tls_jobs(&server.url, &files, false)
-            .await?
-            .list_jobs(v1::ListJobsRequest {})
-            .await
-            .map_err(|e| e.to_string())
-    }
-    .await;
+    let without = list_over_tls(&server.url, &files, false).await;
     assert!(
         without.is_err(),
         "a client without a certificate was served"

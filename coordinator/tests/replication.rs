@@ -58,6 +58,19 @@ struct Member {
     stop_server: Option<oneshot::Sender<()>>,
 }
 
+/// Proposes `n` entries, `label 0` to `label n-1`, one after another through `handle`, each committed by the
+/// majority before the next is sent, and appends them to `order`, the log every member must apply.
+async fn propose_in_turn(handle: &MemberHandle, label: &str, n: u32, order: &mut Vec<Vec<u8>>) {
+    for i in 0..n {
+        let d = format!("{label} {i}").into_bytes();
+        handle
+            .propose(d.clone())
+            .await
+            .expect("committed by the majority");
+        order.push(d);
+    }
+}
+
 const TICK: Duration = Duration::from_millis(50);
 
 async fn start_member(
@@ -456,15 +469,7 @@ async fn three_members_commit_in_one_order_and_survive_the_loss_of_the_leader() 
     eprintln!("new leader: member {second} after {election:?} (tick {TICK:?})");
     assert_ne!(second, leader);
     let mut order = order;
-    for i in 0..20u32 {
-        let d = format!("after {i}").into_bytes();
-        members[&second]
-            .handle
-            .propose(d.clone())
-            .await
-            .expect("committed by the majority");
-        order.push(d);
-    }
+    propose_in_turn(&members[&second].handle, "after", 20, &mut order).await;
     all_applied(&members, &order, Duration::from_secs(10)).await;
 
     // The old leader comes back from its store, as a follower, and catches up.
@@ -494,15 +499,7 @@ async fn a_member_lost_with_its_disk_is_replaced_by_a_new_one_that_catches_up() 
     }
     let leader = leader_of(&members, Duration::from_secs(10)).await;
     let mut order = Vec::new();
-    for i in 0..50u32 {
-        let d = format!("before {i}").into_bytes();
-        members[&leader]
-            .handle
-            .propose(d.clone())
-            .await
-            .expect("committed");
-        order.push(d);
-    }
+    propose_in_turn(&members[&leader].handle, "before", 50, &mut order).await;
     all_applied(&members, &order, Duration::from_secs(10)).await;
 
     // A follower's machine is lost with its disk.
@@ -553,11 +550,7 @@ async fn a_member_lost_with_its_disk_is_replaced_by_a_new_one_that_catches_up() 
             stop_server: Some(stop4),
         },
     );
-    for i in 0..30u32 {
-        let d = format!("after {i}").into_bytes();
-        h.propose(d.clone()).await.expect("committed");
-        order.push(d);
-    }
+    propose_in_turn(&h, "after", 30, &mut order).await;
     all_applied(&members, &order, Duration::from_secs(15)).await;
     for m in members.values() {
         assert_eq!(

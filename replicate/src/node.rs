@@ -714,7 +714,6 @@ fn from_peer(t: MessageType) -> bool {
     )
 }
 
-
 /// What raft's answer to a proposal means to the caller: a proposal dropped while a leadership transfer is under
 /// way is the caller's to send to the leader, not an error of this member.
 fn proposed(result: Result<(), raft::Error>, leader: Option<u64>) -> Result<(), ReplicateError> {
