@@ -125,19 +125,33 @@ fn containment_is_a_plain_library() {
     }
 }
 
-#[test]
-fn consensus_is_a_plain_library() {
-    let deps = dependencies(&read(&root().join("replicate/Cargo.toml")));
+/// The `[dependencies]` of the crate in `dir`, after checking that they name `anchor` (so a manifest read wrong
+/// fails rather than passes with nothing to check) and none that `banned` refuses; `why` ends each failure.
+fn dependencies_without(
+    dir: &str,
+    anchor: &str,
+    banned: impl Fn(&str) -> bool,
+    why: &str,
+) -> Vec<String> {
+    let deps = dependencies(&read(&root().join(dir).join("Cargo.toml")));
     assert!(
-        deps.iter().any(|d| d == "raft"),
-        "replicate is built on raft-rs: {deps:?}"
+        deps.iter().any(|d| d == anchor),
+        "{dir}/Cargo.toml's [dependencies] do not name `{anchor}`: {deps:?}"
     );
     for dep in &deps {
-        assert!(
-            !dep.starts_with("sweep"),
-            "replicate depends on `{dep}`: it knows nothing of jobs, chunks or the wire"
-        );
+        assert!(!banned(dep), "{dir} depends on `{dep}`: {why}");
     }
+    deps
+}
+
+#[test]
+fn consensus_is_a_plain_library() {
+    dependencies_without(
+        "replicate",
+        "raft",
+        |dep| dep.starts_with("sweep"),
+        "it knows nothing of jobs, chunks or the wire",
+    );
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -529,16 +543,13 @@ const NOT_IN_THE_CORE: &[&str] = &[
 /// and neither does any sweep crate it depends on.
 #[test]
 fn the_coordinator_core_depends_on_no_runtime_store_or_network() {
-    let deps = dependencies(&read(&root().join("core/Cargo.toml")));
-    assert!(
-        deps.iter().any(|d| d == "sweep-space"),
-        "core/Cargo.toml's [dependencies] were not found: {deps:?}"
+    let deps = dependencies_without(
+        "core",
+        "sweep-space",
+        |dep| NOT_IN_THE_CORE.contains(&dep),
+        "the coordinator's core does no I/O, so it needs no runtime, store or network",
     );
     for dep in &deps {
-        assert!(
-            !NOT_IN_THE_CORE.contains(&dep.as_str()),
-            "core depends on `{dep}`: the coordinator's core does no I/O, so it needs no runtime, store or network"
-        );
         // A sweep crate the core uses must be as plain: its own dependencies are checked the same way.
         if let Some(dir) = dep.strip_prefix("sweep-") {
             let manifest = root().join(dir).join("Cargo.toml");
