@@ -202,6 +202,7 @@ impl Deref for SpaceJob {
     }
 }
 
+/// The space's own job, unchecked, as [`Deref`] gives it: for tests and benches that drive a kernel directly.
 impl AsRef<dyn Job> for SpaceJob {
     fn as_ref(&self) -> &(dyn Job + 'static) {
         self.job.as_ref()
