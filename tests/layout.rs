@@ -154,6 +154,13 @@ fn consensus_is_a_plain_library() {
     );
 }
 
+/// Test modules in files of their own (`tests.rs`, `dag_tests.rs`, `test_support.rs`) may reach anywhere:
+/// nothing imports them.
+fn is_test_module(file: &Path) -> bool {
+    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    stem == "tests" || stem.ends_with("_tests") || stem == "test_support"
+}
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
@@ -371,10 +378,7 @@ fn modules_import_in_one_direction_in_every_folder_of_every_crate() {
         let mut folders: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> =
             BTreeMap::new();
         for file in &files {
-            // Test modules in files of their own (`tests.rs`, `dag_tests.rs`, `test_support.rs`) may reach
-            // anywhere: nothing imports them.
-            let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-            if stem == "tests" || stem.ends_with("_tests") || stem == "test_support" {
+            if is_test_module(file) {
                 continue;
             }
             let module = module_path(&src, file);
@@ -581,8 +585,7 @@ fn the_scheduler_imports_nothing_else_of_the_core() {
         files.len()
     );
     for file in &files {
-        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-        if stem == "tests" || stem.ends_with("_tests") || stem == "test_support" {
+        if is_test_module(file) {
             continue;
         }
         let module = module_path(&src, file);
