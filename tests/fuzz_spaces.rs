@@ -16,6 +16,7 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use sweep_space::ChunkId;
 
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -758,7 +759,7 @@ fn fuzz_brainball_tables() {
             match solve.bind_inputs(&[&bytes]) {
                 Ok(bound) => {
                     // A table that loads is one the job may run against: it must not panic on it.
-                    let out = bound.run_chunk(1, 0, &Control::new());
+                    let out = bound.run_chunk(ChunkId::new(1, 0), &Control::new());
                     if let Err(e) = out {
                         clear_error(&e)?;
                     }
@@ -964,7 +965,7 @@ fn fixtures() -> &'static Vec<Fixture> {
                     job = bound;
                 }
                 let honest = (0..n_chunks)
-                    .map(|c| (c, job.run_chunk(n_chunks, c, &Control::new()).unwrap()))
+                    .map(|c| (c, job.run_chunk(ChunkId::new(n_chunks, c), &Control::new()).unwrap()))
                     .collect();
                 Some(Fixture { job, n_chunks, honest })
             })
@@ -984,7 +985,7 @@ fn bind_in_process(
             let input = bind_in_process(job_from_params(&inp.space, &inp.params).ok()?, built)?;
             let n = input.plan(None).ok()?.n_chunks;
             let outs: Vec<ChunkOutput> = (0..n)
-                .map(|c| input.run_chunk(n, c, &Control::new()))
+                .map(|c| input.run_chunk(ChunkId::new(n, c), &Control::new()))
                 .collect::<Result<_, _>>()
                 .ok()?;
             let merged = input
@@ -1168,7 +1169,7 @@ fn fuzz_verify_reports() {
     for f in fx {
         for (c, out) in &f.honest {
             f.job
-                .verify(f.n_chunks, *c, out)
+                .verify(ChunkId::new(f.n_chunks, *c), out)
                 .unwrap_or_else(|e| panic!("{:?} chunk {c}: {e}", f.job));
         }
     }
@@ -1186,7 +1187,7 @@ fn fuzz_verify_reports() {
         for l in &r.lies {
             tell(&mut out, l);
         }
-        match f.job.verify(n_chunks, chunk, &out) {
+        match f.job.verify(ChunkId::new(n_chunks, chunk), &out) {
             Ok(()) => {
                 // An output that passes is stored and merged: the answer and its rendering must hold up.
                 let ans = Answer::from_outputs([&out]);

@@ -3,6 +3,7 @@
 //! outbox must read back from the store as the snapshot it starts from, and that round trip is the store's.
 
 use std::sync::Arc;
+use sweep_space::ChunkId;
 
 use serde_json::json;
 use sweep_space::{Answer, AnswerMerge, ChunkOutput, Control, Job, Plan, SpaceError, SpaceJob};
@@ -43,23 +44,21 @@ impl Job for Sums {
         })
     }
 
-    fn run_chunk(&self, _: u64, chunk: u64, _: &Control) -> Result<ChunkOutput, SpaceError> {
-        Ok(output(chunk, chunk))
+    fn run_chunk(&self, at: ChunkId, _: &Control) -> Result<ChunkOutput, SpaceError> {
+        Ok(output(at.chunk, at.chunk))
     }
 
     /// Twice the real size (chunk `i` has `i + 1` nodes): a space whose estimates are biased, which the core
     /// must learn from the chunks that finish.
-    fn estimate_chunk_nodes(&self, _: u64, chunk: u64) -> Option<f64> {
-        Some(2.0 * (chunk + 1) as f64)
+    fn estimate_chunk_nodes(&self, at: ChunkId) -> Option<f64> {
+        Some(2.0 * (at.chunk + 1) as f64)
     }
 
-    fn verify(&self, _: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        if out.counters.get("sum").copied() == Some(u128::from(chunk)) {
+    fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+        if out.counters.get("sum").copied() == Some(u128::from(at.chunk)) {
             Ok(())
         } else {
-            Err(SpaceError::Verification(format!(
-                "chunk {chunk}: wrong sum"
-            )))
+            Err(SpaceError::Verification(format!("{at}: wrong sum")))
         }
     }
 

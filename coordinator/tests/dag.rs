@@ -5,6 +5,7 @@
 //! cycle, an unbounded chain and an input with bad parameters. A hand-written worker leases, fetches every input
 //! artifact (checking its digest), binds, runs and reports; the coordinator is restarted in the middle. The
 //! answer must equal the one computed in this process from the same DAG, with every chunk counted once.
+use sweep_space::ChunkId;
 use sweep_testkit as common;
 
 use std::collections::BTreeMap;
@@ -104,7 +105,7 @@ impl Job for DagJob {
             total_nodes: None,
         })
     }
-    fn run_chunk(&self, n: u64, chunk: u64, _: &Control) -> Result<ChunkOutput, SpaceError> {
+    fn run_chunk(&self, at: ChunkId, _: &Control) -> Result<ChunkOutput, SpaceError> {
         let bound: &[Vec<u8>] = match &self.bound {
             Some(b) => b,
             None if self.inputs.is_empty() => &[],
@@ -128,13 +129,13 @@ impl Job for DagJob {
                 h.update(&(a.len() as u64).to_le_bytes());
                 h.update(a);
             }
-            h.update(&n.to_le_bytes());
-            h.update(&chunk.to_le_bytes());
+            h.update(&at.n_chunks.to_le_bytes());
+            h.update(&at.chunk.to_le_bytes());
             out.artifact = h.finalize().as_bytes()[..8].to_vec();
         }
         Ok(out)
     }
-    fn verify(&self, _: u64, _: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+    fn verify(&self, _at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         let want = if self.name == "quiet" { 0 } else { 8 };
         if out.artifact.len() != want {
             return Err(SpaceError::Verification(
@@ -210,7 +211,7 @@ fn solve_here(root: &str) -> serde_json::Value {
         };
         let n = job.plan(None).unwrap().n_chunks;
         let outputs: Vec<ChunkOutput> = (0..n)
-            .map(|c| job.run_chunk(n, c, &Control::new()).unwrap())
+            .map(|c| job.run_chunk(ChunkId::new(n, c), &Control::new()).unwrap())
             .collect();
         let mut answer = Answer::from_outputs(&outputs);
         let mut it = outputs.iter().map(|o| o.artifact.as_slice());
@@ -362,7 +363,9 @@ async fn lease_and_run(w: &mut FakeWorker, jobs: &mut Jobs, max: u32) -> Vec<v1:
             let views: Vec<&[u8]> = artifacts.iter().map(|a| a.as_slice()).collect();
             job = job.bind_inputs(&views).unwrap();
         }
-        let out = job.run_chunk(l.n_chunks, l.chunk, &Control::new()).unwrap();
+        let out = job
+            .run_chunk(ChunkId::new(l.n_chunks, l.chunk), &Control::new())
+            .unwrap();
         reports.push(common::report(&l, (&out).into()));
     }
     reports

@@ -8,6 +8,7 @@
 //! Every call is bounded ([`CALL_LIMIT`]): a handler that never answers fails the run.
 //!
 //! The calls here are raw tonic, not `sweep-client`: the point is to send what no client would.
+use sweep_space::ChunkId;
 use sweep_testkit as common;
 
 use std::time::{Duration, Instant};
@@ -173,7 +174,7 @@ fn reference_result() -> serde_json::Value {
     let job = real_job();
     let outs: Vec<_> = (0..REAL_CHUNKS)
         .map(|c| {
-            job.run_chunk(REAL_CHUNKS, c, &sweep_space::Control::new())
+            job.run_chunk(ChunkId::new(REAL_CHUNKS, c), &sweep_space::Control::new())
                 .unwrap()
         })
         .collect();
@@ -207,7 +208,10 @@ async fn prepare(ch: Channel) -> Real {
     let mut reports = Vec::new();
     for l in &leases {
         let out = kernel
-            .run_chunk(l.n_chunks, l.chunk, &sweep_space::Control::new())
+            .run_chunk(
+                ChunkId::new(l.n_chunks, l.chunk),
+                &sweep_space::Control::new(),
+            )
             .unwrap();
         reports.push(common::report(l, v1::ChunkOutput::from(&out)));
         done.push((l.chunk, out));
@@ -304,7 +308,10 @@ async fn finish(path: &std::path::Path, server: Server, real: &Real) {
             .map(|l| {
                 assert_eq!(l.job_id, real.id, "only the real job is left: {l:?}");
                 let out = kernel
-                    .run_chunk(real.n_chunks, l.chunk, &sweep_space::Control::new())
+                    .run_chunk(
+                        ChunkId::new(real.n_chunks, l.chunk),
+                        &sweep_space::Control::new(),
+                    )
                     .unwrap();
                 common::report(l, v1::ChunkOutput::from(&out))
             })

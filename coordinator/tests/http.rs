@@ -2,6 +2,7 @@
 //! done (chunks done, leased, failed verification, a duplicate) and checked against the coordinator's own
 //! `JobStatus` answer, then again once the job has finished (its rendered answer).
 
+use sweep_space::ChunkId;
 use sweep_testkit as common;
 
 use std::collections::BTreeMap;
@@ -153,8 +154,11 @@ async fn dashboard_state_and_metrics_match_the_job() {
         )
         .unwrap();
     let run = |chunk| {
-        star.run_chunk(job.chunks_total, chunk, &sweep_space::Control::new())
-            .unwrap()
+        star.run_chunk(
+            ChunkId::new(job.chunks_total, chunk),
+            &sweep_space::Control::new(),
+        )
+        .unwrap()
     };
     let honest = run(leases[0].chunk);
     let mut lie = v1::ChunkOutput::from(&run(leases[1].chunk));

@@ -1,6 +1,7 @@
 //! The coordinator's gRPC services driven on loopback through `sweep-client` and a scripted worker: garbled and
 //! hostile requests are refused with a clear status, never a panic, and never cost stored progress.
 
+use sweep_space::ChunkId;
 use sweep_testkit as common;
 
 use std::time::Duration;
@@ -73,8 +74,7 @@ async fn hostile_requests_are_refused_and_progress_survives() {
         .unwrap();
     let honest = star
         .run_chunk(
-            job.chunks_total,
-            leases[0].chunk,
+            ChunkId::new(job.chunks_total, leases[0].chunk),
             &sweep_space::Control::new(),
         )
         .unwrap();

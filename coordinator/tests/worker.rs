@@ -3,6 +3,7 @@
 //! thread survives it and runs every other chunk), and chunks that only finish when all of them run at once
 //! (a worker's threads are its own, however many: more than tokio's blocking pool would hold).
 
+use sweep_space::ChunkId;
 use sweep_testkit as common;
 
 use std::sync::{Condvar, Mutex};
@@ -50,7 +51,7 @@ impl Job for TogetherJob {
         })
     }
 
-    fn run_chunk(&self, _n: u64, _chunk: u64, _ctl: &Control) -> Result<ChunkOutput, SpaceError> {
+    fn run_chunk(&self, _at: ChunkId, _ctl: &Control) -> Result<ChunkOutput, SpaceError> {
         let mut started = STARTED.lock().unwrap_or_else(|p| p.into_inner());
         *started += 1;
         ALL_STARTED.notify_all();
@@ -65,7 +66,7 @@ impl Job for TogetherJob {
         Ok(out)
     }
 
-    fn verify(&self, _n: u64, _chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+    fn verify(&self, _at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         out.check_nodes(1, "nodes")
     }
 
@@ -211,7 +212,7 @@ async fn a_panicking_kernel_fails_its_chunk_and_the_search_thread_runs_the_other
     assert!(
         poisoned
             .last_error
-            .contains("the search kernel panicked: chunk 3 is cursed"),
+            .contains("the search kernel panicked: chunk 3 of 8 is cursed"),
         "{}",
         poisoned.last_error
     );

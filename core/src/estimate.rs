@@ -6,6 +6,7 @@
 //! The estimates are a pure function of the job, so they are never stored: the shell computes them off the
 //! lock ([`estimate_chunks`], on the blocking pool) when a job is created or loaded, and hands them to the core.
 
+use sweep_space::ChunkId;
 use sweep_space::SpaceJob;
 
 /// Jobs with more chunks than this get no estimate: 8 bytes per chunk are kept while the job runs, and asking
@@ -52,11 +53,11 @@ pub fn estimate_chunks(job: &SpaceJob, n_chunks: u64) -> Option<Vec<f64>> {
         return None;
     }
     // Chunk 0 first: most spaces have no estimate, and they should cost one call, not one per chunk.
-    let first = job.estimate_chunk_nodes(n_chunks, 0)?;
+    let first = job.estimate_chunk_nodes(ChunkId::new(n_chunks, 0))?;
     let mut per_chunk = Vec::with_capacity(n_chunks as usize);
     per_chunk.push(first);
     for chunk in 1..n_chunks {
-        per_chunk.push(job.estimate_chunk_nodes(n_chunks, chunk)?);
+        per_chunk.push(job.estimate_chunk_nodes(ChunkId::new(n_chunks, chunk))?);
     }
     Some(per_chunk)
 }

@@ -1,6 +1,7 @@
 //! Chunk reports: checked outside the lock (decoding, the space's verifier and digests can be costly), then
 //! applied under it, where the scheduler decides whether the result is new, a vote, a duplicate or refused.
 
+use sweep_space::ChunkId;
 use sweep_space::{ChunkOutput, SpaceJob};
 use tracing::{info, warn};
 
@@ -86,9 +87,9 @@ impl Checked {
             };
         }
         let verified = if target.counts_only && output.solutions.is_empty() {
-            job.verify_counts(n_chunks, chunk, &output)
+            job.verify_counts(ChunkId::new(n_chunks, chunk), &output)
         } else {
-            job.verify(n_chunks, chunk, &output)
+            job.verify(ChunkId::new(n_chunks, chunk), &output)
         };
         if target.counts_only {
             // Dropped before the digest: workers that listed and workers that did not must agree.

@@ -169,7 +169,7 @@ pub fn last_readers(nodes: &[DagNode]) -> Vec<Option<usize>> {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use sweep_space::{Answer, ChunkOutput, Control, Job, Plan};
+    use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, Plan};
 
     /// A test space: job `n` reads the jobs its parameters list, so any graph can be described.
     #[derive(Debug)]
@@ -244,10 +244,10 @@ mod tests {
                 total_nodes: None,
             })
         }
-        fn run_chunk(&self, _: u64, _: u64, _: &Control) -> Result<ChunkOutput, SpaceError> {
+        fn run_chunk(&self, _at: ChunkId, _: &Control) -> Result<ChunkOutput, SpaceError> {
             Ok(ChunkOutput::default())
         }
-        fn verify(&self, _: u64, _: u64, _: &ChunkOutput) -> Result<(), SpaceError> {
+        fn verify(&self, _at: ChunkId, _: &ChunkOutput) -> Result<(), SpaceError> {
             Ok(())
         }
         fn result(&self, _: &Answer) -> serde_json::Value {

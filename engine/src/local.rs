@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+use sweep_space::ChunkId;
 
 use sweep_space::{Answer, AnswerMerge, ChunkControl, ChunkOutput, SpaceError, SpaceJob};
 
@@ -71,7 +72,7 @@ pub fn run_chunks(
                 if i >= n {
                     break;
                 }
-                let mut out = match job.run_chunk(n, i, ctl) {
+                let mut out = match job.run_chunk(ChunkId::new(n, i), ctl) {
                     Ok(out) => out,
                     Err(e) => {
                         failed.store(true, Ordering::Relaxed);
@@ -257,16 +258,15 @@ mod tests {
         }
         fn run_chunk(
             &self,
-            _: u64,
-            chunk: u64,
+            at: ChunkId,
             _: &sweep_space::Control,
         ) -> Result<ChunkOutput, SpaceError> {
-            if chunk == self.0 {
-                return Err(SpaceError::Verification(format!("chunk {chunk} breaks")));
+            if at.chunk == self.0 {
+                return Err(SpaceError::Verification(format!("{at} breaks")));
             }
             Ok(ChunkOutput::default())
         }
-        fn verify(&self, _: u64, _: u64, _: &ChunkOutput) -> Result<(), SpaceError> {
+        fn verify(&self, _at: ChunkId, _: &ChunkOutput) -> Result<(), SpaceError> {
             Ok(())
         }
         fn result(&self, _: &Answer) -> serde_json::Value {

@@ -5,7 +5,7 @@ use std::fmt::Display;
 use std::ops::RangeInclusive;
 
 use crate::perm::split_range;
-use crate::{Plan, SpaceError};
+use crate::{ChunkId, SpaceError};
 
 impl SpaceError {
     /// A bad parameter `name`, and why: what a space's `build` returns for a value it cannot search.
@@ -13,6 +13,14 @@ impl SpaceError {
         SpaceError::InvalidParam {
             name,
             reason: reason.into(),
+        }
+    }
+
+    /// Chunk `at` lies outside every plan the job can make.
+    pub fn out_of_plan(at: ChunkId) -> SpaceError {
+        SpaceError::ChunkOutOfRange {
+            chunk: at.chunk,
+            n_chunks: at.n_chunks,
         }
     }
 
@@ -38,18 +46,19 @@ impl SpaceError {
     }
 }
 
-impl Plan {
-    /// Chunk `chunk`'s part `[lo, hi)` of `0..total`, once the index is checked against a plan of at most `max`
-    /// chunks ([`Plan::check_chunk`]): how a space that cuts a range (ranks, prefixes, integers) finds its chunk,
-    /// in `run_chunk` and again in `verify`, the same way on the worker and the coordinator.
-    pub fn chunk_range(
-        total: u128,
-        n_chunks: u64,
-        chunk: u64,
-        max: u64,
-    ) -> Result<(u128, u128), SpaceError> {
-        Plan::check_chunk(chunk, n_chunks, max)?;
-        Ok(split_range(total, n_chunks, chunk))
+impl ChunkId {
+    /// This chunk's part `[lo, hi)` of `0..total`, once it is checked against a plan of at most `max` chunks
+    /// ([`ChunkId::check`]): how a space that cuts a range (ranks, prefixes, integers) finds its chunk, in
+    /// `run_chunk` and again in `verify`, the same way on the worker and the coordinator.
+    pub fn range(self, total: u128, max: u64) -> Result<(u128, u128), SpaceError> {
+        self.check(max)?;
+        Ok(self.split(total))
+    }
+
+    /// This chunk's part of `0..total` without a check: for a job's own code, once the chunk is known to be in
+    /// its plan.
+    pub fn split(self, total: u128) -> (u128, u128) {
+        split_range(total, self.n_chunks, self.chunk)
     }
 }
 
@@ -79,10 +88,11 @@ mod tests {
 
     #[test]
     fn a_chunk_range_is_the_split_of_a_chunk_inside_its_plan() {
-        assert_eq!(Plan::chunk_range(10, 3, 0, 10), Ok((0, 3)));
-        assert_eq!(Plan::chunk_range(10, 3, 2, 10), Ok((6, 10)));
-        let ranges: Vec<_> = (0..4)
-            .map(|c| Plan::chunk_range(7, 4, c, 7).expect("in the plan"))
+        let at = |chunk, n_chunks| ChunkId::new(n_chunks, chunk);
+        assert_eq!(at(0, 3).range(10, 10), Ok((0, 3)));
+        assert_eq!(at(2, 3).range(10, 10), Ok((6, 10)));
+        let ranges: Vec<_> = ChunkId::all(4)
+            .map(|c| c.range(7, 7).expect("in the plan"))
             .collect();
         assert_eq!(ranges, [(0, 1), (1, 3), (3, 5), (5, 7)]);
     }
@@ -90,9 +100,10 @@ mod tests {
     #[test]
     fn a_chunk_outside_its_plan_has_no_range() {
         let out = |chunk, n_chunks| SpaceError::ChunkOutOfRange { chunk, n_chunks };
-        assert_eq!(Plan::chunk_range(10, 3, 3, 10), Err(out(3, 3)));
+        let at = |chunk, n_chunks| ChunkId::new(n_chunks, chunk);
+        assert_eq!(at(3, 3).range(10, 10), Err(out(3, 3)));
         assert_eq!(
-            Plan::chunk_range(10, 11, 0, 10),
+            at(0, 11).range(10, 10),
             Err(out(0, 11)),
             "a plan of more chunks than the job can make"
         );

@@ -10,8 +10,44 @@ use crate::control::Control;
 use crate::error::SpaceError;
 use crate::output::{Answer, ChunkOutput};
 
-/// How a job is split. Computed once when the job is submitted and stored with it; workers receive only
-/// `n_chunks` and a chunk index, and the job maps the pair to its part of the space deterministically.
+/// One chunk of a plan: chunk `chunk` of `n_chunks`, the whole address a kernel, a verifier or an estimate needs
+/// (the job maps it to its part of the space deterministically). Named fields, so the two numbers cannot trade
+/// places the way two bare `u64`s can.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ChunkId {
+    pub n_chunks: u64,
+    pub chunk: u64,
+}
+
+impl ChunkId {
+    /// Chunk `chunk` of a plan of `n_chunks` (the order of the fields, and of the wire's lease).
+    pub const fn new(n_chunks: u64, chunk: u64) -> ChunkId {
+        ChunkId { n_chunks, chunk }
+    }
+
+    /// Every chunk of a plan of `n_chunks`, in order.
+    pub fn all(n_chunks: u64) -> impl Iterator<Item = ChunkId> {
+        (0..n_chunks).map(move |chunk| ChunkId::new(n_chunks, chunk))
+    }
+
+    /// Checks this chunk against a job that plans at most `max` chunks: `chunk` must be one of `n_chunks`, and
+    /// `n_chunks` a plan the job can make. A kernel asked for a chunk outside its plan must say so, never guess.
+    pub fn check(self, max: u64) -> Result<(), SpaceError> {
+        if self.chunk >= self.n_chunks || self.n_chunks > max {
+            return Err(SpaceError::out_of_plan(self));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for ChunkId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "chunk {} of {}", self.chunk, self.n_chunks)
+    }
+}
+
+/// How a job is split. Computed once when the job is submitted and stored with it; workers receive only a
+/// [`ChunkId`], and the job maps it to its part of the space deterministically.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     pub n_chunks: u64,
@@ -21,13 +57,9 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Checks a chunk index against its plan: `chunk` must be one of `n_chunks`, and `n_chunks` a plan this job
-    /// can make (at most `max`). A kernel asked for a chunk outside its plan must say so, never guess.
-    pub fn check_chunk(chunk: u64, n_chunks: u64, max: u64) -> Result<(), SpaceError> {
-        if chunk >= n_chunks || n_chunks > max {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
-        Ok(())
+    /// Every chunk of this plan, in order.
+    pub fn chunks(&self) -> impl Iterator<Item = ChunkId> {
+        ChunkId::all(self.n_chunks)
     }
 
     /// The chunk count for a job that splits into at most `max` chunks: the user's `requested` (`--chunks`),
@@ -69,30 +101,20 @@ pub trait Job: Send + Sync + Debug {
     /// Splits the job. `requested` is the user's `--chunks`; `None` picks the space's default.
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError>;
 
-    /// Runs chunk `chunk` of `n_chunks`. Deterministic: the same chunk gives the same output on every machine.
+    /// Runs chunk `at`. Deterministic: the same chunk gives the same output on every machine.
     /// A long chunk may save where it is with [`Control::save_resume_state`] and continue from
     /// [`Control::resume_state`] when it is run again after an interruption.
-    fn run_chunk(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        ctl: &Control,
-    ) -> Result<ChunkOutput, SpaceError>;
+    fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError>;
 
     /// Cheap checks of a reported output: every solution is a real, canonical solution of this job.
-    fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError>;
+    fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError>;
 
     /// Checks an output of a job that keeps counts only (`--count-only`): the engine has dropped any list of
     /// solutions, so only what the counters say on their own can be checked. The default checks that no list
     /// is left; spaces override it to check their counters' names and relations (e.g. `solutions >= unique`).
     /// Such a job's counts are not re-verified solution by solution, so it is shown as unverified unless it is
     /// replicated.
-    fn verify_counts(
-        &self,
-        _n_chunks: u64,
-        _chunk: u64,
-        out: &ChunkOutput,
-    ) -> Result<(), SpaceError> {
+    fn verify_counts(&self, _at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         out.check_unlisted("solutions")
     }
 
@@ -164,21 +186,21 @@ pub trait Job: Send + Sync + Debug {
         })
     }
 
-    /// An estimate of the nodes [`Job::run_chunk`] will count for chunk `chunk` of `n_chunks`, made without
+    /// An estimate of the nodes [`Job::run_chunk`] will count for chunk `at`, made without
     /// running it; `None` (the default) when the space has no honest estimate. It exists for jobs whose size
     /// is not known in advance ([`Plan::total_nodes`] is `None`, e.g. a backtracking search): without it the
     /// engine can only extrapolate from finished chunks, which misleads when chunks differ in size. The
     /// engine combines the estimates with the real sizes of finished chunks into the job's expected size, for
     /// progress and ETAs only; nothing else depends on it.
     ///
-    /// Contract: pure and deterministic (a function of the job, `n_chunks` and `chunk` alone, so any process
+    /// Contract: pure and deterministic (a function of the job and `at` alone, so any process
     /// gets the same figure and nothing needs storing), cheap (the engine asks for every chunk of a job when
     /// the job is created or loaded, off its lock: think microseconds, not a run of the chunk), and either
     /// `Some` for every chunk of a plan or for none (the engine asks chunk 0 first and stops at a `None`).
     /// Finite and non-negative; an unbiased estimate (e.g. Knuth's random probes of a backtracking tree) is
     /// worth more than a precise-looking biased one, since the engine corrects only for a bias it sees in
     /// finished chunks.
-    fn estimate_chunk_nodes(&self, _n_chunks: u64, _chunk: u64) -> Option<f64> {
+    fn estimate_chunk_nodes(&self, _at: ChunkId) -> Option<f64> {
         None
     }
 

@@ -1,6 +1,6 @@
 //! sweep's search-space contract: what a search space is to the engine, with no engine attached.
 //!
-//! - [`Job`]: one search with fixed parameters: a plan into `n_chunks` chunks addressed only by their index, a
+//! - [`Job`]: one search with fixed parameters: a plan into `n_chunks` chunks addressed only by a [`ChunkId`], a
 //!   kernel that runs one chunk under a [`Control`] handle (progress, cancellation, resume state), a verifier of
 //!   reported results, and a summary of the merged [`Answer`].
 //! - [`SearchSpace`]: the typed side: clap/serde parameters and a validating constructor.
@@ -12,7 +12,7 @@
 //! - [`Meter`]: the node accounting of every kernel: exact counts, progress published and cancellation checked
 //!   every [`STEPS_PER_CHECK`] steps.
 //! - Checks every space makes alike: [`SpaceError::check_param_range`] for a parameter's bounds and
-//!   [`Plan::chunk_range`] for a chunk's part of a range.
+//!   [`ChunkId::range`] for a chunk's part of a range.
 //! - Helpers every space may use and none should write twice: [`perm`] (factorials, permutation rank and unrank,
 //!   and the exact split of a rank range into chunks) and [`rng`] (the frozen splitmix64 generator whose bits are
 //!   part of stored answers).
@@ -33,7 +33,7 @@ pub mod testkit;
 
 pub use control::{ChunkControl, Control, MAX_RESUME_STATE_BYTES};
 pub use error::{json_u128, SpaceError};
-pub use job::{FileOption, FileRead, Job, JobInput, Plan, SearchSpace};
+pub use job::{ChunkId, FileOption, FileRead, Job, JobInput, Plan, SearchSpace};
 pub use meter::{Meter, STEPS_PER_CHECK};
 pub use output::{
     Answer, AnswerMerge, ChunkOutput, Tally, MAX_REPORT_SOLUTIONS, MAX_SHOWN_SOLUTIONS,

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::{ChunkOutput, Control, FileOption, Job, Plan, SearchSpace, SpaceError};
+use crate::{ChunkId, ChunkOutput, Control, FileOption, Job, Plan, SearchSpace, SpaceError};
 
 /// A registry entry: a [`SearchSpace`] with its types erased. Implement it by hand only for a space whose
 /// parameters are not a clap/serde struct; [`Registry::with`] wraps a [`SearchSpace`] for you.
@@ -239,11 +239,8 @@ impl SpaceJob {
         &self.job
     }
 
-    fn check(n_chunks: u64, chunk: u64) -> Result<(), SpaceError> {
-        if chunk >= n_chunks {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
-        Ok(())
+    fn check(at: ChunkId) -> Result<(), SpaceError> {
+        at.check(u64::MAX)
     }
 
     pub fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
@@ -257,29 +254,19 @@ impl SpaceJob {
         Ok(plan)
     }
 
-    pub fn run_chunk(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        ctl: &Control,
-    ) -> Result<ChunkOutput, SpaceError> {
-        Self::check(n_chunks, chunk)?;
-        self.job.run_chunk(n_chunks, chunk, ctl)
+    pub fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError> {
+        Self::check(at)?;
+        self.job.run_chunk(at, ctl)
     }
 
-    pub fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        Self::check(n_chunks, chunk)?;
-        self.job.verify(n_chunks, chunk, out)
+    pub fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+        Self::check(at)?;
+        self.job.verify(at, out)
     }
 
-    pub fn verify_counts(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        out: &ChunkOutput,
-    ) -> Result<(), SpaceError> {
-        Self::check(n_chunks, chunk)?;
-        self.job.verify_counts(n_chunks, chunk, out)
+    pub fn verify_counts(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+        Self::check(at)?;
+        self.job.verify_counts(at, out)
     }
 
     pub fn threads_per_chunk(&self) -> u32 {
@@ -292,10 +279,10 @@ impl SpaceJob {
     }
 
     /// A space's arithmetic gone wrong must not become a negative or infinite job size downstream.
-    pub fn estimate_chunk_nodes(&self, n_chunks: u64, chunk: u64) -> Option<f64> {
-        Self::check(n_chunks, chunk).ok()?;
+    pub fn estimate_chunk_nodes(&self, at: ChunkId) -> Option<f64> {
+        Self::check(at).ok()?;
         self.job
-            .estimate_chunk_nodes(n_chunks, chunk)
+            .estimate_chunk_nodes(at)
             .filter(|e| e.is_finite() && *e >= 0.0)
     }
 
@@ -332,19 +319,19 @@ mod tests {
                 total_nodes: Some(u128::from(self.0)),
             })
         }
-        fn run_chunk(&self, n: u64, c: u64, _: &Control) -> Result<ChunkOutput, SpaceError> {
-            let nodes = (0..self.0).filter(|i| i % n == c).count() as u64;
+        fn run_chunk(&self, at: ChunkId, _: &Control) -> Result<ChunkOutput, SpaceError> {
+            let nodes = (0..self.0).filter(|i| i % at.n_chunks == at.chunk).count() as u64;
             Ok(ChunkOutput {
                 nodes,
                 ..Default::default()
             })
         }
-        fn verify(&self, _: u64, _: u64, _: &ChunkOutput) -> Result<(), SpaceError> {
+        fn verify(&self, _at: ChunkId, _: &ChunkOutput) -> Result<(), SpaceError> {
             Ok(())
         }
         /// Careless arithmetic, as a space might have: negative past the middle, and no range check.
-        fn estimate_chunk_nodes(&self, n: u64, c: u64) -> Option<f64> {
-            Some((self.0 / n) as f64 - c as f64)
+        fn estimate_chunk_nodes(&self, at: ChunkId) -> Option<f64> {
+            Some((self.0 / at.n_chunks) as f64 - at.chunk as f64)
         }
         /// A MiB per counted number, so `--up-to 0` asks for a limit of nothing.
         fn chunk_memory(&self) -> Option<u64> {
@@ -382,26 +369,30 @@ mod tests {
         let again = reg.job_from_params("count", job.params()).unwrap();
         assert_eq!(again.params(), job.params());
         assert_eq!(
-            job.run_chunk(4, 4, &Control::new()),
+            job.run_chunk(ChunkId::new(4, 4), &Control::new()),
             Err(SpaceError::ChunkOutOfRange {
                 chunk: 4,
                 n_chunks: 4
             })
         );
         assert!(job
-            .verify(4, 9, &ChunkOutput::default())
+            .verify(ChunkId::new(4, 9), &ChunkOutput::default())
             .unwrap_err()
             .to_string()
             .contains("chunk 9"));
         let total: u64 = (0..4)
-            .map(|c| job.run_chunk(4, c, &Control::new()).unwrap().nodes)
+            .map(|c| {
+                job.run_chunk(ChunkId::new(4, c), &Control::new())
+                    .unwrap()
+                    .nodes
+            })
             .sum();
         assert_eq!(total, 10);
         // Estimates are forwarded, and the framework keeps impossible ones (negative, chunks outside the plan)
         // from reaching the engine.
-        assert_eq!(job.estimate_chunk_nodes(4, 1), Some(1.0));
-        assert_eq!(job.estimate_chunk_nodes(4, 3), None);
-        assert_eq!(job.estimate_chunk_nodes(4, 4), None);
+        assert_eq!(job.estimate_chunk_nodes(ChunkId::new(4, 1)), Some(1.0));
+        assert_eq!(job.estimate_chunk_nodes(ChunkId::new(4, 3)), None);
+        assert_eq!(job.estimate_chunk_nodes(ChunkId::new(4, 4)), None);
         // A chunk's memory is forwarded; a limit of zero bytes is none.
         assert_eq!(job.chunk_memory(), Some(10 << 20));
         let zero = reg
@@ -442,10 +433,10 @@ mod tests {
                 total_nodes: None,
             })
         }
-        fn run_chunk(&self, _: u64, _: u64, _: &Control) -> Result<ChunkOutput, SpaceError> {
+        fn run_chunk(&self, _at: ChunkId, _: &Control) -> Result<ChunkOutput, SpaceError> {
             Ok(ChunkOutput::default())
         }
-        fn verify(&self, _: u64, _: u64, _: &ChunkOutput) -> Result<(), SpaceError> {
+        fn verify(&self, _at: ChunkId, _: &ChunkOutput) -> Result<(), SpaceError> {
             Ok(())
         }
         fn threads_per_chunk(&self) -> u32 {

@@ -19,6 +19,7 @@
 //! what the framework adds (names, canonical parameters, chunk-range checks). Failures panic with a message that
 //! names the chunking and chunk, as test assertions do.
 
+use crate::ChunkId;
 use std::time::{Duration, Instant};
 
 use crate::{
@@ -69,14 +70,14 @@ pub fn run_all(job: &dyn Job, requested: Option<u64>) -> Answer {
 pub fn run_verified(job: &dyn Job, n_chunks: u64, chunk: u64) -> ChunkOutput {
     let name = job.space();
     let out = job
-        .run_chunk(n_chunks, chunk, &Control::new())
+        .run_chunk(ChunkId::new(n_chunks, chunk), &Control::new())
         .unwrap_or_else(|e| panic!("{name}: chunk {chunk} of {n_chunks} fails: {e}"));
-    if let Err(e) = job.verify(n_chunks, chunk, &out) {
+    if let Err(e) = job.verify(ChunkId::new(n_chunks, chunk), &out) {
         panic!("{name}: chunk {chunk} of {n_chunks}: its own output does not verify: {e}");
     }
     let mut counts_only = out.clone();
     counts_only.solutions.clear();
-    if let Err(e) = job.verify_counts(n_chunks, chunk, &counts_only) {
+    if let Err(e) = job.verify_counts(ChunkId::new(n_chunks, chunk), &counts_only) {
         panic!("{name}: chunk {chunk} of {n_chunks}: its counts do not verify: {e}");
     }
     out
@@ -141,7 +142,7 @@ pub fn out_of_plan_refused(job: &dyn Job, too_many: u64) {
         .n_chunks;
     for (n_chunks, chunk) in [(n, n), (too_many, 0)] {
         assert_eq!(
-            job.run_chunk(n_chunks, chunk, &Control::new()),
+            job.run_chunk(ChunkId::new(n_chunks, chunk), &Control::new()),
             Err(SpaceError::ChunkOutOfRange { chunk, n_chunks }),
             "{name}: chunk {chunk} of {n_chunks} runs"
         );
@@ -181,7 +182,7 @@ pub fn lies_refused(job: &dyn Job, n_chunks: u64, chunk: u64, checked: &[&str]) 
     lies.push(("a made-up solution", bogus));
     for (what, lie) in &lies {
         assert!(
-            job.verify(n_chunks, chunk, lie).is_err(),
+            job.verify(ChunkId::new(n_chunks, chunk), lie).is_err(),
             "{name}: chunk {chunk} of {n_chunks}: the verifier accepts {what}"
         );
     }
@@ -205,7 +206,7 @@ pub fn resumed_equals_uninterrupted(
     let whole = run_verified(job, n_chunks, chunk);
     let handle = ChunkControl::new(None);
     let saved = std::thread::scope(|s| {
-        let run = s.spawn(|| job.run_chunk(n_chunks, chunk, handle.control()));
+        let run = s.spawn(|| job.run_chunk(ChunkId::new(n_chunks, chunk), handle.control()));
         let deadline = Instant::now() + wait;
         let mut saved = None;
         while !run.is_finished() && Instant::now() < deadline {
@@ -225,7 +226,7 @@ pub fn resumed_equals_uninterrupted(
     };
     let resumed = ChunkControl::new(Some(state.clone()));
     let again = job
-        .run_chunk(n_chunks, chunk, resumed.control())
+        .run_chunk(ChunkId::new(n_chunks, chunk), resumed.control())
         .unwrap_or_else(|e| panic!("{name}: chunk {chunk} resumed from {state:?} fails: {e}"));
     assert_eq!(
         again, whole,

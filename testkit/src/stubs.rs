@@ -3,6 +3,7 @@
 //! panics. Register it next to the test spaces: `spaces().with::<Counting>()`.
 
 use serde::{Deserialize, Serialize};
+use sweep_space::ChunkId;
 use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
 
 /// The `counting` space.
@@ -41,20 +42,20 @@ impl Job for CountingJob {
         })
     }
 
-    fn run_chunk(&self, _n: u64, chunk: u64, _ctl: &Control) -> Result<ChunkOutput, SpaceError> {
-        if self.0.panic_at == Some(chunk) {
-            panic!("chunk {chunk} is cursed");
+    fn run_chunk(&self, at: ChunkId, _ctl: &Control) -> Result<ChunkOutput, SpaceError> {
+        if self.0.panic_at == Some(at.chunk) {
+            panic!("{at} is cursed");
         }
         let mut out = ChunkOutput {
-            nodes: chunk + 1,
+            nodes: at.chunk + 1,
             ..ChunkOutput::default()
         };
         out.count("found", 1);
         Ok(out)
     }
 
-    fn verify(&self, _n: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        out.check_nodes(u128::from(chunk) + 1, "nodes")
+    fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+        out.check_nodes(u128::from(at.chunk) + 1, "nodes")
     }
 
     fn result(&self, answer: &Answer) -> serde_json::Value {
@@ -76,12 +77,15 @@ mod tests {
         let job = registry
             .job_from_params("counting", &serde_json::json!({"panic_at": 2}))
             .unwrap();
-        let out = job.run_chunk(4, 1, &Control::new()).unwrap();
+        let out = job.run_chunk(ChunkId::new(4, 1), &Control::new()).unwrap();
         assert_eq!(out.nodes, 2);
-        job.verify(4, 1, &out).unwrap();
-        assert!(job.verify(4, 0, &out).is_err(), "a lie about the nodes");
+        job.verify(ChunkId::new(4, 1), &out).unwrap();
+        assert!(
+            job.verify(ChunkId::new(4, 0), &out).is_err(),
+            "a lie about the nodes"
+        );
         let cursed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            job.run_chunk(4, 2, &Control::new())
+            job.run_chunk(ChunkId::new(4, 2), &Control::new())
         }));
         assert!(cursed.is_err(), "chunk 2 panics");
     }

@@ -2,6 +2,7 @@
 
 use sweep_client::WorkClient;
 use sweep_proto::v1;
+use sweep_space::ChunkId;
 use sweep_space::Registry;
 use tonic::Status;
 
@@ -25,7 +26,10 @@ pub fn run_lease(lease: &v1::ChunkLease) -> v1::ChunkOutput {
         )
         .expect("a leased job builds");
     let out = job
-        .run_chunk(lease.n_chunks, lease.chunk, &sweep_space::Control::new())
+        .run_chunk(
+            ChunkId::new(lease.n_chunks, lease.chunk),
+            &sweep_space::Control::new(),
+        )
         .expect("the chunk runs");
     v1::ChunkOutput::from(&out)
 }

@@ -3,6 +3,7 @@
 //! next run gives the original answer again.
 
 use std::time::Duration;
+use sweep_space::ChunkId;
 
 use crate::support::{scratch, stdout_json, sweep};
 
@@ -129,7 +130,7 @@ fn stored_chunks_sum_to_the_answer_and_a_slice_equals_another_plan_s_chunk() {
         .expect("star job");
     // Chunk 2 of 16 covers chunks 8..12 of 64: the plans split the same prefix list at multiples of 1/64.
     let other = job
-        .run_chunk(16, 2, &sweep_space::Control::new())
+        .run_chunk(ChunkId::new(16, 2), &sweep_space::Control::new())
         .expect("chunk");
     assert_eq!(slice[4]["nodes"], other.nodes);
     for name in ["solutions", "unique"] {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sweep_proto::v1;
-use sweep_space::ChunkControl;
+use sweep_space::{ChunkControl, ChunkId};
 use tokio::sync::watch;
 use tracing::warn;
 
@@ -72,7 +72,7 @@ pub(crate) fn executor(
             Ok(job) => {
                 let (n, c) = (lease.n_chunks, lease.chunk);
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    job.run_chunk(n, c, ctl.control())
+                    job.run_chunk(ChunkId::new(n, c), ctl.control())
                 }));
                 match ran {
                     Ok(r) => r.map_err(|e| {

@@ -155,12 +155,7 @@ impl Job for QueensJob {
         })
     }
 
-    fn run_chunk(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        ctl: &Control,
-    ) -> Result<ChunkOutput, SpaceError> {
+    fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError> {
         let mine: Vec<Prefix> = self
             .prefixes
             .iter()
@@ -191,7 +186,7 @@ impl Job for QueensJob {
         Ok(out)
     }
 
-    fn verify(&self, _n_chunks: u64, _chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+    fn verify(&self, _at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         // A count cannot be re-derived cheaply; what can be checked is its shape. `--replicate 2` checks more.
         if !out.solutions.is_empty() || !out.artifact.is_empty() {
             return Err(SpaceError::Verification(
@@ -290,13 +285,13 @@ mod tests {
     #[test]
     fn a_resumed_chunk_counts_what_it_had_and_the_rest_once() {
         let j = job(10);
-        let whole = j.run_chunk(2, 1, &Control::new()).unwrap();
+        let whole = j.run_chunk(ChunkId::new(2, 1), &Control::new()).unwrap();
         let first = j.count(j.prefixes[1]);
         let ctl = sweep_space::ChunkControl::new(Some(format!("1 {} {}", first.0, first.1)));
-        assert_eq!(j.run_chunk(2, 1, ctl.control()).unwrap(), whole);
+        assert_eq!(j.run_chunk(ChunkId::new(2, 1), ctl.control()).unwrap(), whole);
         // Garbage is not trusted: the chunk starts over and still counts right.
         let ctl = sweep_space::ChunkControl::new(Some("9999 1 2".into()));
-        assert_eq!(j.run_chunk(2, 1, ctl.control()).unwrap(), whole);
+        assert_eq!(j.run_chunk(ChunkId::new(2, 1), ctl.control()).unwrap(), whole);
     }
 
     /// What the engine relies on, checked by the contract crate's kit on the job as `sweep` registers it.
@@ -326,9 +321,9 @@ mod tests {
         let j = job(8);
         let mut out = ChunkOutput::default();
         out.count("solutions", 3);
-        assert!(j.verify(4, 0, &out).is_err());
+        assert!(j.verify(ChunkId::new(4, 0), &out).is_err());
         out.solutions.push("x".into());
-        assert!(j.verify(4, 0, &out).is_err());
+        assert!(j.verify(ChunkId::new(4, 0), &out).is_err());
         assert!(j.plan(Some(10_000)).is_err());
     }
 }

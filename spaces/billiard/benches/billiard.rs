@@ -8,6 +8,7 @@
 
 use std::hint::black_box;
 use std::time::Instant;
+use sweep_space::ChunkId;
 
 use sweep_billiard::strategy::{self, prefixes, Saves, SAVE_EVERY};
 use sweep_billiard::triangle::{Geometry, ORIGINAL_GROUPS};
@@ -74,7 +75,7 @@ fn kernel_slice(start: u64, end: u64) -> (u64, u128) {
     })
     .expect("valid slice");
     let ctl = Control::new();
-    let out = job.run_chunk(1, 0, &ctl).expect("chunk runs");
+    let out = job.run_chunk(ChunkId::new(1, 0), &ctl).expect("chunk runs");
     (
         out.nodes,
         out.counters.get("solutions").copied().unwrap_or(0),
@@ -98,7 +99,8 @@ fn strategy_saving(rows: u32, every: u64) -> (f64, u64, u64, usize) {
         sink: &mut sink,
     };
     let t = Instant::now();
-    let out = strategy::run_chunk(&geo, &prefixes, 1, 0, &ctl, None, saves).expect("chunk runs");
+    let out = strategy::run_chunk(&geo, &prefixes, ChunkId::new(1, 0), &ctl, None, saves)
+        .expect("chunk runs");
     let s = t.elapsed().as_secs_f64();
     (s, black_box(out.nodes), saved, largest)
 }
@@ -219,7 +221,9 @@ fn main() {
         let mut nodes = 0u64;
         let mut solutions = 0u128;
         for i in 0..plan.n_chunks {
-            let out = job.run_chunk(plan.n_chunks, i, &ctl).expect("chunk runs");
+            let out = job
+                .run_chunk(ChunkId::new(plan.n_chunks, i), &ctl)
+                .expect("chunk runs");
             nodes += out.nodes;
             solutions += out.counters.get("solutions").copied().unwrap_or(0);
         }

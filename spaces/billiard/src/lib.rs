@@ -20,8 +20,9 @@ pub mod triangle;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use sweep_space::ChunkId;
 
-use sweep_space::perm::{split_range, FACTORIALS, MAX_N};
+use sweep_space::perm::{FACTORIALS, MAX_N};
 use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
 
 use self::brute::Brute;
@@ -152,18 +153,18 @@ impl BilliardJob {
     }
 
     /// A brute-force chunk tests every permutation of its rank range once, listed or not.
-    fn check_nodes(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+    fn check_nodes(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         if self.params.method == Method::Brute {
-            let (lo, hi) = self.chunk_ranks(n_chunks, chunk);
+            let (lo, hi) = self.chunk_ranks(at);
             out.check_nodes(u128::from(hi - lo), "permutations tested")?;
         }
         Ok(())
     }
 
     /// The rank range of brute chunk `chunk`.
-    fn chunk_ranks(&self, n_chunks: u64, chunk: u64) -> (u64, u64) {
+    fn chunk_ranks(&self, at: ChunkId) -> (u64, u64) {
         let (lo, hi) = self.ranks;
-        let (a, b) = split_range(u128::from(hi - lo), n_chunks, chunk);
+        let (a, b) = at.split(u128::from(hi - lo));
         // a, b <= hi - lo, which is a u64.
         (lo + a as u64, lo + b as u64)
     }
@@ -187,17 +188,12 @@ impl Job for BilliardJob {
         })
     }
 
-    fn run_chunk(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        ctl: &Control,
-    ) -> Result<ChunkOutput, SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+    fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError> {
+        at.check(self.max_chunks())?;
         match self.params.method {
             Method::Brute => {
                 let mut out = ChunkOutput::default();
-                let (lo, hi) = self.chunk_ranks(n_chunks, chunk);
+                let (lo, hi) = self.chunk_ranks(at);
                 Brute::new(&self.geo, lo, hi, ctl, &mut out).run()?;
                 Ok(out)
             }
@@ -210,8 +206,7 @@ impl Job for BilliardJob {
                 strategy::run_chunk(
                     &self.geo,
                     &self.prefixes,
-                    n_chunks,
-                    chunk,
+                    at,
                     ctl,
                     ctl.resume_state(),
                     saves,
@@ -220,10 +215,10 @@ impl Job for BilliardJob {
         }
     }
 
-    fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+    fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+        at.check(self.max_chunks())?;
         out.check_unique_counters("billiard")?;
-        self.check_nodes(n_chunks, chunk, out)?;
+        self.check_nodes(at, out)?;
         for s in &out.solutions {
             let balls = self.geo.parse_solution(s)?;
             if self.geo.canonical(&balls) != balls {
@@ -235,16 +230,11 @@ impl Job for BilliardJob {
         Ok(())
     }
 
-    fn verify_counts(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        out: &ChunkOutput,
-    ) -> Result<(), SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+    fn verify_counts(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+        at.check(self.max_chunks())?;
         out.check_unique_counts_only("billiard")?;
         out.check_unlisted("triangles")?;
-        self.check_nodes(n_chunks, chunk, out)
+        self.check_nodes(at, out)
     }
 
     fn result(&self, answer: &Answer) -> Value {

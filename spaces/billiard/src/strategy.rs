@@ -22,8 +22,7 @@
 
 use std::ops::Range;
 
-use sweep_space::perm::split_range;
-use sweep_space::{ChunkOutput, Control, Meter, SpaceError, MAX_RESUME_STATE_BYTES};
+use sweep_space::{ChunkId, ChunkOutput, Control, Meter, SpaceError, MAX_RESUME_STATE_BYTES};
 
 use super::triangle::{encode, index, Geometry};
 
@@ -161,13 +160,12 @@ pub struct Saves<'s> {
 pub fn run_chunk(
     geo: &Geometry,
     prefixes: &[[u8; 2]],
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     ctl: &Control,
     resume: Option<&str>,
     saves: Saves,
 ) -> Result<ChunkOutput, SpaceError> {
-    let (lo, hi) = split_range(prefixes.len() as u128, n_chunks, chunk);
+    let (lo, hi) = at.split(prefixes.len() as u128);
     // lo <= hi <= prefixes.len(), a usize.
     let mine = lo as usize..hi as usize;
     let mut search = Strategy {
@@ -176,7 +174,7 @@ pub fn run_chunk(
         out: ChunkOutput::default(),
         board: Board::new(geo.rows),
         meter: Meter::new(ctl),
-        id: ChunkId { n_chunks, chunk },
+        id: at,
         prefix: mine.start,
         report_every: REPORT_EVERY.min(saves.every.max(1)),
         save_every: saves.every,
@@ -193,13 +191,6 @@ pub fn run_chunk(
         search.run_prefix(p)?;
     }
     Ok(search.finish())
-}
-
-/// The chunk a state belongs to; with the rows, it says which prefixes the state's index counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct ChunkId {
-    n_chunks: u64,
-    chunk: u64,
 }
 
 /// A parsed state, not yet checked against the chunk.
@@ -241,10 +232,7 @@ fn parse_state(text: &str) -> Option<Saved> {
     let mut field = |key: &str| words.next()?.strip_prefix(key)?.strip_prefix('=');
     let rows = field("rows")?.parse().ok()?;
     let (chunk, n_chunks) = field("chunk")?.split_once('/')?;
-    let id = ChunkId {
-        n_chunks: n_chunks.parse().ok()?,
-        chunk: chunk.parse().ok()?,
-    };
+    let id = ChunkId::new(n_chunks.parse().ok()?, chunk.parse().ok()?);
     let prefix = field("prefix")?.parse().ok()?;
     let path = field("path")?
         .split(',')

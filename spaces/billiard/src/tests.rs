@@ -367,28 +367,34 @@ fn verify_rejects_lies() {
     let j = job(4, Method::Strategy, None);
     let plan = j.plan(Some(3)).unwrap();
     let (idx, good) = (0..plan.n_chunks)
-        .map(|i| (i, j.run_chunk(plan.n_chunks, i, &Control::new()).unwrap()))
+        .map(|i| {
+            (
+                i,
+                j.run_chunk(ChunkId::new(plan.n_chunks, i), &Control::new())
+                    .unwrap(),
+            )
+        })
         .find(|(_, o)| !o.solutions.is_empty())
         .unwrap();
     let mut dropped = good.clone();
     dropped.solutions.pop();
-    assert!(j.verify(3, idx, &dropped).is_err());
+    assert!(j.verify(ChunkId::new(3, idx), &dropped).is_err());
     let mut broken = good.clone();
     broken.solutions[0] = "1,2,3,4,5,6,7,8,9,10".into();
-    assert!(j.verify(3, idx, &broken).is_err());
+    assert!(j.verify(ChunkId::new(3, idx), &broken).is_err());
     let mut mirrored = good.clone();
     let geo = Geometry::new(4);
     let balls = geo.parse_solution(&mirrored.solutions[0]).unwrap();
     mirrored.solutions[0] = encode(&geo.mirrored(&balls));
-    assert!(j.verify(3, idx, &mirrored).is_err());
+    assert!(j.verify(ChunkId::new(3, idx), &mirrored).is_err());
     let mut inflated = good;
     inflated.count("unique", 1);
-    assert!(j.verify(3, idx, &inflated).is_err());
+    assert!(j.verify(ChunkId::new(3, idx), &inflated).is_err());
     let b = job(4, Method::Brute, None);
-    let mut out = b.run_chunk(2, 0, &Control::new()).unwrap();
-    b.verify(2, 0, &out).unwrap();
+    let mut out = b.run_chunk(ChunkId::new(2, 0), &Control::new()).unwrap();
+    b.verify(ChunkId::new(2, 0), &out).unwrap();
     out.nodes -= 1;
-    assert!(b.verify(2, 0, &out).is_err());
+    assert!(b.verify(ChunkId::new(2, 0), &out).is_err());
 }
 
 #[test]
@@ -396,11 +402,11 @@ fn cancellation_stops_a_chunk() {
     let ctl = sweep_space::ChunkControl::default();
     ctl.cancel();
     assert_eq!(
-        job(6, Method::Strategy, None).run_chunk(1, 0, ctl.control()),
+        job(6, Method::Strategy, None).run_chunk(ChunkId::new(1, 0), ctl.control()),
         Err(SpaceError::Cancelled)
     );
     assert_eq!(
-        job(5, Method::Brute, None).run_chunk(1, 0, ctl.control()),
+        job(5, Method::Brute, None).run_chunk(ChunkId::new(1, 0), ctl.control()),
         Err(SpaceError::Cancelled)
     );
 }
@@ -409,8 +415,7 @@ fn cancellation_stops_a_chunk() {
 /// output, every state it saved, and the nodes it reported (the work this attempt did).
 fn run_saving(
     j: &BilliardJob,
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     every: u64,
     resume: Option<&str>,
 ) -> (ChunkOutput, Vec<String>, u64) {
@@ -424,15 +429,14 @@ fn run_saving(
         every,
         sink: &mut sink,
     };
-    let out =
-        strategy::run_chunk(&j.geo, &j.prefixes, n_chunks, chunk, &ctl, resume, saves).unwrap();
+    let out = strategy::run_chunk(&j.geo, &j.prefixes, at, &ctl, resume, saves).unwrap();
     (out, states, ctl.nodes())
 }
 
 /// The output of a chunk run through the engine's path from `resume`, and the nodes that attempt reported.
-fn resumed(j: &BilliardJob, n_chunks: u64, chunk: u64, resume: &str) -> (ChunkOutput, u64) {
+fn resumed(j: &BilliardJob, at: ChunkId, resume: &str) -> (ChunkOutput, u64) {
     let ctl = sweep_space::ChunkControl::new(Some(resume.to_string()));
-    let out = j.run_chunk(n_chunks, chunk, ctl.control()).unwrap();
+    let out = j.run_chunk(at, ctl.control()).unwrap();
     (out, ctl.nodes())
 }
 
@@ -463,28 +467,28 @@ fn strategy_resumes_from_every_saved_cursor() {
     ] {
         let j = job(rows, Method::Strategy, None);
         let mut carried_a_solution = false;
-        for chunk in 0..n_chunks {
-            let whole = j.run_chunk(n_chunks, chunk, &Control::new()).unwrap();
-            let (out, states, reported) = run_saving(&j, n_chunks, chunk, every, None);
+        for at in ChunkId::all(n_chunks) {
+            let whole = j.run_chunk(at, &Control::new()).unwrap();
+            let (out, states, reported) = run_saving(&j, at, every, None);
             assert_eq!(out, whole, "saving does not change the output");
             assert_eq!(reported, whole.nodes);
             assert!(
                 rows < 5 || states.len() > 10,
-                "rows={rows} chunk={chunk}: {} states",
+                "rows={rows} {at}: {} states",
                 states.len()
             );
             for (i, state) in states.iter().enumerate() {
-                let what = format!("rows={rows} chunk={chunk}/{n_chunks} state {i}: {state}");
+                let what = format!("rows={rows} {at} state {i}: {state}");
                 assert!(state.len() < 1000, "{what}");
                 carried_a_solution |= !state.contains("found= ");
-                let (again, did) = resumed(&j, n_chunks, chunk, state);
+                let (again, did) = resumed(&j, at, state);
                 assert_eq!(again, whole, "{what}");
                 assert!(did < whole.nodes, "{what}: it started over");
                 // A resumed attempt saves cursors too, and they resume as well.
-                let (again, later, _) = run_saving(&j, n_chunks, chunk, every, Some(state));
+                let (again, later, _) = run_saving(&j, at, every, Some(state));
                 assert_eq!(again, whole, "{what}");
                 if let Some(last) = later.last() {
-                    assert_eq!(resumed(&j, n_chunks, chunk, last).0, whole, "{what}");
+                    assert_eq!(resumed(&j, at, last).0, whole, "{what}");
                 }
             }
         }
@@ -495,14 +499,14 @@ fn strategy_resumes_from_every_saved_cursor() {
 #[test]
 fn a_stopping_worker_gets_the_chunk_back_with_its_cursor() {
     let j = job(7, Method::Strategy, None);
-    let whole = j.run_chunk(2, 1, &Control::new()).unwrap();
+    let whole = j.run_chunk(ChunkId::new(2, 1), &Control::new()).unwrap();
     let mut state = None;
     let mut attempts = 0;
     let out = loop {
         attempts += 1;
         let ctl = sweep_space::ChunkControl::new(state.take());
         ctl.request_stop();
-        match j.run_chunk(2, 1, ctl.control()) {
+        match j.run_chunk(ChunkId::new(2, 1), ctl.control()) {
             Ok(out) => break out,
             Err(e) => {
                 assert_eq!(e, SpaceError::Cancelled);
@@ -519,14 +523,14 @@ fn a_stopping_worker_gets_the_chunk_back_with_its_cursor() {
 #[test]
 fn foreign_and_garbled_states_are_ignored() {
     let j = job(7, Method::Strategy, None);
-    let (n_chunks, chunk) = (4, 1);
-    let whole = j.run_chunk(n_chunks, chunk, &Control::new()).unwrap();
-    let (_, states, _) = run_saving(&j, n_chunks, chunk, 4096, None);
+    let at = ChunkId::new(4, 1);
+    let whole = j.run_chunk(at, &Control::new()).unwrap();
+    let (_, states, _) = run_saving(&j, at, 4096, None);
     let good = &states[states.len() / 2];
-    assert!(resumed(&j, n_chunks, chunk, good).1 < whole.nodes);
-    let other_chunk = run_saving(&j, n_chunks, 2, 4096, None).1;
-    let other_split = run_saving(&j, 5, chunk, 4096, None).1;
-    let other_rows = run_saving(&job(6, Method::Strategy, None), n_chunks, chunk, 256, None).1;
+    assert!(resumed(&j, at, good).1 < whole.nodes);
+    let other_chunk = run_saving(&j, ChunkId { chunk: 2, ..at }, 4096, None).1;
+    let other_split = run_saving(&j, ChunkId { n_chunks: 5, ..at }, 4096, None).1;
+    let other_rows = run_saving(&job(6, Method::Strategy, None), at, 256, None).1;
     let mut bad = vec![
         String::new(),
         "garbage".into(),
@@ -549,7 +553,7 @@ fn foreign_and_garbled_states_are_ignored() {
         .unwrap();
     for (key, value) in [
         ("rows", "6".to_string()),
-        ("chunk", format!("{chunk}/5")),
+        ("chunk", format!("{}/5", at.chunk)),
         ("prefix", (prefix + 1).to_string()),
         ("prefix", "99999999999".into()),
         ("path", "1".into()),
@@ -564,12 +568,12 @@ fn foreign_and_garbled_states_are_ignored() {
         bad.push(forged(good, key, value.as_str()));
     }
     for state in &bad {
-        let (out, did) = resumed(&j, n_chunks, chunk, state);
+        let (out, did) = resumed(&j, at, state);
         assert_eq!(out, whole, "{state}");
         assert_eq!(did, whole.nodes, "trusted: {state}");
     }
     // Re-signing true fields keeps a state valid: the lies above were refused for what they say, not their digest.
-    let (out, did) = resumed(&j, n_chunks, chunk, &forged(good, "rows", "7"));
+    let (out, did) = resumed(&j, at, &forged(good, "rows", "7"));
     assert_eq!(out, whole);
     assert!(did < whole.nodes);
 }
@@ -577,7 +581,7 @@ fn foreign_and_garbled_states_are_ignored() {
 #[test]
 fn a_refused_state_stops_the_saving_not_the_search() {
     let j = job(6, Method::Strategy, None);
-    let whole = j.run_chunk(1, 0, &Control::new()).unwrap();
+    let whole = j.run_chunk(ChunkId::new(1, 0), &Control::new()).unwrap();
     let ctl = Control::new();
     let mut offered = 0;
     let mut sink = |_: String| {
@@ -588,7 +592,8 @@ fn a_refused_state_stops_the_saving_not_the_search() {
         every: 64,
         sink: &mut sink,
     };
-    let out = strategy::run_chunk(&j.geo, &j.prefixes, 1, 0, &ctl, None, saves).unwrap();
+    let out =
+        strategy::run_chunk(&j.geo, &j.prefixes, ChunkId::new(1, 0), &ctl, None, saves).unwrap();
     assert_eq!(out, whole);
     assert_eq!(offered, 1);
 }
@@ -614,7 +619,7 @@ proptest! {
         let plan = j.plan(None).unwrap();
         let n_chunks = chunks.min(plan.n_chunks);
         let chunk = pick % n_chunks;
-        let out = j.run_chunk(n_chunks, chunk, &Control::new()).unwrap();
+        let out = j.run_chunk(ChunkId::new(n_chunks, chunk), &Control::new()).unwrap();
         let geo = Geometry::new(rows as usize);
         for s in &out.solutions {
             let balls = geo.parse_solution(s).unwrap();
@@ -633,23 +638,23 @@ proptest! {
         pick in any::<u64>(),
         every in 1u64..2000,
         which in any::<usize>(),
-        at in any::<usize>(),
+        cut in any::<usize>(),
         byte in 32u8..127,
     ) {
         let j = job(rows, Method::Strategy, None);
         let n_chunks = chunks.min(j.plan(None).unwrap().n_chunks);
-        let chunk = pick % n_chunks;
-        let whole = j.run_chunk(n_chunks, chunk, &Control::new()).unwrap();
-        let (out, states, _) = run_saving(&j, n_chunks, chunk, every, None);
+        let at = ChunkId::new(n_chunks, pick % n_chunks);
+        let whole = j.run_chunk(at, &Control::new()).unwrap();
+        let (out, states, _) = run_saving(&j, at, every, None);
         prop_assert_eq!(&out, &whole);
         if !states.is_empty() {
             let state = &states[which % states.len()];
-            prop_assert_eq!(&resumed(&j, n_chunks, chunk, state).0, &whole);
+            prop_assert_eq!(&resumed(&j, at, state).0, &whole);
             let mut bytes = state.clone().into_bytes();
-            let at = at % bytes.len();
-            bytes[at] = byte;
+            let cut = cut % bytes.len();
+            bytes[cut] = byte;
             let changed = String::from_utf8(bytes).unwrap();
-            let (out, did) = resumed(&j, n_chunks, chunk, &changed);
+            let (out, did) = resumed(&j, at, &changed);
             prop_assert_eq!(&out, &whole);
             prop_assert!(changed == *state || did == whole.nodes, "trusted {}", changed);
         }

@@ -23,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::time::Instant;
+use sweep_space::ChunkId;
 
 use sweep_brainball::ball::{Ball, N_TWISTS};
 use sweep_brainball::pdb::Pdb;
@@ -351,9 +352,10 @@ fn run_chunks_keep(
                         break;
                     }
                     let t = Instant::now();
-                    let out = job.run_chunk(n, c, &ctl).expect("chunk runs");
+                    let out = job.run_chunk(ChunkId::new(n, c), &ctl).expect("chunk runs");
                     let secs = t.elapsed().as_secs_f64();
-                    job.verify(n, c, &out).expect("chunk verifies");
+                    job.verify(ChunkId::new(n, c), &out)
+                        .expect("chunk verifies");
                     let mut d = done.lock().expect("no panics while held");
                     d.push((c, out, secs));
                     if d.len().is_multiple_of(500) {

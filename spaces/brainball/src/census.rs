@@ -10,12 +10,12 @@
 //! samples (95 % confidence), whatever the distribution.
 
 use serde_json::{json, Value};
+use sweep_space::ChunkId;
 
 use crate::pdb::Pdb;
 use crate::random::random_position_at;
 use crate::report::{check_solution, decode_solution, encode_solution, move_names};
 use crate::solve::{solve_against, Patterns};
-use sweep_space::perm::split_range;
 use sweep_space::{Answer, ChunkOutput, Control, SpaceError};
 
 use super::table::Table;
@@ -44,11 +44,10 @@ pub fn run_chunk(
     pdb: &Pdb,
     seed: u64,
     samples: u64,
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     ctl: &Control,
 ) -> Result<ChunkOutput, SpaceError> {
-    let (lo, hi) = split_range(u128::from(samples), n_chunks, chunk);
+    let (lo, hi) = at.split(u128::from(samples));
     let mut out = ChunkOutput::default();
     let mut hardest = Vec::new();
     let mut max = 0;
@@ -76,19 +75,9 @@ pub fn run_chunk(
 
 /// Checks a census chunk: distance counters adding up to the chunk's samples, and its listed hardest positions
 /// are its samples, solved (replayed) in the number of twists of its farthest counter.
-pub fn verify(
-    seed: u64,
-    samples: u64,
-    n_chunks: u64,
-    chunk: u64,
-    out: &ChunkOutput,
-) -> Result<(), SpaceError> {
-    let bad = |why: String| {
-        Err(SpaceError::Verification(format!(
-            "census chunk {chunk}: {why}"
-        )))
-    };
-    let (lo, hi) = split_range(u128::from(samples), n_chunks, chunk);
+pub fn verify(seed: u64, samples: u64, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+    let bad = |why: String| Err(SpaceError::Verification(format!("census {at}: {why}")));
+    let (lo, hi) = at.split(u128::from(samples));
     let mut total = 0u128;
     let mut max = None;
     for (k, v) in &out.counters {

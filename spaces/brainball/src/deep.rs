@@ -17,7 +17,7 @@ use crate::pdb::Pdb;
 use crate::prune::{Pruner, DEAD};
 use crate::solve::{descend, walk_level, Level};
 use crate::table::Table;
-use sweep_space::perm::split_range;
+use sweep_space::ChunkId;
 use sweep_space::{ChunkOutput, Control, SpaceError};
 
 /// Deepest split: 4 twists give about 16,000 chunks, plenty for any cluster.
@@ -60,20 +60,19 @@ pub fn run_chunk(
     known: Option<&[u8]>,
     split: u8,
     f: u8,
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     ctl: &Control,
 ) -> Result<ChunkOutput, SpaceError> {
     let mut out = ChunkOutput::default();
     if let Some(path) = known {
-        if chunk == 0 {
+        if at.chunk == 0 {
             out.artifact = path.to_vec();
         }
         out.count("passed", 1);
         return Ok(out);
     }
     let all = prefixes(split_len(split, f));
-    let (lo, hi) = split_range(all.len() as u128, n_chunks, chunk);
+    let (lo, hi) = at.split(all.len() as u128);
     let Level {
         hit,
         probes,

@@ -2,6 +2,7 @@
 //! [`Job`] impl in lib.rs only dispatches to it.
 
 use std::sync::Arc;
+use sweep_space::ChunkId;
 
 use serde_json::{json, Value};
 
@@ -237,8 +238,7 @@ impl BrainballJob {
 
     pub(super) fn run_extra_chunk(
         &self,
-        n_chunks: u64,
-        chunk: u64,
+        at: ChunkId,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
         let table = self.bound_table()?;
@@ -249,7 +249,7 @@ impl BrainballJob {
         })?;
         if self.mode == Mode::Census {
             let samples = self.params.samples.unwrap_or(0);
-            return census::run_chunk(table, pdb, self.params.seed, samples, n_chunks, chunk, ctl);
+            return census::run_chunk(table, pdb, self.params.seed, samples, at, ctl);
         }
         let r = self.round()?;
         if r.level >= r.first + 2 && self.previous.is_none() {
@@ -267,21 +267,15 @@ impl BrainballJob {
             known.as_deref(),
             r.split,
             r.level,
-            n_chunks,
-            chunk,
+            at,
             ctl,
         )
     }
 
-    pub(super) fn verify_extra(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        out: &ChunkOutput,
-    ) -> Result<(), SpaceError> {
+    pub(super) fn verify_extra(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         if self.mode == Mode::Census {
             let samples = self.params.samples.unwrap_or(0);
-            return census::verify(self.params.seed, samples, n_chunks, chunk, out);
+            return census::verify(self.params.seed, samples, at, out);
         }
         let r = self.round()?;
         let known = ["passed", "probes", "bounded", "pruned"];

@@ -36,10 +36,10 @@ pub mod solve;
 pub mod table;
 
 use std::sync::Arc;
+use sweep_space::ChunkId;
 
 use serde_json::{json, Value};
 
-use sweep_space::perm::split_range;
 use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, SpaceError};
 
 pub use ball::{Ball, Ring};
@@ -181,11 +181,10 @@ impl BrainballJob {
     pub fn solve_chunk(
         &self,
         table: &Table,
-        n_chunks: u64,
-        chunk: u64,
+        at: ChunkId,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        let (lo, hi) = split_range(self.positions.len() as u128, n_chunks, chunk);
+        let (lo, hi) = at.split(self.positions.len() as u128);
         let mut out = ChunkOutput::default();
         for i in lo as usize..hi as usize {
             let sol = solve::solve_with(
@@ -264,16 +263,11 @@ impl Job for BrainballJob {
         self.bind_rounds(artifacts)
     }
 
-    fn run_chunk(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        ctl: &Control,
-    ) -> Result<ChunkOutput, SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+    fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError> {
+        at.check(self.max_chunks())?;
         match self.mode {
             Mode::Table => {
-                let part = table::build_chunk(self.params.depth, n_chunks, chunk, ctl)?;
+                let part = table::build_chunk(self.params.depth, at, ctl)?;
                 let mut out = ChunkOutput {
                     nodes: part.nodes,
                     ..Default::default()
@@ -291,15 +285,15 @@ impl Job for BrainballJob {
                                 .into(),
                     });
                 };
-                self.solve_chunk(table, n_chunks, chunk, ctl)
+                self.solve_chunk(table, at, ctl)
             }
-            Mode::Census | Mode::Deep => self.run_extra_chunk(n_chunks, chunk, ctl),
-            Mode::Pattern => self.run_pattern_chunk(n_chunks, chunk, ctl),
+            Mode::Census | Mode::Deep => self.run_extra_chunk(at, ctl),
+            Mode::Pattern => self.run_pattern_chunk(at, ctl),
         }
     }
 
-    fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+    fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+        at.check(self.max_chunks())?;
         match self.mode {
             Mode::Table => {
                 let n = table::check_artifact(self.params.depth, &out.artifact)?;
@@ -318,7 +312,7 @@ impl Job for BrainballJob {
                 }
             }
             Mode::Solve => {
-                let (lo, hi) = split_range(self.positions.len() as u128, n_chunks, chunk);
+                let (lo, hi) = at.split(self.positions.len() as u128);
                 if out.solutions.len() as u128 != hi - lo {
                     return Err(SpaceError::Verification(format!(
                         "{} solutions for the {} positions of the chunk",
@@ -341,8 +335,8 @@ impl Job for BrainballJob {
                     ));
                 }
             }
-            Mode::Census | Mode::Deep => self.verify_extra(n_chunks, chunk, out)?,
-            Mode::Pattern => self.verify_pattern(n_chunks, chunk, out)?,
+            Mode::Census | Mode::Deep => self.verify_extra(at, out)?,
+            Mode::Pattern => self.verify_pattern(at, out)?,
         }
         Ok(())
     }

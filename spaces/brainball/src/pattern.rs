@@ -27,8 +27,7 @@ use std::collections::BTreeMap;
 
 use super::pdb::{self, patterns, Pdb, MAX_TILES};
 use super::segbfs::{expand, Kind, Layout, SegKey, SegmentStore};
-use sweep_space::perm::split_range;
-use sweep_space::{ChunkOutput, Control, Meter, Plan, SpaceError};
+use sweep_space::{ChunkId, ChunkOutput, Control, Meter, SpaceError};
 
 /// The largest pattern distance of tiles 1..k (index k): the last level job of the chain. Pinned by
 /// `the_level_count_of_every_pattern_size_is_the_in_memory_maximum`.
@@ -217,12 +216,11 @@ pub fn level_chunk(
     layout: &Layout,
     visited: &Visited,
     before: Option<&Visited>,
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     ctl: &Control,
 ) -> Result<ChunkOutput, SpaceError> {
     let segments = layout.segments();
-    let (lo, hi) = Plan::chunk_range(u128::from(segments), n_chunks, chunk, u64::from(segments))?;
+    let (lo, hi) = at.range(u128::from(segments), u64::from(segments))?;
     let mut store = Pair {
         visited,
         before,
@@ -251,11 +249,10 @@ pub fn level_chunk(
 /// them across workers).
 pub fn check_level_chunk(
     layout: &Layout,
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     out: &ChunkOutput,
 ) -> Result<(), SpaceError> {
-    let (lo, hi) = split_range(u128::from(layout.segments()), n_chunks, chunk);
+    let (lo, hi) = at.split(u128::from(layout.segments()));
     let want = (hi - lo) as usize * layout.words() * 8;
     if out.artifact.len() != want {
         return Err(bad(format!(
@@ -313,12 +310,11 @@ pub fn merge_level(
 pub fn database_chunk(
     layout: &Layout,
     levels: &[Visited],
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     ctl: &Control,
 ) -> Result<ChunkOutput, SpaceError> {
     let k = layout.k;
-    let (lo, hi) = split_range(patterns(k) as u128, n_chunks, chunk);
+    let (lo, hi) = at.split(patterns(k) as u128);
     let (lo, hi) = (lo as usize, hi as usize);
     let mut dist = Vec::with_capacity(hi - lo);
     let mut meter = Meter::new(ctl);
@@ -356,13 +352,8 @@ pub fn database_chunk(
 }
 
 /// The shape of a database chunk: one distance per pattern of its range, none beyond the last level.
-pub fn check_database_chunk(
-    k: usize,
-    n_chunks: u64,
-    chunk: u64,
-    out: &ChunkOutput,
-) -> Result<(), SpaceError> {
-    let (lo, hi) = split_range(patterns(k) as u128, n_chunks, chunk);
+pub fn check_database_chunk(k: usize, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+    let (lo, hi) = at.split(patterns(k) as u128);
     if out.artifact.len() as u128 != hi - lo {
         return Err(bad(format!(
             "{} distances for the {} patterns of the chunk",
@@ -406,8 +397,8 @@ pub fn build_in_chunks(k: usize, n_chunks: u64, ctl: &Control) -> Result<Pdb, Sp
             [v] => (v, None),
             [] => return Err(bad("no level to start from".into())),
         };
-        let outs = (0..n)
-            .map(|c| level_chunk(&layout, visited, before, n, c, ctl))
+        let outs = ChunkId::all(n)
+            .map(|at| level_chunk(&layout, visited, before, at, ctl))
             .collect::<Result<Vec<_>, _>>()?;
         let bytes = merge_level(
             &layout,
@@ -416,8 +407,8 @@ pub fn build_in_chunks(k: usize, n_chunks: u64, ctl: &Control) -> Result<Pdb, Sp
         )?;
         levels.push(Visited::from_bytes(&layout, level, &bytes)?);
     }
-    let outs = (0..n_chunks.max(1))
-        .map(|c| database_chunk(&layout, &levels, n_chunks.max(1), c, ctl))
+    let outs = ChunkId::all(n_chunks.max(1))
+        .map(|at| database_chunk(&layout, &levels, at, ctl))
         .collect::<Result<Vec<_>, _>>()?;
     Pdb::from_bytes(&merge_database(
         k,

@@ -2,6 +2,7 @@
 //! answer, on top of the level format and kernels in [`crate::pattern`].
 
 use std::sync::Arc;
+use sweep_space::ChunkId;
 
 use serde_json::{json, Value};
 
@@ -134,8 +135,7 @@ impl BrainballJob {
 
     pub(super) fn run_pattern_chunk(
         &self,
-        n_chunks: u64,
-        chunk: u64,
+        at: ChunkId,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
         let layout = layout(self.tiles())?;
@@ -146,36 +146,24 @@ impl BrainballJob {
         let bound = self.levels.as_deref().map(Vec::as_slice);
         match self.params.level {
             // Levels 1 and 2 start from V@0 (and V@-1), which no job stores.
-            Some(1) => level_chunk(
-                &layout,
-                &Visited::solved(&layout),
-                None,
-                n_chunks,
-                chunk,
-                ctl,
-            ),
+            Some(1) => level_chunk(&layout, &Visited::solved(&layout), None, at, ctl),
             Some(2) => {
                 let v = bound.and_then(|b| b.first()).ok_or_else(unbound)?;
                 let solved = Visited::solved(&layout);
-                level_chunk(&layout, v, Some(&solved), n_chunks, chunk, ctl)
+                level_chunk(&layout, v, Some(&solved), at, ctl)
             }
             Some(_) => match bound {
-                Some([v, b]) => level_chunk(&layout, v, Some(b), n_chunks, chunk, ctl),
+                Some([v, b]) => level_chunk(&layout, v, Some(b), at, ctl),
                 _ => Err(unbound()),
             },
-            None => database_chunk(&layout, bound.ok_or_else(unbound)?, n_chunks, chunk, ctl),
+            None => database_chunk(&layout, bound.ok_or_else(unbound)?, at, ctl),
         }
     }
 
-    pub(super) fn verify_pattern(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        out: &ChunkOutput,
-    ) -> Result<(), SpaceError> {
+    pub(super) fn verify_pattern(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         match self.params.level {
-            Some(_) => check_level_chunk(&layout(self.tiles())?, n_chunks, chunk, out),
-            None => check_database_chunk(self.tiles(), n_chunks, chunk, out),
+            Some(_) => check_level_chunk(&layout(self.tiles())?, at, out),
+            None => check_database_chunk(self.tiles(), at, out),
         }
     }
 

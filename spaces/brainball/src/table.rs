@@ -15,7 +15,7 @@
 //! the minimum, which is the true distance because some chunk holds a shortest sequence.
 
 use crate::ball::{Ball, N_TWISTS, POS_MASK};
-use sweep_space::{Control, Meter, Plan, SpaceError};
+use sweep_space::{ChunkId, Control, Meter, SpaceError};
 
 /// Deepest table accepted. The 4-bit distances would allow 15; memory is the real limit. Each level multiplies
 /// the positions by about 10.3 (depth 6: 2,045,512 positions, depth 7: 21,102,966), so depth 8 holds about
@@ -85,19 +85,9 @@ pub struct ChunkTable {
 }
 
 /// Walks chunk `chunk` of `n_chunks` of the depth-`depth` table.
-pub fn build_chunk(
-    depth: u8,
-    n_chunks: u64,
-    chunk: u64,
-    ctl: &Control,
-) -> Result<ChunkTable, SpaceError> {
+pub fn build_chunk(depth: u8, at: ChunkId, ctl: &Control) -> Result<ChunkTable, SpaceError> {
     let prefixes = prefixes(depth);
-    let (lo, hi) = Plan::chunk_range(
-        prefixes.len() as u128,
-        n_chunks,
-        chunk,
-        prefixes.len() as u64,
-    )?;
+    let (lo, hi) = at.range(prefixes.len() as u128, prefixes.len() as u64)?;
     let mut walk = Walk {
         depth,
         entries: Vec::new(),
@@ -275,8 +265,8 @@ impl Table {
         check_depth(depth)?;
         let n = (prefixes(depth).len() as u64).min(N_TWISTS as u64);
         let mut chunks = Vec::with_capacity(n as usize);
-        for c in 0..n {
-            chunks.push(entries_to_artifact(&build_chunk(depth, n, c, ctl)?.entries));
+        for at in ChunkId::all(n) {
+            chunks.push(entries_to_artifact(&build_chunk(depth, at, ctl)?.entries));
         }
         let lists: Vec<&[u8]> = chunks.iter().map(|c| c.as_slice()).collect();
         let mut entries = Vec::new();

@@ -187,7 +187,11 @@ fn table_bytes_do_not_depend_on_the_chunking_and_round_trip() {
         let parts: Vec<Vec<u8>> = (0..n)
             .rev()
             .map(|c| {
-                table::entries_to_artifact(&table::build_chunk(depth, n, c, &ctl).unwrap().entries)
+                table::entries_to_artifact(
+                    &table::build_chunk(depth, ChunkId::new(n, c), &ctl)
+                        .unwrap()
+                        .entries,
+                )
             })
             .collect();
         let lists: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
@@ -207,7 +211,7 @@ fn table_bytes_do_not_depend_on_the_chunking_and_round_trip() {
         assert!(Table::from_bytes(&bad).is_err(), "flip at {at} accepted");
     }
     assert!(Table::from_bytes(&one[..one.len() - 8]).is_err());
-    assert!(table::build_chunk(depth, 157, 0, &ctl).is_err());
+    assert!(table::build_chunk(depth, ChunkId::new(157, 0), &ctl).is_err());
 }
 
 #[test]
@@ -392,10 +396,12 @@ fn table_job_reports_counts_digest_and_size() {
     );
     assert!(job.render_text(&r).contains("depth-3 table"));
     // A tampered chunk is refused.
-    let mut out = job.run_chunk(156, 5, &Control::new()).unwrap();
+    let mut out = job
+        .run_chunk(ChunkId::new(156, 5), &Control::new())
+        .unwrap();
     let first: Vec<u8> = out.artifact.drain(..8).collect();
     out.artifact.splice(8..8, first);
-    assert!(job.verify(156, 5, &out).is_err());
+    assert!(job.verify(ChunkId::new(156, 5), &out).is_err());
 }
 
 #[test]
@@ -420,7 +426,9 @@ fn solve_job_gives_verified_solutions_in_input_order() {
     let input = job.inputs().remove(0);
     assert_eq!(input.params["mode"], json!("table"));
     assert_eq!(input.params["depth"], json!(3));
-    let unbound = job.run_chunk(4, 0, &Control::new()).unwrap_err();
+    let unbound = job
+        .run_chunk(ChunkId::new(4, 0), &Control::new())
+        .unwrap_err();
     assert!(unbound.to_string().contains("needs its table"), "{unbound}");
     let wrong_depth = run_all(self::job(&["table", "--depth", "2"]).as_ref());
     assert!(job.bind_inputs(&[&wrong_depth.artifact]).is_err());
@@ -437,9 +445,9 @@ fn solve_job_gives_verified_solutions_in_input_order() {
     let text = job.render_text(&r);
     assert!(text.contains("4 positions solved"), "{text}");
     // A solution that does not solve is refused.
-    let mut out = job.run_chunk(4, 0, &Control::new()).unwrap();
+    let mut out = job.run_chunk(ChunkId::new(4, 0), &Control::new()).unwrap();
     out.solutions[0] = out.solutions[0].replace("\"twists\":", "\"twists\":1");
-    assert!(job.verify(4, 0, &out).is_err());
+    assert!(job.verify(ChunkId::new(4, 0), &out).is_err());
 }
 
 #[test]
@@ -617,8 +625,8 @@ fn run_all_with(job: &dyn Job, chunks: Option<u64>) -> Answer {
     let ctl = Control::new();
     let outs: Vec<ChunkOutput> = (0..n)
         .map(|c| {
-            let out = job.run_chunk(n, c, &ctl).unwrap();
-            job.verify(n, c, &out).unwrap();
+            let out = job.run_chunk(ChunkId::new(n, c), &ctl).unwrap();
+            job.verify(ChunkId::new(n, c), &out).unwrap();
             out
         })
         .collect();
@@ -741,17 +749,17 @@ fn census_chunks_are_checked_and_summed_into_intervals() {
     let mut out = ChunkOutput::default();
     out.count(&counter(12), 2);
     assert!(
-        census::verify(seed, 10, 5, 0, &out).is_err(),
+        census::verify(seed, 10, ChunkId::new(5, 0), &out).is_err(),
         "no hardest listed"
     );
     out.count(&counter(12), 1);
     assert!(
-        census::verify(seed, 10, 5, 0, &out).is_err(),
+        census::verify(seed, 10, ChunkId::new(5, 0), &out).is_err(),
         "3 counted for 2 samples"
     );
     let mut bad = ChunkOutput::default();
     bad.count("x", 2);
-    assert!(census::verify(seed, 10, 5, 0, &bad).is_err());
+    assert!(census::verify(seed, 10, ChunkId::new(5, 0), &bad).is_err());
     let (lo, hi) = census::wilson(0, 100);
     assert!(lo < 1e-12 && (0.03..0.04).contains(&hi), "{lo} {hi}");
     let (lo, hi) = census::wilson(50, 100);
@@ -981,7 +989,7 @@ fn garbled_pattern_artifacts_are_refused_with_a_reason() {
     assert!(level2.bind_inputs(&[]).is_err());
     // An unbound level chunk says what it misses.
     assert!(level2
-        .run_chunk(1, 0, &Control::new())
+        .run_chunk(ChunkId::new(1, 0), &Control::new())
         .unwrap_err()
         .to_string()
         .contains("bind"));

@@ -10,6 +10,7 @@
 
 use std::hint::black_box;
 use std::time::Instant;
+use sweep_space::ChunkId;
 
 use sweep_buzzled::geometry::Geometry;
 use sweep_buzzled::puzzle::parse_clue_list;
@@ -86,7 +87,10 @@ fn run_job(job: &dyn Job, n_chunks: u64, threads: u64) -> Answer {
                 s.spawn(move || {
                     (t..n_chunks)
                         .step_by(threads as usize)
-                        .map(|i| job.run_chunk(n_chunks, i, ctl).expect("chunk"))
+                        .map(|i| {
+                            job.run_chunk(ChunkId::new(n_chunks, i), ctl)
+                                .expect("chunk")
+                        })
                         .collect::<Vec<_>>()
                 })
             })

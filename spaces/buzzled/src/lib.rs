@@ -20,6 +20,7 @@ pub mod puzzle;
 pub mod svg;
 
 use std::fmt::Write;
+use sweep_space::ChunkId;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -231,17 +232,17 @@ impl BuzzledJob {
 
     /// Chunk `chunk`'s part, checked against the plan: a range of board ranks for brute force, of paths for the
     /// propagating solver.
-    fn chunk_range(&self, n_chunks: u64, chunk: u64) -> Result<(u64, u64), SpaceError> {
+    fn chunk_range(&self, at: ChunkId) -> Result<(u64, u64), SpaceError> {
         let total = self.brute.as_ref().map_or(N_PATHS, |b| b.total());
-        let (lo, hi) = Plan::chunk_range(u128::from(total), n_chunks, chunk, self.max_chunks())?;
+        let (lo, hi) = at.range(u128::from(total), self.max_chunks())?;
         // lo <= hi <= total, a u64.
         Ok((lo as u64, hi as u64))
     }
 
     /// What a chunk's counters say on their own, listed or not: only `solutions`, no artifact, and a
     /// brute-force chunk tests every board of its rank range exactly once.
-    fn check_counts(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        let (lo, hi) = self.chunk_range(n_chunks, chunk)?;
+    fn check_counts(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+        let (lo, hi) = self.chunk_range(at)?;
         out.check_counters(&["solutions"])?;
         if !out.artifact.is_empty() {
             return Err(SpaceError::Verification("buzzled has no artifacts".into()));
@@ -310,13 +311,8 @@ impl Job for BuzzledJob {
         })
     }
 
-    fn run_chunk(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        ctl: &Control,
-    ) -> Result<ChunkOutput, SpaceError> {
-        let (lo, hi) = self.chunk_range(n_chunks, chunk)?;
+    fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError> {
+        let (lo, hi) = self.chunk_range(at)?;
         let mut out = ChunkOutput::default();
         let mut boards: Vec<String> = Vec::new();
         match &self.brute {
@@ -343,17 +339,12 @@ impl Job for BuzzledJob {
         Ok(out)
     }
 
-    fn verify_counts(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        out: &ChunkOutput,
-    ) -> Result<(), SpaceError> {
+    fn verify_counts(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         out.check_unlisted("boards")?;
-        self.check_counts(n_chunks, chunk, out)
+        self.check_counts(at, out)
     }
 
-    fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+    fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         let counted = out.counters.get("solutions").copied().unwrap_or(0);
         if counted != out.solutions.len() as u128 {
             return Err(SpaceError::Verification(format!(
@@ -361,11 +352,11 @@ impl Job for BuzzledJob {
                 out.solutions.len()
             )));
         }
-        self.check_counts(n_chunks, chunk, out)?;
+        self.check_counts(at, out)?;
         let range = self
             .brute
             .as_ref()
-            .map(|_| self.chunk_range(n_chunks, chunk))
+            .map(|_| self.chunk_range(at))
             .transpose()?;
         let mut seen = std::collections::HashSet::new();
         for s in &out.solutions {

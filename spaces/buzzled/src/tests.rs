@@ -223,37 +223,42 @@ fn verify_rejects_lies() {
         let plan = j.plan(Some(4)).unwrap();
         let ctl = Control::new();
         let (idx, good) = (0..plan.n_chunks)
-            .map(|i| (i, j.run_chunk(plan.n_chunks, i, &ctl).unwrap()))
+            .map(|i| {
+                (
+                    i,
+                    j.run_chunk(ChunkId::new(plan.n_chunks, i), &ctl).unwrap(),
+                )
+            })
             .find(|(_, o)| !o.solutions.is_empty())
             .unwrap();
         let mut dropped = good.clone();
         dropped.solutions.pop();
-        assert!(j.verify(4, idx, &dropped).is_err());
+        assert!(j.verify(ChunkId::new(4, idx), &dropped).is_err());
         let mut wrong = good.clone();
         wrong.solutions[0] = "1".repeat(37);
         assert!(j
-            .verify(4, idx, &wrong)
+            .verify(ChunkId::new(4, idx), &wrong)
             .unwrap_err()
             .to_string()
             .contains("misses"));
         let mut junk = good.clone();
         junk.solutions[0] = "x".into();
-        assert!(j.verify(4, idx, &junk).is_err());
+        assert!(j.verify(ChunkId::new(4, idx), &junk).is_err());
         let mut twice = good.clone();
         twice.solutions.push(twice.solutions[0].clone());
         twice.count("solutions", 1);
-        assert!(j.verify(4, idx, &twice).is_err());
+        assert!(j.verify(ChunkId::new(4, idx), &twice).is_err());
         if method == Method::Brute {
             let mut short = good.clone();
             short.nodes -= 1;
-            assert!(j.verify(4, idx, &short).is_err());
+            assert!(j.verify(ChunkId::new(4, idx), &short).is_err());
             // A real solution reported by the wrong chunk.
             let other = (idx + 1) % 4;
-            let mut moved = j.run_chunk(4, other, &ctl).unwrap();
+            let mut moved = j.run_chunk(ChunkId::new(4, other), &ctl).unwrap();
             moved.solutions.push(good.solutions[0].clone());
             moved.count("solutions", 1);
             assert!(j
-                .verify(4, other, &moved)
+                .verify(ChunkId::new(4, other), &moved)
                 .unwrap_err()
                 .to_string()
                 .contains("rank range"));
@@ -266,7 +271,7 @@ fn cancellation_stops_a_chunk() {
     let ctl = sweep_space::ChunkControl::default();
     ctl.cancel();
     assert_eq!(
-        p52(Method::Brute).run_chunk(1, 0, ctl.control()),
+        p52(Method::Brute).run_chunk(ChunkId::new(1, 0), ctl.control()),
         Err(SpaceError::Cancelled)
     );
     let j = p52(Method::Propagate);

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use sweep_space::ChunkId;
 
 use serde::{Deserialize, Serialize};
 use sweep_contain::{Limits, Sandbox, Spec};
@@ -169,13 +170,13 @@ fn failed(what: String, stderr: &[u8]) -> SpaceError {
 }
 
 impl ExecJob {
-    fn argv(&self, n_chunks: u64, chunk: u64, job: u64) -> Vec<String> {
+    fn argv(&self, at: ChunkId, job: u64) -> Vec<String> {
         self.params
             .command
             .iter()
             .map(|a| {
-                a.replace("{chunk}", &chunk.to_string())
-                    .replace("{chunks}", &n_chunks.to_string())
+                a.replace("{chunk}", &at.chunk.to_string())
+                    .replace("{chunks}", &at.n_chunks.to_string())
                     .replace("{job}", &job.to_string())
             })
             .collect()
@@ -183,13 +184,13 @@ impl ExecJob {
 
     /// The program with its arguments, directory, the documented environment ([`crate::ENVIRONMENT`]), the
     /// job's limits and, on a sandboxing worker, what the program may see.
-    fn spec(&self, argv: &[String], dir: &Path, n_chunks: u64, chunk: u64, ctl: &Control) -> Spec {
+    fn spec(&self, argv: &[String], dir: &Path, at: ChunkId, ctl: &Control) -> Spec {
         let mut path =
             std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
         let home = dir.display().to_string();
         let mut env: Vec<(String, String)> = vec![
-            ("SWEEP_CHUNK".into(), chunk.to_string()),
-            ("SWEEP_CHUNKS".into(), n_chunks.to_string()),
+            ("SWEEP_CHUNK".into(), at.chunk.to_string()),
+            ("SWEEP_CHUNKS".into(), at.n_chunks.to_string()),
             ("SWEEP_JOB".into(), ctl.job().to_string()),
             ("SWEEP_THREADS".into(), ctl.threads().to_string()),
             ("HOME".into(), home.clone()),
@@ -241,18 +242,13 @@ impl Job for ExecJob {
         })
     }
 
-    fn run_chunk(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        ctl: &Control,
-    ) -> Result<ChunkOutput, SpaceError> {
+    fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError> {
         if self.params.ship_digest.is_some() && self.ship_dir.is_none() {
             return Err(SpaceError::ChunkFailed(
                 "the job ships files but they were not fetched".into(),
             ));
         }
-        let argv = self.argv(n_chunks, chunk, ctl.job());
+        let argv = self.argv(at, ctl.job());
         let Some(program) = argv.first() else {
             return Err(SpaceError::ChunkFailed("the job names no program".into()));
         };
@@ -264,7 +260,7 @@ impl Job for ExecJob {
                 SpaceError::ChunkFailed(format!("cannot link the shipped files: {e}"))
             })?;
         }
-        let spec = self.spec(&argv, dir.path(), n_chunks, chunk, ctl);
+        let spec = self.spec(&argv, dir.path(), at, ctl);
         let limits = Stopping {
             timeout: self.params.chunk_timeout.map(Duration::from_secs),
             grace: Duration::from_secs(self.params.grace_secs),
@@ -320,7 +316,7 @@ impl Job for ExecJob {
     }
 
     /// Only the form can be checked: the coordinator cannot re-run a program it does not have.
-    fn verify(&self, _n_chunks: u64, _chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+    fn verify(&self, _at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         if !out.artifact.is_empty() {
             return Err(SpaceError::Verification(
                 "exec chunks report no artifacts".into(),
@@ -329,14 +325,9 @@ impl Job for ExecJob {
         Ok(())
     }
 
-    fn verify_counts(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        out: &ChunkOutput,
-    ) -> Result<(), SpaceError> {
+    fn verify_counts(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         out.check_unlisted("solutions")?;
-        self.verify(n_chunks, chunk, out)
+        self.verify(at, out)
     }
 
     fn verifiable(&self) -> bool {
@@ -457,7 +448,7 @@ mod tests {
             r#"echo '{"progress": 2}'; echo "{\"nodes\": $SWEEP_CHUNK, \"counters\": {\"c{chunk}of{chunks}\": $SWEEP_CHUNKS}, \"solutions\": [\"$SWEEP_THREADS $HOME\"]}""#,
         ]);
         let ctl = Control::new();
-        let out = j.run_chunk(7, 3, &ctl).unwrap();
+        let out = j.run_chunk(ChunkId::new(7, 3), &ctl).unwrap();
         assert_eq!(out.nodes, 3);
         assert_eq!(out.counters["c3of7"], 7);
         assert!(out.solutions[0].starts_with("1 /"), "{:?}", out.solutions);
@@ -467,7 +458,7 @@ mod tests {
     #[test]
     fn failures_carry_the_status_and_stderr_tail() {
         let err = job(&["sh", "-c", "echo boom >&2; exit 3"])
-            .run_chunk(1, 0, &Control::new())
+            .run_chunk(ChunkId::new(1, 0), &Control::new())
             .unwrap_err()
             .to_string();
         assert!(
@@ -475,17 +466,19 @@ mod tests {
             "{err}"
         );
         let err = job(&["sh", "-c", "echo ok"])
-            .run_chunk(1, 0, &Control::new())
+            .run_chunk(ChunkId::new(1, 0), &Control::new())
             .unwrap_err();
         assert!(err.to_string().contains("not JSON"), "{err}");
-        let err = job(&["true"]).run_chunk(1, 0, &Control::new()).unwrap_err();
+        let err = job(&["true"])
+            .run_chunk(ChunkId::new(1, 0), &Control::new())
+            .unwrap_err();
         assert!(err.to_string().contains("no final"), "{err}");
         let err = job(&["sh", "-c", r#"echo '{"nodes":1}'; echo '{"nodes":1}'"#])
-            .run_chunk(1, 0, &Control::new())
+            .run_chunk(ChunkId::new(1, 0), &Control::new())
             .unwrap_err();
         assert!(err.to_string().contains("more than one"), "{err}");
         let err = job(&["/no/such/program"])
-            .run_chunk(1, 0, &Control::new())
+            .run_chunk(ChunkId::new(1, 0), &Control::new())
             .unwrap_err();
         assert!(err.to_string().contains("cannot start"), "{err}");
     }
@@ -495,7 +488,7 @@ mod tests {
         let j = job(&["sh", "-c", "sleep 30 & sleep 30; wait"]);
         let ctl = Arc::new(sweep_space::ChunkControl::default());
         let c2 = ctl.clone();
-        let t = std::thread::spawn(move || j.run_chunk(1, 0, c2.control()));
+        let t = std::thread::spawn(move || j.run_chunk(ChunkId::new(1, 0), c2.control()));
         std::thread::sleep(Duration::from_millis(300));
         let started = Instant::now();
         ctl.cancel();
@@ -511,7 +504,7 @@ mod tests {
             r#"echo "{\"checkpoint\": \"after ${SWEEP_RESUME:-start}\"}"; echo '{"nodes": 1}'"#,
         ]);
         let ctl = sweep_space::ChunkControl::new(Some("x".into()));
-        j.run_chunk(1, 0, ctl.control()).unwrap();
+        j.run_chunk(ChunkId::new(1, 0), ctl.control()).unwrap();
         assert_eq!(ctl.take_resume_state().as_deref(), Some("after x"));
     }
 
@@ -520,7 +513,9 @@ mod tests {
         let mut j = job(&["sleep", "30"]);
         j.params.chunk_timeout = Some(1);
         j.params.grace_secs = 0;
-        let err = j.run_chunk(1, 0, &Control::new()).unwrap_err();
+        let err = j
+            .run_chunk(ChunkId::new(1, 0), &Control::new())
+            .unwrap_err();
         assert!(err.to_string().contains("timed out after 1 s"), "{err}");
     }
 
@@ -552,10 +547,22 @@ mod tests {
         let mut j = job(&["prog.sh"]);
         j.params.ship_digest = Some(ship::digest(&a));
         let bound = j.bind_inputs(&[&a]).unwrap();
-        assert_eq!(bound.run_chunk(1, 0, &Control::new()).unwrap().nodes, 42);
+        assert_eq!(
+            bound
+                .run_chunk(ChunkId::new(1, 0), &Control::new())
+                .unwrap()
+                .nodes,
+            42
+        );
         let mut dot = job(&["./prog.sh"]);
         dot.params.ship_digest = j.params.ship_digest.clone();
         let bound = dot.bind_inputs(&[&a]).unwrap();
-        assert_eq!(bound.run_chunk(1, 0, &Control::new()).unwrap().nodes, 42);
+        assert_eq!(
+            bound
+                .run_chunk(ChunkId::new(1, 0), &Control::new())
+                .unwrap()
+                .nodes,
+            42
+        );
     }
 }

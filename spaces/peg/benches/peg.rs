@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use sweep_space::ChunkId;
 
 use sweep_peg::board::{bits, Board, BoardKind, Move};
 use sweep_peg::game::{Game, Goal};
@@ -173,7 +174,7 @@ fn run_dag(
     };
     let n = bound.plan(chunks).expect("plan").n_chunks;
     let outs: Vec<_> = (0..n)
-        .map(|i| bound.run_chunk(n, i, ctl).expect("chunk"))
+        .map(|i| bound.run_chunk(ChunkId::new(n, i), ctl).expect("chunk"))
         .collect();
     *nodes += outs.iter().map(|o| u128::from(o.nodes)).sum::<u128>();
     let mut answer = Answer::from_outputs(&outs);
@@ -534,8 +535,9 @@ fn probe_big_boards() {
                 .and_then(|s| s.parse_args(&args))
                 .expect("valid job");
             let ctl = Control::new();
-            let out = job.run_chunk(1, 0, &ctl).expect("chunk runs");
-            job.verify(1, 0, &out).expect("chunk verifies");
+            let out = job.run_chunk(ChunkId::new(1, 0), &ctl).expect("chunk runs");
+            job.verify(ChunkId::new(1, 0), &out)
+                .expect("chunk verifies");
             let ans = Answer::from_outputs(&[out]);
             let res = job.result(&ans);
             println!(

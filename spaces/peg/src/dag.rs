@@ -33,6 +33,7 @@
 //! expands every position a second time; what it buys is a split into shards without repeated work.
 
 use std::sync::Arc;
+use sweep_space::ChunkId;
 
 use serde_json::{json, Value};
 
@@ -318,14 +319,13 @@ impl Dag {
     pub fn run_chunk(
         &self,
         game: &Game,
-        n_chunks: u64,
-        chunk: u64,
+        at: ChunkId,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+        at.check(self.max_chunks())?;
         let mut out = ChunkOutput::default();
         if self.kind == Kind::Layer(0) {
-            let e = layers::start_layer(game, chunk)?;
+            let e = layers::start_layer(game, at.chunk)?;
             out.count("positions", u128::from(e.entries));
             out.nodes = e.nodes;
             out.artifact = e.artifact;
@@ -342,13 +342,13 @@ impl Dag {
         };
         match (self.kind, bound) {
             (Kind::Layer(k), Bound::Layer(prev)) => {
-                let e = layers::expand(game, k, prev, n_chunks, chunk, ctl)?;
+                let e = layers::expand(game, k, prev, at, ctl)?;
                 out.count("positions", u128::from(e.entries));
                 out.nodes = e.nodes;
                 out.artifact = e.artifact;
             }
             (Kind::Path(k), Bound::Path { layer, next }) => {
-                let m = layers::mark_on_path(game, k, layer, next.as_ref(), n_chunks, chunk, ctl)?;
+                let m = layers::mark_on_path(game, k, layer, next.as_ref(), at, ctl)?;
                 for (name, v) in LAYER_FIELDS.iter().zip(m.figures.as_array()) {
                     out.count(name, u128::from(v));
                 }
@@ -356,14 +356,14 @@ impl Dag {
                 out.artifact = m.artifact;
             }
             (Kind::Count, Bound::Join { forward, dual }) => {
-                let j = layers::join_count(game, forward, dual.as_ref(), n_chunks, chunk, ctl)?;
+                let j = layers::join_count(game, forward, dual.as_ref(), at, ctl)?;
                 out.count("count", j.count);
                 out.count("classes", u128::from(j.classes));
                 out.nodes = j.nodes;
             }
             (Kind::Positions, Bound::Positions(figs)) => {
                 for (k, f) in figs.iter().enumerate() {
-                    if k as u64 % n_chunks != chunk {
+                    if k as u64 % at.n_chunks != at.chunk {
                         continue;
                     }
                     let pegs = layers::pegs_at(game, k as u32) as usize;
@@ -390,12 +390,11 @@ impl Dag {
     pub fn verify_stage(
         &self,
         game: &Game,
-        n_chunks: u64,
-        chunk: u64,
+        at: ChunkId,
         out: &ChunkOutput,
     ) -> Result<(), SpaceError> {
         let bad = |s: String| Err(SpaceError::Verification(s));
-        sweep_space::Plan::check_chunk(chunk, n_chunks, self.max_chunks())?;
+        at.check(self.max_chunks())?;
         if !out.solutions.is_empty() {
             return bad("a peg stage lists no solutions".into());
         }
@@ -409,7 +408,7 @@ impl Dag {
                         out.counters
                     ));
                 }
-                if k == 0 && n != u64::from(chunk == 0) {
+                if k == 0 && n != u64::from(at.chunk == 0) {
                     return bad("the start layer has one position, in chunk 0".into());
                 }
             }
@@ -421,10 +420,10 @@ impl Dag {
                     if p & !game.board.holes != 0
                         || p.count_ones() != pegs
                         || game.canon(&game.game_group, p) != p
-                        || super::game::owner_hash(p) % n_chunks != chunk
+                        || super::game::owner_hash(p) % at.n_chunks != at.chunk
                     {
                         return bad(format!(
-                            "{p:#x} is not a canonical {pegs}-peg position owned by chunk {chunk}"
+                            "{p:#x} is not a canonical {pegs}-peg position owned by {at}"
                         ));
                     }
                     raw += game.orbit_size(&game.game_group, p);

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
+use sweep_space::ChunkId;
 
 use serde_json::Value;
 
@@ -115,8 +116,11 @@ impl Driver {
             let n = job.plan(None).expect("plan").n_chunks;
             let outs: Vec<ChunkOutput> = (0..n)
                 .map(|i| {
-                    let out = bound.run_chunk(n, i, &ctl).expect("chunk runs");
-                    job.verify(n, i, &out).expect("chunk verifies");
+                    let out = bound
+                        .run_chunk(ChunkId::new(n, i), &ctl)
+                        .expect("chunk runs");
+                    job.verify(ChunkId::new(n, i), &out)
+                        .expect("chunk verifies");
                     out
                 })
                 .collect();
@@ -310,7 +314,8 @@ fn triangle_count_is_29760_through_the_dag() {
 fn dag_positions_match_naive_sets_and_the_single_chunk_method() {
     for game in small_games() {
         let expect = naive_positions(&game);
-        let (single, _) = super::positions::run(&game, 1, 0, &Control::new()).expect("runs");
+        let (single, _) =
+            super::positions::run(&game, ChunkId::new(1, 0), &Control::new()).expect("runs");
         for shards in [1, 5] {
             let j = dag_job(&game, Mode::Positions, Some(shards));
             let ans = driver_for(&game).run(Arc::new(j.clone()));
@@ -463,15 +468,15 @@ fn bad_dag_parameters_are_typed_errors() {
     // Unbound jobs and wrong artifacts are errors, never panics.
     let l3 = job(&["--stage", "layer", "--layer", "3", "--board", "triangle"]).expect("valid");
     assert!(matches!(
-        l3.run_chunk(1, 0, &ctl),
+        l3.run_chunk(ChunkId::new(1, 0), &ctl),
         Err(SpaceError::BadParams { .. })
     ));
-    assert!(l3.run_chunk(2, 2, &ctl).is_err());
+    assert!(l3.run_chunk(ChunkId::new(2, 2), &ctl).is_err());
     assert!(l3.plan(Some(0)).is_err());
     assert!(l3.bind_inputs(&[]).is_err());
     assert!(l3.bind_inputs(&[b"junk"]).is_err());
     let l0 = job(&["--stage", "layer", "--layer", "0", "--board", "triangle"]).expect("valid");
-    let start = l0.run_chunk(1, 0, &ctl).expect("start layer");
+    let start = l0.run_chunk(ChunkId::new(1, 0), &ctl).expect("start layer");
     assert!(
         l3.bind_inputs(&[&start.artifact]).is_err(),
         "layer 0 is not layer 2"
@@ -481,7 +486,7 @@ fn bad_dag_parameters_are_typed_errors() {
         count.bind_inputs(&[&start.artifact]).is_err(),
         "one artifact for two inputs"
     );
-    assert!(count.run_chunk(1, 0, &ctl).is_err());
+    assert!(count.run_chunk(ChunkId::new(1, 0), &ctl).is_err());
     assert!(count.plan(Some(2000)).is_err());
     assert!(job(&["--mode", "solve"])
         .expect("valid")
@@ -497,8 +502,9 @@ fn verify_refuses_tampered_stage_outputs() {
     let l3 = dag_stage(&game, Stage::Layer, 3, None);
     let bound = l3.bind_inputs(&[&l2.artifact]).expect("binds");
     let ctl = Control::new();
-    let out = bound.run_chunk(1, 0, &ctl).expect("runs");
-    l3.verify(1, 0, &out).expect("honest output verifies");
+    let out = bound.run_chunk(ChunkId::new(1, 0), &ctl).expect("runs");
+    l3.verify(ChunkId::new(1, 0), &out)
+        .expect("honest output verifies");
     let entries: Vec<(u64, u128)> = LayerReader::new(&out.artifact, 3)
         .expect("layer")
         .map(|e| e.expect("entry"))
@@ -523,15 +529,15 @@ fn verify_refuses_tampered_stage_outputs() {
         .find(|&(p, img)| img != p)
         .expect("an asymmetric position");
     let non_canonical = rewrite(&|p| if p == first { image } else { p });
-    assert!(l3.verify(1, 0, &non_canonical).is_err());
+    assert!(l3.verify(ChunkId::new(1, 0), &non_canonical).is_err());
     let lowest_hole = |p: u64| (game.board.holes & !p) & (game.board.holes & !p).wrapping_neg();
     let extra_peg = rewrite(&|p| if p == first { p | lowest_hole(p) } else { p });
-    assert!(l3.verify(1, 0, &extra_peg).is_err());
+    assert!(l3.verify(ChunkId::new(1, 0), &extra_peg).is_err());
     let mut wrong_counter = out.clone();
     wrong_counter.count("positions", 1);
-    assert!(l3.verify(1, 0, &wrong_counter).is_err());
+    assert!(l3.verify(ChunkId::new(1, 0), &wrong_counter).is_err());
     assert!(dag_stage(&game, Stage::Layer, 4, None)
-        .verify(1, 0, &out)
+        .verify(ChunkId::new(1, 0), &out)
         .is_err());
     // A path chunk may only list positions its own chunk owns.
     let p3 = dag_stage(&game, Stage::Path, 3, None);
@@ -540,10 +546,13 @@ fn verify_refuses_tampered_stage_outputs() {
     let bound = p3
         .bind_inputs(&[&l3_merged.artifact, &p4.artifact])
         .expect("binds");
-    let whole = bound.run_chunk(1, 0, &ctl).expect("runs");
-    p3.verify(1, 0, &whole).expect("verifies");
+    let whole = bound.run_chunk(ChunkId::new(1, 0), &ctl).expect("runs");
+    p3.verify(ChunkId::new(1, 0), &whole).expect("verifies");
     assert!(whole.counters["on_path"] > 1, "{:?}", whole.counters);
-    assert!(p3.verify(2, 0, &whole).is_err() || p3.verify(2, 1, &whole).is_err());
+    assert!(
+        p3.verify(ChunkId::new(2, 0), &whole).is_err()
+            || p3.verify(ChunkId::new(2, 1), &whole).is_err()
+    );
 }
 
 // ---- the English figures, and the measurements of the distributed modes ----------------------------------------
@@ -633,7 +642,9 @@ fn english_single_chunk_count() {
         0,
     );
     let t = Instant::now();
-    let out = j.run_chunk(1, 0, &Control::new()).expect("runs");
+    let out = j
+        .run_chunk(ChunkId::new(1, 0), &Control::new())
+        .expect("runs");
     println!(
         "single-chunk count: {:.1} s, {} nodes",
         t.elapsed().as_secs_f64(),
@@ -648,7 +659,8 @@ fn english_single_chunk_count() {
 fn english_single_chunk_positions() {
     let game = Game::new(Board::new(BoardKind::English), 24, Goal::Hole(24));
     let t = Instant::now();
-    let (layers, nodes) = super::positions::run(&game, 1, 0, &Control::new()).expect("runs");
+    let (layers, nodes) =
+        super::positions::run(&game, ChunkId::new(1, 0), &Control::new()).expect("runs");
     println!(
         "single-chunk positions: {:.1} s, {nodes} nodes",
         t.elapsed().as_secs_f64()

@@ -34,6 +34,7 @@ pub use super::layer_artifacts::{
     check_layer, layer_header, merge_layers, merge_paths, pegs_at, read_path, write_path, Figures,
     LayerReader, LayerWriter,
 };
+use sweep_space::ChunkId;
 use sweep_space::{Control, Meter, SpaceError};
 
 /// Successors with weights in a vector that is sorted and folded (equal positions summed) whenever it has
@@ -106,15 +107,14 @@ pub fn expand(
     game: &Game,
     layer: u32,
     prev: &Lookup,
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     ctl: &Control,
 ) -> Result<Expanded, SpaceError> {
     let group = &game.game_group;
     let mut next = Folding::default();
     let mut meter = Meter::new(ctl);
     for (&pos, &w) in prev.positions.keys().iter().zip(&prev.weights) {
-        if owner_hash(pos) % n_chunks != chunk {
+        if owner_hash(pos) % at.n_chunks != at.chunk {
             continue;
         }
         for m in &game.board.moves {
@@ -168,8 +168,7 @@ pub fn mark_on_path(
     layer: u32,
     positions: &[u64],
     next_on_path: Option<&SortedSet>,
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     ctl: &Control,
 ) -> Result<Marked, SpaceError> {
     let group = &game.game_group;
@@ -177,7 +176,7 @@ pub fn mark_on_path(
     let mut on_path = Vec::new();
     let mut meter = Meter::new(ctl);
     for &pos in positions {
-        if owner_hash(pos) % n_chunks != chunk {
+        if owner_hash(pos) % at.n_chunks != at.chunk {
             continue;
         }
         let orbit = game.orbit_size(group, pos);
@@ -312,8 +311,7 @@ pub fn join_count(
     game: &Game,
     forward: &Lookup,
     dual: Option<&Lookup>,
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     ctl: &Control,
 ) -> Result<Joined, SpaceError> {
     let group = &game.game_group;
@@ -326,7 +324,7 @@ pub fn join_count(
     };
     let mut meter = Meter::new(ctl);
     for (&pos, &w) in forward.positions.keys().iter().zip(&forward.weights) {
-        if owner_hash(pos) % n_chunks != chunk {
+        if owner_hash(pos) % at.n_chunks != at.chunk {
             continue;
         }
         j.classes += 1;

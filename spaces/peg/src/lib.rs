@@ -32,6 +32,7 @@ mod solve_beam;
 pub mod solve_layers;
 
 use std::fmt::Write;
+use sweep_space::ChunkId;
 
 use serde_json::{json, Value};
 
@@ -211,23 +212,16 @@ impl Job for PegJob {
         })
     }
 
-    fn run_chunk(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        ctl: &Control,
-    ) -> Result<ChunkOutput, SpaceError> {
+    fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError> {
         if let Some(d) = &self.dag {
-            return d.run_chunk(&self.game, n_chunks, chunk, ctl);
+            return d.run_chunk(&self.game, at, ctl);
         }
-        if chunk >= n_chunks {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        at.check(u64::MAX)?;
         let mut out = ChunkOutput::default();
         match self.params.mode {
             Mode::Solve => {
-                if n_chunks != 1 {
-                    return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
+                if at.n_chunks != 1 {
+                    return Err(SpaceError::out_of_plan(at));
                 }
                 let mut solver = Solver::new(&self.game, self.params.seed, ctl);
                 match solver.solve()? {
@@ -249,11 +243,10 @@ impl Job for PegJob {
                 out.nodes = solver.nodes + solver.table_nodes;
             }
             Mode::Count => {
-                let Some((_, classes)) = count::split_depth(&self.game, n_chunks) else {
-                    return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
+                let Some((_, classes)) = count::split_depth(&self.game, at.n_chunks) else {
+                    return Err(SpaceError::out_of_plan(at));
                 };
-                let (lo, hi) =
-                    sweep_space::perm::split_range(classes.len() as u128, n_chunks, chunk);
+                let (lo, hi) = at.split(classes.len() as u128);
                 let mut counter = count::Counter::new(&self.game, ctl);
                 let mut total = 0u128;
                 for &(pos, ways) in &classes[lo as usize..hi as usize] {
@@ -264,10 +257,10 @@ impl Job for PegJob {
                 out.nodes = counter.finish();
             }
             Mode::Positions => {
-                if n_chunks > MAX_POSITION_CHUNKS {
-                    return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
+                if at.n_chunks > MAX_POSITION_CHUNKS {
+                    return Err(SpaceError::out_of_plan(at));
                 }
-                let (layers, nodes) = positions::run(&self.game, n_chunks, chunk, ctl)?;
+                let (layers, nodes) = positions::run(&self.game, at, ctl)?;
                 for (pegs, l) in layers.iter().enumerate() {
                     for (what, v) in LAYER_FIELDS.iter().zip([
                         l.reachable,
@@ -286,13 +279,11 @@ impl Job for PegJob {
         Ok(out)
     }
 
-    fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+    fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         if let Some(d) = self.dag.as_ref().filter(|d| d.is_stage()) {
-            return d.verify_stage(&self.game, n_chunks, chunk, out);
+            return d.verify_stage(&self.game, at, out);
         }
-        if chunk >= n_chunks {
-            return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-        }
+        at.check(u64::MAX)?;
         if !out.artifact.is_empty() {
             return Err(SpaceError::Verification(
                 "the peg space has no artifacts".into(),

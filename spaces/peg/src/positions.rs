@@ -18,6 +18,7 @@
 //! canonical position).
 
 use super::game::{owner_hash, Game};
+use sweep_space::ChunkId;
 use sweep_space::{Control, Meter, SpaceError};
 
 /// Figures for one peg count, counted only for the positions a chunk owns.
@@ -30,12 +31,7 @@ pub struct Layer {
 }
 
 /// Runs the search; `layers[pegs]` holds the figures for positions with `pegs` pegs owned by `chunk`.
-pub fn run(
-    game: &Game,
-    n_chunks: u64,
-    chunk: u64,
-    ctl: &Control,
-) -> Result<(Vec<Layer>, u64), SpaceError> {
+pub fn run(game: &Game, at: ChunkId, ctl: &Control) -> Result<(Vec<Layer>, u64), SpaceError> {
     let group = &game.game_group;
     let mut meter = Meter::new(ctl);
     // Forward: by_depth[d] = sorted canonical positions reachable in d moves.
@@ -84,7 +80,7 @@ pub fn run(
             good
         };
         let pegs = game.start.count_ones() as usize - d;
-        let owned = |p: &&u64| owner_hash(**p) % n_chunks == chunk;
+        let owned = |p: &&u64| owner_hash(**p) % at.n_chunks == at.chunk;
         let out = &mut layers[pegs];
         for p in layer.iter().filter(owned) {
             out.reachable += 1;

@@ -205,7 +205,7 @@ fn bad_parameters_are_typed_errors() {
     let j = job(&["--mode", "solve"]).expect("valid");
     assert!(j.plan(Some(2)).is_err());
     assert!(j.plan(Some(0)).is_err());
-    assert!(j.run_chunk(1, 1, &Control::new()).is_err());
+    assert!(j.run_chunk(ChunkId::new(1, 1), &Control::new()).is_err());
 }
 
 /// Every mode plans by the contract's rule ([`Plan::chunk_count`]), which peg once re-wrote: at least one chunk,
@@ -597,7 +597,7 @@ fn verify_rejects_an_unfounded_pagoda_claim() {
     let j = peg_job(&["--board", "wiegleb"]);
     let mut out = ChunkOutput::default();
     out.count("impossible_pagoda", 1);
-    assert!(j.verify(1, 0, &out).is_err());
+    assert!(j.verify(ChunkId::new(1, 0), &out).is_err());
 }
 
 /// The size of a search proof travels with an impossible-by-search outcome only, and shows in its reason.
@@ -609,7 +609,7 @@ fn search_proof_figures_go_with_the_search_outcome_only() {
     proof.count("search_positions", 78_557_648);
     proof.count("search_emptied_after", 31);
     proof.count("search_functions", 275);
-    j.verify(1, 0, &proof)
+    j.verify(ChunkId::new(1, 0), &proof)
         .expect("a proof's figures are accepted");
     let answer = Answer::from_outputs([&proof]);
     let why = j.result(&answer)["impossible"]
@@ -624,10 +624,10 @@ fn search_proof_figures_go_with_the_search_outcome_only() {
     let mut stray = ChunkOutput::default();
     stray.count("impossible_class", 1);
     stray.count("search_positions", 5);
-    assert!(j.verify(1, 0, &stray).is_err());
+    assert!(j.verify(ChunkId::new(1, 0), &stray).is_err());
     let mut two = proof.clone();
     two.count("solved", 1);
-    assert!(j.verify(1, 0, &two).is_err());
+    assert!(j.verify(ChunkId::new(1, 0), &two).is_err());
 }
 
 /// Every function the linear program yields satisfies the pagoda inequality on every jump of the board,

@@ -10,6 +10,7 @@
 //! proves every integer was counted in exactly one chunk.
 
 use std::fmt::Write;
+use sweep_space::ChunkId;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -93,9 +94,8 @@ impl PrimesJob {
     }
 
     /// The integers `[lo, hi)` of chunk `chunk`, checked against the plan.
-    fn range(&self, n_chunks: u64, chunk: u64) -> Result<(u64, u64), SpaceError> {
-        let (lo, hi) =
-            Plan::chunk_range(u128::from(self.below), n_chunks, chunk, self.max_chunks())?;
+    fn range(&self, at: ChunkId) -> Result<(u64, u64), SpaceError> {
+        let (lo, hi) = at.range(u128::from(self.below), self.max_chunks())?;
         // lo <= hi <= below, a u64.
         Ok((lo as u64, hi as u64))
     }
@@ -186,13 +186,8 @@ impl Job for PrimesJob {
         })
     }
 
-    fn run_chunk(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        ctl: &Control,
-    ) -> Result<ChunkOutput, SpaceError> {
-        let (lo, hi) = self.range(n_chunks, chunk)?;
+    fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError> {
+        let (lo, hi) = self.range(at)?;
         let primes = count_primes(lo, hi, ctl)?;
         let mut out = ChunkOutput {
             nodes: hi - lo,
@@ -205,17 +200,12 @@ impl Job for PrimesJob {
     }
 
     // A count is all it ever reports, so a job that keeps counts only is checked in full.
-    fn verify_counts(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        out: &ChunkOutput,
-    ) -> Result<(), SpaceError> {
-        self.verify(n_chunks, chunk, out)
+    fn verify_counts(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+        self.verify(at, out)
     }
 
-    fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
-        let (lo, hi) = self.range(n_chunks, chunk)?;
+    fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
+        let (lo, hi) = self.range(at)?;
         out.check_counters(&["primes"])?;
         if !out.solutions.is_empty() || !out.artifact.is_empty() {
             return Err(SpaceError::Verification(
@@ -368,25 +358,28 @@ mod tests {
     #[test]
     fn verify_refuses_wrong_counts_and_node_totals() {
         let j = job(100_000);
-        let good = j.run_chunk(4, 1, &Control::new()).unwrap();
+        let good = j.run_chunk(ChunkId::new(4, 1), &Control::new()).unwrap();
         let mut inflated = good.clone();
         inflated.count("primes", 1);
         let mut short = good.clone();
         short.nodes -= 1;
         let mut odd = good.clone();
         odd.count("twins", 1);
-        j.verify(4, 1, &good).unwrap();
+        j.verify(ChunkId::new(4, 1), &good).unwrap();
         for bad in [inflated, short, odd] {
             assert!(
-                matches!(j.verify(4, 1, &bad), Err(SpaceError::Verification(_))),
+                matches!(
+                    j.verify(ChunkId::new(4, 1), &bad),
+                    Err(SpaceError::Verification(_))
+                ),
                 "{bad:?}"
             );
         }
         // A long chunk is bounded: more primes than odd numbers is refused.
         let big = job(10_000_000);
-        let mut absurd = big.run_chunk(2, 0, &Control::new()).unwrap();
+        let mut absurd = big.run_chunk(ChunkId::new(2, 0), &Control::new()).unwrap();
         absurd.counters.insert("primes".into(), 3_000_000);
-        assert!(big.verify(2, 0, &absurd).is_err());
+        assert!(big.verify(ChunkId::new(2, 0), &absurd).is_err());
     }
 
     #[test]
@@ -394,9 +387,12 @@ mod tests {
         let j = job(100_000_000);
         let ctl = sweep_space::ChunkControl::default();
         ctl.cancel();
-        assert_eq!(j.run_chunk(1, 0, ctl.control()), Err(SpaceError::Cancelled));
+        assert_eq!(
+            j.run_chunk(ChunkId::new(1, 0), ctl.control()),
+            Err(SpaceError::Cancelled)
+        );
         let ctl = Control::new();
-        j.run_chunk(100, 3, &ctl).unwrap();
+        j.run_chunk(ChunkId::new(100, 3), &ctl).unwrap();
         assert_eq!(
             ctl.nodes(),
             1_000_000,

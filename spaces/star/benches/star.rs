@@ -24,7 +24,7 @@
 
 use std::time::Instant;
 
-use sweep_space::{ChunkOutput, Control, Job, Meter, SpaceError};
+use sweep_space::{ChunkId, ChunkOutput, Control, Job, Meter, SpaceError};
 use sweep_star::{Geometry, ORIGINAL_LINES_SIX};
 
 fn next_permutation(a: &mut [u8]) -> bool {
@@ -73,7 +73,10 @@ fn brute() {
     let ctl = Control::new();
     let t = Instant::now();
     let outputs: Vec<_> = (0..plan.n_chunks)
-        .map(|c| job.run_chunk(plan.n_chunks, c, &ctl).expect("chunk"))
+        .map(|c| {
+            job.run_chunk(ChunkId::new(plan.n_chunks, c), &ctl)
+                .expect("chunk")
+        })
         .collect();
     let sweep_s = t.elapsed().as_secs_f64();
     let answer = sweep_space::Answer::from_outputs(&outputs);
@@ -132,7 +135,9 @@ fn run_part(points: u32, part: u64, parts: u64) -> (u128, u128, u128, f64, Vec<u
     // A long run says how far it got, so that a run cut short still reports something.
     let every = (mine.len() / 32).max(1);
     for (i, &c) in mine.iter().enumerate() {
-        let out = job.run_chunk(plan.n_chunks, c, &ctl).expect("chunk");
+        let out = job
+            .run_chunk(ChunkId::new(plan.n_chunks, c), &ctl)
+            .expect("chunk");
         per_chunk.push(out.nodes);
         tally.add(&out);
         if parts > 1 && (i + 1) % every == 0 {
@@ -162,7 +167,7 @@ fn run_one(points: u32, chunks: u64, chunk: u64) {
     let wall = Instant::now();
     let t0 = cpu_s(wall);
     let out = job
-        .run_chunk(plan.n_chunks, chunk, &Control::new())
+        .run_chunk(ChunkId::new(plan.n_chunks, chunk), &Control::new())
         .expect("chunk");
     println!(
         "star n={points} chunk {chunk} of {}: nodes={} solutions={} unique={}, {:.1} s CPU on one thread",
@@ -230,7 +235,10 @@ fn verify(n: u32) {
     let wall = Instant::now();
     let t0 = cpu_s(wall);
     let outs: Vec<ChunkOutput> = (0..plan.n_chunks)
-        .map(|c| job.run_chunk(plan.n_chunks, c, &ctl).expect("chunk"))
+        .map(|c| {
+            job.run_chunk(ChunkId::new(plan.n_chunks, c), &ctl)
+                .expect("chunk")
+        })
         .collect();
     let search_s = cpu_s(wall) - t0;
     let stars: usize = outs.iter().map(|o| o.solutions.len()).sum();
@@ -242,7 +250,7 @@ fn verify(n: u32) {
     for _ in 0..ROUNDS {
         let t0 = cpu_s(wall);
         for (c, out) in outs.iter().enumerate() {
-            job.verify(plan.n_chunks, c as u64, out)
+            job.verify(ChunkId::new(plan.n_chunks, c as u64), out)
                 .expect("a found star passes");
         }
         new_s += cpu_s(wall) - t0;
@@ -339,7 +347,10 @@ fn answer(n: u32) {
     let ctl = Control::new();
     let mut merge = sweep_space::AnswerMerge::default();
     for c in 0..plan.n_chunks {
-        merge.add(&job.run_chunk(plan.n_chunks, c, &ctl).expect("chunk"));
+        merge.add(
+            &job.run_chunk(ChunkId::new(plan.n_chunks, c), &ctl)
+                .expect("chunk"),
+        );
     }
     let answer = merge.finish();
     const ROUNDS: u32 = 20;
@@ -404,9 +415,14 @@ fn estimate(n: u32) {
     let mut est_s = 0.0;
     for c in 0..plan.n_chunks {
         let t0 = cpu_s(wall);
-        let est = job.estimate_nodes(plan.n_chunks, c, 64).expect("estimate");
+        let est = job
+            .estimate_nodes(ChunkId::new(plan.n_chunks, c), 64)
+            .expect("estimate");
         est_s += cpu_s(wall) - t0;
-        let real = job.run_chunk(plan.n_chunks, c, &ctl).expect("chunk").nodes;
+        let real = job
+            .run_chunk(ChunkId::new(plan.n_chunks, c), &ctl)
+            .expect("chunk")
+            .nodes;
         est_total += est;
         real_total += real;
         if real > 0 && est > 0.0 {
@@ -435,7 +451,9 @@ fn predict(n: u32) {
     let t0 = cpu_s(wall);
     let mut total = 0.0;
     for c in 0..plan.n_chunks {
-        total += job.estimate_nodes(plan.n_chunks, c, 64).expect("estimate");
+        total += job
+            .estimate_nodes(ChunkId::new(plan.n_chunks, c), 64)
+            .expect("estimate");
     }
     println!(
         "star n={n}: Knuth estimate {total:.4e} nodes over {} chunks (64 probes each, {:.2} s CPU)",

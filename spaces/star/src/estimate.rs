@@ -2,8 +2,8 @@
 //! before the chunks have run. It walks the same search ([`Search`]) at random instead of in full, so it counts
 //! nodes exactly as the kernel does.
 
-use sweep_space::perm::split_range;
 use sweep_space::rng::SplitMix64;
+use sweep_space::ChunkId;
 
 use crate::backtrack::Search;
 use crate::geometry::Geometry;
@@ -19,16 +19,15 @@ pub(crate) const ESTIMATE_PROBES: u32 = 64;
 /// `probes` random walks down its part of the tree: a walk through nodes with c_1, c_2, ... children stands for
 /// 1 + c_1 + c_1 c_2 + ... nodes, an unbiased estimate of the subtree's size (D. E. Knuth, "Estimating the
 /// efficiency of backtrack programs", 1975). Each walk starts at a prefix of the chunk drawn uniformly at
-/// random. The random generator starts from (n, n_chunks, chunk), so the estimate is a pure function of them. A
+/// random. The random generator starts from (n, at), so the estimate is a pure function of them. A
 /// walk costs about n steps, so 64 probes of a chunk take microseconds.
 pub(crate) fn backtrack_chunk_nodes(
     geo: &Geometry,
     prefixes: &[Prefix],
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     probes: u32,
 ) -> f64 {
-    let (lo, hi) = split_range(prefixes.len() as u128, n_chunks, chunk);
+    let (lo, hi) = at.split(prefixes.len() as u128);
     let (lo, width) = (lo as usize, (hi - lo) as u64);
     if width == 0 {
         return 0.0;
@@ -36,8 +35,8 @@ pub(crate) fn backtrack_chunk_nodes(
     let mut rng = SplitMix64::new(
         (geo.n as u64)
             .wrapping_mul(sweep_space::rng::GAMMA)
-            .wrapping_add(n_chunks.rotate_left(24))
-            ^ chunk,
+            .wrapping_add(at.n_chunks.rotate_left(24))
+            ^ at.chunk,
     );
     let mut search = Search::new(geo);
     let probes = probes.max(1);

@@ -52,6 +52,7 @@ mod render;
 mod verify;
 
 use std::sync::Arc;
+use sweep_space::ChunkId;
 
 use serde_json::Value;
 
@@ -150,23 +151,17 @@ impl StarJob {
         }
     }
 
-    /// Knuth's estimate of the nodes `run_chunk(n_chunks, chunk)` counts, from `probes` random walks
+    /// Knuth's estimate of the nodes `run_chunk(at)` counts, from `probes` random walks
     /// ([`estimate::backtrack_chunk_nodes`]); brute force chunks are counted exactly.
-    pub fn estimate_nodes(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        probes: u32,
-    ) -> Result<f64, SpaceError> {
-        let (lo, hi) = Plan::chunk_range(self.chunk_total(), n_chunks, chunk, self.max_chunks())?;
+    pub fn estimate_nodes(&self, at: ChunkId, probes: u32) -> Result<f64, SpaceError> {
+        let (lo, hi) = at.range(self.chunk_total(), self.max_chunks())?;
         if self.params.method == Method::Brute {
             return Ok((hi - lo) as f64);
         }
         Ok(estimate::backtrack_chunk_nodes(
             &self.geo,
             &self.prefixes,
-            n_chunks,
-            chunk,
+            at,
             probes,
         ))
     }
@@ -187,20 +182,15 @@ impl Job for StarJob {
     }
 
     /// Backtrack only: a brute force job's size is exact in its plan, so it needs no estimate.
-    fn estimate_chunk_nodes(&self, n_chunks: u64, chunk: u64) -> Option<f64> {
+    fn estimate_chunk_nodes(&self, at: ChunkId) -> Option<f64> {
         match self.params.method {
             Method::Brute => None,
-            Method::Backtrack => self.estimate_nodes(n_chunks, chunk, ESTIMATE_PROBES).ok(),
+            Method::Backtrack => self.estimate_nodes(at, ESTIMATE_PROBES).ok(),
         }
     }
 
-    fn run_chunk(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        ctl: &Control,
-    ) -> Result<ChunkOutput, SpaceError> {
-        let (lo, hi) = Plan::chunk_range(self.chunk_total(), n_chunks, chunk, self.max_chunks())?;
+    fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError> {
+        let (lo, hi) = at.range(self.chunk_total(), self.max_chunks())?;
         let mut out = ChunkOutput::default();
         match self.params.method {
             Method::Brute => {
@@ -217,21 +207,16 @@ impl Job for StarJob {
         Ok(out)
     }
 
-    fn verify(&self, n_chunks: u64, chunk: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+    fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         out.check_unique_counters("star")?;
-        verify::check_counts(&self.geo, self.params.method, n_chunks, chunk, out)?;
+        verify::check_counts(&self.geo, self.params.method, at, out)?;
         verify::check_listed(&self.geo, out)
     }
 
-    fn verify_counts(
-        &self,
-        n_chunks: u64,
-        chunk: u64,
-        out: &ChunkOutput,
-    ) -> Result<(), SpaceError> {
+    fn verify_counts(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         out.check_unique_counts_only("star")?;
         out.check_unlisted("stars")?;
-        verify::check_counts(&self.geo, self.params.method, n_chunks, chunk, out)
+        verify::check_counts(&self.geo, self.params.method, at, out)
     }
 
     fn result(&self, answer: &Answer) -> Value {

@@ -207,22 +207,22 @@ fn verify_rejects_lies() {
     let j = job(6, Method::Backtrack);
     let plan = j.plan(Some(4)).unwrap();
     let (idx, good) = (0..4)
-        .map(|i| (i, j.run_chunk(4, i, &Control::new()).unwrap()))
+        .map(|i| (i, j.run_chunk(ChunkId::new(4, i), &Control::new()).unwrap()))
         .find(|(_, o)| !o.solutions.is_empty())
         .unwrap();
     assert_eq!(plan.n_chunks, 4);
     let mut dropped = good.clone();
     dropped.solutions.pop();
-    assert!(j.verify(4, idx, &dropped).is_err());
+    assert!(j.verify(ChunkId::new(4, idx), &dropped).is_err());
     let mut broken = good.clone();
     broken.solutions[0] = "1,2,3,4,5,6,7,8,9,10,11,12".into();
-    assert!(j.verify(4, idx, &broken).is_err());
+    assert!(j.verify(ChunkId::new(4, idx), &broken).is_err());
     let mut junk = good.clone();
     junk.solutions[0] = "x".into();
-    assert!(j.verify(4, idx, &junk).is_err());
+    assert!(j.verify(ChunkId::new(4, idx), &junk).is_err());
     let mut odd = good;
     odd.count("solutions", 1);
-    assert!(j.verify(4, idx, &odd).is_err());
+    assert!(j.verify(ChunkId::new(4, idx), &odd).is_err());
 }
 
 /// `result_texts` writes what `result` builds and `render_text` prints, byte for byte: with stars and
@@ -300,18 +300,25 @@ fn a_count_only_chunk_counts_the_same_without_its_list() {
         let j = job(n, method);
         let n_chunks = j.plan(Some(8)).unwrap().n_chunks;
         for chunk in 0..n_chunks {
-            let listed = j.run_chunk(n_chunks, chunk, &Control::new()).unwrap();
+            let listed = j
+                .run_chunk(ChunkId::new(n_chunks, chunk), &Control::new())
+                .unwrap();
             let ctl = sweep_space::ChunkControl::default();
             ctl.set_count_only(true);
-            let counted = j.run_chunk(n_chunks, chunk, ctl.control()).unwrap();
+            let counted = j
+                .run_chunk(ChunkId::new(n_chunks, chunk), ctl.control())
+                .unwrap();
             assert!(counted.solutions.is_empty(), "n={n} chunk {chunk}");
             assert_eq!(counted.counters, listed.counters, "n={n} chunk {chunk}");
             assert_eq!(counted.nodes, listed.nodes, "n={n} chunk {chunk}");
-            j.verify_counts(n_chunks, chunk, &counted).unwrap();
+            j.verify_counts(ChunkId::new(n_chunks, chunk), &counted)
+                .unwrap();
             // Its list is what a full verification checks: without it, the counts do not pass as listed.
             if !listed.solutions.is_empty() {
-                assert!(j.verify(n_chunks, chunk, &counted).is_err());
-                assert!(j.verify_counts(n_chunks, chunk, &listed).is_err());
+                assert!(j.verify(ChunkId::new(n_chunks, chunk), &counted).is_err());
+                assert!(j
+                    .verify_counts(ChunkId::new(n_chunks, chunk), &listed)
+                    .is_err());
             }
             // What the counts say on their own is still checked: 2n solutions per star when
             // backtracking, every permutation of the range once in brute force.
@@ -320,7 +327,9 @@ fn a_count_only_chunk_counts_the_same_without_its_list() {
                 Method::Backtrack => inflated.count("unique", 1),
                 Method::Brute => inflated.nodes += 1,
             }
-            assert!(j.verify_counts(n_chunks, chunk, &inflated).is_err());
+            assert!(j
+                .verify_counts(ChunkId::new(n_chunks, chunk), &inflated)
+                .is_err());
         }
     }
 }
@@ -331,7 +340,10 @@ fn cancellation_stops_a_chunk() {
         let j = job(7, method);
         let ctl = sweep_space::ChunkControl::default();
         ctl.cancel();
-        assert_eq!(j.run_chunk(1, 0, ctl.control()), Err(SpaceError::Cancelled));
+        assert_eq!(
+            j.run_chunk(ChunkId::new(1, 0), ctl.control()),
+            Err(SpaceError::Cancelled)
+        );
     }
 }
 
@@ -478,7 +490,11 @@ fn plans_offer_many_chunks_and_end_with_small_ones() {
     let j = job(10, Method::Backtrack);
     let n_chunks = 64;
     let sizes: Vec<u64> = (0..n_chunks)
-        .map(|c| j.run_chunk(n_chunks, c, &Control::new()).unwrap().nodes)
+        .map(|c| {
+            j.run_chunk(ChunkId::new(n_chunks, c), &Control::new())
+                .unwrap()
+                .nodes
+        })
         .collect();
     let total: u64 = sizes.iter().sum();
     let biggest = (0..sizes.len()).max_by_key(|&i| sizes[i]).unwrap();
@@ -501,10 +517,16 @@ fn knuth_estimate_is_close_to_the_real_count() {
         let mut est_total = 0.0;
         let mut real_total = 0u64;
         for c in 0..n_chunks {
-            let est = j.estimate_nodes(n_chunks, c, 256).unwrap();
-            let real = j.run_chunk(n_chunks, c, &Control::new()).unwrap().nodes;
+            let est = j.estimate_nodes(ChunkId::new(n_chunks, c), 256).unwrap();
+            let real = j
+                .run_chunk(ChunkId::new(n_chunks, c), &Control::new())
+                .unwrap()
+                .nodes;
             // Deterministic: the same call gives the same estimate.
-            assert_eq!(est, j.estimate_nodes(n_chunks, c, 256).unwrap());
+            assert_eq!(
+                est,
+                j.estimate_nodes(ChunkId::new(n_chunks, c), 256).unwrap()
+            );
             let ratio = est / real as f64;
             assert!(
                 (0.5..2.0).contains(&ratio),
@@ -520,16 +542,24 @@ fn knuth_estimate_is_close_to_the_real_count() {
         );
     }
     let brute = job(6, Method::Brute);
-    assert_eq!(brute.estimate_nodes(7, 3, 1).unwrap(), 68_428_800.0);
+    assert_eq!(
+        brute.estimate_nodes(ChunkId::new(7, 3), 1).unwrap(),
+        68_428_800.0
+    );
     // What the engine asks: backtrack jobs only (brute force has its exact total in the plan).
-    assert_eq!(brute.estimate_chunk_nodes(7, 3), None);
+    assert_eq!(brute.estimate_chunk_nodes(ChunkId::new(7, 3)), None);
     let bt = job(9, Method::Backtrack);
     assert_eq!(
-        bt.estimate_chunk_nodes(16, 5),
-        Some(bt.estimate_nodes(16, 5, ESTIMATE_PROBES).unwrap())
+        bt.estimate_chunk_nodes(ChunkId::new(16, 5)),
+        Some(
+            bt.estimate_nodes(ChunkId::new(16, 5), ESTIMATE_PROBES)
+                .unwrap()
+        )
     );
-    assert_eq!(bt.estimate_chunk_nodes(16, 16), None);
-    assert!(job(6, Method::Backtrack).estimate_nodes(4, 4, 8).is_err());
+    assert_eq!(bt.estimate_chunk_nodes(ChunkId::new(16, 16)), None);
+    assert!(job(6, Method::Backtrack)
+        .estimate_nodes(ChunkId::new(4, 4), 8)
+        .is_err());
 }
 
 proptest! {

@@ -3,7 +3,7 @@
 //! report is not trusted, so this is apart from the kernels that produce it and shares nothing with them but
 //! the geometry and the text format.
 
-use sweep_space::perm::split_range;
+use sweep_space::ChunkId;
 use sweep_space::{ChunkOutput, SpaceError};
 
 use crate::brute::total_perms;
@@ -16,16 +16,13 @@ use crate::params::Method;
 pub(crate) fn check_counts(
     geo: &Geometry,
     method: Method,
-    n_chunks: u64,
-    chunk: u64,
+    at: ChunkId,
     out: &ChunkOutput,
 ) -> Result<(), SpaceError> {
-    if chunk >= n_chunks {
-        return Err(SpaceError::ChunkOutOfRange { chunk, n_chunks });
-    }
+    at.check(u64::MAX)?;
     let solutions = out.counters.get("solutions").copied().unwrap_or(0);
     if method == Method::Brute {
-        let (lo, hi) = split_range(total_perms(geo), n_chunks, chunk);
+        let (lo, hi) = at.split(total_perms(geo));
         out.check_nodes(hi - lo, "permutations tested")?;
     } else {
         let unique = out.counters.get("unique").copied().unwrap_or(0);
