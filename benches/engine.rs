@@ -31,6 +31,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sweep_testkit::process::run_ok;
+
 /// The binary under test: this build, or `SWEEP_BENCH_BIN` (to compare two builds side by side).
 fn sweep_bin() -> String {
     std::env::var("SWEEP_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sweep").to_string())
@@ -45,17 +47,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 fn timed(args: &[&str]) -> f64 {
     let t = Instant::now();
-    let out = Command::new(sweep_bin())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run sweep");
-    assert!(
-        out.status.success(),
-        "sweep {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(Command::new(sweep_bin()).args(args));
     t.elapsed().as_secs_f64()
 }
 
@@ -224,17 +216,12 @@ fn drive(
 ) -> (f64, serde_json::Value) {
     let submit = |n: u64| {
         let n = n.to_string();
-        let out = Command::new(sweep_bin())
-            .args([
-                "submit", "star", "--points", "5", "--method", "brute", "--chunks", &n,
-            ])
-            .args(["--coordinator", url, "--json"])
-            .output()
-            .expect("submit");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new(sweep_bin())
+                .args([
+                    "submit", "star", "--points", "5", "--method", "brute", "--chunks", &n,
+                ])
+                .args(["--coordinator", url, "--json"]),
         );
     };
     submit(chunks);
@@ -483,22 +470,17 @@ fn large() {
     let (mut coord, url) = start_coordinator(&store, "127.0.0.1:0");
     let idle_mb = rss_mb(coord.id());
     let t = Instant::now();
-    let out = Command::new(sweep_bin())
-        .args(["submit", "exec", "--chunks", &chunks.to_string()])
-        .args([
-            "--coordinator",
-            &url,
-            "--json",
-            "--",
-            "/bin/echo",
-            r#"{"nodes": 1}"#,
-        ])
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(sweep_bin())
+            .args(["submit", "exec", "--chunks", &chunks.to_string()])
+            .args([
+                "--coordinator",
+                &url,
+                "--json",
+                "--",
+                "/bin/echo",
+                r#"{"nodes": 1}"#,
+            ]),
     );
     let submit_s = t.elapsed().as_secs_f64();
     let submitted_mb = rss_mb(coord.id());

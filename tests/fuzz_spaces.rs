@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde_json::{json, Value};
 use sweep_brainball::{Move, Ring, Table};
 use sweep_buzzled::geometry::Geometry;
@@ -46,13 +46,6 @@ const DEFAULT_CASES: u32 = 1500;
 const CASE_LIMIT: Duration = Duration::from_secs(5);
 /// Past this the watchdog aborts the whole run: a case that never returns would otherwise hang the suite.
 const HANG_LIMIT: Duration = Duration::from_secs(60);
-
-fn cases() -> u32 {
-    std::env::var("SWEEP_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
 
 /// Cases in flight, by a per-case id: (target, start, input). A thread checks them and aborts on a hang.
 type Running = Mutex<HashMap<u64, (&'static str, Instant, String)>>;
@@ -103,22 +96,14 @@ impl Drop for Watch {
     }
 }
 
-/// Runs `test` on `cases()` inputs drawn from `strategy`, each bounded in time, and reports the wall time.
+/// Runs `test` on `SWEEP_FUZZ_CASES` (default [`DEFAULT_CASES`]) inputs drawn from `strategy`, each bounded in time, and reports the wall time.
 fn fuzz<S>(name: &'static str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
 where
     S: Strategy,
     S::Value: Debug,
 {
-    let n = cases();
-    let config = Config {
-        cases: n,
-        failure_persistence: None,
-        max_shrink_iters: 4096,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
-    let start = Instant::now();
-    let result = runner.run(&strategy, |input| {
+    let cases = sweep_testkit::fuzz::cases(DEFAULT_CASES);
+    sweep_testkit::fuzz::fuzz(name, cases, 4096, strategy, |input| {
         let watch = Watch::enter(name, &input);
         let t = Instant::now();
         let shown: String = format!("{input:?}").chars().take(300).collect();
@@ -131,10 +116,6 @@ where
         );
         Ok(())
     });
-    eprintln!("fuzz {name}: {n} cases in {:.2?}", start.elapsed());
-    if let Err(e) = result {
-        panic!("fuzz {name} failed: {e}");
-    }
 }
 
 /// An error people can act on: a non-empty message, and for a bad parameter one that names it.

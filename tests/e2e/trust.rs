@@ -105,8 +105,7 @@ fn a_drained_worker_finishes_its_chunks_and_stops() {
     let mut c = Cluster::start(2, 1);
     let job = c.submit(&args);
     c.wait_until(job, LONG, |s| s["chunks_done"].as_u64().unwrap_or(0) >= 5);
-    let out = c.sweep(&["drain", "w0", "--json"]);
-    assert!(out.status.success(), "{out:?}");
+    let out = c.sweep_ok(&["drain", "w0", "--json"]);
     assert_eq!(stdout_json(&out)["draining"], true);
     let exit = c.workers[0]
         .wait_exit(Duration::from_secs(120))
