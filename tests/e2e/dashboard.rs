@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::group::Group;
 use crate::support::{scratch, stdout_json, sweep, Opts, Proc, SWEEP};
-use sweep_testkit::process::{run_ok, stdout_text};
+use sweep_testkit::process::{run_ok, stdout_text, worker_command};
 
 /// The Chromium binary on `PATH`, or a failed test naming what to install.
 fn chromium() -> PathBuf {
@@ -151,20 +151,8 @@ fn dashboard_shows_the_running_job_in_a_real_browser() {
     let dir = scratch();
     let (_coordinator, url, http) = start_coordinator(&dir.path().join("store"));
     let _worker = Proc {
-        child: Command::new(SWEEP)
-            .args([
-                "worker",
-                "--connect",
-                &url,
-                "--threads",
-                "1",
-                "--name",
-                "node-a",
-            ])
+        child: worker_command(SWEEP, &url, 1, "node-a")
             .args(["--grace-secs", "1"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
             .spawn()
             .expect("spawn worker"),
         name: "worker".into(),
