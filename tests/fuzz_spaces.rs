@@ -118,6 +118,26 @@ where
     });
 }
 
+/// What `f`'s job makes of `checked`: accepted, the answer `answer` builds from it must give a result that
+/// renders (that result); refused, the error must be one people can act on.
+fn accepted<T>(
+    f: &Fixture,
+    checked: Result<T, SpaceError>,
+    answer: impl FnOnce(T) -> Answer,
+) -> Result<Option<Value>, TestCaseError> {
+    match checked {
+        Ok(t) => {
+            let result = f.job.result(&answer(t));
+            let _ = f.job.render_text(&result);
+            Ok(Some(result))
+        }
+        Err(e) => {
+            clear_error(&e)?;
+            Ok(None)
+        }
+    }
+}
+
 /// An error people can act on: a non-empty message, and for a bad parameter one that names it.
 fn clear_error(e: &SpaceError) -> Result<String, TestCaseError> {
     let msg = e.to_string();
@@ -1167,17 +1187,12 @@ fn fuzz_verify_reports() {
         for l in &r.lies {
             tell(&mut out, l);
         }
-        match f.job.verify(n_chunks, chunk, &out) {
-            Ok(()) => {
-                // An output that passes is stored and merged: the answer and its rendering must hold up.
-                let ans = Answer::from_outputs([&out]);
-                let result = f.job.result(&ans);
-                let _ = f.job.render_text(&result);
-                let _ = f.job.pictures(&result);
-            }
-            Err(e) => {
-                clear_error(&e)?;
-            }
+        // An output that passes is stored and merged: the answer and its rendering must hold up.
+        let result = accepted(f, f.job.verify(n_chunks, chunk, &out), |()| {
+            Answer::from_outputs([&out])
+        })?;
+        if let Some(result) = result {
+            let _ = f.job.pictures(&result);
         }
         Ok(())
     });
@@ -1200,19 +1215,10 @@ fn fuzz_merge_artifacts() {
         |(i, pieces)| {
             let f = &fx[i % fx.len()];
             let mut it = pieces.iter().map(|p| p.as_slice());
-            match f.job.merge_artifacts(&mut it) {
-                Ok(merged) => {
-                    let ans = Answer {
-                        artifact: merged,
-                        ..Default::default()
-                    };
-                    let result = f.job.result(&ans);
-                    let _ = f.job.render_text(&result);
-                }
-                Err(e) => {
-                    clear_error(&e)?;
-                }
-            }
+            accepted(f, f.job.merge_artifacts(&mut it), |artifact| Answer {
+                artifact,
+                ..Default::default()
+            })?;
             Ok(())
         },
     );

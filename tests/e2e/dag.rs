@@ -6,7 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{resume_run, scratch, solve_result, spawn_run, stdout_json, sweep, Cluster};
+use crate::support::{
+    resume_run, scratch_store, solve_result, spawn_run, stdout_json, sweep, Cluster,
+};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(600);
@@ -96,9 +98,8 @@ fn a_peg_count_dag_survives_a_killed_coordinator_and_worker() {
 #[test]
 fn an_interrupted_dag_run_resumes_the_same_jobs() {
     let expected = solve_result(&COUNT, LONG);
-    let dir = scratch();
-    let data = dir.path().join("data");
-    let data = data.to_str().expect("utf-8 path");
+    let (_dir, data) = scratch_store();
+    let data = data.as_str();
     let mut first = spawn_run(&COUNT, data);
     // The DAG takes a few seconds (a layer at a time); this is part of the way through.
     std::thread::sleep(Duration::from_millis(1200));

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::support::{resume_run, scratch, solve_result, spawn_run, stdout_json, Cluster};
+use crate::support::{resume_run, scratch_store, solve_result, spawn_run, stdout_json, Cluster};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(300);
@@ -96,9 +96,8 @@ fn killed_coordinator_resumes_from_its_store_and_counts_nothing_twice() {
 fn an_interrupted_run_resumes_with_the_same_answer() {
     let args = JOB;
     let expected = expected();
-    let dir = scratch();
-    let data = dir.path().join("data");
-    let data = data.to_str().expect("utf-8 path");
+    let (_dir, data) = scratch_store();
+    let data = data.as_str();
     // A crash first (nothing runs on SIGKILL), then a polite Ctrl-C.
     let mut first = spawn_run(&args, data);
     std::thread::sleep(Duration::from_millis(1500));

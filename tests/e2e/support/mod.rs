@@ -77,6 +77,14 @@ impl Drop for Proc {
     }
 }
 
+/// A scratch directory (removed when dropped) and where a store goes in it, as a flag's value.
+pub fn scratch_store() -> (tempfile::TempDir, String) {
+    let dir = scratch();
+    let data = dir.path().join("data");
+    let data = data.to_str().expect("a UTF-8 path").to_string();
+    (dir, data)
+}
+
 /// `sweep run SPACE_ARGS --threads 1 --json --data DATA` in the background, its output discarded: a run that
 /// a test interrupts partway (SIGKILL as a crash does, SIGINT as Ctrl-C does).
 pub fn spawn_run(space_args: &[&str], data: &str) -> Proc {
@@ -273,6 +281,16 @@ pub struct Opts {
 }
 
 impl Opts {
+    /// The defaults with `workers` workers of `threads` threads and leases of `lease_ttl_ms`.
+    pub fn sized(workers: usize, threads: usize, lease_ttl_ms: u64) -> Opts {
+        Opts {
+            workers,
+            threads,
+            lease_ttl_ms,
+            ..Opts::default()
+        }
+    }
+
     /// The scheme of the coordinators' URLs.
     pub fn scheme(&self) -> &'static str {
         match self.tls {
@@ -360,10 +378,7 @@ impl Cluster {
     pub fn start_bin(bin: &Path, workers: usize, threads: usize, lease_ttl_ms: u64) -> Cluster {
         let opts = Opts {
             bin: bin.to_path_buf(),
-            workers,
-            threads,
-            lease_ttl_ms,
-            ..Opts::default()
+            ..Opts::sized(workers, threads, lease_ttl_ms)
         };
         Cluster::start_on(Loopback, opts, scratch())
     }
