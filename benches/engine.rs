@@ -31,6 +31,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sweep_testkit::process::{run_ok, worker_command};
+
 /// The binary under test: this build, or `SWEEP_BENCH_BIN` (to compare two builds side by side).
 fn sweep_bin() -> String {
     std::env::var("SWEEP_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sweep").to_string())
@@ -45,17 +47,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 fn timed(args: &[&str]) -> f64 {
     let t = Instant::now();
-    let out = Command::new(sweep_bin())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run sweep");
-    assert!(
-        out.status.success(),
-        "sweep {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(Command::new(sweep_bin()).args(args));
     t.elapsed().as_secs_f64()
 }
 
@@ -90,6 +82,20 @@ fn overhead() {
 /// the whole store: the listening line is printed only then).
 fn start_coordinator(store: &std::path::Path, listen: &str) -> (std::process::Child, String) {
     start_coordinator_with(store, listen, &[])
+}
+
+/// A coordinator on a new store in a scratch directory, on a free port: the directory (removed when dropped),
+/// the store's path (to start it again), the coordinator and its URL.
+fn scratch_coordinator() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::process::Child,
+    String,
+) {
+    let dir = tempfile::tempdir().expect("scratch dir");
+    let store = dir.path().join("store");
+    let (coord, url) = start_coordinator(&store, "127.0.0.1:0");
+    (dir, store, coord, url)
 }
 
 /// A coordinator (or, with `--peers` in `extra`, a member) on `listen`, and the URL it printed.
@@ -165,9 +171,7 @@ fn status_mb(pid: u32, field: &str) -> u64 {
 fn throughput() {
     let chunks = env_or("SWEEP_BENCH_CHUNKS", 100_000);
     let workers = env_or("SWEEP_BENCH_WORKERS", 4);
-    let dir = tempfile::tempdir().expect("scratch dir");
-    let store = dir.path().join("store");
-    let (mut coord, url) = start_coordinator(&store, "127.0.0.1:0");
+    let (_dir, store, mut coord, url) = scratch_coordinator();
     let jobs = env_or("SWEEP_BENCH_JOBS", 1).max(1);
     let job_chunks = env_or("SWEEP_BENCH_JOB_CHUNKS", 100);
     let total = chunks + (jobs - 1) * job_chunks;
@@ -224,17 +228,12 @@ fn drive(
 ) -> (f64, serde_json::Value) {
     let submit = |n: u64| {
         let n = n.to_string();
-        let out = Command::new(sweep_bin())
-            .args([
-                "submit", "star", "--points", "5", "--method", "brute", "--chunks", &n,
-            ])
-            .args(["--coordinator", url, "--json"])
-            .output()
-            .expect("submit");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new(sweep_bin())
+                .args([
+                    "submit", "star", "--points", "5", "--method", "brute", "--chunks", &n,
+                ])
+                .args(["--coordinator", url, "--json"]),
         );
     };
     submit(chunks);
@@ -244,19 +243,8 @@ fn drive(
     let started = Instant::now();
     let mut ws: Vec<_> = (0..workers)
         .map(|i| {
-            Command::new(sweep_bin())
-                .args([
-                    "worker",
-                    "--connect",
-                    url,
-                    "--threads",
-                    "1",
-                    "--prefetch",
-                    "64",
-                ])
-                .args(["--name", &format!("bench{i}")])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
+            worker_command(sweep_bin(), url, 1, &format!("bench{i}"))
+                .args(["--prefetch", "64"])
                 .spawn()
                 .expect("start worker")
         })
@@ -359,9 +347,7 @@ fn replicated() {
     let mut group = Vec::new();
     let mut outages = (Vec::new(), Vec::new());
     for round in 0..rounds {
-        let dir = tempfile::tempdir().expect("scratch dir");
-        let store = dir.path().join("store");
-        let (mut coord, url) = start_coordinator(&store, "127.0.0.1:0");
+        let (_dir, store, mut coord, url) = scratch_coordinator();
         let mut outage = 0.0;
         let (secs, _) = drive(&url, chunks, workers, 1, 0, |_| {
             if !kill {
@@ -478,43 +464,26 @@ fn leader_of(list: &str) -> Option<usize> {
 fn large() {
     let chunks = env_or("SWEEP_BENCH_LARGE_CHUNKS", 100_000_000);
     let secs = env_or("SWEEP_BENCH_LARGE_SECS", 60);
-    let dir = tempfile::tempdir().expect("scratch dir");
-    let store = dir.path().join("store");
-    let (mut coord, url) = start_coordinator(&store, "127.0.0.1:0");
+    let (_dir, store, mut coord, url) = scratch_coordinator();
     let idle_mb = rss_mb(coord.id());
     let t = Instant::now();
-    let out = Command::new(sweep_bin())
-        .args(["submit", "exec", "--chunks", &chunks.to_string()])
-        .args([
-            "--coordinator",
-            &url,
-            "--json",
-            "--",
-            "/bin/echo",
-            r#"{"nodes": 1}"#,
-        ])
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(sweep_bin())
+            .args(["submit", "exec", "--chunks", &chunks.to_string()])
+            .args([
+                "--coordinator",
+                &url,
+                "--json",
+                "--",
+                "/bin/echo",
+                r#"{"nodes": 1}"#,
+            ]),
     );
     let submit_s = t.elapsed().as_secs_f64();
     let submitted_mb = rss_mb(coord.id());
     let worker = || {
-        Command::new(sweep_bin())
-            .args([
-                "worker",
-                "--connect",
-                &url,
-                "--threads",
-                "2",
-                "--allow-exec",
-            ])
-            .args(["--name", "large"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+        worker_command(sweep_bin(), &url, 2, "large")
+            .arg("--allow-exec")
             .spawn()
             .expect("start worker")
     };

@@ -125,6 +125,26 @@ pub struct JobArgs {
     pub ship: Option<crate::exec_args::ShipArg>,
 }
 
+impl JobArgs {
+    /// The job's plan, once its program is known to start where it runs (`exec`): before anything is stored,
+    /// sent or run, since a program that cannot start would fail every attempt.
+    pub fn checked_plan(
+        &self,
+        runs_on: crate::exec_program::RunsOn,
+    ) -> anyhow::Result<sweep_space::Plan> {
+        let plan = self
+            .job
+            .plan(self.engine.chunks)
+            .map_err(|e| usage(e.to_string()))?;
+        crate::exec_program::check(
+            &self.job,
+            self.ship.as_ref().map(|s| s.path.as_path()),
+            runs_on,
+        )?;
+        Ok(plan)
+    }
+}
+
 /// Parses `SPACE [options]`. `--help` anywhere prints the space's help.
 pub fn parse(registry: &Registry, args: &[String]) -> anyhow::Result<Result<JobArgs, String>> {
     let Some((space_name, rest)) = args.split_first() else {
@@ -267,16 +287,20 @@ mod tests {
         REG.lookup(space).unwrap()
     }
 
+    /// A file `name` holding `text` in a new directory: the directory (removed when dropped) and the path.
+    fn file_holding(name: &str, text: &str) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join(name);
+        std::fs::write(&f, text).unwrap();
+        (dir, f.display().to_string())
+    }
+
     #[test]
     fn file_lines_become_one_list_with_inline_values() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("balls.txt");
-        std::fs::write(
-            &f,
+        let (dir, path) = file_holding(
+            "balls.txt",
             "# two balls\n1 2 3 4 5 6 7 8 9 10 11 12 13\n\n2 3 4 5 6 7 8 9 10 11 12 13 1\n",
-        )
-        .unwrap();
-        let path = f.display().to_string();
+        );
         let ball = builtin("brainball");
         let out = expand_files(ball, strings(&["solve", "--file", &path, "--depth", "3"])).unwrap();
         assert_eq!(
@@ -319,14 +343,10 @@ mod tests {
 
     #[test]
     fn whole_files_become_their_text_and_the_params_hold_no_path() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("p52.txt");
-        std::fs::write(
-            &f,
+        let (_dir, path) = file_holding(
+            "p52.txt",
             "side: 4\nclues: 5,2,2,2,2,3,1,6,4,2,2,2,2,4,3,3,3,3,2,4,3\n",
-        )
-        .unwrap();
-        let path = f.display().to_string();
+        );
         let buzz = builtin("buzzled");
         let out = expand_files(buzz, strings(&["--puzzle", &path, "--method", "brute"])).unwrap();
         assert_eq!(out[0], "--puzzle-text");

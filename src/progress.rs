@@ -551,11 +551,17 @@ mod tests {
         assert!((v - 2000.0).abs() < 2000.0 * 0.01, "{v}");
     }
 
-    #[test]
-    fn samples_too_close_together_are_ignored() {
+    /// A rate whose first sample, `count`, was taken now: that instant and the rate.
+    fn rate_from(count: f64) -> (Instant, Rate) {
         let t0 = Instant::now();
         let mut r = Rate::default();
-        r.update(t0, 0.0);
+        r.update(t0, count);
+        (t0, r)
+    }
+
+    #[test]
+    fn samples_too_close_together_are_ignored() {
+        let (t0, mut r) = rate_from(0.0);
         assert_eq!(r.update(at(t0, 1.0), 1000.0), 1000.0);
         // 10 ms later with a huge jump: skipped, and the next sample measures from the last one kept.
         assert_eq!(r.update(at(t0, 1.01), 1_000_000.0), 1000.0);
@@ -584,9 +590,7 @@ mod tests {
 
     #[test]
     fn a_counter_that_goes_back_is_no_negative_speed() {
-        let t0 = Instant::now();
-        let mut r = Rate::default();
-        r.update(t0, 5000.0);
+        let (t0, mut r) = rate_from(5000.0);
         assert_eq!(r.update(at(t0, 1.0), 1000.0), 0.0);
     }
 

@@ -149,31 +149,16 @@ mod tests {
         .map(OsString::from);
         let listen: SocketAddr = "127.0.0.1:4242".parse().expect("addr");
         let http: SocketAddr = "127.0.0.1:4343".parse().expect("addr");
+        // The flags not about addresses stay as given; the pinned addresses follow them.
+        let kept = ["coordinator", "--data", "d", "--worker-token-file", "t"];
+        let pinned = ["--listen", "127.0.0.1:4242"];
         assert_eq!(
             strings(restart_args(args.clone(), listen, Some(http))),
-            [
-                "coordinator",
-                "--data",
-                "d",
-                "--worker-token-file",
-                "t",
-                "--listen",
-                "127.0.0.1:4242",
-                "--http",
-                "127.0.0.1:4343"
-            ]
+            [&kept[..], &pinned, &["--http", "127.0.0.1:4343"]].concat()
         );
         assert_eq!(
             strings(restart_args(args, listen, None)),
-            [
-                "coordinator",
-                "--data",
-                "d",
-                "--worker-token-file",
-                "t",
-                "--listen",
-                "127.0.0.1:4242"
-            ]
+            [&kept[..], &pinned].concat()
         );
     }
 

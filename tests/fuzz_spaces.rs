@@ -20,7 +20,7 @@ use sweep_space::ChunkId;
 
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde_json::{json, Value};
 use sweep_brainball::{Move, Ring, Table};
 use sweep_buzzled::geometry::Geometry;
@@ -47,13 +47,6 @@ const DEFAULT_CASES: u32 = 1500;
 const CASE_LIMIT: Duration = Duration::from_secs(5);
 /// Past this the watchdog aborts the whole run: a case that never returns would otherwise hang the suite.
 const HANG_LIMIT: Duration = Duration::from_secs(60);
-
-fn cases() -> u32 {
-    std::env::var("SWEEP_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
 
 /// Cases in flight, by a per-case id: (target, start, input). A thread checks them and aborts on a hang.
 type Running = Mutex<HashMap<u64, (&'static str, Instant, String)>>;
@@ -104,22 +97,14 @@ impl Drop for Watch {
     }
 }
 
-/// Runs `test` on `cases()` inputs drawn from `strategy`, each bounded in time, and reports the wall time.
+/// Runs `test` on `SWEEP_FUZZ_CASES` (default [`DEFAULT_CASES`]) inputs drawn from `strategy`, each bounded in time, and reports the wall time.
 fn fuzz<S>(name: &'static str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
 where
     S: Strategy,
     S::Value: Debug,
 {
-    let n = cases();
-    let config = Config {
-        cases: n,
-        failure_persistence: None,
-        max_shrink_iters: 4096,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
-    let start = Instant::now();
-    let result = runner.run(&strategy, |input| {
+    let cases = sweep_testkit::fuzz::cases(DEFAULT_CASES);
+    sweep_testkit::fuzz::fuzz(name, cases, 4096, strategy, |input| {
         let watch = Watch::enter(name, &input);
         let t = Instant::now();
         let shown: String = format!("{input:?}").chars().take(300).collect();
@@ -132,9 +117,25 @@ where
         );
         Ok(())
     });
-    eprintln!("fuzz {name}: {n} cases in {:.2?}", start.elapsed());
-    if let Err(e) = result {
-        panic!("fuzz {name} failed: {e}");
+}
+
+/// What `f`'s job makes of `checked`: accepted, the answer `answer` builds from it must give a result that
+/// renders (that result); refused, the error must be one people can act on.
+fn accepted<T>(
+    f: &Fixture,
+    checked: Result<T, SpaceError>,
+    answer: impl FnOnce(T) -> Answer,
+) -> Result<Option<Value>, TestCaseError> {
+    match checked {
+        Ok(t) => {
+            let result = f.job.result(&answer(t));
+            let _ = f.job.render_text(&result);
+            Ok(Some(result))
+        }
+        Err(e) => {
+            clear_error(&e)?;
+            Ok(None)
+        }
     }
 }
 
@@ -1187,17 +1188,12 @@ fn fuzz_verify_reports() {
         for l in &r.lies {
             tell(&mut out, l);
         }
-        match f.job.verify(ChunkId::new(n_chunks, chunk), &out) {
-            Ok(()) => {
-                // An output that passes is stored and merged: the answer and its rendering must hold up.
-                let ans = Answer::from_outputs([&out]);
-                let result = f.job.result(&ans);
-                let _ = f.job.render_text(&result);
-                let _ = f.job.pictures(&result);
-            }
-            Err(e) => {
-                clear_error(&e)?;
-            }
+        // An output that passes is stored and merged: the answer and its rendering must hold up.
+        let result = accepted(f, f.job.verify(ChunkId::new(n_chunks, chunk), &out), |()| {
+            Answer::from_outputs([&out])
+        })?;
+        if let Some(result) = result {
+            let _ = f.job.pictures(&result);
         }
         Ok(())
     });
@@ -1220,19 +1216,10 @@ fn fuzz_merge_artifacts() {
         |(i, pieces)| {
             let f = &fx[i % fx.len()];
             let mut it = pieces.iter().map(|p| p.as_slice());
-            match f.job.merge_artifacts(&mut it) {
-                Ok(merged) => {
-                    let ans = Answer {
-                        artifact: merged,
-                        ..Default::default()
-                    };
-                    let result = f.job.result(&ans);
-                    let _ = f.job.render_text(&result);
-                }
-                Err(e) => {
-                    clear_error(&e)?;
-                }
-            }
+            accepted(f, f.job.merge_artifacts(&mut it), |artifact| Answer {
+                artifact,
+                ..Default::default()
+            })?;
             Ok(())
         },
     );

@@ -37,6 +37,16 @@ pub(crate) struct Started {
 
 /// Starts `spec` in a box whose processes join `procs` (cgroup.procs files). Returns once the box runs; the
 /// program's exec is awaited with [`await_exec`].
+/// `strings` as C's `execve` takes a list: pointers to each, then a null. They point into `strings`, which
+/// must outlive the list.
+fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
 pub(crate) fn start(spec: &Spec, procs: &[PathBuf]) -> io::Result<Started> {
     start_with_stdin(spec, procs, None)
 }
@@ -55,18 +65,8 @@ pub(crate) fn start_with_stdin(
     let (exec_r, exec_w) = pipe()?;
     let (sync_r, sync_w) = pipe()?;
     let devnull = CString::new("/dev/null").map_err(io::Error::other)?;
-    let argv: Vec<*const libc::c_char> = p
-        .argv
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    let envp: Vec<*const libc::c_char> = p
-        .envp
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
+    let argv = null_terminated(&p.argv);
+    let envp = null_terminated(&p.envp);
     let fds = BoxFds {
         sync_r: sync_r.as_raw_fd(),
         status_w: status_w.as_raw_fd(),

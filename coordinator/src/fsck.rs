@@ -449,6 +449,18 @@ mod tests {
         }
     }
 
+    /// What `check` finds in `store`: the report and each problem as it is printed.
+    fn checked(store: &Store, deep: bool) -> (Report, Vec<String>) {
+        let r = check(store, deep).unwrap();
+        let text = r.problems.iter().map(|p| p.to_string()).collect();
+        (r, text)
+    }
+
+    /// One of the problems `text` lists is one that `says` holds for.
+    fn assert_one_says(text: &[String], says: impl Fn(&str) -> bool) {
+        assert!(text.iter().any(|t| says(t)), "{text:?}");
+    }
+
     /// A finished three-chunk job, stored as the coordinator stores it.
     fn healthy() -> Store {
         let store = Store::in_memory();
@@ -520,17 +532,11 @@ mod tests {
                 (job_key(b'c', 9), Some(b"{}".to_vec())),
             ])
             .unwrap();
-        let r = check(&store, false).unwrap();
-        let text: Vec<String> = r.problems.iter().map(|p| p.to_string()).collect();
-        assert!(
-            text.iter()
-                .any(|t| t.contains("damaged record") && t.contains("chunk 2 runs again")),
-            "{text:?}"
-        );
-        assert!(
-            text.iter().any(|t| t.contains("malformed chunk key")),
-            "{text:?}"
-        );
+        let (r, text) = checked(&store, false);
+        assert_one_says(&text, |t| {
+            t.contains("damaged record") && t.contains("chunk 2 runs again")
+        });
+        assert_one_says(&text, |t| t.contains("malformed chunk key"));
         repair(&store, &r).unwrap();
         assert!(check(&store, false).unwrap().is_clean());
         let snap = store.load().unwrap();
@@ -548,8 +554,7 @@ mod tests {
         blank[1..9].fill(0);
         store.kv().apply(vec![(key, Some(blank))]).unwrap();
         assert!(store.load().unwrap().done_list().is_empty());
-        let r = check(&store, false).unwrap();
-        let text: Vec<String> = r.problems.iter().map(|p| p.to_string()).collect();
+        let (r, text) = checked(&store, false);
         assert_eq!(
             text,
             vec!["1 segment summaries disagree with their blocks; rewritten from the blocks"]
@@ -577,15 +582,12 @@ mod tests {
         let err = store.outputs(1).unwrap_err().to_string();
         assert!(err.contains("damaged record `b/"), "{err}");
         for deep in [false, true] {
-            let r = check(&store, deep).unwrap();
-            let text: Vec<String> = r.problems.iter().map(|p| p.to_string()).collect();
-            assert!(
-                text.iter()
-                    .any(|t| t.starts_with("job 1: damaged record `b/")
-                        && t.contains("truncated")
-                        && t.ends_with("its chunks run again")),
-                "{text:?}"
-            );
+            let (_, text) = checked(&store, deep);
+            assert_one_says(&text, |t| {
+                t.starts_with("job 1: damaged record `b/")
+                    && t.contains("truncated")
+                    && t.ends_with("its chunks run again")
+            });
         }
         let r = check(&store, true).unwrap();
         repair(&store, &r).unwrap();
@@ -675,19 +677,13 @@ mod tests {
             .kv()
             .apply(vec![(job_key(b'j', 1), Some(b"{damaged".to_vec()))])
             .unwrap();
-        let r = check(&store, false).unwrap();
-        let text: Vec<String> = r.problems.iter().map(|p| p.to_string()).collect();
-        assert!(
-            text.iter()
-                .any(|t| t.starts_with("job 2: its input jobs 1 are not") && t.contains("complete")),
-            "{text:?}"
-        );
-        assert!(
-            text.iter().any(
-                |t| t.starts_with("job 3: its input jobs 1 are not") && t.contains("cancelled")
-            ),
-            "{text:?}"
-        );
+        let (r, text) = checked(&store, false);
+        assert_one_says(&text, |t| {
+            t.starts_with("job 2: its input jobs 1 are not") && t.contains("complete")
+        });
+        assert_one_says(&text, |t| {
+            t.starts_with("job 3: its input jobs 1 are not") && t.contains("cancelled")
+        });
         assert!(!text.iter().any(|t| t.starts_with("job 4")), "{text:?}");
         repair(&store, &r).unwrap();
         let snap = store.load().unwrap();

@@ -139,20 +139,21 @@ pub struct MemberHandle {
 impl MemberHandle {
     /// Proposes `data` and waits until it is committed and applied here (its index), or why not.
     pub async fn propose(&self, data: Vec<u8>) -> Result<u64, ProposeError> {
-        let (tx, rx) = oneshot::channel();
-        self.cmd
-            .send(Cmd::Propose(data, tx))
-            .await
-            .map_err(|_| ProposeError::Stopped)?;
-        rx.await.map_err(|_| ProposeError::Stopped)?
+        self.ask(|tx| Cmd::Propose(data, tx)).await
     }
 
     /// Changes the membership and waits until the change is applied here; returns the id of the member added
     /// or removed. Adding the address of a member returns its id, changing nothing.
     pub async fn change(&self, change: Change) -> Result<u64, ProposeError> {
+        self.ask(|tx| Cmd::Change(change, tx)).await
+    }
+
+    /// Sends the command `make` builds around a reply and waits for that reply. A member whose loop has
+    /// ended takes no command and sends no reply: either way, it stopped.
+    async fn ask(&self, make: impl FnOnce(Reply) -> Cmd) -> Result<u64, ProposeError> {
         let (tx, rx) = oneshot::channel();
         self.cmd
-            .send(Cmd::Change(change, tx))
+            .send(make(tx))
             .await
             .map_err(|_| ProposeError::Stopped)?;
         rx.await.map_err(|_| ProposeError::Stopped)?

@@ -54,6 +54,19 @@ impl Server {
         Server { server, dir }
     }
 
+    /// A coordinator serving TLS only (and, with `require_client_cert`, only to clients with a certificate
+    /// of the test CA), with the worker and admin tokens: it and the certificates its clients use.
+    async fn start_tls(require_client_cert: bool) -> (Server, Pki) {
+        let mut files = None;
+        let server = Server::start(Limits::default(), |d| {
+            let (sec, p) = tls_security(d, require_client_cert);
+            files = Some(p);
+            sec
+        })
+        .await;
+        (server, files.expect("the security was made"))
+    }
+
     async fn clients(&self, token: Option<&str>) -> (Work, JobsClient<SecureChannel>) {
         clients_as(&self.server, token).await
     }
@@ -103,6 +116,32 @@ fn star7(chunks: u64) -> v1::SubmitRequest {
     }
 }
 
+/// A watch of every job, updated every 50 ms.
+fn every_job_often() -> v1::WatchRequest {
+    v1::WatchRequest {
+        job_id: 0,
+        interval_ms: 50,
+    }
+}
+
+/// Submits `req` through `jobs`, whose token must be allowed to: the job.
+async fn submitted(jobs: &mut JobsClient<SecureChannel>, req: v1::SubmitRequest) -> v1::JobInfo {
+    jobs.submit(req).await.unwrap().into_inner().job.unwrap()
+}
+
+/// The result of job `job`, read through `jobs`, as JSON.
+async fn result_json(jobs: &mut JobsClient<SecureChannel>, job: u64) -> serde_json::Value {
+    let r = jobs
+        .results(v1::ResultsRequest {
+            job_id: job,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    serde_json::from_str(&r.result_json).unwrap()
+}
+
 /// A worker registered as `name` for every built-in space, through `work`.
 async fn register(work: &Work, name: &str) -> Result<FakeWorker, Status> {
     FakeWorker::register(work.clone(), name, &common::spaces()).await
@@ -144,13 +183,7 @@ async fn tokens_are_checked_per_method() {
         "{e:?}"
     );
     let (_, mut admin) = server.clients(Some(ADMIN)).await;
-    let job = admin
-        .submit(star7(4))
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
+    let job = submitted(&mut admin, star7(4)).await;
     for e in [
         jobs.cancel(v1::JobRequest { job_id: job.id })
             .await
@@ -178,15 +211,7 @@ async fn tokens_are_checked_per_method() {
         .unwrap();
     let mut worker = register(&work, "w1").await.unwrap();
     assert_eq!(worker.run_chunks(4).await.unwrap(), 4);
-    let r = jobs
-        .results(v1::ResultsRequest {
-            job_id: job.id,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let v: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
+    let v = result_json(&mut jobs, job.id).await;
     assert_eq!(v["solutions"], 1008, "{v}");
     // The admin token may do what a worker token may.
     let admin_work = server.clients(Some(ADMIN)).await.0;
@@ -224,13 +249,7 @@ async fn rotating_the_worker_token_loses_no_job() {
     let server = Server::start(Limits::default(), |d| token_files(d, WORKER, ADMIN)).await;
     let worker_file: PathBuf = server.dir.path().join("worker.tokens");
     let (_, mut admin) = server.clients(Some(ADMIN)).await;
-    let job = admin
-        .submit(star7(12))
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
+    let job = submitted(&mut admin, star7(12)).await;
 
     // The old token runs part of the job.
     let (old_work, _) = server.clients(Some(WORKER)).await;
@@ -278,15 +297,7 @@ async fn rotating_the_worker_token_loses_no_job() {
         status.completions, 12,
         "every chunk counted exactly once: {status:?}"
     );
-    let r = new_jobs
-        .results(v1::ResultsRequest {
-            job_id: job.id,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let v: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
+    let v = result_json(&mut new_jobs, job.id).await;
     assert_eq!(
         (v["solutions"].as_u64(), v["unique"].as_u64()),
         (Some(1008), Some(72)),
@@ -363,14 +374,7 @@ async fn list_over_tls(url: &str, pki: &Pki, with_cert: bool) -> Result<(), Stri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_serves_trusting_clients_and_refuses_plain_ones() {
     let pki_dir = tempfile::tempdir().unwrap();
-    let mut files = None;
-    let server = Server::start(Limits::default(), |d| {
-        let (sec, p) = tls_security(d, false);
-        files = Some(p);
-        sec
-    })
-    .await;
-    let files = files.unwrap();
+    let (server, files) = Server::start_tls(false).await;
     assert!(server.url.starts_with("https://"));
     let mut jobs = tls_jobs(&server.url, &files, false).await.unwrap();
     jobs.submit(star7(2)).await.unwrap();
@@ -413,14 +417,7 @@ async fn tls_serves_trusting_clients_and_refuses_plain_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_are_required_when_a_client_ca_is_set() {
-    let mut files = None;
-    let server = Server::start(Limits::default(), |d| {
-        let (sec, p) = tls_security(d, true);
-        files = Some(p);
-        sec
-    })
-    .await;
-    let files = files.unwrap();
+    let (server, files) = Server::start_tls(true).await;
     let without = list_over_tls(&server.url, &files, false).await;
     assert!(
         without.is_err(),
@@ -449,43 +446,19 @@ async fn limits_refuse_oversized_work_with_the_limit_named() {
     assert!(e.message().contains("--max-params-bytes"), "{e:?}");
 
     // One Watch stream at a time; the slot frees when the client goes away.
-    let first = jobs
-        .watch(v1::WatchRequest {
-            job_id: 0,
-            interval_ms: 50,
-        })
-        .await
-        .unwrap();
-    let e = jobs
-        .watch(v1::WatchRequest {
-            job_id: 0,
-            interval_ms: 50,
-        })
-        .await
-        .unwrap_err();
+    let first = jobs.watch(every_job_often()).await.unwrap();
+    let e = jobs.watch(every_job_often()).await.unwrap_err();
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     assert!(e.message().contains("--max-watch-streams"), "{e:?}");
     drop(first);
     eventually(true, || {
         let mut c = jobs.clone();
-        async move {
-            c.watch(v1::WatchRequest {
-                job_id: 0,
-                interval_ms: 50,
-            })
-            .await
-        }
+        async move { c.watch(every_job_often()).await }
     })
     .await;
 
     // A report with more solutions than allowed is refused, the attempt counts, and the chunk is re-issued.
-    let job = jobs
-        .submit(star7(2))
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
+    let job = submitted(&mut jobs, star7(2)).await;
     let mut worker = register(&work, "flood").await.unwrap();
     let lease = worker.lease(1).await.unwrap().remove(0);
     let flood = v1::ChunkOutput {
@@ -523,35 +496,29 @@ async fn overhead_of_tls_and_tokens() {
     const CONNECTS: usize = 200;
     const CALLS: usize = 5000;
     let plain = Server::start(Limits::default(), |_| ServeSecurity::default()).await;
-    let mut files = None;
-    let secure = Server::start(Limits::default(), |d| {
-        let (sec, p) = tls_security(d, false);
-        files = Some(p);
-        sec
-    })
-    .await;
-    let files = files.unwrap();
-    let mut rows = Vec::new();
-    for tls in [false, true] {
-        let t0 = Instant::now();
-        for _ in 0..CONNECTS {
-            let mut c = if tls {
-                tls_jobs_as(&secure.url, &files, false, WORKER)
+    let (secure, files) = Server::start_tls(false).await;
+    // A new connection: TCP, and with `tls` the handshake and the worker token.
+    let connect_to = |tls: bool| {
+        let (plain, secure, files) = (&plain, &secure, &files);
+        async move {
+            if tls {
+                tls_jobs_as(&secure.url, files, false, WORKER)
                     .await
                     .unwrap()
             } else {
                 plain.clients(None).await.1
-            };
+            }
+        }
+    };
+    let mut rows = Vec::new();
+    for tls in [false, true] {
+        let t0 = Instant::now();
+        for _ in 0..CONNECTS {
+            let mut c = connect_to(tls).await;
             c.list_jobs(v1::ListJobsRequest {}).await.unwrap();
         }
         let connect = t0.elapsed().as_secs_f64() / CONNECTS as f64;
-        let mut c = if tls {
-            tls_jobs_as(&secure.url, &files, false, WORKER)
-                .await
-                .unwrap()
-        } else {
-            plain.clients(None).await.1
-        };
+        let mut c = connect_to(tls).await;
         let t0 = Instant::now();
         for _ in 0..CALLS {
             c.list_jobs(v1::ListJobsRequest {}).await.unwrap();
@@ -576,6 +543,14 @@ async fn overhead_of_tls_and_tokens() {
     );
     plain.stop().await;
     secure.stop().await;
+}
+
+/// Pauses job `job` and resumes it through `c`, whose token may: each answer is the job in its new state.
+async fn pause_and_resume(c: &mut sweep_client::Client, job: u64) {
+    let paused = c.pause(job).await.unwrap();
+    assert_eq!(paused.state(), v1::JobState::Paused);
+    let resumed = c.resume(job).await.unwrap();
+    assert_eq!(resumed.state(), v1::JobState::Running);
 }
 
 /// A coordinator with a store in `dir` that takes `WORKER`, the `users` tokens and `ADMIN`, each in its role's
@@ -732,10 +707,7 @@ async fn user_tokens_control_their_own_jobs_and_admins_anyones() {
     assert_eq!(hers.owner, alice_id);
     assert_eq!(his.owner, bob_id);
 
-    let paused = alice.pause(hers.id).await.unwrap();
-    assert_eq!(state(&paused), v1::JobState::Paused);
-    let resumed = alice.resume(hers.id).await.unwrap();
-    assert_eq!(state(&resumed), v1::JobState::Running);
+    pause_and_resume(&mut alice, hers.id).await;
     let cancelled = alice.cancel(hers.id).await.unwrap();
     assert_eq!(state(&cancelled), v1::JobState::Cancelled);
 
@@ -762,10 +734,7 @@ async fn user_tokens_control_their_own_jobs_and_admins_anyones() {
     let e = alice.cancel(9999).await.unwrap_err();
     assert_eq!(e.status().map(|s| s.code()), Some(Code::NotFound), "{e:?}");
 
-    let paused = admin.pause(his_too.id).await.unwrap();
-    assert_eq!(state(&paused), v1::JobState::Paused);
-    let resumed = admin.resume(his_too.id).await.unwrap();
-    assert_eq!(state(&resumed), v1::JobState::Running);
+    pause_and_resume(&mut admin, his_too.id).await;
     let cancelled = admin.cancel(his.id).await.unwrap();
     assert_eq!(state(&cancelled), v1::JobState::Cancelled);
     // Bob still manages his other job himself.

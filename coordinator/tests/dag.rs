@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{FakeWorker, Server};
+use common::{fresh_store, result_json, FakeWorker, Server};
 use sweep_client::Client as Jobs;
 use sweep_coordinator::store::Store;
 use sweep_coordinator::CoordinatorConfig;
@@ -254,8 +254,13 @@ fn config() -> CoordinatorConfig {
     }
 }
 
-async fn start(store: Store) -> Server {
-    Server::start(store, config()).await
+/// A coordinator on `store`, a client of it and a worker (`registered` or not yet): what every test here
+/// drives.
+async fn start(store: Store, registered: bool) -> (Server, Jobs, FakeWorker) {
+    let server = Server::start(store, config()).await;
+    let jobs = server.client().await;
+    let work = worker(&server, registered).await;
+    (server, jobs, work)
 }
 
 fn submit(node: &str, reuse: bool) -> v1::SubmitRequest {
@@ -389,6 +394,20 @@ async fn worker(server: &Server, registered: bool) -> FakeWorker {
 }
 
 /// Sends `reports` (if any); every one must be accepted.
+/// Stops the coordinator once its client and worker are gone: their open connections would hold the
+/// server's graceful shutdown.
+async fn stop(server: Server, jobs: Jobs, work: FakeWorker) {
+    drop((work, jobs));
+    server.stop().await;
+}
+
+/// Job `job`'s answer, which must be the answer of job `e` solved here in one process.
+async fn answer_of_e(jobs: &mut Jobs, job: u64) -> serde_json::Value {
+    let got = result_json(jobs, job).await;
+    assert_eq!(got, solve_here("e"));
+    got
+}
+
 async fn report(w: &mut FakeWorker, reports: Vec<v1::ChunkReport>) {
     if reports.is_empty() {
         return;
@@ -400,11 +419,8 @@ async fn report(w: &mut FakeWorker, reports: Vec<v1::ChunkReport>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store");
-    let server = start(Store::open(&path).unwrap()).await;
-    let mut jobs = server.client().await;
-    let mut work = worker(&server, true).await;
+    let (_dir, path, store) = fresh_store();
+    let (server, mut jobs, mut work) = start(store, true).await;
 
     // One submit creates the whole DAG, each job once, inputs before their readers.
     let top = jobs.submit(submit("e", true)).await.unwrap();
@@ -495,12 +511,9 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
         held.iter().map(|r| r.job_id).collect::<Vec<_>>(),
         [id("c"), id("c")]
     );
-    drop((work, jobs));
-    server.stop().await;
+    stop(server, jobs, work).await;
 
-    let server = start(Store::open(&path).unwrap()).await;
-    let mut jobs = server.client().await;
-    let mut work = worker(&server, false).await;
+    let (server, mut jobs, mut work) = start(Store::open(&path).unwrap(), false).await;
     let restored = all_jobs(&mut jobs).await;
     assert_eq!(restored["d"].input_jobs, [id("b"), id("c"), id("a")]);
     assert_eq!(
@@ -531,22 +544,17 @@ async fn a_dag_submitted_once_runs_inputs_first_and_survives_a_restart() {
         done["quiet"].artifact_digest,
         blake3::hash(b"").to_hex().to_string()
     );
-    let r = jobs.results(id("e"), v1::AnswerForm::Both).await.unwrap();
-    let got: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
-    assert_eq!(got, solve_here("e"));
+    let got = answer_of_e(&mut jobs, id("e")).await;
     // Each of e's 5 chunks read d's artifact (3 chunks of 8 bytes) and quiet's (empty).
     assert_eq!(got["input_bytes"], (5 * 3 * 8).to_string());
-    drop((work, jobs));
-    server.stop().await;
+    stop(server, jobs, work).await;
 }
 
 /// A job whose chunks produce no artifact, already done when a reader is submitted, gets its (empty) artifact
 /// then: the reader does not wait for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
-    let server = start(Store::in_memory()).await;
-    let mut jobs = server.client().await;
-    let mut work = worker(&server, false).await;
+    let (server, mut jobs, mut work) = start(Store::in_memory(), false).await;
     jobs.submit(submit("quiet", true)).await.unwrap();
     for _ in 0..100 {
         let reports = lease_and_run(&mut work, &mut jobs, 4).await;
@@ -563,20 +571,15 @@ async fn a_reader_submitted_after_its_artifactless_input_finished_still_runs() {
     let e = jobs.submit(submit("e", true)).await.unwrap().job.unwrap();
     assert_eq!(e.input_jobs[1], quiet.id, "the finished job is reused");
     run_until_done(&mut work, &mut jobs, "e", 4).await;
-    let r = jobs.results(e.id, v1::AnswerForm::Both).await.unwrap();
-    let got: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
-    assert_eq!(got, solve_here("e"));
-    drop((work, jobs));
-    server.stop().await;
+    answer_of_e(&mut jobs, e.id).await;
+    stop(server, jobs, work).await;
 }
 
 /// A cancelled input takes its readers with it, transitively (they could never run), and leaves the rest of
 /// the DAG alone; submitted again, the top job gets new jobs for what must run again and reuses the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_again() {
-    let server = start(Store::in_memory()).await;
-    let mut jobs = server.client().await;
-    let mut work = worker(&server, false).await;
+    let (server, mut jobs, mut work) = start(Store::in_memory(), false).await;
     jobs.submit(submit("e", true)).await.unwrap();
     let before = all_jobs(&mut jobs).await;
     jobs.cancel(before["b"].id).await.unwrap();
@@ -601,12 +604,6 @@ async fn readers_of_a_cancelled_input_end_with_it_and_a_new_submit_runs_them_aga
         assert!(now[name].id > before["e"].id, "{name} is created again");
     }
     run_until_done(&mut work, &mut jobs, "e", 4).await;
-    let r = jobs
-        .results(now["e"].id, v1::AnswerForm::Both)
-        .await
-        .unwrap();
-    let got: serde_json::Value = serde_json::from_str(&r.result_json).unwrap();
-    assert_eq!(got, solve_here("e"));
-    drop((work, jobs));
-    server.stop().await;
+    answer_of_e(&mut jobs, now["e"].id).await;
+    stop(server, jobs, work).await;
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{FakeWorker, Server};
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use prost::bytes::{Buf, BufMut};
 use prost::Message;
 use sweep_coordinator::store::Store;
@@ -30,13 +30,6 @@ const DEFAULT_CASES: u32 = 400;
 /// The longest one RPC may take, group commit included. Generous: on a machine loaded far past its cores one
 /// `Pause` once took over 20 s (the coordinator answered `ListJobs` right after; see the fuzzing report).
 const CALL_LIMIT: Duration = Duration::from_secs(60);
-
-fn cases() -> u32 {
-    std::env::var("SWEEP_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
 
 /// A coordinator on `store` with this file's configuration: fuzzed leases that nobody completes come back
 /// quickly (1 s), three attempts per chunk.
@@ -117,25 +110,19 @@ fn clear_status(s: &Status) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Runs `test` on `cases()` inputs from `strategy` and reports the wall time.
+/// Runs `test` on `SWEEP_FUZZ_CASES` (default [`DEFAULT_CASES`]) inputs from `strategy` and reports the wall time.
 fn fuzz<S>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
 where
     S: Strategy,
     S::Value: std::fmt::Debug,
 {
-    let n = cases();
-    let mut runner = TestRunner::new(Config {
-        cases: n,
-        failure_persistence: None,
-        max_shrink_iters: 512,
-        ..Config::default()
-    });
-    let start = Instant::now();
-    let result = runner.run(&strategy, test);
-    eprintln!("fuzz {name}: {n} cases in {:.2?}", start.elapsed());
-    if let Err(e) = result {
-        panic!("fuzz {name} failed: {e}");
-    }
+    common::fuzz::fuzz(
+        name,
+        common::fuzz::cases(DEFAULT_CASES),
+        512,
+        strategy,
+        test,
+    );
 }
 
 /// One RPC, bounded in time.
@@ -353,9 +340,8 @@ type Fuzzed = (
 
 fn fuzzed() -> Fuzzed {
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store");
-    let server = rt.block_on(start(Store::open(&path).unwrap()));
+    let (dir, path, store) = common::fresh_store();
+    let server = rt.block_on(start(store));
     let ch = rt.block_on(server.channel());
     let real = rt.block_on(prepare(ch.clone()));
     (rt, dir, path, server, ch, real)
@@ -860,8 +846,8 @@ fn fuzz_messages_with_lying_fields() {
 #[test]
 fn regression_long_input_is_refused_with_a_clipped_message() {
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let server = rt.block_on(start(Store::open(&dir.path().join("store")).unwrap()));
+    let (_dir, _, store) = common::fresh_store();
+    let server = rt.block_on(start(store));
     let ch = rt.block_on(server.channel());
     let mut jobs = JobsClient::new(ch);
     for (space, params) in [

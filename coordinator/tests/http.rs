@@ -8,8 +8,7 @@ use sweep_testkit as common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{config, report, FakeWorker, Server};
-use sweep_coordinator::store::Store;
+use common::{config, fresh_store, report, FakeWorker, Server};
 use sweep_proto::v1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -89,14 +88,8 @@ fn metric(m: &BTreeMap<(String, String), f64>, name: &str, labels: &str) -> f64 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_state_and_metrics_match_the_job() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_with(
-        Store::open(&dir.path().join("store")).unwrap(),
-        config(60_000, 3),
-        Default::default(),
-        true,
-    )
-    .await;
+    let (_dir, _, store) = fresh_store();
+    let server = Server::start_with(store, config(60_000, 3), Default::default(), true).await;
     let work = server.work_as(None);
     let mut jobs = server.client().await;
 

@@ -58,6 +58,35 @@ struct Member {
     stop_server: Option<oneshot::Sender<()>>,
 }
 
+impl Member {
+    /// Stops the member and then its server, as a machine that goes away does.
+    async fn stop(&mut self) {
+        self.handle.stop().await;
+        if let Some(s) = self.stop_server.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// Members 1 to 3 of a new group, each with its log in `dirs[id - 1]`: the members and their URLs.
+async fn start_three(dirs: &[tempfile::TempDir]) -> (BTreeMap<u64, Member>, BTreeMap<u64, String>) {
+    let (listeners, urls) = bind_three().await;
+    let mut members = BTreeMap::new();
+    for (id, l) in listeners {
+        let m = start_member(id, dirs[id as usize - 1].path(), l, &urls).await;
+        members.insert(id, m);
+    }
+    (members, urls)
+}
+
+/// One of `members` that is not `leader`.
+fn follower_of(members: &BTreeMap<u64, Member>, leader: u64) -> u64 {
+    *members
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("a follower")
+}
+
 /// Proposes `n` entries, `label 0` to `label n-1`, one after another through `handle`, each committed by the
 /// majority before the next is sent, and appends them to `order`, the log every member must apply.
 async fn propose_in_turn(handle: &MemberHandle, label: &str, n: u32, order: &mut Vec<Vec<u8>>) {
@@ -80,12 +109,43 @@ async fn start_member(
     urls: &BTreeMap<u64, String>,
 ) -> Member {
     let log = Log::default();
-    let (handle, stop_tx) = start_node(id, dir, listener, urls, true, log.clone()).await;
+    let (handle, stop_tx) =
+        start_node(id, dir, listener, urls, true, log.clone(), Config::new(id)).await;
     Member {
         handle,
         log,
         stop_server: Some(stop_tx),
     }
+}
+
+/// Member `id`'s settings in the group of `urls`: every other member is a peer, at this file's tick.
+fn member_config(id: u64, urls: &BTreeMap<u64, String>, raft: Config) -> MemberConfig {
+    MemberConfig {
+        raft,
+        peers: urls
+            .iter()
+            .filter(|(&p, _)| p != id)
+            .map(|(&p, u)| (p, u.clone()))
+            .collect(),
+        tick: TICK,
+    }
+}
+
+/// A channel to `url`, over TLS with `tls` if given, where connecting and each call are bounded by 5 s: a
+/// refusal must come as an error, not as a hang.
+async fn connect_within(
+    url: String,
+    tls: Option<tonic::transport::ClientTlsConfig>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let mut endpoint = tonic::transport::Endpoint::from_shared(url).expect("URL");
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls_config(tls).expect("TLS");
+    }
+    endpoint
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
 }
 
 /// Where the member whose log is in `dir` keeps its snapshot files.
@@ -95,21 +155,8 @@ fn files_for(dir: &Path) -> SnapshotFiles {
 
 /// One member applying to `machine`, its log in a sled store in `dir`, served on `listener`: its handle and
 /// what stops its server. A founder of the group of `urls` starts from the bootstrap snapshot; otherwise the
-/// member starts empty, to be added, and knows `urls` as its first peers.
+/// member starts empty, to be added, and knows `urls` as its first peers. `raft`: its consensus settings.
 async fn start_node<S: StateMachine + Send + 'static>(
-    id: u64,
-    dir: &Path,
-    listener: tokio::net::TcpListener,
-    urls: &BTreeMap<u64, String>,
-    founder: bool,
-    machine: S,
-) -> (MemberHandle, oneshot::Sender<()>) {
-    // Snapshots at the default pace: a member added catches up from the snapshot taken as it is added.
-    start_node_with(id, dir, listener, urls, founder, machine, Config::new(id)).await
-}
-
-/// `start_node` with these consensus settings.
-async fn start_node_with<S: StateMachine + Send + 'static>(
     id: u64,
     dir: &Path,
     listener: tokio::net::TcpListener,
@@ -135,15 +182,7 @@ async fn start_node_with<S: StateMachine + Send + 'static>(
             .bootstrap_members(&Members::new(urls.clone()), Vec::new())
             .expect("bootstrap");
     }
-    let config = MemberConfig {
-        raft,
-        peers: urls
-            .iter()
-            .filter(|(&p, _)| p != id)
-            .map(|(&p, u)| (p, u.clone()))
-            .collect(),
-        tick: TICK,
-    };
+    let config = member_config(id, urls, raft);
     let (handle, inbox) =
         replica::start(config, store, machine, carrier(None, None, files_for(dir)))
             .expect("start member");
@@ -173,7 +212,16 @@ async fn garbled_snapshot_pushes_are_refused_and_leave_nothing() {
         .expect("bind");
     let url = format!("http://{}", l.local_addr().expect("addr"));
     let urls = BTreeMap::from([(1, url.clone())]);
-    let (handle, stop) = start_node(1, dir.path(), l, &urls, true, Log::default()).await;
+    let (handle, stop) = start_node(
+        1,
+        dir.path(),
+        l,
+        &urls,
+        true,
+        Log::default(),
+        Config::new(1),
+    )
+    .await;
     let client = ReplicationClient::connect(url).await.expect("connect");
     let file = b"the bytes of a snapshot file".to_vec();
     let d = Descriptor {
@@ -292,8 +340,7 @@ async fn a_slow_snapshot_written_on_its_own_thread_keeps_the_leader() {
                 ..Config::new(id)
             };
             let dir = dirs[id as usize - 1].path();
-            let (handle, stop) =
-                start_node_with(id, dir, l, &urls, true, machine.clone(), raft).await;
+            let (handle, stop) = start_node(id, dir, l, &urls, true, machine.clone(), raft).await;
             delays.insert(id, delay);
             members.insert(
                 id,
@@ -336,10 +383,7 @@ async fn a_slow_snapshot_written_on_its_own_thread_keeps_the_leader() {
             );
         }
         for (_, mut m) in members {
-            m.handle.stop().await;
-            if let Some(s) = m.stop_server.take() {
-                let _ = s.send(());
-            }
+            m.stop().await;
         }
     }
 }
@@ -405,22 +449,13 @@ async fn all_applied(members: &BTreeMap<u64, Member>, want: &[Vec<u8>], within: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_commit_in_one_order_and_survive_the_loss_of_the_leader() {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let (listeners, urls) = bind_three().await;
-    let mut members = BTreeMap::new();
-    for (id, l) in listeners {
-        let m = start_member(id, dirs[id as usize - 1].path(), l, &urls).await;
-        members.insert(id, m);
-    }
+    let (mut members, urls) = start_three(&dirs).await;
 
     let t = Instant::now();
     let leader = leader_of(&members, Duration::from_secs(10)).await;
     eprintln!("first leader: member {leader} after {:?}", t.elapsed());
 
-    let follower = members
-        .keys()
-        .copied()
-        .find(|&id| id != leader)
-        .expect("a follower");
+    let follower = follower_of(&members, leader);
     match members[&follower].handle.propose(b"x".to_vec()).await {
         Err(ProposeError::NotLeader { leader: l }) => assert_eq!(l, Some(leader)),
         other => panic!("a follower took a proposal: {other:?}"),
@@ -459,10 +494,7 @@ async fn three_members_commit_in_one_order_and_survive_the_loss_of_the_leader() 
 
     // The leader stops: the other two elect one of themselves and go on.
     let mut old = members.remove(&leader).expect("leader");
-    old.handle.stop().await;
-    if let Some(s) = old.stop_server.take() {
-        let _ = s.send(());
-    }
+    old.stop().await;
     let t = Instant::now();
     let second = leader_of(&members, Duration::from_secs(15)).await;
     let election = t.elapsed();
@@ -491,27 +523,16 @@ async fn three_members_commit_in_one_order_and_survive_the_loss_of_the_leader() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_lost_with_its_disk_is_replaced_by_a_new_one_that_catches_up() {
     let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let (listeners, urls) = bind_three().await;
-    let mut members = BTreeMap::new();
-    for (id, l) in listeners {
-        let m = start_member(id, dirs[id as usize - 1].path(), l, &urls).await;
-        members.insert(id, m);
-    }
+    let (mut members, _) = start_three(&dirs).await;
     let leader = leader_of(&members, Duration::from_secs(10)).await;
     let mut order = Vec::new();
     propose_in_turn(&members[&leader].handle, "before", 50, &mut order).await;
     all_applied(&members, &order, Duration::from_secs(10)).await;
 
     // A follower's machine is lost with its disk.
-    let lost = *members
-        .keys()
-        .find(|&&id| id != leader)
-        .expect("a follower");
+    let lost = follower_of(&members, leader);
     let mut gone = members.remove(&lost).expect("lost");
-    gone.handle.stop().await;
-    if let Some(s) = gone.stop_server.take() {
-        let _ = s.send(());
-    }
+    gone.stop().await;
     let h = members[&leader].handle.clone();
     // Only the leader changes the membership.
     let other = *members
@@ -541,7 +562,17 @@ async fn a_member_lost_with_its_disk_is_replaced_by_a_new_one_that_catches_up() 
     assert_eq!(peers.len(), 3);
     assert_eq!(peers.get(&4), Some(&url4));
     let log4 = Log::default();
-    let (handle4, stop4) = start_node(4, dirs[3].path(), l4, &peers, false, log4.clone()).await;
+    let (handle4, stop4) = start_node(
+        4,
+        dirs[3].path(),
+        l4,
+        &peers,
+        false,
+        log4.clone(),
+        // Snapshots at the default pace: the member catches up from the snapshot taken as it is added.
+        Config::new(4),
+    )
+    .await;
     members.insert(
         4,
         Member {
@@ -567,10 +598,7 @@ async fn a_member_lost_with_its_disk_is_replaced_by_a_new_one_that_catches_up() 
     // The new member counts in the majority: with the other old member stopped, the leader and the new one
     // still commit.
     let mut stopped = members.remove(&other).expect("other");
-    stopped.handle.stop().await;
-    if let Some(s) = stopped.stop_server.take() {
-        let _ = s.send(());
-    }
+    stopped.stop().await;
     let d = b"with the new member".to_vec();
     tokio::time::timeout(Duration::from_secs(10), h.propose(d.clone()))
         .await
@@ -1201,7 +1229,7 @@ fn snapshot_memory_against_store_size() {
 async fn members_replicate_over_mutual_tls() {
     use sweep_coordinator::ServeSecurity;
     use sweep_proto::v1::replication_client::ReplicationClient;
-    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+    use tonic::transport::{Certificate, ClientTlsConfig};
 
     let pki_dir = tempfile::tempdir().expect("dir");
     let p = common::pki::pki(pki_dir.path());
@@ -1222,15 +1250,7 @@ async fn members_replicate_over_mutual_tls() {
         store
             .bootstrap_members(&Members::new(urls.clone()), Vec::new())
             .expect("bootstrap");
-        let config = MemberConfig {
-            raft: Config::new(id),
-            peers: urls
-                .iter()
-                .filter(|(&p, _)| p != id)
-                .map(|(&p, u)| (p, u.clone()))
-                .collect(),
-            tick: TICK,
-        };
+        let config = member_config(id, &urls, Config::new(id));
         let log = Log::default();
         let (handle, inbox) = replica::start(
             config,
@@ -1294,43 +1314,24 @@ async fn members_replicate_over_mutual_tls() {
     };
     let anonymous = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(std::fs::read(&p.ca).expect("CA")));
-    let channel = Endpoint::from_shared(url.clone())
-        .expect("URL")
-        .tls_config(anonymous)
-        .expect("TLS")
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await;
+    let channel = connect_within(url.clone(), Some(anonymous)).await;
     if let Ok(channel) = channel {
         assert!(
             step(channel).await.is_err(),
             "a caller without a client certificate was served"
         );
     }
-    let plain = Endpoint::from_shared(url.replacen("https://", "http://", 1))
-        .expect("URL")
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await;
+    let plain = connect_within(url.replacen("https://", "http://", 1), None).await;
     if let Ok(channel) = plain {
         assert!(step(channel).await.is_err(), "a plain caller was served");
     }
     // With the member's own certificate, the same call goes through.
-    let channel = Endpoint::from_shared(url)
-        .expect("URL")
-        .tls_config(peer_tls)
-        .expect("TLS")
-        .connect()
+    let channel = connect_within(url, Some(peer_tls))
         .await
         .expect("connect with the member's certificate");
     step(channel).await.expect("a member's call is served");
 
     for (_, mut m) in members {
-        m.handle.stop().await;
-        if let Some(s) = m.stop_server.take() {
-            let _ = s.send(());
-        }
+        m.stop().await;
     }
 }

@@ -6,7 +6,7 @@ use sweep_testkit as common;
 
 use std::time::Duration;
 
-use common::{config, report, submit_req, FakeWorker, Server};
+use common::{config, fresh_store, report, submit_job, submit_req, FakeWorker, Server};
 use sweep_coordinator::store::Store;
 use sweep_proto::v1;
 
@@ -17,9 +17,8 @@ async fn start(store: Store) -> Server {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_requests_are_refused_and_progress_survives() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store");
-    let server = start(Store::open(&path).unwrap()).await;
+    let (_dir, path, store) = fresh_store();
+    let server = start(store).await;
     let mut jobs = server.client().await;
 
     // Submissions that make no sense.
@@ -45,16 +44,13 @@ async fn hostile_requests_are_refused_and_progress_survives() {
         assert!(err.to_string().contains(needle), "{needle}: {err}");
     }
 
-    let job = jobs
-        .submit(submit_req(
-            "star",
-            r#"{"points": 7, "method": "backtrack"}"#,
-            4,
-        ))
-        .await
-        .unwrap()
-        .job
-        .unwrap();
+    let job = submit_job(
+        &mut jobs,
+        "star",
+        r#"{"points": 7, "method": "backtrack"}"#,
+        4,
+    )
+    .await;
     let mut worker = FakeWorker::register(server.work_as(None), "probe", &common::spaces())
         .await
         .unwrap();
@@ -168,12 +164,7 @@ async fn results_wait_for_the_last_result_to_be_durable() {
     }));
     let server = start(store).await;
     let mut jobs = server.client().await;
-    let job = jobs
-        .submit(submit_req("star", r#"{"points": 6, "method": "brute"}"#, 1))
-        .await
-        .unwrap()
-        .job
-        .unwrap();
+    let job = submit_job(&mut jobs, "star", r#"{"points": 6, "method": "brute"}"#, 1).await;
     let mut worker = FakeWorker::register(server.work_as(None), "", &common::spaces())
         .await
         .unwrap();

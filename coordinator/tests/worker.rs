@@ -10,9 +10,8 @@ use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use common::stubs::Counting;
-use common::{config, submit_req, Server};
+use common::{config, fresh_store, result_json, submit_job, Server};
 use serde::{Deserialize, Serialize};
-use sweep_coordinator::store::Store;
 use sweep_proto::v1;
 use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, Registry, SearchSpace, SpaceError};
 use sweep_worker::{WorkerConfig, WorkerStats};
@@ -130,17 +129,12 @@ async fn run_on_one_worker_over(
     (space, params, chunks): (&str, &str, u64),
     threads: usize,
 ) -> (v1::JobState, v1::ResultsResponse, WorkerStats) {
-    let dir = tempfile::tempdir().unwrap();
+    let (_dir, _, store) = fresh_store();
     let mut cfg = config(lease_ttl_ms, max_attempts);
     cfg.registry = registry.clone();
-    let server = Server::start(Store::open(&dir.path().join("store")).unwrap(), cfg).await;
+    let server = Server::start(store, cfg).await;
     let mut jobs = server.client().await;
-    let job = jobs
-        .submit(submit_req(space, params, chunks))
-        .await
-        .unwrap()
-        .job
-        .unwrap();
+    let job = submit_job(&mut jobs, space, params, chunks).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     // Never accepted: connections wait in its backlog.
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -238,12 +232,8 @@ async fn a_member_that_never_answers_costs_a_deadline_not_the_job() {
         started.elapsed()
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
-        Store::open(&dir.path().join("store")).unwrap(),
-        config(60_000, 3),
-    )
-    .await;
+    let (_dir, _, store) = fresh_store();
+    let server = Server::start(store, config(60_000, 3)).await;
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let list = format!("http://{},{}", silent.local_addr().unwrap(), server.url);
     let asked = std::time::Instant::now();
@@ -292,23 +282,10 @@ async fn a_worker_in_process_gets_the_answer_a_networked_one_gets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_in_process_submits_and_reads_answers_without_a_socket() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
-        Store::open(&dir.path().join("store")).unwrap(),
-        config(60_000, 3),
-    )
-    .await;
+    let (_dir, _, store) = fresh_store();
+    let server = Server::start(store, config(60_000, 3)).await;
     let mut jobs = sweep_client::Client::in_process(server.in_process.1.clone());
-    let job = jobs
-        .submit(submit_req(
-            "star",
-            r#"{"points":8,"method":"backtrack"}"#,
-            4,
-        ))
-        .await
-        .unwrap()
-        .job
-        .unwrap();
+    let job = submit_job(&mut jobs, "star", r#"{"points":8,"method":"backtrack"}"#, 4).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let cfg = WorkerConfig {
         in_process: Some(server.in_process.0.clone()),
@@ -337,8 +314,7 @@ async fn a_client_in_process_submits_and_reads_answers_without_a_socket() {
         }
     }
     assert!(done, "the job finished");
-    let res = jobs.results(job.id, v1::AnswerForm::Both).await.unwrap();
-    let result: serde_json::Value = serde_json::from_str(&res.result_json).unwrap();
+    let result = result_json(&mut jobs, job.id).await;
     assert_eq!(result["unique"], 112, "{result}");
     // The in-process services keep the coordinator's checks: an unknown job is refused as over the network.
     let err = jobs

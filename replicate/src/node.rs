@@ -557,12 +557,7 @@ impl<S: StateMachine> Node<S> {
                     }
                 }
                 EntryType::EntryConfChange => {
-                    let cc = ConfChange::parse_from_bytes(&entry.data).map_err(|e| {
-                        ReplicateError::Inconsistent(format!(
-                            "membership entry {}: {e}",
-                            entry.index
-                        ))
-                    })?;
+                    let cc: ConfChange = membership_entry(&entry)?;
                     let cs = self.raw.apply_conf_change(&cc)?;
                     let mut members = self.members().clone();
                     match cc.get_change_type() {
@@ -576,12 +571,7 @@ impl<S: StateMachine> Node<S> {
                     self.record_membership(cs, members)?;
                 }
                 EntryType::EntryConfChangeV2 => {
-                    let cc = ConfChangeV2::parse_from_bytes(&entry.data).map_err(|e| {
-                        ReplicateError::Inconsistent(format!(
-                            "membership entry {}: {e}",
-                            entry.index
-                        ))
-                    })?;
+                    let cc: ConfChangeV2 = membership_entry(&entry)?;
                     let cs = self.raw.apply_conf_change(&cc)?;
                     // Never proposed by this crate; the ids follow raft, without addresses for new ones.
                     let mut members = self.members().clone();
@@ -690,6 +680,13 @@ impl<S: StateMachine> Node<S> {
     pub fn entry_term(&self, index: u64) -> Option<u64> {
         self.raw.store().term(index).ok()
     }
+}
+
+/// The membership change a committed entry carries. Raft committed it, so one that does not decode means the
+/// log is not what this member wrote or received.
+fn membership_entry<M: protobuf::Message>(entry: &Entry) -> Result<M, ReplicateError> {
+    M::parse_from_bytes(&entry.data)
+        .map_err(|e| ReplicateError::Inconsistent(format!("membership entry {}: {e}", entry.index)))
 }
 
 /// Message types members send each other; the rest are generated locally (`MsgHup`, `MsgBeat`, ...) or are

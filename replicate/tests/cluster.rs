@@ -27,8 +27,7 @@ fn propose_many(sim: &mut Sim, tag: &str, n: u64) -> u64 {
 #[test]
 fn a_leader_is_elected_and_every_member_applies_the_same_entries_in_order() {
     for n in [3, 5] {
-        let mut sim = Sim::new(n, n, 1000);
-        let leader = sim.wait_leader(200);
+        let (mut sim, leader) = Sim::with_leader(n, n, 1000);
         let follower = sim
             .live()
             .into_iter()
@@ -74,8 +73,7 @@ fn a_leader_is_elected_and_every_member_applies_the_same_entries_in_order() {
 #[test]
 fn a_crashed_member_rejoins_with_its_log_intact() {
     for victim_is_leader in [false, true] {
-        let mut sim = Sim::new(7, 3, 1000);
-        let leader = sim.wait_leader(200);
+        let (mut sim, leader) = Sim::with_leader(7, 3, 1000);
         propose_many(&mut sim, "before", 20);
         sim.settle(200);
         let victim = if victim_is_leader {
@@ -118,8 +116,7 @@ fn a_crashed_member_rejoins_with_its_log_intact() {
 
 #[test]
 fn a_partitioned_leader_commits_nothing_and_its_uncommitted_entries_are_discarded() {
-    let mut sim = Sim::new(11, 5, 1000);
-    let old = sim.wait_leader(200);
+    let (mut sim, old) = Sim::with_leader(11, 5, 1000);
     propose_many(&mut sim, "before", 10);
     sim.settle(200);
     let committed_before = sim.node(old).commit_index();
@@ -299,8 +296,7 @@ fn add_empty_member(sim: &mut Sim, leader: u64, id: u64) {
 
 #[test]
 fn a_member_that_lost_its_disk_is_replaced_by_an_empty_one_that_catches_up_by_snapshot() {
-    let mut sim = Sim::new(21, 3, 10);
-    let leader = sim.wait_leader(200);
+    let (mut sim, leader) = Sim::with_leader(21, 3, 10);
     propose_many(&mut sim, "before", 60);
     sim.settle(300);
     // Two members still make a majority of three: remove the lost one, then add a new empty member.
@@ -399,8 +395,7 @@ fn a_snapshot_over_the_limit_is_not_sent_and_the_leader_goes_on() {
 
 #[test]
 fn garbled_bytes_are_an_error_and_the_member_goes_on() {
-    let mut sim = Sim::new(31, 3, 1000);
-    let leader = sim.wait_leader(200);
+    let (mut sim, leader) = Sim::with_leader(31, 3, 1000);
     let mut rng = Rng::new(31);
     for len in 0..2000u64 {
         let bytes: Vec<u8> = (0..len % 200).map(|_| rng.next() as u8).collect();
@@ -475,8 +470,7 @@ fn snapshots_taken_off_the_nodes_threads_hold_entries_back_not_the_group() {
 /// election timeout); a follower asked to transfer does nothing. Nothing committed is lost on the way.
 #[test]
 fn a_leader_hands_its_leadership_to_the_member_furthest_along() {
-    let mut sim = Sim::new(7, 3, 1000);
-    let leader = sim.wait_leader(200);
+    let (mut sim, leader) = Sim::with_leader(7, 3, 1000);
     assert_eq!(propose_many(&mut sim, "before", 20), 20);
     sim.settle(200);
     let follower = sim

@@ -57,16 +57,7 @@ fn local_job(registry: &Registry, raw: &[String]) -> anyhow::Result<Option<Local
     let Some(args) = parse_or_help(registry, raw)? else {
         return Ok(None);
     };
-    let plan = args
-        .job
-        .plan(args.engine.chunks)
-        .map_err(|e| usage(e.to_string()))?;
-    // Before the store is opened or anything runs: a program that cannot start would fail every attempt.
-    crate::exec_program::check(
-        &args.job,
-        args.ship.as_ref().map(|s| s.path.as_path()),
-        crate::exec_program::RunsOn::ThisMachine,
-    )?;
+    let plan = args.checked_plan(crate::exec_program::RunsOn::ThisMachine)?;
     if args.engine.replicate > 1 {
         return Err(usage(
             "--replicate needs several independent workers: use `sweep submit` to a coordinator",

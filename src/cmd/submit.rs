@@ -25,15 +25,7 @@ pub fn submit(registry: &Registry, raw: Vec<String>) -> anyhow::Result<ExitCode>
             "--solutions is for `run`; for a submitted job use `sweep results JOB --solutions FILE`",
         ));
     }
-    let plan = parsed
-        .job
-        .plan(parsed.engine.chunks)
-        .map_err(|e| usage(e.to_string()))?;
-    crate::exec_program::check(
-        &parsed.job,
-        parsed.ship.as_ref().map(|s| s.path.as_path()),
-        RunsOn::Workers,
-    )?;
+    let plan = parsed.checked_plan(RunsOn::Workers)?;
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = connect(&parsed.engine.coordinator, &parsed.engine.security).await?;

@@ -11,19 +11,24 @@
 //! - [`stubs`]: small spaces whose chunks behave as a test says (a panic on one chunk, chunks that need memory),
 //!   for what no real space does on demand.
 //! - [`pki`]: a CA and certificates for TLS tests.
+//! - [`fuzz`]: how many cases a fuzz target runs, and running it.
+//! - [`process`]: running a command a test depends on, failing the test with what it printed unless it
+//!   succeeded.
 //!
 //! It is a dev-dependency only, and must never become a dependency of a crate that ships: it depends on the
 //! coordinator and the `sweep` crate itself, which is fine for integration tests (`tests/`) but would make a
 //! second copy of a crate in its own inline unit tests. Every failure here panics with what went wrong: a
 //! harness that cannot start is a failed test.
 
+pub mod fuzz;
 pub mod pki;
+pub mod process;
 pub mod stubs;
 
 mod server;
 mod worker;
 
-pub use server::{config, submit_req, Server};
+pub use server::{config, fresh_store, result_json, submit_job, submit_req, Server};
 pub use worker::{report, run_lease, FakeWorker};
 
 use sweep_space::{Registry, SearchSpace};

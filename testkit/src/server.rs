@@ -40,6 +40,33 @@ pub fn submit_req(space: &str, params: &str, chunks: u64) -> v1::SubmitRequest {
     }
 }
 
+/// A new store in a directory of its own: the directory (the store goes with it when dropped), the store's
+/// path (to open it again, as a restarted coordinator does) and the store.
+pub fn fresh_store() -> (tempfile::TempDir, std::path::PathBuf, Store) {
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let path = dir.path().join("store");
+    let store = Store::open(&path).expect("a new store");
+    (dir, path, store)
+}
+
+/// Submits `submit_req(space, params, chunks)` through `jobs`, which must accept it: the job.
+pub async fn submit_job(jobs: &mut Client, space: &str, params: &str, chunks: u64) -> v1::JobInfo {
+    jobs.submit(submit_req(space, params, chunks))
+        .await
+        .expect("the job is accepted")
+        .job
+        .expect("a submitted job is described")
+}
+
+/// The answer to job `job` (counts and solutions) read through `jobs`, as JSON.
+pub async fn result_json(jobs: &mut Client, job: u64) -> serde_json::Value {
+    let r = jobs
+        .results(job, v1::AnswerForm::Both)
+        .await
+        .expect("the job's results");
+    serde_json::from_str(&r.result_json).expect("results are JSON")
+}
+
 /// An in-process coordinator on 127.0.0.1:0.
 pub struct Server {
     /// The gRPC address (`http://` or, with TLS, `https://`).

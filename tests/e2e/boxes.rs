@@ -8,7 +8,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{processes_with, scratch, stdout_json, wait_for, Cluster, SWEEP};
+use crate::support::{
+    processes_with, scratch, stdout_json, wait_for, wait_for_no_process, wait_for_processes,
+    Cluster, SWEEP,
+};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(120);
@@ -37,6 +40,38 @@ fn token(tag: u32) -> String {
     )
 }
 
+/// A script that leaves a daemon behind (`setsid`, output detached, deaf to SIGTERM) sleeping `{t}` so that
+/// [`processes_with`] finds it, then runs `then`.
+fn with_daemon(t: &str, then: &str) -> String {
+    format!("setsid sh -c 'trap \"\" TERM; exec sleep {t}' > /dev/null 2>&1 < /dev/null & {then}")
+}
+
+/// Polls job `job` while `pending` holds for its status (bounded by `LONG`). Worker `w` (its log in `log`)
+/// is the job's only one: if it exits, as one that cannot make its sandbox does at start, this fails at once
+/// with its log rather than wait for nothing.
+fn wait_while_worker_lives(
+    c: &mut Cluster,
+    w: usize,
+    log: &Path,
+    job: u64,
+    what: &str,
+    pending: impl Fn(&Value) -> bool,
+) {
+    let started = Instant::now();
+    loop {
+        let s = c.status(job);
+        if !pending(&s) {
+            return;
+        }
+        if let Ok(Some(exit)) = c.workers[w].child.try_wait() {
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("{what}: the worker exited ({exit}):\n{log}");
+        }
+        assert!(started.elapsed() < LONG, "{what}: not done: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn daemons_and_double_forks_end_with_their_chunk() {
     let dir = scratch();
@@ -62,21 +97,16 @@ fn a_killed_worker_takes_its_chunks_daemons_along() {
     let mut c = Cluster::start(0, 1);
     c.add_worker_with(&["--allow-exec"]);
     let t = token(3);
-    let script = format!(
-        "setsid sh -c 'trap \"\" TERM; exec sleep {t}' > /dev/null 2>&1 < /dev/null & sleep {t}"
-    );
+    let script = with_daemon(&t, &format!("sleep {t}"));
     let job = c.submit(&["exec", "--chunks", "1", "--", "sh", "-c", &script]);
-    wait_for("the program and its daemon", LONG, || {
-        processes_with(&t).len() >= 2
-    });
+    wait_for_processes("the program and its daemon", LONG, &t, 2);
     c.workers[0].kill9();
-    wait_for(
+    wait_for_no_process(
         "everything the chunk started to die with its worker",
         Duration::from_secs(10),
-        || processes_with(&t).is_empty(),
+        &t,
     );
-    let cancelled = c.sweep(&["cancel", &job.to_string()]);
-    assert!(cancelled.status.success(), "{cancelled:?}");
+    c.sweep_ok(&["cancel", &job.to_string()]);
 }
 
 /// The error of a chunk poisoned by its only attempt.
@@ -115,11 +145,7 @@ fn a_chunk_over_a_limit_fails_with_a_reason_that_names_it() {
             "{v}"
         );
     }
-    wait_for(
-        "the fork bomb's sleepers to go",
-        Duration::from_secs(5),
-        || processes_with(&t).is_empty(),
-    );
+    wait_for_no_process("the fork bomb's sleepers to go", Duration::from_secs(5), &t);
     // Disk: one file past 8 MiB (anywhere), then many small ones past it in the private directory ($TMPDIR;
     // `sweep run` starts programs in the current directory, which the limit does not measure), then a file
     // there stopped at the limit by a writer that dies of SIGXFSZ while the program goes on and prints its
@@ -176,20 +202,10 @@ echo "{{\"nodes\": 1, \"counters\": {{\"own\": $w, \"outside\": $o, \"many_proce
         let mut c = Cluster::start(0, 1);
         let w = c.add_worker_with(flags);
         let job = c.submit(&["exec", "--chunks", "1", "--", "sh", "-c", &script]);
-        // A worker that cannot make its sandbox exits at start; say why rather than wait for nothing.
-        let started = Instant::now();
-        while c.status(job)["chunks_done"] == 0 {
-            if let Ok(Some(exit)) = c.workers[w].child.try_wait() {
-                let log = std::fs::read_to_string(c.log_path("w0")).unwrap_or_default();
-                panic!("{flags:?}: the worker exited ({exit}):\n{log}");
-            }
-            assert!(
-                started.elapsed() < LONG,
-                "{flags:?}: not done: {}",
-                c.status(job)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let log = c.log_path("w0");
+        wait_while_worker_lives(&mut c, w, &log, job, &format!("{flags:?}"), |s| {
+            s["chunks_done"] == 0
+        });
         let res = c.wait_results(job, LONG);
         assert_eq!(res["state"], "done", "{flags:?}: {res}");
         let counters = &res["result"]["counters"];
@@ -270,19 +286,8 @@ fn a_shipped_program_runs_in_the_sandbox_of_a_root_and_of_an_unprivileged_worker
             ];
             args.extend_from_slice(command);
             let job = c.submit(&args);
-            let started = Instant::now();
-            while c.status(job)["state"] == "running" {
-                if let Ok(Some(exit)) = c.workers[w].child.try_wait() {
-                    let log = std::fs::read_to_string(&log).unwrap_or_default();
-                    panic!("{label}: the worker exited ({exit}):\n{log}");
-                }
-                assert!(
-                    started.elapsed() < LONG,
-                    "{label} {command:?}: not done: {}",
-                    c.status(job)
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            let what = format!("{label} {command:?}");
+            wait_while_worker_lives(&mut c, w, &log, job, &what, |s| s["state"] == "running");
             let res = c.results(job);
             assert_eq!(res["state"], "done", "{label} {command:?}: {res}");
             let counters = &res["result"]["counters"];
@@ -371,16 +376,10 @@ fn a_program_s_last_checkpoint_on_sigterm_is_kept_and_resumed_and_its_daemon_end
     let job = c.submit(&[
         "exec", "--chunks", "1", "--", "python3", &prog_s, &log_s, &t,
     ]);
-    wait_for("the program and its daemon", LONG, || {
-        !processes_with(&t).is_empty()
-    });
+    wait_for_processes("the program and its daemon", LONG, &t, 1);
     std::thread::sleep(Duration::from_millis(600));
     // A preemption notice: SIGTERM to the worker, which passes it on and hands the chunk back.
-    c.workers[0].signal("TERM");
-    assert!(
-        c.workers[0].wait_exit(Duration::from_secs(30)).is_some(),
-        "the worker stopped"
-    );
+    c.workers[0].terminate();
     assert!(
         processes_with(&t).is_empty(),
         "the daemon ended with its chunk"
@@ -398,9 +397,7 @@ fn a_program_s_last_checkpoint_on_sigterm_is_kept_and_resumed_and_its_daemon_end
         starts[1] > 0,
         "the second attempt resumed from the last checkpoint: {starts:?}"
     );
-    wait_for("the second daemon to end", Duration::from_secs(5), || {
-        processes_with(&t).is_empty()
-    });
+    wait_for_no_process("the second daemon to end", Duration::from_secs(5), &t);
 }
 
 #[test]
@@ -409,15 +406,10 @@ fn paused_and_timed_out_chunks_leave_nothing_behind() {
     c.add_worker_with(&["--allow-exec"]);
     let t = token(7);
     // A pause lets running chunks finish and leases no more: their daemons end with them.
-    let script = format!(
-        "setsid sh -c 'trap \"\" TERM; exec sleep {t}' > /dev/null 2>&1 < /dev/null & sleep 1; echo '{{\"nodes\": 1}}'"
-    );
+    let script = with_daemon(&t, r#"sleep 1; echo '{"nodes": 1}'"#);
     let job = c.submit(&["exec", "--chunks", "6", "--", "sh", "-c", &script]);
-    wait_for("two chunks' daemons", LONG, || {
-        processes_with(&t).len() >= 2
-    });
-    let paused = c.sweep(&["pause", &job.to_string()]);
-    assert!(paused.status.success(), "{paused:?}");
+    wait_for_processes("two chunks' daemons", LONG, &t, 2);
+    c.sweep_ok(&["pause", &job.to_string()]);
     wait_for(
         "the running chunks to end, daemons and all",
         Duration::from_secs(20),
@@ -428,18 +420,13 @@ fn paused_and_timed_out_chunks_leave_nothing_behind() {
         s["chunks_done"].as_u64().unwrap_or(0) < 6,
         "the pause held the rest back: {s}"
     );
-    let resumed = c.sweep(&["resume", &job.to_string()]);
-    assert!(resumed.status.success(), "{resumed:?}");
+    c.sweep_ok(&["resume", &job.to_string()]);
     assert_eq!(c.wait_results(job, LONG)["state"], "done");
-    wait_for("the last daemons to end", Duration::from_secs(5), || {
-        processes_with(&t).is_empty()
-    });
+    wait_for_no_process("the last daemons to end", Duration::from_secs(5), &t);
 
     // A chunk over its --chunk-timeout is stopped with everything it started.
     let t = token(8);
-    let script = format!(
-        "setsid sh -c 'trap \"\" TERM; exec sleep {t}' > /dev/null 2>&1 < /dev/null & sleep {t}"
-    );
+    let script = with_daemon(&t, &format!("sleep {t}"));
     let job = c.submit(&[
         "exec",
         "--chunks",
@@ -457,9 +444,9 @@ fn paused_and_timed_out_chunks_leave_nothing_behind() {
     ]);
     let s = c.wait_until(job, LONG, |s| s["state"] != "running");
     assert_eq!(s["state"], "done-with-poisoned-chunks", "{s}");
-    wait_for(
+    wait_for_no_process(
         "the timed-out chunk's processes to end",
         Duration::from_secs(10),
-        || processes_with(&t).is_empty(),
+        &t,
     );
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{scratch, stdout_json, sweep};
+use crate::support::{scratch, scratch_store, stdout_json, sweep};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -58,9 +58,8 @@ fn exec_without_a_command_asks_for_the_command_alone() {
 /// Logs that go to a file or a pipe (`sweep run ... 2> log`) carry no terminal colour codes.
 #[test]
 fn logs_not_written_to_a_terminal_carry_no_colour_codes() {
-    let dir = scratch();
-    let data = dir.path().join("d");
-    let data = data.to_str().expect("a UTF-8 path");
+    let (_dir, data) = scratch_store();
+    let data = data.as_str();
     let out = sweep(
         &["run", "primes", "--data", data, "--no-progress"],
         &[("RUST_LOG", "info")],
@@ -110,9 +109,8 @@ fn a_foreign_data_dir_is_refused_and_left_alone() {
 
 #[test]
 fn a_finished_job_is_answered_from_the_store() {
-    let dir = scratch();
-    let data = dir.path().join("d");
-    let data = data.to_str().unwrap();
+    let (_dir, data) = scratch_store();
+    let data = data.as_str();
     let args = ["run", "star", "--points", "7", "--json", "--data", data];
     let first = stdout_json(&sweep(&args, &[], T));
     let again = sweep(&args, &[], T);
@@ -158,9 +156,8 @@ fn a_closed_output_pipe_ends_a_printing_command_without_a_panic() {
 /// is asked of a group.
 #[test]
 fn membership_flags_are_checked() {
-    let dir = scratch();
-    let data = dir.path().join("member");
-    let data = data.to_str().unwrap();
+    let (dir, data) = scratch_store();
+    let data = data.as_str();
     let base = ["coordinator", "--listen", "127.0.0.1:0", "--data", data];
     let with = |extra: &[&'static str]| -> Vec<&str> {
         base.iter().copied().chain(extra.iter().copied()).collect()

@@ -6,7 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{scratch, solve_result, stdout_json, sweep, Cluster, Proc};
+use crate::support::{
+    resume_run, scratch_store, solve_result, spawn_run, stdout_json, sweep, Cluster,
+};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(600);
@@ -96,28 +98,13 @@ fn a_peg_count_dag_survives_a_killed_coordinator_and_worker() {
 #[test]
 fn an_interrupted_dag_run_resumes_the_same_jobs() {
     let expected = solve_result(&COUNT, LONG);
-    let dir = scratch();
-    let data = dir.path().join("data");
-    let data = data.to_str().expect("utf-8 path");
-    let mut first = Proc {
-        child: std::process::Command::new(crate::support::SWEEP)
-            .arg("run")
-            .args(COUNT)
-            .args(["--threads", "1", "--json", "--data", data])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn sweep run"),
-        name: "sweep run".into(),
-    };
+    let (_dir, data) = scratch_store();
+    let data = data.as_str();
+    let mut first = spawn_run(&COUNT, data);
     // The DAG takes a few seconds (a layer at a time); this is part of the way through.
     std::thread::sleep(Duration::from_millis(1200));
     first.kill9();
-    let mut args = vec!["run"];
-    args.extend_from_slice(&COUNT);
-    args.extend_from_slice(&["--threads", "2", "--json", "--data", data]);
-    let out = sweep(&args, &[], LONG);
+    let out = resume_run(&COUNT, data, LONG);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let v = stdout_json(&out);
     assert_eq!(v["result"], expected, "{stderr}");

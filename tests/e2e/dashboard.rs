@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::group::Group;
 use crate::support::{scratch, stdout_json, sweep, Opts, Proc, SWEEP};
+use sweep_testkit::process::{run_ok, stdout_text, worker_command};
 
 /// The Chromium binary on `PATH`, or a failed test naming what to install.
 fn chromium() -> PathBuf {
@@ -122,8 +123,8 @@ fn submit(url: &str, args: &[&str]) -> u64 {
 
 /// Runs headless Chromium on `url` with `extra` arguments (bounded): its stdout.
 fn browse(chromium: &Path, profile: &Path, url: &str, extra: &[&str]) -> String {
-    let out = Command::new("timeout")
-        .arg("120")
+    let mut cmd = Command::new("timeout");
+    cmd.arg("120")
         .arg(chromium)
         .args([
             "--headless",
@@ -140,16 +141,8 @@ fn browse(chromium: &Path, profile: &Path, url: &str, extra: &[&str]) -> String 
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(extra)
         .arg(url)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run chromium");
-    assert!(
-        out.status.success(),
-        "chromium failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+        .stdin(Stdio::null());
+    stdout_text(&run_ok(&mut cmd))
 }
 
 #[test]
@@ -158,20 +151,8 @@ fn dashboard_shows_the_running_job_in_a_real_browser() {
     let dir = scratch();
     let (_coordinator, url, http) = start_coordinator(&dir.path().join("store"));
     let _worker = Proc {
-        child: Command::new(SWEEP)
-            .args([
-                "worker",
-                "--connect",
-                &url,
-                "--threads",
-                "1",
-                "--name",
-                "node-a",
-            ])
+        child: worker_command(SWEEP, &url, 1, "node-a")
             .args(["--grace-secs", "1"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
             .spawn()
             .expect("spawn worker"),
         name: "worker".into(),

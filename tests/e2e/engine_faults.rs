@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::support::{scratch, solve_result, stdout_json, sweep, Cluster, Proc};
+use crate::support::{resume_run, scratch_store, solve_result, spawn_run, stdout_json, Cluster};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(300);
@@ -45,13 +45,19 @@ fn assert_exactly_once(status: &Value) {
     assert_eq!(status["completions"], status["chunks_total"], "{status}");
 }
 
+/// A cluster of `workers` workers of `threads` threads with leases of `lease_ttl_ms`, running [`JOB`] past
+/// its first 10 chunks: the cluster and the job.
+fn past_ten_chunks(workers: usize, threads: usize, lease_ttl_ms: u64) -> (Cluster, u64) {
+    let c = Cluster::start_with_ttl(workers, threads, lease_ttl_ms);
+    let job = c.submit(&JOB);
+    c.wait_until(job, LONG, |s| done_chunks(s) >= 10);
+    (c, job)
+}
+
 #[test]
 fn killed_worker_chunks_are_reissued_and_the_answer_is_exact() {
-    let args = JOB;
     let expected = expected();
-    let mut c = Cluster::start_with_ttl(2, 1, 1_000);
-    let job = c.submit(&args);
-    c.wait_until(job, LONG, |s| done_chunks(s) >= 10);
+    let (mut c, job) = past_ten_chunks(2, 1, 1_000);
     // The victim holds leases (one running, one prefetched): they must expire and go to the survivor.
     c.workers[0].kill9();
     let res = c.wait_results(job, LONG);
@@ -90,52 +96,20 @@ fn killed_coordinator_resumes_from_its_store_and_counts_nothing_twice() {
 fn an_interrupted_run_resumes_with_the_same_answer() {
     let args = JOB;
     let expected = expected();
-    let dir = scratch();
-    let data = dir.path().join("data");
-    let data = data.to_str().expect("utf-8 path");
-    let spawn = || {
-        let child = std::process::Command::new(crate::support::SWEEP)
-            .args(["run"])
-            .args(args)
-            .args(["--threads", "1", "--json", "--data", data])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn sweep run");
-        Proc {
-            child,
-            name: "sweep run".into(),
-        }
-    };
+    let (_dir, data) = scratch_store();
+    let data = data.as_str();
     // A crash first (nothing runs on SIGKILL), then a polite Ctrl-C.
-    let mut first = spawn();
+    let mut first = spawn_run(&args, data);
     std::thread::sleep(Duration::from_millis(1500));
     first.kill9();
-    let mut second = spawn();
+    let mut second = spawn_run(&args, data);
     std::thread::sleep(Duration::from_millis(1500));
     second.signal("INT");
     let status = second
         .wait_exit(Duration::from_secs(60))
         .expect("sweep run exits after Ctrl-C");
     assert_eq!(status.code(), Some(130), "interrupted runs exit with 130");
-    let out = sweep(
-        &[
-            "run",
-            args[0],
-            args[1],
-            args[2],
-            args[3],
-            args[4],
-            "--threads",
-            "2",
-            "--json",
-            "--data",
-            data,
-        ],
-        &[],
-        LONG,
-    );
+    let out = resume_run(&args, data, LONG);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let v = stdout_json(&out);
     assert!(stderr.contains("resuming job 1"), "{stderr}");
@@ -146,17 +120,11 @@ fn an_interrupted_run_resumes_with_the_same_answer() {
 
 #[test]
 fn sigterm_stops_workers_and_the_coordinator_cleanly_and_the_job_goes_on() {
-    let args = JOB;
     let expected = expected();
-    let mut c = Cluster::start_with_ttl(2, 1, 30_000);
-    let job = c.submit(&args);
-    c.wait_until(job, LONG, |s| done_chunks(s) >= 10);
+    let (mut c, job) = past_ten_chunks(2, 1, 30_000);
     // A worker asked to stop hands back what it has not started and delivers what it finished: with a
     // 30 s lease time, nothing it held may be left dangling (the job would stall on expiry otherwise).
-    c.workers[0].signal("TERM");
-    let status = c.workers[0]
-        .wait_exit(Duration::from_secs(30))
-        .expect("worker exits after SIGTERM");
+    let status = c.workers[0].terminate();
     assert!(status.success(), "worker exit status {status}");
     // Asked of the stopped worker itself: the job's lease count also holds the survivor's chunks that are
     // finished but not yet acknowledged, which under load can briefly exceed threads + prefetch.
@@ -171,11 +139,7 @@ fn sigterm_stops_workers_and_the_coordinator_cleanly_and_the_job_goes_on() {
         "the stopped worker left no lease behind: {workers}"
     );
     // The coordinator on SIGTERM writes what is queued and exits 0, even with a worker connected.
-    c.coordinator.signal("TERM");
-    let status = c
-        .coordinator
-        .wait_exit(Duration::from_secs(30))
-        .expect("coordinator exits after SIGTERM");
+    let status = c.coordinator.terminate();
     assert!(status.success(), "coordinator exit status {status}");
     c.restart_coordinator();
     let res = c.wait_results(job, LONG);
@@ -280,20 +244,13 @@ fn a_busy_worker_describes_itself_again_to_a_restarted_coordinator() {
     assert_eq!(described["name"], "w0", "{described}");
     // Described before either long chunk ended: the heartbeat did it, not a new lease.
     assert_eq!(done_chunks(&c.status(job)), 0, "{described}");
-    let out = c.sweep(&["cancel", &job.to_string()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    c.sweep_ok(&["cancel", &job.to_string()]);
 }
 
 #[test]
 fn a_suspended_machine_loses_no_running_chunk_to_lease_expiry() {
     let expected = expected();
-    let c = Cluster::start_with_ttl(1, 2, 2_000);
-    let job = c.submit(&JOB);
-    c.wait_until(job, LONG, |s| done_chunks(s) >= 10);
+    let (c, job) = past_ten_chunks(1, 2, 2_000);
     // As a laptop's lid closed: coordinator and worker stopped for well over the 2 s lease time. Nobody could
     // renew a lease meanwhile, so the coordinator adds the time to every lease instead of expiring them (which
     // would cancel the worker's running chunks and start them again).

@@ -8,8 +8,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{processes_with, scratch, stdout_json, wait_for, Cluster, SWEEP};
+use crate::support::{
+    processes_with, scratch, stdout_json, wait_for_no_process, wait_for_processes, Cluster, SWEEP,
+};
 use serde_json::Value;
+use sweep_testkit::process::run_ok;
 
 const LONG: Duration = Duration::from_secs(240);
 
@@ -39,6 +42,16 @@ fn cubes_total() -> u128 {
 }
 
 /// `sweep ARGS` in `dir`, bounded by `timeout`.
+/// `v`, a job's results, is done and counted every cube of the test program, past 64 bits.
+fn assert_every_cube_counted(v: &Value) {
+    assert_eq!(v["state"], "done", "{v}");
+    assert_eq!(
+        counter(&v["result"]["counters"]["cubes"]),
+        cubes_total().to_string(),
+        "{v}"
+    );
+}
+
 fn sweep_in(dir: &Path, args: &[&str], timeout: Duration) -> std::process::Output {
     let mut cmd = Command::new(SWEEP);
     cmd.args(args).current_dir(dir);
@@ -59,12 +72,7 @@ fn a_python_program_counts_exactly_past_64_bits() {
         LONG,
     );
     let v = stdout_json(&out);
-    assert_eq!(v["state"], "done", "{v}");
-    assert_eq!(
-        counter(&v["result"]["counters"]["cubes"]),
-        cubes_total().to_string(),
-        "{v}"
-    );
+    assert_every_cube_counted(&v);
     assert_eq!(counter(&v["result"]["counters"]["count"]), "1000000", "{v}");
     assert_eq!(v["nodes"], 1_000_000, "{v}");
     // Chunks 0, 3 and 6 each report one solution, in chunk order.
@@ -111,16 +119,11 @@ fn a_compiled_program_shipped_through_the_embedded_coordinator_counts_exactly() 
     let src = dir.path().join("cubes.rs");
     std::fs::write(&src, CUBES_RS).unwrap();
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let built = Command::new(rustc)
-        .args(["-O", "-o"])
-        .arg(bin_dir.join("cubes"))
-        .arg(&src)
-        .output()
-        .expect("run rustc");
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
+    run_ok(
+        Command::new(rustc)
+            .args(["-O", "-o"])
+            .arg(bin_dir.join("cubes"))
+            .arg(&src),
     );
     let data = dir.path().join("data").display().to_string();
     let ship = bin_dir.display().to_string();
@@ -134,12 +137,7 @@ fn a_compiled_program_shipped_through_the_embedded_coordinator_counts_exactly() 
         ],
         LONG,
     ));
-    assert_eq!(v["state"], "done", "{v}");
-    assert_eq!(
-        counter(&v["result"]["counters"]["cubes"]),
-        cubes_total().to_string(),
-        "{v}"
-    );
+    assert_every_cube_counted(&v);
     assert!(
         v["params"]["ship_digest"]
             .as_str()
@@ -148,19 +146,12 @@ fn a_compiled_program_shipped_through_the_embedded_coordinator_counts_exactly() 
     );
 }
 
-#[test]
-fn a_failing_chunk_is_retried_then_poisoned_with_its_stderr_and_exit_4() {
-    let dir = scratch();
-    let data = dir.path().join("data").display().to_string();
-    let script = r#"if [ "$SWEEP_CHUNK" = 2 ]; then echo "chunk two is cursed" >&2; exit 3; fi
-echo "{\"nodes\": 1, \"counters\": {\"ok\": 1}}""#;
-    let out = sweep_in(
-        dir.path(),
-        &[
-            "run", "exec", "--chunks", "4", "--data", &data, "--json", "--", "sh", "-c", script,
-        ],
-        LONG,
-    );
+/// `sweep run exec ARGS --json` with its store in `dir`, which must end with poisoned chunks (exit code 4):
+/// its report.
+fn run_with_poisoned_chunks(dir: &Path, args: &[&str]) -> Value {
+    let data = dir.join("data").display().to_string();
+    let run = [&["run", "exec", "--data", &data, "--json"][..], args].concat();
+    let out = sweep_in(dir, &run, LONG);
     assert_eq!(
         out.status.code(),
         Some(4),
@@ -169,6 +160,15 @@ echo "{\"nodes\": 1, \"counters\": {\"ok\": 1}}""#;
     );
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(v["state"], "done-with-poisoned-chunks", "{v}");
+    v
+}
+
+#[test]
+fn a_failing_chunk_is_retried_then_poisoned_with_its_stderr_and_exit_4() {
+    let dir = scratch();
+    let script = r#"if [ "$SWEEP_CHUNK" = 2 ]; then echo "chunk two is cursed" >&2; exit 3; fi
+echo "{\"nodes\": 1, \"counters\": {\"ok\": 1}}""#;
+    let v = run_with_poisoned_chunks(dir.path(), &["--chunks", "4", "--", "sh", "-c", script]);
     assert_eq!(counter(&v["result"]["counters"]["ok"]), "3", "{v}");
     let poisoned = v["poisoned_chunks"].as_array().expect("a list");
     assert_eq!(poisoned.len(), 1, "{v}");
@@ -184,25 +184,17 @@ echo "{\"nodes\": 1, \"counters\": {\"ok\": 1}}""#;
     assert!(failures.iter().all(|f| f["chunk"] == 2), "{v}");
 
     // Malformed output is a failure too, named as such.
-    let out = sweep_in(
+    let v = run_with_poisoned_chunks(
         dir.path(),
         &[
-            "run",
-            "exec",
             "--chunks",
             "1",
-            "--data",
-            &data,
-            "--json",
             "--",
             "sh",
             "-c",
             "echo '{\"nodes\": \"many\"}'",
         ],
-        LONG,
     );
-    assert_eq!(out.status.code(), Some(4));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     let error = v["poisoned_chunks"][0]["last_error"]
         .as_str()
         .unwrap_or("")
@@ -251,10 +243,10 @@ fn a_killed_worker_s_chunk_resumes_elsewhere_from_its_checkpoint_and_leaves_no_o
     assert!(!processes_with(&token).is_empty(), "the program runs");
     c.workers[0].kill9();
     // The program dies with its worker (parent-death signal): no orphan keeps computing.
-    wait_for(
+    wait_for_no_process(
         "the program to die with its worker",
         Duration::from_secs(10),
-        || processes_with(&token).is_empty(),
+        &token,
     );
     c.add_worker_with(&["--allow-exec"]);
     let res = c.wait_results(job, LONG);
@@ -334,12 +326,7 @@ fn only_workers_with_allow_exec_run_programs_and_shipped_files_reach_them() {
     let cache_s = cache.display().to_string();
     c.add_worker_with(&["--allow-exec", "--cache", &cache_s]);
     let res = c.wait_results(job, LONG);
-    assert_eq!(res["state"], "done", "{res}");
-    assert_eq!(
-        counter(&res["result"]["counters"]["cubes"]),
-        cubes_total().to_string(),
-        "{res}"
-    );
+    assert_every_cube_counted(&res);
     assert!(
         std::fs::read_dir(&cache).map(|d| d.count()).unwrap_or(0) >= 1,
         "the shipped archive is cached by digest"
@@ -347,6 +334,21 @@ fn only_workers_with_allow_exec_run_programs_and_shipped_files_reach_them() {
     // `sweep status` says why the answer needs care.
     let text = c.sweep(&["status"]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("unverified"));
+}
+
+/// Submits an `exec` job of `chunks` chunks, each `sh -c script`, given 1 s to stop when asked to.
+fn submit_script(c: &Cluster, chunks: &str, script: &str) -> u64 {
+    c.submit(&[
+        "exec",
+        "--chunks",
+        chunks,
+        "--grace-secs",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ])
 }
 
 #[test]
@@ -360,52 +362,19 @@ fn cancelled_and_drained_programs_leave_no_process_behind() {
     );
     // The program starts a grandchild: cancelling must reach the whole group, not just the direct child.
     let script = format!("sleep {token} & sleep {token}; wait");
-    let job = c.submit(&[
-        "exec",
-        "--chunks",
-        "4",
-        "--grace-secs",
-        "1",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    wait_for("two programs and their grandchildren", LONG, || {
-        processes_with(&token).len() >= 4
-    });
-    let out = c.sweep(&["cancel", &job.to_string()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    wait_for(
+    let job = submit_script(&c, "4", &script);
+    wait_for_processes("two programs and their grandchildren", LONG, &token, 4);
+    c.sweep_ok(&["cancel", &job.to_string()]);
+    wait_for_no_process(
         "the cancelled programs to stop",
         Duration::from_secs(20),
-        || processes_with(&token).is_empty(),
+        &token,
     );
 
     // Draining (SIGTERM to the worker) stops the running programs and hands their chunks back.
-    let job = c.submit(&[
-        "exec",
-        "--chunks",
-        "2",
-        "--grace-secs",
-        "1",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    wait_for("the programs of the second job", LONG, || {
-        processes_with(&token).len() >= 4
-    });
-    c.workers[0].signal("TERM");
-    assert!(
-        c.workers[0].wait_exit(Duration::from_secs(30)).is_some(),
-        "the worker stopped"
-    );
+    let job = submit_script(&c, "2", &script);
+    wait_for_processes("the programs of the second job", LONG, &token, 4);
+    c.workers[0].terminate();
     assert!(
         processes_with(&token).is_empty(),
         "no program outlives its worker"
@@ -445,8 +414,7 @@ fn a_checkpoint_reaches_the_coordinator_within_seconds_with_the_default_lease() 
         "the checkpoint took {:?} (status when running: {running})",
         started.elapsed()
     );
-    let cancelled = c.sweep(&["cancel", &job.to_string()]);
-    assert!(cancelled.status.success(), "{cancelled:?}");
+    c.sweep_ok(&["cancel", &job.to_string()]);
 }
 
 /// `--max-attempts 1` on the job: each failing chunk is poisoned at its first failure, not after the
@@ -454,34 +422,19 @@ fn a_checkpoint_reaches_the_coordinator_within_seconds_with_the_default_lease() 
 #[test]
 fn a_job_with_one_attempt_per_chunk_fails_after_one_attempt_each() {
     let dir = scratch();
-    let data = dir.path().join("data").display().to_string();
-    let out = sweep_in(
+    let v = run_with_poisoned_chunks(
         dir.path(),
         &[
-            "run",
-            "exec",
             "--max-attempts",
             "1",
             "--chunks",
             "2",
-            "--data",
-            &data,
-            "--json",
             "--",
             "sh",
             "-c",
             "exit 3",
         ],
-        LONG,
     );
-    assert_eq!(
-        out.status.code(),
-        Some(4),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
-    assert_eq!(v["state"], "done-with-poisoned-chunks", "{v}");
     assert_eq!(v["max_attempts"], 1, "{v}");
     let poisoned = v["poisoned_chunks"].as_array().expect("a list");
     assert_eq!(poisoned.len(), 2, "{v}");

@@ -16,18 +16,14 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 
 const DEFAULT_CASES: u32 = 60;
 const RUN_LIMIT: Duration = Duration::from_secs(30);
 
 fn cases() -> u32 {
-    std::env::var("SWEEP_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        // A process per case: the parser targets' counts would take hours here.
-        .map(|n| n.min(2000))
-        .unwrap_or(DEFAULT_CASES)
+    // A process per case: the parser targets' counts would take hours here.
+    sweep_testkit::fuzz::cases(DEFAULT_CASES).min(2000)
 }
 
 /// What a case puts in the file it names.
@@ -197,17 +193,5 @@ fn run(case: &Case, dir: &std::path::Path) -> Result<(), TestCaseError> {
 #[test]
 fn fuzz_cli_job_arguments_and_files() {
     let dir = tempfile::tempdir().unwrap();
-    let n = cases();
-    let mut runner = TestRunner::new(Config {
-        cases: n,
-        failure_persistence: None,
-        max_shrink_iters: 200,
-        ..Config::default()
-    });
-    let start = Instant::now();
-    let result = runner.run(&case(), |c| run(&c, dir.path()));
-    eprintln!("fuzz sweep CLI: {n} cases in {:.2?}", start.elapsed());
-    if let Err(e) = result {
-        panic!("fuzz sweep CLI failed: {e}");
-    }
+    sweep_testkit::fuzz::fuzz("sweep CLI", cases(), 200, case(), |c| run(&c, dir.path()));
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::netns::wait_for_state;
 use crate::support::group::Group;
-use crate::support::netns::{fault_opts, Net};
+use crate::support::netns::{fault_opts_with, Net};
 use crate::support::{chunks_done, field, is_running, scratch, Cluster, Opts};
 
 /// A job that outlasts a fault of tens of seconds on 2 cores (about 40 s of one core): π(10^10), whose value is
@@ -170,11 +170,7 @@ fn group_under_gray_faults(hold: Duration) {
     let net = Net::new();
     let t0 = Instant::now();
     // Leases of 10 s: a heartbeat every 2.5 s, given up after 2.5 s.
-    let opts = with_bin(Opts {
-        workers: 2,
-        lease_ttl_ms: 10_000,
-        ..fault_opts()
-    });
+    let opts = with_bin(fault_opts_with(2, 10_000));
     let g = Group::start_on(net, 3, opts, scratch());
     g.wait_leader(None, Duration::from_secs(30));
     let job = g.submit(if hold > Duration::from_secs(30) {
@@ -255,11 +251,7 @@ fn gray_leader_faults_held_long() {
 #[test]
 fn a_stopped_follower_or_worker_does_not_stop_the_job() {
     let net = Net::new();
-    let opts = Opts {
-        workers: 2,
-        lease_ttl_ms: 4_000,
-        ..fault_opts()
-    };
+    let opts = fault_opts_with(2, 4_000);
     let g = Group::start_on(net, 3, opts, scratch());
     let leader = g.wait_leader(None, Duration::from_secs(30));
     let job = g.submit(&LONG_JOB);
@@ -295,11 +287,7 @@ fn a_stopped_follower_or_worker_does_not_stop_the_job() {
 #[test]
 fn a_worker_behind_a_silent_link_reconnects_within_seconds_and_keeps_its_leases() {
     let net = Net::new();
-    let opts = Opts {
-        workers: 1,
-        lease_ttl_ms: 30_000,
-        ..fault_opts()
-    };
+    let opts = fault_opts_with(1, 30_000);
     let c = Cluster::start_on(net, opts, scratch());
     let job = c.submit(&LONG_JOB);
     let s = c.wait_until(job, Duration::from_secs(120), |s| chunks_done(s) >= 5);

@@ -13,7 +13,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::support::netns::{fault_opts, Net, NetCluster, Rng};
+use crate::support::netns::{fault_opts, fault_opts_with, Net, NetCluster, Rng};
 use crate::support::{chunks_done, field, is_running, scratch, solve_result, Cluster, Opts};
 use serde_json::Value;
 
@@ -69,6 +69,22 @@ fn plain(log: &str) -> String {
     out
 }
 
+/// A cluster on `net` with `opts` in a scratch directory, running `job`: the cluster and the job's id.
+fn started(net: Net, opts: Opts, job: &[&str]) -> (NetCluster, u64) {
+    let c = Cluster::start_on(net, opts, scratch());
+    let job = c.submit(job);
+    (c, job)
+}
+
+/// A scenario ended by its job rather than by its own count must still have done `needed` of the `faults` it
+/// exists for, or it proved nothing.
+fn assert_ran_enough<N: PartialOrd + std::fmt::Display>(done: N, needed: N, faults: &str) {
+    assert!(
+        done >= needed,
+        "the job ended after {done} {faults}; the scenario needs at least {needed}"
+    );
+}
+
 /// How many results of `worker` the coordinator has logged as duplicates (not counted).
 fn duplicates_logged(c: &NetCluster, worker: &str) -> usize {
     let quoted = format!("worker=\"{worker}\"");
@@ -85,13 +101,8 @@ fn sigkilled_workers_at_random_moments_are_replaced_and_the_answer_is_exact() {
     let expected = expected();
     let t0 = Instant::now();
     let mut rng = Rng::from_env("worker kills", 0x5EED_000A);
-    let opts = Opts {
-        workers: 3,
-        lease_ttl_ms: 1_000,
-        ..fault_opts()
-    };
-    let mut c = Cluster::start_on(net, opts, scratch());
-    let job = c.submit(&JOB);
+    let opts = fault_opts_with(3, 1_000);
+    let (mut c, job) = started(net, opts, &JOB);
     let mut live: Vec<usize> = (0..c.workers.len()).collect();
     const MAX_KILLS: usize = 8;
     let mut kills = 0;
@@ -113,10 +124,7 @@ fn sigkilled_workers_at_random_moments_are_replaced_and_the_answer_is_exact() {
         field(&status, "duplicates"),
         t0.elapsed().as_secs_f64()
     );
-    assert!(
-        kills >= 3,
-        "the job ended after {kills} kills; the scenario needs at least 3 mid-job"
-    );
+    assert_ran_enough(kills, 3, "kills mid-job");
     assert!(
         field(&status, "reissued") >= 1,
         "killed workers' leases were re-issued: {status}"
@@ -133,8 +141,7 @@ fn coordinator_sigkilled_and_restarted_twenty_times_in_one_job_loses_nothing() {
     let expected = &solve_result(&JOB, LONG);
     let t0 = Instant::now();
     let mut rng = Rng::from_env("coordinator restarts", 0x5EED_000B);
-    let mut c = Cluster::start_on(net, fault_opts(), scratch());
-    let job = c.submit(&JOB);
+    let (mut c, job) = started(net, fault_opts(), &JOB);
     // A restart every few acknowledged chunks, at most MAX_RESTARTS of them.
     const STEP: u64 = 3;
     const MAX_RESTARTS: u32 = 24;
@@ -173,10 +180,7 @@ fn coordinator_sigkilled_and_restarted_twenty_times_in_one_job_loses_nothing() {
         max_down.as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );
-    assert!(
-        restarts >= 20,
-        "the job ended after {restarts} restarts; the scenario needs at least 20"
-    );
+    assert_ran_enough(restarts, 20, "restarts");
 }
 
 #[test]
@@ -187,13 +191,8 @@ fn partitioned_workers_late_results_are_duplicates_and_never_counted_twice() {
     let expected = &solve_result(&JOB, LONG);
     let t0 = Instant::now();
     let ttl = 1_000;
-    let opts = Opts {
-        workers: 2,
-        lease_ttl_ms: ttl,
-        ..fault_opts()
-    };
-    let c = Cluster::start_on(net, opts, scratch());
-    let job = c.submit(&JOB);
+    let opts = fault_opts_with(2, ttl);
+    let (c, job) = started(net, opts, &JOB);
     c.wait_until(job, LONG, |s| chunks_done(s) >= 8);
     const MAX_PARTITIONS: usize = 3;
     let mut partitions = 0;
@@ -258,10 +257,7 @@ fn partitioned_workers_late_results_are_duplicates_and_never_counted_twice() {
         field(&status, "duplicates"),
         t0.elapsed().as_secs_f64()
     );
-    assert!(
-        partitions >= 2,
-        "only {partitions} partitions happened mid-job"
-    );
+    assert_ran_enough(partitions, 2, "partitions mid-job");
 }
 
 /// Fills `dir`'s file system with one file until it refuses more; returns the file and its size.
@@ -521,11 +517,7 @@ fn nemesis(faults: u32, seed: u64) {
     let expected = expected();
     let t0 = Instant::now();
     let mut rng = Rng::from_env("replicated coordinator nemesis", seed);
-    let opts = Opts {
-        workers: 2,
-        lease_ttl_ms: 3_000,
-        ..fault_opts()
-    };
+    let opts = fault_opts_with(2, 3_000);
     let mut g = Group::start_on(net, 3, opts, scratch());
     g.wait_leader(None, Duration::from_secs(30));
     let mut jobs = vec![g.submit(&JOB)];

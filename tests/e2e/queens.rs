@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::{stdout_json, Cluster};
+use sweep_testkit::process::run_ok;
 
 const PUBLISHED: [u64; 14] = [
     1, 0, 0, 2, 10, 4, 40, 92, 352, 724, 2680, 14200, 73712, 365596,
@@ -27,17 +28,12 @@ fn build_queens() -> PathBuf {
         .unwrap_or_else(|| root.join("target"))
         .join("examples-queens");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["build", "--release", "--manifest-path"])
-        .arg(root.join("examples/queens/Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run cargo");
-    assert!(
-        out.status.success(),
-        "building examples/queens failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(cargo)
+            .args(["build", "--release", "--manifest-path"])
+            .arg(root.join("examples/queens/Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .stdin(Stdio::null()),
     );
     target.join("release/sweep-queens")
 }

@@ -33,12 +33,7 @@ fn expected() -> Value {
 #[test]
 fn sigkilled_leaders_lose_nothing_acknowledged_and_the_answer_is_exact() {
     let expected = expected();
-    let opts = Opts {
-        workers: 2,
-        threads: 1,
-        lease_ttl_ms: 3_000,
-        ..Opts::default()
-    };
+    let opts = Opts::sized(2, 1, 3_000);
     let mut g = Group::start_with_http(3, opts);
     let first = g.wait_leader(None, Duration::from_secs(30));
     let job = g.submit(&JOB);
@@ -316,11 +311,8 @@ fn leases_carry_the_term_and_a_higher_term_fences_the_leader_off() {
 fn a_group_over_tls_elects_a_new_leader_takes_a_new_member_and_answers_exactly() {
     let pki_dir = scratch();
     let opts = Opts {
-        workers: 1,
-        threads: 2,
-        lease_ttl_ms: 2_000,
         tls: Some(crate::support::pki::pki(pki_dir.path())),
-        ..Opts::default()
+        ..Opts::sized(1, 2, 2_000)
     };
     let mut g = Group::start(3, opts);
     assert!(

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::pki::pki as write_pki;
 use crate::support::{scratch, stdout_json, sweep, Proc, SWEEP};
+use sweep_testkit::process::worker_command;
 
 const WORKER_TOKEN: &str = "e2e-worker-token-4f9c2a7d1b";
 const ADMIN_TOKEN: &str = "e2e-admin-token-8e1d5b3c6a";
@@ -21,6 +22,23 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
+}
+
+/// [`start_coordinator`] serving TLS only, with the test certificate: it and its https:// URL.
+fn start_tls_coordinator(
+    dir: &Path,
+    pki: &crate::support::pki::Pki,
+    extra: &[&str],
+    log: &Path,
+) -> (Proc, String) {
+    let tls = [
+        "--tls-cert",
+        s(&pki.server_cert),
+        "--tls-key",
+        s(&pki.server_key),
+    ];
+    let (coord, addr) = start_coordinator(dir, &[&tls[..], extra].concat(), log);
+    (coord, format!("https://{addr}"))
 }
 
 fn s(p: &Path) -> &str {
@@ -72,21 +90,17 @@ fn tokens_and_tls_guard_a_real_cluster_that_still_gives_the_exact_answer() {
     let worker_token = write(d, "worker.token", &format!("{WORKER_TOKEN}\n"));
     let wrong_token = write(d, "wrong.token", WRONG_TOKEN);
     let log = d.join("coordinator.log");
-    let (mut coord, addr) = start_coordinator(
+    let (mut coord, url) = start_tls_coordinator(
         d,
+        &pki,
         &[
             "--worker-token-file",
             s(&worker_tokens),
             "--admin-token-file",
             s(&admin_tokens),
-            "--tls-cert",
-            s(&pki.server_cert),
-            "--tls-key",
-            s(&pki.server_key),
         ],
         &log,
     );
-    let url = format!("https://{addr}");
     let ca = s(&pki.ca);
     let with = |token: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
         let mut env = vec![
@@ -122,7 +136,7 @@ fn tokens_and_tls_guard_a_real_cluster_that_still_gives_the_exact_answer() {
     let plain = run(
         &star,
         &[
-            ("SWEEP_COORDINATOR", format!("http://{addr}")),
+            ("SWEEP_COORDINATOR", url.replacen("https://", "http://", 1)),
             ("SWEEP_TOKEN", ADMIN_TOKEN.to_string()),
         ],
     );
@@ -224,19 +238,7 @@ fn a_coordinator_that_requires_client_certificates_refuses_clients_without_one()
     let d = dir.path();
     let pki = write_pki(d);
     let log = d.join("coordinator.log");
-    let (_coord, addr) = start_coordinator(
-        d,
-        &[
-            "--tls-cert",
-            s(&pki.server_cert),
-            "--tls-key",
-            s(&pki.server_key),
-            "--tls-client-ca",
-            s(&pki.ca),
-        ],
-        &log,
-    );
-    let url = format!("https://{addr}");
+    let (_coord, url) = start_tls_coordinator(d, &pki, &["--tls-client-ca", s(&pki.ca)], &log);
     let base = [
         "status",
         "--json",
@@ -305,20 +307,8 @@ fn a_worker_token_rotates_mid_job_without_a_restart_or_a_lost_chunk() {
     ));
     let job = submitted["job"].as_u64().unwrap().to_string();
     let mut worker = Proc {
-        child: Command::new(SWEEP)
-            .args([
-                "worker",
-                "--connect",
-                &url,
-                "--threads",
-                "1",
-                "--name",
-                "rot",
-            ])
+        child: worker_command(SWEEP, &url, 1, "rot")
             .args(["--token-file", s(&worker_token)])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
             .spawn()
             .expect("spawn worker"),
         name: "rot".into(),

@@ -75,20 +75,24 @@ fn assert_exactly_once(status: &Value) {
     assert_eq!(status["completions"], status["chunks_total"], "{status}");
 }
 
+/// `r`, a job's results, is done with `solutions` solutions, `unique` of them up to symmetry.
+fn assert_done_with(r: &Value, solutions: u64, unique: u64) {
+    assert_eq!(r["state"], "done", "{r}");
+    assert_eq!(r["result"]["solutions"], solutions, "{r}");
+    assert_eq!(r["result"]["unique"], unique, "{r}");
+}
+
 #[test]
 fn two_workers_solve_six_and_seven_points() {
     let c = Cluster::start(2, 1);
     let six = c.submit(&["star", "--points", "6", "--method", "brute"]);
     let seven = c.submit(&["star", "--points", "7"]);
     let r6 = c.wait_results(six, LONG);
-    assert_eq!(r6["state"], "done", "{r6}");
-    assert_eq!(r6["result"]["solutions"], 960, "{r6}");
-    assert_eq!(r6["result"]["unique"], 80, "{r6}");
+    assert_done_with(&r6, 960, 80);
     // Every permutation of 1..12 was tested exactly once.
     assert_eq!(r6["nodes"], 479_001_600u64, "{r6}");
     let r7 = c.wait_results(seven, LONG);
-    assert_eq!(r7["result"]["solutions"], 1008, "{r7}");
-    assert_eq!(r7["result"]["unique"], 72, "{r7}");
+    assert_done_with(&r7, 1008, 72);
     assert_eq!(r7["result"], solve_result(&["star", "--points", "7"], LONG));
     assert_exactly_once(&c.status(six));
     assert_exactly_once(&c.status(seven));
@@ -104,9 +108,7 @@ fn two_workers_find_the_seed_triangles_and_prove_seven_rows_impossible() {
     let seven = c.submit(&["billiard", "--rows", "7"]);
 
     let r = c.wait_results(strategy, LONG);
-    assert_eq!(r["state"], "done", "{r}");
-    assert_eq!(r["result"]["solutions"], 2, "{r}");
-    assert_eq!(r["result"]["unique"], 1, "{r}");
+    assert_done_with(&r, 2, 1);
     assert_eq!(
         r["result"]["canonical"][0],
         json!([[6, 14, 15, 3, 13], [8, 1, 12, 10], [7, 11, 2], [4, 9], [5]]),

@@ -51,12 +51,18 @@ fn assert_exactly_once(status: &Value) {
     assert_eq!(status["completions"], status["chunks_total"], "{status}");
 }
 
+/// A cluster whose one worker, w0, lies as `lie` says (`SWEEP_TEST_LIE`); the honest ones are added later.
+fn with_a_liar(lie: &str) -> Cluster {
+    let mut c = Cluster::start(0, 1);
+    c.add_worker_env(&[], &[("SWEEP_TEST_LIE", lie)]);
+    c
+}
+
 #[test]
 fn bogus_solutions_fail_verification_and_the_liar_is_refused() {
     let args = ["star", "--points", "7", "--chunks", "24"];
     let expected = solve_result(&args, LONG);
-    let mut c = Cluster::start(0, 1);
-    c.add_worker_env(&[], &[("SWEEP_TEST_LIE", "bogus-solution")]);
+    let mut c = with_a_liar("bogus-solution");
     let job = c.submit(&args);
     // Alone, the liar gets chunk after chunk refused until it is refused work altogether; it cannot use up
     // any chunk's attempts, because a refused chunk never goes back to it.
@@ -74,8 +80,7 @@ fn bogus_solutions_fail_verification_and_the_liar_is_refused() {
 fn replication_outvotes_an_inflated_count() {
     let args = ["star", "--points", "7", "--chunks", "16"];
     let expected = solve_result(&args, LONG);
-    let mut c = Cluster::start(0, 1);
-    c.add_worker_env(&[], &[("SWEEP_TEST_LIE", "inflate-count")]);
+    let mut c = with_a_liar("inflate-count");
     c.add_worker();
     let mut submit = args.to_vec();
     submit.extend(["--replicate", "2"]);
@@ -105,8 +110,7 @@ fn a_drained_worker_finishes_its_chunks_and_stops() {
     let mut c = Cluster::start(2, 1);
     let job = c.submit(&args);
     c.wait_until(job, LONG, |s| s["chunks_done"].as_u64().unwrap_or(0) >= 5);
-    let out = c.sweep(&["drain", "w0", "--json"]);
-    assert!(out.status.success(), "{out:?}");
+    let out = c.sweep_ok(&["drain", "w0", "--json"]);
     assert_eq!(stdout_json(&out)["draining"], true);
     let exit = c.workers[0]
         .wait_exit(Duration::from_secs(120))

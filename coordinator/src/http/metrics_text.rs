@@ -54,32 +54,32 @@ fn register_member(reg: &mut Registry, g: &GroupView) {
         x.set(i64::try_from(v).unwrap_or(i64::MAX));
         x
     };
-    reg.register("sweep_member_id", "This member's id", gauge(g.id));
-    reg.register(
-        "sweep_member_term",
-        "This member's current term",
-        gauge(g.term),
-    );
-    reg.register(
-        "sweep_member_leader",
-        "The id of the leader this member knows of (0: none, an election)",
-        gauge(g.leader.unwrap_or(0)),
-    );
-    reg.register(
-        "sweep_member_serving",
-        "1 while this member leads and runs the coordinator",
-        gauge(u64::from(g.serving)),
-    );
-    reg.register(
-        "sweep_member_applied_index",
-        "The last entry this member applied to its store",
-        gauge(g.applied),
-    );
-    reg.register(
-        "sweep_member_last_index",
-        "The last entry in this member's log",
-        gauge(g.last_index),
-    );
+    for (name, help, v) in [
+        ("sweep_member_id", "This member's id", g.id),
+        ("sweep_member_term", "This member's current term", g.term),
+        (
+            "sweep_member_leader",
+            "The id of the leader this member knows of (0: none, an election)",
+            g.leader.unwrap_or(0),
+        ),
+        (
+            "sweep_member_serving",
+            "1 while this member leads and runs the coordinator",
+            u64::from(g.serving),
+        ),
+        (
+            "sweep_member_applied_index",
+            "The last entry this member applied to its store",
+            g.applied,
+        ),
+        (
+            "sweep_member_last_index",
+            "The last entry in this member's log",
+            g.last_index,
+        ),
+    ] {
+        reg.register(name, help, gauge(v));
+    }
     let lag = Family::<Labels, Gauge>::default();
     for m in &g.members {
         if let Some(matched) = m.matched {
@@ -163,57 +163,65 @@ fn register_coordinator(
         "Nodes (the space's unit of work) of each job's accepted chunks",
         job_nodes,
     );
-    reg.register(
-        "sweep_job_completions",
-        "Accepted chunk results of each job (durable)",
-        job_completions,
-    );
-    reg.register(
-        "sweep_job_duplicates",
-        "Results of already-done chunks of each job, not counted (durable)",
-        job_duplicates,
-    );
-    reg.register(
-        "sweep_job_chunks_reissued",
-        "Chunks of each job handed out again after an expiry or a failure",
-        job_reissued,
-    );
+    for (name, help, family) in [
+        (
+            "sweep_job_completions",
+            "Accepted chunk results of each job (durable)",
+            job_completions,
+        ),
+        (
+            "sweep_job_duplicates",
+            "Results of already-done chunks of each job, not counted (durable)",
+            job_duplicates,
+        ),
+        (
+            "sweep_job_chunks_reissued",
+            "Chunks of each job handed out again after an expiry or a failure",
+            job_reissued,
+        ),
+    ] {
+        reg.register(name, help, family);
+    }
 
-    reg.register(
-        "sweep_completions",
-        "Chunk results accepted since the coordinator started",
-        m.completions.clone(),
-    );
-    reg.register(
-        "sweep_duplicates",
-        "Results of already-done chunks since the coordinator started",
-        m.duplicates.clone(),
-    );
-    reg.register(
-        "sweep_reports_rejected",
-        "Chunk results rejected (failed verification, unknown or cancelled job, undecodable)",
-        m.rejected.clone(),
-    );
-    reg.register(
-        "sweep_verification_failures",
-        "Chunk results that failed the space's verifier",
-        m.verification_failures.clone(),
-    );
-    reg.register(
-        "sweep_lease_expiries",
-        "Leases that expired without a heartbeat",
-        m.lease_expiries.clone(),
-    );
-    reg.register(
-        "sweep_chunks_poisoned_by_expiry",
-        "Chunks poisoned because their last allowed lease expired",
-        m.poisoned_by_expiry.clone(),
-    );
-    reg.register(
-        "sweep_workers_lost",
-        "Workers that went silent for a lease time",
-        m.workers_lost.clone(),
-    );
+    for (name, help, counter) in [
+        (
+            "sweep_completions",
+            "Chunk results accepted since the coordinator started",
+            &m.completions,
+        ),
+        (
+            "sweep_duplicates",
+            "Results of already-done chunks since the coordinator started",
+            &m.duplicates,
+        ),
+        (
+            "sweep_reports_rejected",
+            "Chunk results rejected (failed verification, unknown or cancelled job, undecodable)",
+            &m.rejected,
+        ),
+        (
+            "sweep_verification_failures",
+            "Chunk results that failed the space's verifier",
+            &m.verification_failures,
+        ),
+        (
+            "sweep_lease_expiries",
+            "Leases that expired without a heartbeat",
+            &m.lease_expiries,
+        ),
+        (
+            "sweep_chunks_poisoned_by_expiry",
+            "Chunks poisoned because their last allowed lease expired",
+            &m.poisoned_by_expiry,
+        ),
+        (
+            "sweep_workers_lost",
+            "Workers that went silent for a lease time",
+            &m.workers_lost,
+        ),
+    ] {
+        reg.register(name, help, counter.clone());
+    }
 
     let workers = Family::<Labels, Gauge>::default();
     let known = obs.workers.len() as i64;
@@ -256,30 +264,36 @@ fn register_coordinator(
         "Threads held by the leases of each identity's jobs (fair share)",
         running,
     );
-    reg.register(
-        "sweep_identity_decayed_thread_seconds",
-        "Each identity's use in thread-seconds, decayed by --usage-half-life",
-        used,
-    );
-    reg.register(
-        "sweep_identity_share",
-        "Each identity's share (1 unless an admin set one)",
-        share,
-    );
-    let rate = FloatGauge::default();
-    rate.set(nodes_per_s);
-    reg.register(
-        "sweep_nodes_per_second",
-        "Nodes per second over the dashboard's rate window (about half a lease time)",
-        rate,
-    );
-    let crate_ = FloatGauge::default();
-    crate_.set(chunks_per_s);
-    reg.register(
-        "sweep_chunks_per_second",
-        "Chunks completed per second over the same window",
-        crate_,
-    );
+    for (name, help, family) in [
+        (
+            "sweep_identity_decayed_thread_seconds",
+            "Each identity's use in thread-seconds, decayed by --usage-half-life",
+            used,
+        ),
+        (
+            "sweep_identity_share",
+            "Each identity's share (1 unless an admin set one)",
+            share,
+        ),
+    ] {
+        reg.register(name, help, family);
+    }
+    for (name, help, v) in [
+        (
+            "sweep_nodes_per_second",
+            "Nodes per second over the dashboard's rate window (about half a lease time)",
+            nodes_per_s,
+        ),
+        (
+            "sweep_chunks_per_second",
+            "Chunks completed per second over the same window",
+            chunks_per_s,
+        ),
+    ] {
+        let rate = FloatGauge::default();
+        rate.set(v);
+        reg.register(name, help, rate);
+    }
     reg.register(
         "sweep_rpc_duration_seconds",
         "gRPC handling time by method, until the response head",

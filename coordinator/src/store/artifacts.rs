@@ -346,7 +346,7 @@ mod tests {
     use super::*;
     use crate::core::Op;
     use crate::store::blobs::{Blobs, FileBlobs};
-    use crate::store::test_support::{reopen, temp_store_dir};
+    use crate::store::test_support::{reopen, streamed_outputs, temp_store_dir};
 
     fn artifacts_are_raw_and_stored_once(store: &Store) {
         let with = |a: Vec<u8>| ChunkOutput {
@@ -449,14 +449,7 @@ mod tests {
         store.write(vec![Op::Output(8, 3, listed(3))]).unwrap();
         let both = vec![(2, listed(2)), (3, listed(3))];
         assert_eq!(store.outputs(8).unwrap(), both);
-        let mut streamed = Vec::new();
-        store
-            .for_each_output(8, 4, &mut |c, o| {
-                streamed.push((c, o));
-                Ok::<(), StoreError>(())
-            })
-            .unwrap();
-        assert_eq!(streamed, both);
+        assert_eq!(streamed_outputs(&store, 8, 4), both);
         drop(store);
         let whole = std::fs::read(&segment).unwrap();
         let mut flipped = whole.clone();

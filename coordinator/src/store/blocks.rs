@@ -250,7 +250,7 @@ mod tests {
     use crate::core::{JobRecord, Op};
     use crate::scheduler::ChunkRecord;
     use crate::store::records::encode;
-    use crate::store::test_support::{done_record, record};
+    use crate::store::test_support::{done_record, record, streamed_outputs};
     use crate::store::{Lists, Store};
 
     /// Too large to inline, by its counters (its list of solutions is a file of its own, never in the output).
@@ -329,14 +329,7 @@ mod tests {
         assert_eq!(snap.chunks, others);
         assert_eq!(store.outputs(1).unwrap(), want_outputs);
         // Streamed one at a time, inlined and large alike, in chunk order.
-        let mut streamed = Vec::new();
-        store
-            .for_each_output(1, 200, &mut |chunk, out| {
-                streamed.push((chunk, out));
-                Ok::<(), StoreError>(())
-            })
-            .unwrap();
-        assert_eq!(streamed, want_outputs);
+        assert_eq!(streamed_outputs(&store, 1, 200), want_outputs);
         // A range, across block edges, without the lists: the same outputs, their solutions left out.
         for (from, to) in [
             (0, 200),

@@ -337,6 +337,20 @@ mod tests {
     }
 
     /// A state machine over `store`, with a snapshot directory of its own under `dir`.
+    /// A machine over a new in-memory store that has applied `commit(c)` for each of `commits`, as entries 1,
+    /// 2, ...: the store and the machine.
+    fn with_commits(
+        dir: &tempfile::TempDir,
+        commits: &[u64],
+    ) -> (std::sync::Arc<Store>, StoreMachine) {
+        let store = std::sync::Arc::new(Store::in_memory());
+        let mut m = machine(&store, dir);
+        for (index, &c) in (1..).zip(commits) {
+            m.apply(index, &encode_entry(&commit(c)).unwrap());
+        }
+        (store, m)
+    }
+
     fn machine(store: &std::sync::Arc<Store>, dir: &tempfile::TempDir) -> StoreMachine {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -573,9 +587,7 @@ mod tests {
     #[test]
     fn a_damaged_entry_stops_the_member_before_any_gap() {
         let dir = tempfile::tempdir().unwrap();
-        let store = std::sync::Arc::new(Store::in_memory());
-        let mut m = machine(&store, &dir);
-        m.apply(1, &encode_entry(&commit(0)).unwrap());
+        let (store, mut m) = with_commits(&dir, &[0]);
         m.apply(2, b"\x01garbage");
         assert!(m.failure().unwrap().contains("applying entry 2 failed"));
         m.apply(3, &encode_entry(&commit(10)).unwrap());
@@ -588,11 +600,7 @@ mod tests {
     #[test]
     fn a_snapshot_file_makes_a_store_the_same_as_its_source() {
         let dir = tempfile::tempdir().unwrap();
-        let source = std::sync::Arc::new(Store::in_memory());
-        let mut m = machine(&source, &dir);
-        for i in 0..3u64 {
-            m.apply(i + 1, &encode_entry(&commit(i * 10)).unwrap());
-        }
+        let (source, mut m) = with_commits(&dir, &[0, 10, 20]);
         let first = m.snapshot();
         m.apply(4, &encode_entry(&commit(30)).unwrap());
         let snap = m.snapshot();
@@ -605,9 +613,7 @@ mod tests {
             .collect();
         assert_eq!(names, vec![format!("{}.snap", hex::encode(d.digest))]);
 
-        let target = std::sync::Arc::new(Store::in_memory());
-        let mut t = machine(&target, &dir);
-        t.apply(1, &encode_entry(&commit(50)).unwrap());
+        let (target, mut t) = with_commits(&dir, &[50]);
         assert!(!t.has_snapshot(&snap), "its file has not arrived");
         assert!(t.has_snapshot(&[]), "a snapshot that is no file needs none");
         receive(&t, &m, &d);
@@ -652,9 +658,7 @@ mod tests {
     #[test]
     fn a_received_file_is_kept_only_whole_and_matching() {
         let dir = tempfile::tempdir().unwrap();
-        let source = std::sync::Arc::new(Store::in_memory());
-        let mut m = machine(&source, &dir);
-        m.apply(1, &encode_entry(&commit(0)).unwrap());
+        let (_source, m) = with_commits(&dir, &[0]);
         let d = Descriptor::decode(&m.snapshot()).unwrap();
         let bytes = std::fs::read(m.files().find(&d).unwrap()).unwrap();
         let files = SnapshotFiles::open(dir.path().join("receiver")).unwrap();
@@ -705,11 +709,7 @@ mod tests {
     #[test]
     fn a_snapshot_carried_whole_still_installs() {
         let dir = tempfile::tempdir().unwrap();
-        let source = std::sync::Arc::new(Store::in_memory());
-        let mut m = machine(&source, &dir);
-        for i in 0..3u64 {
-            m.apply(i + 1, &encode_entry(&commit(i * 10)).unwrap());
-        }
+        let (source, _m) = with_commits(&dir, &[0, 10, 20]);
         let (pairs, files) = contents(&source);
         let mut inline = vec![SNAPSHOT_VERSION];
         inline.extend_from_slice(&(pairs.len() as u64).to_le_bytes());
@@ -726,18 +726,14 @@ mod tests {
             inline.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
             inline.extend_from_slice(bytes);
         }
-        let target = std::sync::Arc::new(Store::in_memory());
-        let mut t = machine(&target, &dir);
-        t.apply(1, &encode_entry(&commit(50)).unwrap());
+        let (target, mut t) = with_commits(&dir, &[50]);
         t.restore(&inline);
         assert!(t.failure().is_none());
         assert_eq!(t.applied(), 3);
         assert_eq!(contents(&target), contents(&source));
         t.restore(b"\x07");
         assert!(t.failure().unwrap().contains("unknown snapshot version 7"));
-        let fresh = std::sync::Arc::new(Store::in_memory());
-        let mut f = machine(&fresh, &dir);
-        f.apply(1, &encode_entry(&commit(0)).unwrap());
+        let (_fresh, mut f) = with_commits(&dir, &[0]);
         // A member that applied entries ignores the empty bootstrap snapshot.
         f.restore(&[]);
         assert_eq!(f.applied(), 1);

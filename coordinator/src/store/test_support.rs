@@ -3,7 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+use sweep_space::ChunkOutput;
+
 use super::handle::Store;
+use super::StoreError;
 use crate::core::JobRecord;
 use crate::scheduler::{ChunkRecord, JobId};
 
@@ -19,6 +22,22 @@ pub(super) fn record(id: JobId) -> JobRecord {
         total_nodes: Some(10),
         ..JobRecord::new(id, "star", serde_json::json!({"points": 6}), 3, 1)
     }
+}
+
+/// Every output of job `job` (of `n_chunks` chunks) as [`Store::for_each_output`] streams them, in its order.
+pub(super) fn streamed_outputs(
+    store: &Store,
+    job: JobId,
+    n_chunks: u64,
+) -> Vec<(u64, ChunkOutput)> {
+    let mut streamed = Vec::new();
+    store
+        .for_each_output(job, n_chunks, &mut |chunk, out| {
+            streamed.push((chunk, out));
+            Ok::<(), StoreError>(())
+        })
+        .unwrap();
+    streamed
 }
 
 /// Opens the store at `dir`, waiting for a handle just dropped in this process to let go of sled's file

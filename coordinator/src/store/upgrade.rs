@@ -86,6 +86,14 @@ mod tests {
     use crate::store::records::encode;
     use crate::store::test_support::{done_record, record, reopen, reopen_sled, temp_store_dir};
 
+    /// The store at `dir`, opened and closed again, is marked as of the current format; then it goes.
+    fn assert_upgraded_then_remove(dir: &std::path::Path) {
+        let db = reopen_sled(dir);
+        assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
+        drop(db);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     /// A store as format 2 wrote it (one key per chunk record and output) opens as format 3 with every
     /// chunk where it was; new writes go to blocks and win over the old keys.
     #[test]
@@ -154,10 +162,7 @@ mod tests {
         assert_eq!(store.chunks(1).unwrap().len(), 4);
         assert!(crate::fsck::check(&store, true).unwrap().is_clean());
         drop(store);
-        let db = reopen_sled(&dir);
-        assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
-        drop(db);
-        let _ = std::fs::remove_dir_all(&dir);
+        assert_upgraded_then_remove(&dir);
     }
 
     /// A store as format 3 wrote it (a list of solutions in a file per chunk, recorded by its hash) opens as
@@ -198,10 +203,7 @@ mod tests {
         assert!(artifacts.join(list_blob(4, 1)).exists());
         assert!(artifacts.join(segment_blob(4)).exists());
         assert!(!artifacts.join(list_blob(4, 2)).exists());
-        let db = reopen_sled(&dir);
-        assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
-        drop(db);
-        let _ = std::fs::remove_dir_all(&dir);
+        assert_upgraded_then_remove(&dir);
     }
 
     /// A store as format 4 wrote it (blocks, no summaries) opens as format 5 with a summary per 4,096 chunks
@@ -250,11 +252,8 @@ mod tests {
         assert_eq!(after.chunks, vec![(1, 5_000, pending)]);
         assert!(crate::fsck::check(&store, true).unwrap().is_clean());
         drop(store);
-        let db = reopen_sled(&dir);
-        assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
-        assert_eq!(db.scan_prefix(b"d/").count(), 3);
-        drop(db);
-        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(reopen_sled(&dir).scan_prefix(b"d/").count(), 3);
+        assert_upgraded_then_remove(&dir);
     }
 
     #[test]
@@ -274,10 +273,14 @@ mod tests {
         assert_eq!(store.artifact(2).unwrap(), Some(vec![8; 40]));
         assert_eq!(store.outputs(3).unwrap()[0].1.artifact, vec![1, 2, 3]);
         drop(store);
-        let db = reopen_sled(&dir);
-        assert_eq!(db.get(b"m/format").unwrap().unwrap().as_ref(), FORMAT);
-        assert_eq!(db.get(job_key(b'r', 2)).unwrap().unwrap().len(), 32);
-        drop(db);
-        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            reopen_sled(&dir)
+                .get(job_key(b'r', 2))
+                .unwrap()
+                .unwrap()
+                .len(),
+            32
+        );
+        assert_upgraded_then_remove(&dir);
     }
 }

@@ -189,6 +189,13 @@ impl Sim {
         Sim::with_snapshot_limit(seed, n, snapshot_every, usize::MAX)
     }
 
+    /// [`Sim::new`], run until its first leader is elected (within 200 rounds): the group and the leader.
+    pub fn with_leader(seed: u64, n: u64, snapshot_every: u64) -> (Sim, u64) {
+        let mut sim = Sim::new(seed, n, snapshot_every);
+        let leader = sim.wait_leader(200);
+        (sim, leader)
+    }
+
     /// As `new`, every member taking its snapshots off the node's thread (`StateMachine::snapshot_job`).
     pub fn with_background_snapshots(seed: u64, n: u64, snapshot_every: u64) -> Sim {
         Sim::build(seed, n, snapshot_every, usize::MAX, true)

@@ -50,6 +50,14 @@ impl Proc {
         assert!(status.success(), "kill -{sig} {}", self.name);
     }
 
+    /// SIGTERM, then its exit within 30 s (a graceful stop waits for running work only that long): how it
+    /// exited.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        self.wait_exit(Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("{} did not exit within 30 s of SIGTERM", self.name))
+    }
+
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
@@ -67,6 +75,44 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A scratch directory (removed when dropped) and where a store goes in it, as a flag's value.
+pub fn scratch_store() -> (tempfile::TempDir, String) {
+    let dir = scratch();
+    let data = dir.path().join("data");
+    let data = data.to_str().expect("a UTF-8 path").to_string();
+    (dir, data)
+}
+
+/// `sweep run SPACE_ARGS --threads 1 --json --data DATA` in the background, its output discarded: a run that
+/// a test interrupts partway (SIGKILL as a crash does, SIGINT as Ctrl-C does).
+pub fn spawn_run(space_args: &[&str], data: &str) -> Proc {
+    let child = Command::new(SWEEP)
+        .arg("run")
+        .args(space_args)
+        .args(["--threads", "1", "--json", "--data", data])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sweep run");
+    Proc {
+        child,
+        name: "sweep run".into(),
+    }
+}
+
+/// `sweep run SPACE_ARGS --threads 2 --json --data DATA` to its end (bounded by `timeout`), as a resumed run:
+/// its output.
+pub fn resume_run(space_args: &[&str], data: &str, timeout: Duration) -> Output {
+    let args = [
+        &["run"][..],
+        space_args,
+        &["--threads", "2", "--json", "--data", data],
+    ]
+    .concat();
+    sweep(&args, &[], timeout)
 }
 
 /// Runs `sweep ARGS` to completion (bounded by `timeout`) and returns its output.
@@ -235,6 +281,16 @@ pub struct Opts {
 }
 
 impl Opts {
+    /// The defaults with `workers` workers of `threads` threads and leases of `lease_ttl_ms`.
+    pub fn sized(workers: usize, threads: usize, lease_ttl_ms: u64) -> Opts {
+        Opts {
+            workers,
+            threads,
+            lease_ttl_ms,
+            ..Opts::default()
+        }
+    }
+
     /// The scheme of the coordinators' URLs.
     pub fn scheme(&self) -> &'static str {
         match self.tls {
@@ -322,10 +378,7 @@ impl Cluster {
     pub fn start_bin(bin: &Path, workers: usize, threads: usize, lease_ttl_ms: u64) -> Cluster {
         let opts = Opts {
             bin: bin.to_path_buf(),
-            workers,
-            threads,
-            lease_ttl_ms,
-            ..Opts::default()
+            ..Opts::sized(workers, threads, lease_ttl_ms)
         };
         Cluster::start_on(Loopback, opts, scratch())
     }
@@ -543,6 +596,13 @@ impl<N: Network> Cluster<N> {
 
     pub fn sweep(&self, args: &[&str]) -> Output {
         self.sweep_with(self.opts.client_token.as_deref(), args)
+    }
+
+    /// `sweep ARGS`, which must succeed: the test fails with what it printed otherwise.
+    pub fn sweep_ok(&self, args: &[&str]) -> Output {
+        let out = self.sweep(args);
+        sweep_testkit::process::assert_success(&out, &format!("sweep {args:?}"));
+        out
     }
 
     /// `sweep ARGS` presenting `token` (one of [`Cluster::start_with_users`]'s) instead of the cluster's own.
@@ -852,4 +912,14 @@ pub fn wait_for(what: &str, timeout: Duration, mut pred: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// [`wait_for`] at least `n` processes whose command line holds `token` ([`processes_with`]).
+pub fn wait_for_processes(what: &str, timeout: Duration, token: &str, n: usize) {
+    wait_for(what, timeout, || processes_with(token).len() >= n)
+}
+
+/// [`wait_for`] no process whose command line holds `token` ([`processes_with`]) to be left.
+pub fn wait_for_no_process(what: &str, timeout: Duration, token: &str) {
+    wait_for(what, timeout, || processes_with(token).is_empty())
 }

@@ -381,3 +381,12 @@ pub fn fault_opts() -> Opts {
         ..Opts::default()
     }
 }
+
+/// [`fault_opts`] with `workers` workers and leases of `lease_ttl_ms`.
+pub fn fault_opts_with(workers: usize, lease_ttl_ms: u64) -> Opts {
+    Opts {
+        workers,
+        lease_ttl_ms,
+        ..fault_opts()
+    }
+}
