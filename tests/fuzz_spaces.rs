@@ -16,7 +16,6 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use sweep_space::ChunkId;
 
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -26,7 +25,7 @@ use sweep_brainball::{Move, Ring, Table};
 use sweep_buzzled::geometry::Geometry;
 use sweep_buzzled::puzzle::{check_clues, format_puzzle_file, parse_clue_list, parse_puzzle_file};
 use sweep_peg::board::{Board, BoardKind};
-use sweep_space::{Answer, ChunkOutput, Control, Registry, Space, SpaceError};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Registry, Space, SpaceError};
 
 static REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(sweep::builtin);
 

@@ -3,10 +3,11 @@
 //! outbox must read back from the store as the snapshot it starts from, and that round trip is the store's.
 
 use std::sync::Arc;
-use sweep_space::ChunkId;
 
 use serde_json::json;
-use sweep_space::{Answer, AnswerMerge, ChunkOutput, Control, Job, Plan, SpaceError, SpaceJob};
+use sweep_space::{
+    Answer, AnswerMerge, ChunkId, ChunkOutput, Control, Job, Plan, SpaceError, SpaceJob,
+};
 
 use sweep_coordinator::core::*;
 use sweep_coordinator::limits::Limits;

@@ -5,7 +5,6 @@
 //! cycle, an unbounded chain and an input with bad parameters. A hand-written worker leases, fetches every input
 //! artifact (checking its digest), binds, runs and reports; the coordinator is restarted in the middle. The
 //! answer must equal the one computed in this process from the same DAG, with every chunk counted once.
-use sweep_space::ChunkId;
 use sweep_testkit as common;
 
 use std::collections::BTreeMap;
@@ -18,7 +17,7 @@ use sweep_coordinator::store::Store;
 use sweep_coordinator::CoordinatorConfig;
 use sweep_engine::inputs;
 use sweep_proto::v1;
-use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SpaceError};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, JobInput, Plan, SpaceError};
 use sweep_space::{Registry, Space, SpaceJob};
 
 /// name -> (inputs, chunks). Names missing here fail to build, like bad parameters.

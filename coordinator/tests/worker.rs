@@ -3,7 +3,6 @@
 //! thread survives it and runs every other chunk), and chunks that only finish when all of them run at once
 //! (a worker's threads are its own, however many: more than tokio's blocking pool would hold).
 
-use sweep_space::ChunkId;
 use sweep_testkit as common;
 
 use std::sync::{Condvar, Mutex};
@@ -13,7 +12,9 @@ use common::stubs::Counting;
 use common::{config, fresh_store, result_json, submit_job, Server};
 use serde::{Deserialize, Serialize};
 use sweep_proto::v1;
-use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, Registry, SearchSpace, SpaceError};
+use sweep_space::{
+    Answer, ChunkId, ChunkOutput, Control, Job, Plan, Registry, SearchSpace, SpaceError,
+};
 use sweep_worker::{WorkerConfig, WorkerStats};
 
 /// Every chunk waits (at most 20 s) until all `n` have started, and counts `together` if they all did.

@@ -6,8 +6,7 @@
 //! The estimates are a pure function of the job, so they are never stored: the shell computes them off the
 //! lock ([`estimate_chunks`], on the blocking pool) when a job is created or loaded, and hands them to the core.
 
-use sweep_space::ChunkId;
-use sweep_space::SpaceJob;
+use sweep_space::{ChunkId, SpaceJob};
 
 /// Jobs with more chunks than this get no estimate: 8 bytes per chunk are kept while the job runs, and asking
 /// a space for millions of estimates would tie up a blocking thread for long. Such jobs keep the chunk-based

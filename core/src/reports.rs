@@ -1,8 +1,7 @@
 //! Chunk reports: checked outside the lock (decoding, the space's verifier and digests can be costly), then
 //! applied under it, where the scheduler decides whether the result is new, a vote, a duplicate or refused.
 
-use sweep_space::ChunkId;
-use sweep_space::{ChunkOutput, SpaceJob};
+use sweep_space::{ChunkId, ChunkOutput, SpaceJob};
 use tracing::{info, warn};
 
 use crate::error::CoreError;

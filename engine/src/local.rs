@@ -4,9 +4,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use sweep_space::ChunkId;
 
-use sweep_space::{Answer, AnswerMerge, ChunkControl, ChunkOutput, SpaceError, SpaceJob};
+use sweep_space::{Answer, AnswerMerge, ChunkControl, ChunkId, ChunkOutput, SpaceError, SpaceJob};
 
 use crate::inputs::{label, DagNode};
 

@@ -27,6 +27,20 @@ pub struct Control {
     resume: Option<String>,
     /// The newest state the kernel saved, and whether the engine has taken it since.
     saved: Mutex<SavedState>,
+    /// The engine asked this run to give away part of its work (see [`Control::split_requested`]).
+    split_requested: AtomicBool,
+    /// Parts given away and not yet taken by the engine, oldest first.
+    handoffs: Mutex<Vec<Handoff>>,
+}
+
+/// A part of a running chunk's work given away ([`Control::hand_off`]): see the [`crate::split`] module for the
+/// rule the two states keep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handoff {
+    /// What the run still answers for, as a state a new run could start from.
+    pub kept: String,
+    /// The part given away, as a state a new run of the same chunk starts from, counting from zero.
+    pub given: String,
 }
 
 #[derive(Debug, Default)]
@@ -99,6 +113,48 @@ impl Control {
         saved.text = Some(state);
         saved.taken = false;
         Ok(())
+    }
+
+    /// Whether the engine asks this run to give away part of the work it has not started (because a thread
+    /// is idle). A kernel that can split looks now and then (between prefixes, segments, items: see
+    /// [`crate::SpanWalk`]) and answers with [`Control::hand_off`], or [`Control::decline_split`] when it has
+    /// too little left. One relaxed load.
+    pub fn split_requested(&self) -> bool {
+        self.split_requested.load(Ordering::Relaxed)
+    }
+
+    /// Gives away part of this run's work: from now on the run answers only for `kept`, and a new run of the
+    /// same chunk started from `given` does the rest. The caller must already have narrowed its own work to
+    /// `kept`. A state saved before and not yet taken is dropped, since it names the part before the split.
+    /// States over [`MAX_RESUME_STATE_BYTES`] are refused, and then nothing is given away.
+    pub fn hand_off(&self, kept: String, given: String) -> Result<(), SpaceError> {
+        for (what, state) in [("kept", &kept), ("given", &given)] {
+            if state.len() > MAX_RESUME_STATE_BYTES {
+                return Err(SpaceError::InvalidParam {
+                    name: "split state",
+                    reason: format!(
+                        "the {what} part is {} bytes, more than the {MAX_RESUME_STATE_BYTES} a state may have",
+                        state.len()
+                    ),
+                });
+            }
+        }
+        {
+            let mut saved = self.saved.lock().unwrap_or_else(|p| p.into_inner());
+            saved.text = None;
+            saved.taken = true;
+        }
+        self.handoffs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Handoff { kept, given });
+        self.split_requested.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Answers a split request with "not now" (too little left to give away): the engine may ask again later.
+    pub fn decline_split(&self) {
+        self.split_requested.store(false, Ordering::Relaxed);
     }
 
     pub fn add_nodes(&self, n: u64) {
@@ -188,6 +244,28 @@ impl ChunkControl {
     pub fn nodes(&self) -> u64 {
         self.control.nodes()
     }
+
+    /// Asks the kernel to give away part of its work ([`Control::split_requested`]). A kernel that cannot
+    /// split never looks, so the request stays pending and costs nothing.
+    pub fn request_split(&self) {
+        self.control.split_requested.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a split was asked for and not answered yet.
+    pub fn split_pending(&self) -> bool {
+        self.control.split_requested()
+    }
+
+    /// The parts the kernel gave away since the last call, oldest first.
+    pub fn take_handoffs(&self) -> Vec<Handoff> {
+        std::mem::take(
+            &mut *self
+                .control
+                .handoffs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -202,6 +280,37 @@ mod tests {
         handle.cancel();
         assert_eq!(ctl.checkpoint(5), Err(SpaceError::Cancelled));
         assert_eq!(handle.nodes(), 15);
+    }
+
+    #[test]
+    fn a_hand_off_answers_the_request_and_drops_the_older_saved_state() {
+        let handle = ChunkControl::new(None);
+        let ctl = handle.control();
+        ctl.save_resume_state("before the split").unwrap();
+        handle.request_split();
+        assert!(ctl.split_requested());
+        ctl.hand_off("kept".into(), "given".into()).unwrap();
+        assert!(!handle.split_pending());
+        assert_eq!(
+            handle.take_resume_state(),
+            None,
+            "it named the part before the split"
+        );
+        let taken = handle.take_handoffs();
+        assert_eq!(
+            taken,
+            [Handoff {
+                kept: "kept".into(),
+                given: "given".into()
+            }]
+        );
+        assert!(handle.take_handoffs().is_empty(), "taken once");
+        let big = "x".repeat(MAX_RESUME_STATE_BYTES + 1);
+        assert!(ctl.hand_off("kept".into(), big).is_err());
+        assert!(
+            handle.take_handoffs().is_empty(),
+            "a refused hand-off gives nothing away"
+        );
     }
 
     #[test]

@@ -118,6 +118,45 @@ pub trait Job: Send + Sync + Debug {
         out.check_unlisted("solutions")
     }
 
+    /// Whether this job's kernels give away part of a running chunk when asked ([`Control::split_requested`],
+    /// the [`crate::split`] module). The default: no, and the engine never asks.
+    fn splits(&self) -> bool {
+        false
+    }
+
+    /// Checks a split of chunk `at` that a kernel of this job reported, without running anything: `parent` is
+    /// the part the run covered before (`None`: the whole chunk), `kept` and `given` the two parts after.
+    /// Refuses a state it cannot read and a split whose parts do not cover the parent exactly once. Spaces that
+    /// split by ranges call [`crate::Span::check_split`].
+    fn check_split(
+        &self,
+        _at: ChunkId,
+        _parent: Option<&str>,
+        _kept: &str,
+        _given: &str,
+    ) -> Result<(), SpaceError> {
+        Err(SpaceError::Verification(format!(
+            "{} jobs do not split their chunks",
+            self.space()
+        )))
+    }
+
+    /// [`Job::verify`] (with `listed`) or [`Job::verify_counts`] (without) for the output of a run of part
+    /// `part` of chunk `at`, a state a split produced: relations that hold for the whole chunk only (a range's
+    /// exact size) are checked against the part.
+    fn verify_part(
+        &self,
+        _at: ChunkId,
+        _part: &str,
+        _out: &ChunkOutput,
+        _listed: bool,
+    ) -> Result<(), SpaceError> {
+        Err(SpaceError::Verification(format!(
+            "{} jobs do not split their chunks",
+            self.space()
+        )))
+    }
+
     /// Whether [`Job::verify`] really checks the answer. A job that runs a program the coordinator cannot
     /// re-run (`exec`) says no, and is shown as unverified unless it is replicated.
     fn verifiable(&self) -> bool {

@@ -11,6 +11,8 @@
 //!   chunk equal to an uninterrupted one).
 //! - [`Meter`]: the node accounting of every kernel: exact counts, progress published and cancellation checked
 //!   every [`STEPS_PER_CHECK`] steps.
+//! - [`split`]: a running chunk giving away the part of its work it has not started ([`Control::hand_off`],
+//!   [`Span`], [`SpanWalk`]), so that work follows the idle threads and every piece still counts exactly once.
 //! - Checks every space makes alike: [`SpaceError::check_param_range`] for a parameter's bounds and
 //!   [`ChunkId::range`] for a chunk's part of a range.
 //! - Helpers every space may use and none should write twice: [`perm`] (factorials, permutation rank and unrank,
@@ -29,9 +31,10 @@ mod output;
 pub mod perm;
 mod registry;
 pub mod rng;
+pub mod split;
 pub mod testkit;
 
-pub use control::{ChunkControl, Control, MAX_RESUME_STATE_BYTES};
+pub use control::{ChunkControl, Control, Handoff, MAX_RESUME_STATE_BYTES};
 pub use error::{json_u128, SpaceError};
 pub use job::{ChunkId, FileOption, FileRead, Job, JobInput, Plan, SearchSpace};
 pub use meter::{Meter, STEPS_PER_CHECK};
@@ -39,3 +42,4 @@ pub use output::{
     Answer, AnswerMerge, ChunkOutput, Tally, MAX_REPORT_SOLUTIONS, MAX_SHOWN_SOLUTIONS,
 };
 pub use registry::{Registry, Space, SpaceJob};
+pub use split::{Span, SpanWalk};

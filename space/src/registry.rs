@@ -269,6 +269,28 @@ impl SpaceJob {
         self.job.verify_counts(at, out)
     }
 
+    pub fn check_split(
+        &self,
+        at: ChunkId,
+        parent: Option<&str>,
+        kept: &str,
+        given: &str,
+    ) -> Result<(), SpaceError> {
+        Self::check(at)?;
+        self.job.check_split(at, parent, kept, given)
+    }
+
+    pub fn verify_part(
+        &self,
+        at: ChunkId,
+        part: &str,
+        out: &ChunkOutput,
+        listed: bool,
+    ) -> Result<(), SpaceError> {
+        Self::check(at)?;
+        self.job.verify_part(at, part, out, listed)
+    }
+
     pub fn threads_per_chunk(&self) -> u32 {
         self.job.threads_per_chunk().max(1)
     }

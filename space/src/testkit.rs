@@ -19,11 +19,11 @@
 //! what the framework adds (names, canonical parameters, chunk-range checks). Failures panic with a message that
 //! names the chunking and chunk, as test assertions do.
 
-use crate::ChunkId;
 use std::time::{Duration, Instant};
 
 use crate::{
-    Answer, ChunkControl, ChunkOutput, Control, Job, Registry, SearchSpace, SpaceError, SpaceJob,
+    Answer, ChunkControl, ChunkId, ChunkOutput, Control, Job, Registry, SearchSpace, SpaceError,
+    SpaceJob,
 };
 
 /// A registry holding the space `S` alone, as the engine registers it, built once per space and kept for the
@@ -264,4 +264,73 @@ pub fn bind_inputs(
     let refs: Vec<&[u8]> = artifacts.iter().map(Vec::as_slice).collect();
     job.bind_inputs(&refs)
         .unwrap_or_else(|e| panic!("{}: inputs do not bind: {e}", job.space()))
+}
+
+/// Checks the split rule ([`crate::split`]) on chunk `at` of a job that splits: the chunk is run whole, then
+/// again as pieces, every run asked to split before its first item (so each gives away half of its work) until
+/// `max_splits` splits were made. Every split must pass [`Job::check_split`], every piece's output
+/// [`Job::verify_part`], a run restarted from what a split kept must report what the split run reported, and the
+/// pieces together must report exactly what the whole chunk did: nodes, counters and solutions. Returns the
+/// number of splits made.
+///
+/// # Panics
+/// If the job does not split when asked, or any of the above fails.
+pub fn split_adds_up(job: &dyn Job, at: ChunkId, max_splits: usize) -> usize {
+    let name = job.space();
+    let whole = job
+        .run_chunk(at, &Control::new())
+        .unwrap_or_else(|e| panic!("{name}: {at} fails: {e}"));
+    let mut pending: Vec<Option<String>> = vec![None];
+    let mut pieces = Vec::new();
+    let mut splits = 0;
+    while let Some(start) = pending.pop() {
+        let handle = ChunkControl::new(start.clone());
+        if splits < max_splits {
+            handle.request_split();
+        }
+        let out = job
+            .run_chunk(at, handle.control())
+            .unwrap_or_else(|e| panic!("{name}: {at} from {start:?} fails: {e}"));
+        let mut part = start;
+        for h in handle.take_handoffs() {
+            if let Err(e) = job.check_split(at, part.as_deref(), &h.kept, &h.given) {
+                panic!("{name}: {at}: its own split of {part:?} into {h:?} is refused: {e}");
+            }
+            splits += 1;
+            pending.push(Some(h.given));
+            part = Some(h.kept);
+        }
+        let verified = match &part {
+            Some(state) => {
+                let again = job
+                    .run_chunk(at, ChunkControl::new(Some(state.clone())).control())
+                    .unwrap_or_else(|e| panic!("{name}: {at} from {state:?} fails: {e}"));
+                assert_eq!(
+                    again, out,
+                    "{name}: {at}: a restart from {state:?} reports otherwise"
+                );
+                job.verify_part(at, state, &out, true)
+            }
+            None => job.verify(at, &out),
+        };
+        if let Err(e) = verified {
+            panic!("{name}: {at}: the output of part {part:?} does not verify: {e}");
+        }
+        pieces.push(out);
+    }
+    assert!(splits > 0, "{name}: {at} did not split when asked");
+    let mut sum = Answer::from_outputs(&pieces);
+    let mut want = Answer::from_outputs([&whole]);
+    sum.solutions.sort();
+    want.solutions.sort();
+    assert_eq!(
+        (sum.tally.nodes, &sum.tally.counters),
+        (want.tally.nodes, &want.tally.counters),
+        "{name}: {at}: {splits} splits count otherwise than the whole"
+    );
+    assert_eq!(
+        sum.solutions, want.solutions,
+        "{name}: {at}: {splits} splits list otherwise"
+    );
+    splits
 }

@@ -3,8 +3,7 @@
 //! panics. Register it next to the test spaces: `spaces().with::<Counting>()`.
 
 use serde::{Deserialize, Serialize};
-use sweep_space::ChunkId;
-use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
 
 /// The `counting` space.
 pub struct Counting;

@@ -2,8 +2,7 @@
 
 use sweep_client::WorkClient;
 use sweep_proto::v1;
-use sweep_space::ChunkId;
-use sweep_space::Registry;
+use sweep_space::{ChunkId, Registry};
 use tonic::Status;
 
 /// The report of `lease` with `output`.

@@ -8,13 +8,12 @@
 
 use std::hint::black_box;
 use std::time::Instant;
-use sweep_space::ChunkId;
 
 use sweep_billiard::strategy::{self, prefixes, Saves, SAVE_EVERY};
 use sweep_billiard::triangle::{Geometry, ORIGINAL_GROUPS};
 use sweep_billiard::{Billiard, BilliardParams, Method};
 use sweep_space::perm::{rank, unrank};
-use sweep_space::{Control, Job, SearchSpace};
+use sweep_space::{ChunkId, Control, Job, SearchSpace};
 
 /// `std::next_permutation`: false when `v` was the last permutation.
 fn next_permutation(v: &mut [u8]) -> bool {

@@ -20,10 +20,9 @@ pub mod triangle;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sweep_space::ChunkId;
 
 use sweep_space::perm::{FACTORIALS, MAX_N};
-use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
 
 use self::brute::Brute;
 use self::strategy::{prefixes, Saves, MAX_ROWS, SAVE_EVERY};

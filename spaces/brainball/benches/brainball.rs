@@ -23,12 +23,11 @@
 
 use std::collections::HashMap;
 use std::time::Instant;
-use sweep_space::ChunkId;
 
 use sweep_brainball::ball::{Ball, N_TWISTS};
 use sweep_brainball::pdb::Pdb;
 use sweep_brainball::{random_positions, solve, Ring, Table};
-use sweep_space::{Answer, ChunkOutput, Control, Job, Registry};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, Registry};
 
 /// The built-in spaces, once: the bench looks jobs up by name as the command line does.
 static REGISTRY: std::sync::LazyLock<Registry> =

@@ -10,13 +10,12 @@
 //! samples (95 % confidence), whatever the distribution.
 
 use serde_json::{json, Value};
-use sweep_space::ChunkId;
 
 use crate::pdb::Pdb;
 use crate::random::random_position_at;
 use crate::report::{check_solution, decode_solution, encode_solution, move_names};
 use crate::solve::{solve_against, Patterns};
-use sweep_space::{Answer, ChunkOutput, Control, SpaceError};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, SpaceError};
 
 use super::table::Table;
 

@@ -17,8 +17,7 @@ use crate::pdb::Pdb;
 use crate::prune::{Pruner, DEAD};
 use crate::solve::{descend, walk_level, Level};
 use crate::table::Table;
-use sweep_space::ChunkId;
-use sweep_space::{ChunkOutput, Control, SpaceError};
+use sweep_space::{ChunkId, ChunkOutput, Control, SpaceError};
 
 /// Deepest split: 4 twists give about 16,000 chunks, plenty for any cluster.
 pub const MAX_SPLIT: u8 = 4;

@@ -2,7 +2,6 @@
 //! [`Job`] impl in lib.rs only dispatches to it.
 
 use std::sync::Arc;
-use sweep_space::ChunkId;
 
 use serde_json::{json, Value};
 
@@ -13,7 +12,7 @@ use super::report::move_names;
 use super::solve::{self, first_level, Proof};
 use super::table::Table;
 use super::{census, deep};
-use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, SpaceError};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, JobInput, SpaceError};
 
 /// Prefix length of a deep job unless asked: 143 chunks, enough for a few dozen workers.
 const DEFAULT_SPLIT: u8 = 2;

@@ -36,11 +36,12 @@ pub mod solve;
 pub mod table;
 
 use std::sync::Arc;
-use sweep_space::ChunkId;
 
 use serde_json::{json, Value};
 
-use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, SpaceError};
+use sweep_space::{
+    Answer, ChunkId, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, SpaceError,
+};
 
 pub use ball::{Ball, Ring};
 use extra::{build_census, build_deep, refuse_other_modes_params, render_deep};

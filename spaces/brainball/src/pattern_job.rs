@@ -2,11 +2,10 @@
 //! answer, on top of the level format and kernels in [`crate::pattern`].
 
 use std::sync::Arc;
-use sweep_space::ChunkId;
 
 use serde_json::{json, Value};
 
-use sweep_space::{ChunkOutput, Control, Job, JobInput, SpaceError};
+use sweep_space::{ChunkId, ChunkOutput, Control, Job, JobInput, SpaceError};
 
 use crate::job::BrainballJob;
 use crate::params::{BrainballParams, Mode, SPACE_NAME};

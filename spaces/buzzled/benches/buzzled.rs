@@ -10,12 +10,11 @@
 
 use std::hint::black_box;
 use std::time::Instant;
-use sweep_space::ChunkId;
 
 use sweep_buzzled::geometry::Geometry;
 use sweep_buzzled::puzzle::parse_clue_list;
 use sweep_buzzled::{Buzzled, BuzzledParams, Method};
-use sweep_space::{Answer, ChunkOutput, Control, Job, SearchSpace};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, SearchSpace};
 
 const P52: &str = "5,2,2,2,2,3,1,6,4,2,2,2,2,4,3,3,3,3,2,4,3";
 const THREADS: u64 = 2;

@@ -20,7 +20,6 @@ pub mod puzzle;
 pub mod svg;
 
 use std::fmt::Write;
-use sweep_space::ChunkId;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -29,7 +28,7 @@ use brute::Brute;
 use geometry::Geometry;
 use propagate::{Flow, Solver, N_PATHS};
 use puzzle::{check_clues, parse_clue_list, parse_puzzle_file};
-use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
 
 /// The registry's handle for the Buzzled space.
 pub struct Buzzled;

@@ -5,12 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use sweep_space::ChunkId;
 
 use serde::{Deserialize, Serialize};
 use sweep_contain::{Limits, Sandbox, Spec};
 use sweep_space::{
-    Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, MAX_SHOWN_SOLUTIONS,
+    Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, MAX_SHOWN_SOLUTIONS,
 };
 
 use crate::protocol::Line;

@@ -9,12 +9,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use sweep_space::ChunkId;
 
 use sweep_peg::board::{bits, Board, BoardKind, Move};
 use sweep_peg::game::{Game, Goal};
 use sweep_peg::solve::{ChildOrder, Outcome, Solver, SplitMix};
-use sweep_space::{Answer, Control, Registry, Space, SpaceError};
+use sweep_space::{Answer, ChunkId, Control, Registry, Space, SpaceError};
 
 static REGISTRY: std::sync::LazyLock<Registry> =
     std::sync::LazyLock::new(|| Registry::new().with::<sweep_peg::Peg>());

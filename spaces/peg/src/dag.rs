@@ -33,7 +33,6 @@
 //! expands every position a second time; what it buys is a split into shards without repeated work.
 
 use std::sync::Arc;
-use sweep_space::ChunkId;
 
 use serde_json::{json, Value};
 
@@ -41,7 +40,7 @@ use super::game::{Game, Goal};
 use super::layers::{self, Figures, Lookup, SortedSet};
 pub use super::params::Stage;
 use super::params::{layer_counter, Mode, PegParams, LAYER_FIELDS, SPACE_NAME};
-use sweep_space::{Answer, ChunkOutput, Control, JobInput, Plan, SpaceError};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, JobInput, Plan, SpaceError};
 
 /// Shards of one step: more would leave most chunks with nothing to do on any board of this space.
 pub const MAX_SHARDS: u32 = 4096;

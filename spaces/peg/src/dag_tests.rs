@@ -7,7 +7,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
-use sweep_space::ChunkId;
 
 use serde_json::Value;
 
@@ -17,7 +16,7 @@ use super::game::{Game, Goal};
 use super::layers::{self, LayerReader};
 use super::tests::{naive_count, naive_positions};
 use super::{layer_counter, Mode, PegJob, PegParams, LAYER_FIELDS};
-use sweep_space::{Answer, ChunkOutput, Control, Job, JobInput, SpaceError};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, JobInput, SpaceError};
 
 type Resolver = Box<dyn Fn(&JobInput) -> Arc<dyn Job>>;
 

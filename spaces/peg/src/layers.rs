@@ -34,8 +34,7 @@ pub use super::layer_artifacts::{
     check_layer, layer_header, merge_layers, merge_paths, pegs_at, read_path, write_path, Figures,
     LayerReader, LayerWriter,
 };
-use sweep_space::ChunkId;
-use sweep_space::{Control, Meter, SpaceError};
+use sweep_space::{ChunkId, Control, Meter, SpaceError};
 
 /// Successors with weights in a vector that is sorted and folded (equal positions summed) whenever it has
 /// doubled since the last fold: sequential memory traffic instead of a hash table's random probes (2.5x faster

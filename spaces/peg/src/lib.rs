@@ -32,7 +32,6 @@ mod solve_beam;
 pub mod solve_layers;
 
 use std::fmt::Write;
-use sweep_space::ChunkId;
 
 use serde_json::{json, Value};
 
@@ -41,7 +40,9 @@ use game::{Game, Goal};
 use params::{layer_counter, LAYER_FIELDS, SPACE_NAME};
 pub use params::{Mode, PegParams};
 use solve::{Outcome, Solver};
-use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, Tally};
+use sweep_space::{
+    Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, Tally,
+};
 
 /// The registry's handle for the peg solitaire space.
 pub struct Peg;

@@ -18,8 +18,7 @@
 //! canonical position).
 
 use super::game::{owner_hash, Game};
-use sweep_space::ChunkId;
-use sweep_space::{Control, Meter, SpaceError};
+use sweep_space::{ChunkId, Control, Meter, SpaceError};
 
 /// Figures for one peg count, counted only for the positions a chunk owns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -10,12 +10,13 @@
 //! proves every integer was counted in exactly one chunk.
 
 use std::fmt::Write;
-use sweep_space::ChunkId;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+use sweep_space::{
+    Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, Span,
+};
 
 /// The registry's handle for the primes space.
 pub struct Primes;
@@ -93,6 +94,43 @@ impl PrimesJob {
         self.below.max(1)
     }
 
+    /// The integers `[lo, hi)` a run of chunk `at` from `state` covers: the span the state names, or the chunk.
+    fn span(&self, at: ChunkId, state: Option<&str>) -> Result<(u64, u64), SpaceError> {
+        let span = Span::of(at, u128::from(self.below), self.max_chunks(), state)?;
+        // Inside 0..below, a u64.
+        Ok((span.lo as u64, span.hi as u64))
+    }
+
+    /// What a report of the integers `[lo, hi)` must say: their count, and a prime count that is exact (recounted
+    /// when the range is small) or at least possible.
+    fn check_count(&self, lo: u64, hi: u64, out: &ChunkOutput) -> Result<(), SpaceError> {
+        out.check_counters(&["primes"])?;
+        if !out.solutions.is_empty() || !out.artifact.is_empty() {
+            return Err(SpaceError::Verification(
+                "primes reports a count only: no solutions, no artifact".into(),
+            ));
+        }
+        out.check_nodes(u128::from(hi - lo), "integers examined")?;
+        let counted = out.counters.get("primes").copied().unwrap_or(0);
+        if hi - lo <= VERIFY_RECOUNT {
+            let exact = count_primes(lo, hi, &Control::new())?;
+            if counted != u128::from(exact) {
+                return Err(SpaceError::Verification(format!(
+                    "{counted} primes counted in {lo}..{hi}, there are {exact}"
+                )));
+            }
+        } else {
+            // Above 2 every prime is odd: at most one in two integers, plus the 2.
+            let bound = (hi - lo).div_ceil(2) + 1;
+            if counted > u128::from(bound) {
+                return Err(SpaceError::Verification(format!(
+                    "{counted} primes counted in {lo}..{hi}, more than its {bound} candidates"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The integers `[lo, hi)` of chunk `chunk`, checked against the plan.
     fn range(&self, at: ChunkId) -> Result<(u64, u64), SpaceError> {
         let (lo, hi) = at.range(u128::from(self.below), self.max_chunks())?;
@@ -134,14 +172,37 @@ fn isqrt(n: u64) -> u64 {
 /// Counts the primes p with `lo <= p < hi`, segment by segment, reporting each segment's integers to `ctl` (and
 /// stopping with [`SpaceError::Cancelled`] when asked to).
 pub fn count_primes(lo: u64, hi: u64, ctl: &Control) -> Result<u64, SpaceError> {
+    count_primes_splitting(lo, hi, ctl).map(|(count, _)| count)
+}
+
+/// [`count_primes`] that gives away the upper half of the segments not started when the engine asks for a
+/// split ([`Control::split_requested`]); returns the count and the end of what it counted.
+fn count_primes_splitting(lo: u64, mut hi: u64, ctl: &Control) -> Result<(u64, u64), SpaceError> {
     if hi <= lo {
-        return Ok(0);
+        return Ok((0, hi));
     }
     let base = small_primes(isqrt(hi - 1));
     let mut count = 0u64;
     let mut composite = vec![false; SEGMENT as usize];
     let mut start = lo;
     while start < hi {
+        if ctl.split_requested() {
+            let segments = (hi - start).div_ceil(SEGMENT);
+            if segments < 2 {
+                ctl.decline_split();
+            } else {
+                let mid = start + segments / 2 * SEGMENT;
+                let span = |lo: u64, hi: u64| {
+                    Span::state(Span {
+                        lo: lo.into(),
+                        hi: hi.into(),
+                    })
+                };
+                if ctl.hand_off(span(lo, mid), span(mid, hi)).is_ok() {
+                    hi = mid;
+                }
+            }
+        }
         let end = hi.min(start + SEGMENT);
         let seg = &mut composite[..(end - start) as usize];
         seg.fill(false);
@@ -166,7 +227,7 @@ pub fn count_primes(lo: u64, hi: u64, ctl: &Control) -> Result<u64, SpaceError> 
         ctl.checkpoint(end - start)?;
         start = end;
     }
-    Ok(count)
+    Ok((count, hi))
 }
 
 impl Job for PrimesJob {
@@ -187,8 +248,8 @@ impl Job for PrimesJob {
     }
 
     fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError> {
-        let (lo, hi) = self.range(at)?;
-        let primes = count_primes(lo, hi, ctl)?;
+        let (lo, hi) = self.span(at, ctl.resume_state())?;
+        let (primes, hi) = count_primes_splitting(lo, hi, ctl)?;
         let mut out = ChunkOutput {
             nodes: hi - lo,
             ..ChunkOutput::default()
@@ -204,33 +265,42 @@ impl Job for PrimesJob {
         self.verify(at, out)
     }
 
+    fn splits(&self) -> bool {
+        true
+    }
+
+    fn check_split(
+        &self,
+        at: ChunkId,
+        parent: Option<&str>,
+        kept: &str,
+        given: &str,
+    ) -> Result<(), SpaceError> {
+        Span::check_split(
+            at,
+            u128::from(self.below),
+            self.max_chunks(),
+            parent,
+            kept,
+            given,
+        )
+    }
+
+    // A part is checked as a chunk is, against its own range.
+    fn verify_part(
+        &self,
+        at: ChunkId,
+        part: &str,
+        out: &ChunkOutput,
+        _listed: bool,
+    ) -> Result<(), SpaceError> {
+        let (lo, hi) = self.span(at, Some(part))?;
+        self.check_count(lo, hi, out)
+    }
+
     fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
         let (lo, hi) = self.range(at)?;
-        out.check_counters(&["primes"])?;
-        if !out.solutions.is_empty() || !out.artifact.is_empty() {
-            return Err(SpaceError::Verification(
-                "primes reports a count only: no solutions, no artifact".into(),
-            ));
-        }
-        out.check_nodes(u128::from(hi - lo), "integers examined")?;
-        let counted = out.counters.get("primes").copied().unwrap_or(0);
-        if hi - lo <= VERIFY_RECOUNT {
-            let exact = count_primes(lo, hi, &Control::new())?;
-            if counted != u128::from(exact) {
-                return Err(SpaceError::Verification(format!(
-                    "{counted} primes counted in {lo}..{hi}, there are {exact}"
-                )));
-            }
-        } else {
-            // Above 2 every prime is odd: at most one in two integers, plus the 2.
-            let bound = (hi - lo).div_ceil(2) + 1;
-            if counted > u128::from(bound) {
-                return Err(SpaceError::Verification(format!(
-                    "{counted} primes counted in {lo}..{hi}, more than its {bound} candidates"
-                )));
-            }
-        }
-        Ok(())
+        self.check_count(lo, hi, out)
     }
 
     fn result(&self, answer: &Answer) -> Value {

@@ -52,11 +52,12 @@ mod render;
 mod verify;
 
 use std::sync::Arc;
-use sweep_space::ChunkId;
 
 use serde_json::Value;
 
-use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+use sweep_space::{
+    Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, Span, SpanWalk,
+};
 
 use backtrack::Backtrack;
 use brute::{total_perms, Brute};
@@ -128,6 +129,15 @@ impl StarJob {
         }
     }
 
+    fn check_splits(&self) -> Result<(), SpaceError> {
+        if !self.splits() {
+            return Err(SpaceError::Verification(
+                "brute force star chunks do not split".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn max_chunks(&self) -> u64 {
         match self.params.method {
             Method::Brute => u64::try_from(self.total_perms())
@@ -197,14 +207,58 @@ impl Job for StarJob {
                 Brute::new(&self.geo, lo as u64, hi as u64, ctl, &mut out).run()?;
             }
             Method::Backtrack => {
+                // A piece of a split chunk runs the prefixes its state names; asked to split, the walk gives
+                // away the upper half of the prefixes not started.
+                let span = Span::of_run(at, self.chunk_total(), self.max_chunks(), ctl)?;
                 let mut bt = Backtrack::new(&self.geo, ctl, &mut out);
-                for p in &self.prefixes[lo as usize..hi as usize] {
-                    bt.run_prefix(*p)?;
+                for i in SpanWalk::new(span, ctl) {
+                    bt.run_prefix(self.prefixes[i as usize])?;
                 }
                 bt.flush();
             }
         }
         Ok(out)
+    }
+
+    /// Backtracking splits by prefixes. Brute force does not: its chunks are ranges of ranks of equal cost,
+    /// which the plan already cuts evenly.
+    fn splits(&self) -> bool {
+        self.params.method == Method::Backtrack
+    }
+
+    fn check_split(
+        &self,
+        at: ChunkId,
+        parent: Option<&str>,
+        kept: &str,
+        given: &str,
+    ) -> Result<(), SpaceError> {
+        self.check_splits()?;
+        Span::check_split(
+            at,
+            self.chunk_total(),
+            self.max_chunks(),
+            parent,
+            kept,
+            given,
+        )
+    }
+
+    /// Every check a backtracking chunk's verifier makes holds for any set of its prefixes.
+    fn verify_part(
+        &self,
+        at: ChunkId,
+        part: &str,
+        out: &ChunkOutput,
+        listed: bool,
+    ) -> Result<(), SpaceError> {
+        self.check_splits()?;
+        Span::of(at, self.chunk_total(), self.max_chunks(), Some(part))?;
+        if listed {
+            self.verify(at, out)
+        } else {
+            self.verify_counts(at, out)
+        }
     }
 
     fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {

@@ -3,8 +3,7 @@
 //! report is not trusted, so this is apart from the kernels that produce it and shares nothing with them but
 //! the geometry and the text format.
 
-use sweep_space::ChunkId;
-use sweep_space::{ChunkOutput, SpaceError};
+use sweep_space::{ChunkId, ChunkOutput, SpaceError};
 
 use crate::brute::total_perms;
 use crate::geometry::Geometry;
