@@ -2,10 +2,14 @@
 //! first. This is `sweep solve`, the quick path without a coordinator and the baseline the engine's overhead
 //! is measured against.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sweep_space::{Answer, AnswerMerge, ChunkControl, ChunkId, ChunkOutput, SpaceError, SpaceJob};
+use sweep_space::{
+    Answer, AnswerMerge, ChunkControl, ChunkId, ChunkOutput, Handoff, SpaceError, SpaceJob,
+};
 
 use crate::inputs::{label, DagNode};
 
@@ -35,9 +39,11 @@ pub const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 ///
 /// Every thread takes the next chunk in plan order from one counter, as workers take leases from a coordinator:
 /// plans put their big chunks first (star's subtrees shrink with the chunk index), so the job ends on small
-/// chunks. rayon's halving of the index range instead left one thread on a big chunk at the end while the other
-/// idled. Merges are per thread and combined once at the end, so no thread waits on another's list. With
-/// `count_only` the kernels are told not to build lists and any list is dropped, as a coordinator would.
+/// chunks. When none is left and the job splits ([`sweep_space::Job::splits`]), a thread that would idle asks
+/// a running chunk to give away half of what it has not started and runs that piece: work follows the idle
+/// threads, so the job does not end at the speed of its largest chunk, whatever `n` is. Merges are per thread
+/// and combined once at the end, so no thread waits on another's list. With `count_only` the kernels are told
+/// not to build lists and any list is dropped, as a coordinator would.
 pub fn run_chunks(
     pool: &rayon::ThreadPool,
     job: &SpaceJob,
@@ -45,36 +51,31 @@ pub fn run_chunks(
     count_only: bool,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Answer, RunError> {
-    let handle = ChunkControl::default();
-    handle.set_count_only(count_only);
-    let ctl = handle.control();
-    let next = AtomicU64::new(0);
-    let done = AtomicU64::new(0);
+    let work = Work::new(n, job.splits());
     let finished = AtomicBool::new(false);
-    let failed = AtomicBool::new(false);
     type ThreadPart = Result<(Vec<(u64, ChunkOutput)>, AnswerMerge), SpaceError>;
     let parts: Vec<ThreadPart> = std::thread::scope(|s| {
-        let (handle, done, finished) = (&handle, &done, &finished);
+        let (work, finished) = (&work, &finished);
         // Parked between reports rather than asleep, so the run ends as soon as its last chunk does instead of
         // waiting out the ticker's interval.
         let ticker = s.spawn(move || {
             while !finished.load(Ordering::Relaxed) {
-                progress(done.load(Ordering::Relaxed), handle.nodes());
+                progress(work.done.load(Ordering::Relaxed), work.nodes());
                 std::thread::park_timeout(PROGRESS_EVERY);
             }
         });
         let parts = pool.broadcast(|_| -> ThreadPart {
             let mut outputs = Vec::new();
             let mut merge = AnswerMerge::default();
-            while !failed.load(Ordering::Relaxed) {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    break;
-                }
-                let mut out = match job.run_chunk(ChunkId::new(n, i), ctl) {
+            while let Some((at, start)) = work.next() {
+                let run = work.start(at, start);
+                run.control.set_count_only(count_only);
+                let result = job.run_chunk(at, run.control.control());
+                work.end(&run);
+                let mut out = match result {
                     Ok(out) => out,
                     Err(e) => {
-                        failed.store(true, Ordering::Relaxed);
+                        work.failed.store(true, Ordering::Relaxed);
                         return Err(e);
                     }
                 };
@@ -82,8 +83,7 @@ pub fn run_chunks(
                 if !count_only {
                     merge.add_solutions(listed.iter().map(String::as_str));
                 }
-                done.fetch_add(1, Ordering::Relaxed);
-                outputs.push((i, out));
+                outputs.push((at.chunk, out));
             }
             Ok((outputs, merge))
         });
@@ -98,8 +98,8 @@ pub fn run_chunks(
         merge.absorb(m);
         outputs.extend(outs);
     }
-    // Artifacts are merged in chunk order.
-    outputs.sort_unstable_by_key(|(i, _)| *i);
+    // Artifacts are merged in chunk order (a job with artifacts has one output per chunk: see `Work`).
+    outputs.sort_by_key(|(i, _)| *i);
     let outputs: Vec<ChunkOutput> = outputs.into_iter().map(|(_, o)| o).collect();
     for out in &outputs {
         merge.add_tally(out);
@@ -110,6 +110,155 @@ pub fn run_chunks(
         answer.artifact = job.merge_artifacts(&mut it).map_err(RunError::Artifacts)?;
     }
     Ok(answer)
+}
+
+/// How long a thread with nothing to run waits between looks for a piece a running chunk gave away.
+const IDLE_POLL: Duration = Duration::from_millis(1);
+
+/// The work of one local run: the plan's chunks in order, then pieces that running chunks gave away.
+struct Work {
+    n: u64,
+    splits: bool,
+    next_chunk: AtomicU64,
+    /// Pieces given away and not started yet: the chunk and the state a run of the piece starts from.
+    pieces: Mutex<Vec<(ChunkId, String)>>,
+    /// Every run going on, oldest first, so that a thread with nothing to do can ask one of them to split.
+    running: Mutex<Vec<Run>>,
+    next_run: AtomicU64,
+    /// Per chunk that has split, its runs not finished yet (its first run and its pieces): the chunk is done
+    /// when the last one ends, so the count of done chunks never overtakes the work.
+    open_parts: Mutex<HashMap<u64, u64>>,
+    /// Chunks whose every part has finished.
+    done: AtomicU64,
+    /// Nodes of finished runs.
+    finished_nodes: AtomicU64,
+    failed: AtomicBool,
+}
+
+impl Work {
+    fn new(n: u64, splits: bool) -> Work {
+        Work {
+            n,
+            splits,
+            next_chunk: AtomicU64::new(0),
+            pieces: Mutex::default(),
+            running: Mutex::default(),
+            next_run: AtomicU64::new(0),
+            open_parts: Mutex::default(),
+            done: AtomicU64::new(0),
+            finished_nodes: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// The next thing to run: a chunk of the plan, else a piece; when there is neither, and something still
+    /// runs, it asks a running chunk to split and waits for the piece. `None` when all is done or a run failed.
+    fn next(&self) -> Option<(ChunkId, Option<String>)> {
+        loop {
+            if self.failed.load(Ordering::Relaxed) {
+                return None;
+            }
+            let i = self.next_chunk.fetch_add(1, Ordering::Relaxed);
+            if i < self.n {
+                return Some((ChunkId::new(self.n, i), None));
+            }
+            if let Some((at, state)) = lock(&self.pieces).pop() {
+                return Some((at, Some(state)));
+            }
+            if !self.splits {
+                return None;
+            }
+            let victim = {
+                let running = lock(&self.running);
+                if running.is_empty() {
+                    return None;
+                }
+                // The oldest run still going has had the longest to grow; one not already asked.
+                running
+                    .iter()
+                    .find(|r| !r.control.split_pending())
+                    .map(|r| r.control.clone())
+            };
+            if let Some(victim) = victim {
+                victim.request_split();
+            }
+            std::thread::sleep(IDLE_POLL);
+            self.collect_handoffs();
+        }
+    }
+
+    /// Moves what running chunks gave away into the queue of pieces.
+    fn collect_handoffs(&self) {
+        let running: Vec<Run> = lock(&self.running).clone();
+        for r in running {
+            self.queue(r.at, r.control.take_handoffs());
+        }
+    }
+
+    fn queue(&self, at: ChunkId, handoffs: Vec<Handoff>) {
+        if handoffs.is_empty() {
+            return;
+        }
+        *lock(&self.open_parts).entry(at.chunk).or_insert(1) += handoffs.len() as u64;
+        lock(&self.pieces).extend(handoffs.into_iter().map(|h| (at, h.given)));
+    }
+
+    /// A run of chunk `at` from `start` (a piece's state, or the whole chunk), registered as running.
+    fn start(&self, at: ChunkId, start: Option<String>) -> Run {
+        let run = Run {
+            id: self.next_run.fetch_add(1, Ordering::Relaxed),
+            at,
+            control: Arc::new(ChunkControl::new(start)),
+        };
+        lock(&self.running).push(run.clone());
+        run
+    }
+
+    /// Run `run` ended: what it gave away and nobody collected yet is queued, and its chunk is done when this
+    /// was its last part.
+    fn end(&self, run: &Run) {
+        lock(&self.running).retain(|r| r.id != run.id);
+        self.queue(run.at, run.control.take_handoffs());
+        self.finished_nodes
+            .fetch_add(run.control.nodes(), Ordering::Relaxed);
+        let last = {
+            let mut open = lock(&self.open_parts);
+            match open.get_mut(&run.at.chunk) {
+                None => true,
+                Some(left) => {
+                    *left -= 1;
+                    let last = *left == 0;
+                    if last {
+                        open.remove(&run.at.chunk);
+                    }
+                    last
+                }
+            }
+        };
+        if last {
+            self.done.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Nodes so far: finished runs' and the running ones' published counts.
+    fn nodes(&self) -> u64 {
+        let running: u64 = lock(&self.running).iter().map(|r| r.control.nodes()).sum();
+        self.finished_nodes.load(Ordering::Relaxed) + running
+    }
+}
+
+/// One run of a chunk or piece: its chunk and its control, shared with threads that may ask it to split.
+#[derive(Clone)]
+struct Run {
+    id: u64,
+    at: ChunkId,
+    control: Arc<ChunkControl>,
+}
+
+/// A lock that a panicked holder does not poison for the others: every value behind these locks stays valid
+/// between statements.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What [`bind_dag`] needs from its caller.
@@ -242,6 +391,29 @@ mod tests {
             assert_eq!(got.tally.nodes, want.tally.nodes, "{threads} threads");
         }
         assert!(seen.load(Ordering::Relaxed) <= 37);
+    }
+
+    /// A job run as one chunk still keeps every thread busy: idle threads take pieces the chunk gives away,
+    /// and the pieces count every integer once.
+    #[test]
+    fn one_chunk_splits_across_the_idle_threads_and_counts_once() {
+        let job = primes(30_000_000);
+        let most_done = AtomicU64::new(0);
+        let progress = |done: u64, _nodes: u64| {
+            most_done.fetch_max(done, Ordering::Relaxed);
+        };
+        let got = run_chunks(&pool(3), &job, 1, true, &progress).expect("runs");
+        assert_eq!(got.tally.counter("primes"), 1_857_859, "pi(3 * 10^7)");
+        assert_eq!(got.tally.nodes, 30_000_000, "every integer once");
+        assert!(
+            got.tally.chunks > 1,
+            "the chunk was split: {} runs",
+            got.tally.chunks
+        );
+        assert!(
+            most_done.load(Ordering::Relaxed) <= 1,
+            "a split chunk is done once"
+        );
     }
 
     /// A job whose chunk `self.0` fails, the others finding nothing.
