@@ -34,9 +34,8 @@ impl SearchSpace for Queens {
     const ABOUT: &'static str =
         "N-Queens: count the placements of n non-attacking queens on an n x n board";
     type Params = QueensParams;
-    type Job = QueensJob;
 
-    fn build(params: QueensParams) -> Result<QueensJob, SpaceError> {
+    fn build(params: QueensParams) -> Result<impl Job, SpaceError> {
         // Checked here too: parameters also arrive as JSON (a submitted job), not only from the command line.
         SpaceError::check_param_range("n", params.n, 1..=MAX_N)?;
         Ok(QueensJob {

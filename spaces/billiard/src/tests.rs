@@ -7,7 +7,7 @@ use sweep_space::perm::unrank;
 use sweep_space::testkit::run_all as solve;
 
 fn job(rows: u32, method: Method, ranks: Option<&str>) -> BilliardJob {
-    Billiard::build(BilliardParams {
+    BilliardJob::new(BilliardParams {
         rows,
         method,
         ranks: ranks.map(str::to_string),

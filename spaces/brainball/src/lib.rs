@@ -63,14 +63,13 @@ impl SearchSpace for Brainball {
     const ABOUT: &'static str =
         "Brainball: depth-d distance tables built in chunks, optimal solutions by meet in the middle";
     type Params = BrainballParams;
-    type Job = BrainballJob;
     const FILE_OPTIONS: &'static [sweep_space::FileOption] = &[sweep_space::FileOption {
         flag: "--file",
         into: "--positions",
         read: sweep_space::FileRead::Lines { sep: "; " },
     }];
 
-    fn build(params: BrainballParams) -> Result<BrainballJob, SpaceError> {
+    fn build(params: BrainballParams) -> Result<impl Job, SpaceError> {
         table::check_depth(params.depth)?;
         pdb::check_tiles(params.pattern_tiles as usize)?;
         if params.level.is_some() && params.mode != Some(Mode::Pattern) {

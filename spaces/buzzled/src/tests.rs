@@ -9,7 +9,7 @@ use sweep_space::testkit::run_all as solve;
 const P52: &str = "5,2,2,2,2,3,1,6,4,2,2,2,2,4,3,3,3,3,2,4,3";
 
 fn job(side: usize, clues: &[u32], method: Method) -> BuzzledJob {
-    Buzzled::build(BuzzledParams::new(side, clues, method)).unwrap()
+    BuzzledJob::new(BuzzledParams::new(side, clues, method)).unwrap()
 }
 
 fn p52(method: Method) -> BuzzledJob {

@@ -108,9 +108,32 @@ impl SearchSpace for Exec {
     const ABOUT: &'static str =
         "Any program as a search space: run once per chunk, JSON lines on stdout (see `sweep run exec --help`)";
     type Params = ExecParams;
-    type Job = ExecJob;
 
-    fn build(params: ExecParams) -> Result<ExecJob, SpaceError> {
+    fn build(params: ExecParams) -> Result<impl Job, SpaceError> {
+        ExecJob::new(params)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ExecJob {
+    pub params: ExecParams,
+    /// Where the shipped files were unpacked, once bound.
+    ship_dir: Option<Arc<PathBuf>>,
+}
+
+/// A failed attempt: what happened, and the end of stderr, where a program says why.
+fn failed(what: String, stderr: &[u8]) -> SpaceError {
+    let tail = supervise::stderr_tail(stderr);
+    if tail.is_empty() {
+        SpaceError::ChunkFailed(format!("{what}; stderr was empty"))
+    } else {
+        SpaceError::ChunkFailed(format!("{what}; stderr tail:\n{tail}"))
+    }
+}
+
+impl ExecJob {
+    /// The job `params` ask for, or the first reason they cannot run.
+    fn new(params: ExecParams) -> Result<ExecJob, SpaceError> {
         let Some(program) = params.command.first() else {
             return Err(SpaceError::invalid_param(
                 "command",
@@ -150,26 +173,7 @@ impl SearchSpace for Exec {
             ship_dir: None,
         })
     }
-}
 
-#[derive(Clone, Debug)]
-pub struct ExecJob {
-    pub params: ExecParams,
-    /// Where the shipped files were unpacked, once bound.
-    ship_dir: Option<Arc<PathBuf>>,
-}
-
-/// A failed attempt: what happened, and the end of stderr, where a program says why.
-fn failed(what: String, stderr: &[u8]) -> SpaceError {
-    let tail = supervise::stderr_tail(stderr);
-    if tail.is_empty() {
-        SpaceError::ChunkFailed(format!("{what}; stderr was empty"))
-    } else {
-        SpaceError::ChunkFailed(format!("{what}; stderr tail:\n{tail}"))
-    }
-}
-
-impl ExecJob {
     fn argv(&self, at: ChunkId, job: u64) -> Vec<String> {
         self.params
             .command
@@ -423,7 +427,7 @@ mod tests {
     use std::time::Instant;
 
     fn job(cmd: &[&str]) -> ExecJob {
-        Exec::build(ExecParams {
+        ExecJob::new(ExecParams {
             threads_per_chunk: 1,
             chunk_timeout: None,
             grace_secs: 1,

@@ -48,7 +48,7 @@ fn peg_job(args: &[&str]) -> PegJob {
     use clap::{Args, FromArgMatches};
     let cmd = PegParams::augment_args(clap::Command::new("peg").no_binary_name(true));
     let m = cmd.try_get_matches_from(args).expect("args parse");
-    Peg::build(PegParams::from_arg_matches(&m).expect("params")).expect("job builds")
+    PegJob::new(PegParams::from_arg_matches(&m).expect("params")).expect("job builds")
 }
 
 #[test]

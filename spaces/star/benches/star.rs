@@ -401,9 +401,8 @@ fn answer(n: u32) {
 }
 
 fn estimate(n: u32) {
-    use sweep_space::SearchSpace;
-    use sweep_star::{Method, Star, StarParams};
-    let job = Star::build(StarParams {
+    use sweep_star::{Method, StarJob, StarParams};
+    let job = StarJob::new(StarParams {
         points: n,
         method: Method::Backtrack,
     })
@@ -439,9 +438,8 @@ fn estimate(n: u32) {
 
 /// The Knuth estimate of the whole default plan, without searching: to forecast a job too long to just run.
 fn predict(n: u32) {
-    use sweep_space::SearchSpace;
-    use sweep_star::{Method, Star, StarParams};
-    let job = Star::build(StarParams {
+    use sweep_star::{Method, StarJob, StarParams};
+    let job = StarJob::new(StarParams {
         points: n,
         method: Method::Backtrack,
     })

@@ -11,7 +11,7 @@ use crate::labels::{encode, parse_labels_slowly, parse_plain, parse_solution_int
 use crate::prefixes::{backtrack_prefixes, FINE_PREFIX_MAX_POINTS};
 
 fn job(points: u32, method: Method) -> StarJob {
-    Star::build(StarParams { points, method }).unwrap()
+    StarJob::new(StarParams { points, method }).unwrap()
 }
 
 /// The prefixes as first written, one value at a time: the masks must give the very same list, in the
@@ -65,7 +65,7 @@ fn prefixes_are_listed_as_value_by_value_in_the_same_order() {
 fn jobs_of_one_n_share_their_prefixes_while_any_holds_them() {
     // n = 27 is built by no other test, which may run on another thread meanwhile.
     let job = |points| {
-        Star::build(StarParams {
+        StarJob::new(StarParams {
             points,
             method: Method::Backtrack,
         })
