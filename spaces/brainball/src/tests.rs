@@ -363,11 +363,7 @@ fn moves_print_in_jaaps_notation_and_parse_back() {
 }
 
 fn job(args: &[&str]) -> sweep_space::SpaceJob {
-    let space = sweep_space::testkit::registry::<crate::Brainball>()
-        .lookup("brainball")
-        .unwrap();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    space.parse_args(&args).unwrap()
+    sweep_space::testkit::parse_args::<crate::Brainball>(args).unwrap()
 }
 
 /// The job with its input table bound, as the engine does: the table job is run first, its artifact merged.

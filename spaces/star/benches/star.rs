@@ -60,15 +60,10 @@ fn brute() {
     let original_s = t.elapsed().as_secs_f64();
     assert_eq!((tested, found), (479_001_600, 960));
 
-    let args: Vec<String> = ["--points", "6", "--method", "brute"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let job = sweep_space::Registry::new()
-        .with::<sweep_star::Star>()
-        .lookup("star")
-        .and_then(|s| s.parse_args(&args))
-        .expect("star job");
+    let job = sweep_space::testkit::parse_args::<sweep_star::Star>(&[
+        "--points", "6", "--method", "brute",
+    ])
+    .expect("star job");
     let plan = job.plan(None).expect("plan");
     let ctl = Control::new();
     let t = Instant::now();
@@ -106,11 +101,7 @@ fn cpu_s(wall: Instant) -> f64 {
 }
 
 fn star_job(points: u32) -> sweep_space::SpaceJob {
-    let args: Vec<String> = vec!["--points".into(), points.to_string()];
-    sweep_space::Registry::new()
-        .with::<sweep_star::Star>()
-        .lookup("star")
-        .and_then(|s| s.parse_args(&args))
+    sweep_space::testkit::parse_args::<sweep_star::Star>(&["--points", &points.to_string()])
         .expect("star job")
 }
 
