@@ -196,6 +196,18 @@ pub fn lies_refused(job: &dyn Job, n_chunks: u64, chunk: u64, checked: &[&str]) 
     lies.len()
 }
 
+/// The first chunk of `n_chunks` whose verified output lists a solution, with that output: the chunk a test
+/// tells its own space-specific lies about.
+///
+/// # Panics
+/// If a chunk fails or does not verify, or no chunk lists a solution.
+pub fn first_chunk_with_solutions(job: &dyn Job, n_chunks: u64) -> (u64, ChunkOutput) {
+    (0..n_chunks)
+        .map(|chunk| (chunk, run_verified(job, n_chunks, chunk)))
+        .find(|(_, out)| !out.solutions.is_empty())
+        .unwrap_or_else(|| panic!("{}: no chunk of {n_chunks} lists a solution", job.space()))
+}
+
 /// [`lies_refused`] on every chunk of `n_chunks`; returns the most lies any one chunk was told, so a test can
 /// insist that some chunk (one with a solution, say) exercises them all without knowing which.
 ///

@@ -366,16 +366,7 @@ fn params_roundtrip_through_json() {
 fn verify_rejects_lies() {
     let j = job(4, Method::Strategy, None);
     let plan = j.plan(Some(3)).unwrap();
-    let (idx, good) = (0..plan.n_chunks)
-        .map(|i| {
-            (
-                i,
-                j.run_chunk(ChunkId::new(plan.n_chunks, i), &Control::new())
-                    .unwrap(),
-            )
-        })
-        .find(|(_, o)| !o.solutions.is_empty())
-        .unwrap();
+    let (idx, good) = sweep_space::testkit::first_chunk_with_solutions(&j, plan.n_chunks);
     let mut dropped = good.clone();
     dropped.solutions.pop();
     assert!(j.verify(ChunkId::new(3, idx), &dropped).is_err());

@@ -222,15 +222,7 @@ fn verify_rejects_lies() {
         let j = p52(method);
         let plan = j.plan(Some(4)).unwrap();
         let ctl = Control::new();
-        let (idx, good) = (0..plan.n_chunks)
-            .map(|i| {
-                (
-                    i,
-                    j.run_chunk(ChunkId::new(plan.n_chunks, i), &ctl).unwrap(),
-                )
-            })
-            .find(|(_, o)| !o.solutions.is_empty())
-            .unwrap();
+        let (idx, good) = sweep_space::testkit::first_chunk_with_solutions(&j, plan.n_chunks);
         let mut dropped = good.clone();
         dropped.solutions.pop();
         assert!(j.verify(ChunkId::new(4, idx), &dropped).is_err());

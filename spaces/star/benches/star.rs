@@ -391,7 +391,8 @@ fn answer(n: u32) {
     println!("  ({} bytes of JSON, {} of text)", text.len(), report.len());
 }
 
-fn estimate(n: u32) {
+/// The backtracking job for `n` points and its default plan, which the estimates walk chunk by chunk.
+fn backtrack_job(n: u32) -> (sweep_star::StarJob, sweep_space::Plan) {
     use sweep_star::{Method, StarJob, StarParams};
     let job = StarJob::new(StarParams {
         points: n,
@@ -399,6 +400,11 @@ fn estimate(n: u32) {
     })
     .expect("star job");
     let plan = job.plan(None).expect("plan");
+    (job, plan)
+}
+
+fn estimate(n: u32) {
+    let (job, plan) = backtrack_job(n);
     let ctl = Control::new();
     let (mut est_total, mut real_total, mut worst) = (0.0, 0u64, 1.0f64);
     let wall = Instant::now();
@@ -429,13 +435,7 @@ fn estimate(n: u32) {
 
 /// The Knuth estimate of the whole default plan, without searching: to forecast a job too long to just run.
 fn predict(n: u32) {
-    use sweep_star::{Method, StarJob, StarParams};
-    let job = StarJob::new(StarParams {
-        points: n,
-        method: Method::Backtrack,
-    })
-    .expect("star job");
-    let plan = job.plan(None).expect("plan");
+    let (job, plan) = backtrack_job(n);
     let wall = Instant::now();
     let t0 = cpu_s(wall);
     let mut total = 0.0;

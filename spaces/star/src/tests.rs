@@ -206,10 +206,7 @@ fn bad_parameters_are_named() {
 fn verify_rejects_lies() {
     let j = job(6, Method::Backtrack);
     let plan = j.plan(Some(4)).unwrap();
-    let (idx, good) = (0..4)
-        .map(|i| (i, j.run_chunk(ChunkId::new(4, i), &Control::new()).unwrap()))
-        .find(|(_, o)| !o.solutions.is_empty())
-        .unwrap();
+    let (idx, good) = sweep_space::testkit::first_chunk_with_solutions(&j, 4);
     assert_eq!(plan.n_chunks, 4);
     let mut dropped = good.clone();
     dropped.solutions.pop();
