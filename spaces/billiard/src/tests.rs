@@ -367,20 +367,19 @@ fn verify_rejects_lies() {
     let j = job(4, Method::Strategy, None);
     let plan = j.plan(Some(3)).unwrap();
     let (idx, good) = sweep_space::testkit::first_chunk_with_solutions(&j, plan.n_chunks);
-    let mut dropped = good.clone();
-    dropped.solutions.pop();
-    assert!(j.verify(ChunkId::new(3, idx), &dropped).is_err());
+    // A dropped solution, a made-up one and one more unique solution than listed.
+    assert_eq!(
+        sweep_space::testkit::lies_refused(&j, plan.n_chunks, idx, &["unique"]),
+        3
+    );
     let mut broken = good.clone();
     broken.solutions[0] = "1,2,3,4,5,6,7,8,9,10".into();
     assert!(j.verify(ChunkId::new(3, idx), &broken).is_err());
-    let mut mirrored = good.clone();
+    let mut mirrored = good;
     let geo = Geometry::new(4);
     let balls = geo.parse_solution(&mirrored.solutions[0]).unwrap();
     mirrored.solutions[0] = encode(&geo.mirrored(&balls));
     assert!(j.verify(ChunkId::new(3, idx), &mirrored).is_err());
-    let mut inflated = good;
-    inflated.count("unique", 1);
-    assert!(j.verify(ChunkId::new(3, idx), &inflated).is_err());
     let b = job(4, Method::Brute, None);
     let mut out = b.run_chunk(ChunkId::new(2, 0), &Control::new()).unwrap();
     b.verify(ChunkId::new(2, 0), &out).unwrap();
