@@ -459,32 +459,29 @@ mod tests {
         assert_eq!(ctl.nodes(), 2);
     }
 
-    #[test]
-    fn failures_carry_the_status_and_stderr_tail() {
-        let err = job(&["sh", "-c", "echo boom >&2; exit 3"])
+    /// Why the only chunk of `cmd`'s job fails.
+    fn failure(cmd: &[&str]) -> String {
+        job(cmd)
             .run_chunk(ChunkId::new(1, 0), &Control::new())
             .unwrap_err()
-            .to_string();
+            .to_string()
+    }
+
+    #[test]
+    fn failures_carry_the_status_and_stderr_tail() {
+        let err = failure(&["sh", "-c", "echo boom >&2; exit 3"]);
         assert!(
             err.contains("exit status 3") && err.contains("boom"),
             "{err}"
         );
-        let err = job(&["sh", "-c", "echo ok"])
-            .run_chunk(ChunkId::new(1, 0), &Control::new())
-            .unwrap_err();
-        assert!(err.to_string().contains("not JSON"), "{err}");
-        let err = job(&["true"])
-            .run_chunk(ChunkId::new(1, 0), &Control::new())
-            .unwrap_err();
-        assert!(err.to_string().contains("no final"), "{err}");
-        let err = job(&["sh", "-c", r#"echo '{"nodes":1}'; echo '{"nodes":1}'"#])
-            .run_chunk(ChunkId::new(1, 0), &Control::new())
-            .unwrap_err();
-        assert!(err.to_string().contains("more than one"), "{err}");
-        let err = job(&["/no/such/program"])
-            .run_chunk(ChunkId::new(1, 0), &Control::new())
-            .unwrap_err();
-        assert!(err.to_string().contains("cannot start"), "{err}");
+        let err = failure(&["sh", "-c", "echo ok"]);
+        assert!(err.contains("not JSON"), "{err}");
+        let err = failure(&["true"]);
+        assert!(err.contains("no final"), "{err}");
+        let err = failure(&["sh", "-c", r#"echo '{"nodes":1}'; echo '{"nodes":1}'"#]);
+        assert!(err.contains("more than one"), "{err}");
+        let err = failure(&["/no/such/program"]);
+        assert!(err.contains("cannot start"), "{err}");
     }
 
     #[test]
@@ -548,25 +545,13 @@ mod tests {
         std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
         let a = ship::pack(&prog).unwrap();
         assert_eq!(a, ship::pack(&prog).unwrap());
-        let mut j = job(&["prog.sh"]);
-        j.params.ship_digest = Some(ship::digest(&a));
-        let bound = j.bind_inputs(&[&a]).unwrap();
-        assert_eq!(
-            bound
-                .run_chunk(ChunkId::new(1, 0), &Control::new())
-                .unwrap()
-                .nodes,
-            42
-        );
-        let mut dot = job(&["./prog.sh"]);
-        dot.params.ship_digest = j.params.ship_digest.clone();
-        let bound = dot.bind_inputs(&[&a]).unwrap();
-        assert_eq!(
-            bound
-                .run_chunk(ChunkId::new(1, 0), &Control::new())
-                .unwrap()
-                .nodes,
-            42
-        );
+        // The shipped program by its bare name and by a path from the unpacked directory.
+        for program in ["prog.sh", "./prog.sh"] {
+            let mut j = job(&[program]);
+            j.params.ship_digest = Some(ship::digest(&a));
+            let bound = j.bind_inputs(&[&a]).unwrap();
+            let out = bound.run_chunk(ChunkId::new(1, 0), &Control::new());
+            assert_eq!(out.unwrap().nodes, 42, "{program}");
+        }
     }
 }
