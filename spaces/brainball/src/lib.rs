@@ -417,19 +417,12 @@ impl Job for BrainballJob {
                 let _ = writeln!(s, "depth-{} table not available: {e}", result["depth"]);
                 return s;
             }
-            let _ = writeln!(
+            let _ = write!(
                 s,
-                "depth-{} table: {} positions, {} bytes, blake3 {}",
-                result["depth"],
-                result["positions"],
-                result["bytes"],
-                result["digest"].as_str().unwrap_or("")
+                "depth-{} table: {} positions, ",
+                result["depth"], result["positions"]
             );
-            if let Some(h) = result["histogram"].as_array() {
-                for (d, n) in h.iter().enumerate() {
-                    let _ = writeln!(s, "  {d:2} twists: {n}");
-                }
-            }
+            pattern_job::write_stored(&mut s, result);
             return s;
         }
         let empty = Vec::new();
