@@ -36,9 +36,8 @@ impl SearchSpace for Together {
     const NAME: &'static str = "together";
     const ABOUT: &'static str = "a test space whose chunks wait for each other";
     type Params = TogetherParams;
-    type Job = TogetherJob;
 
-    fn build(params: TogetherParams) -> Result<TogetherJob, SpaceError> {
+    fn build(params: TogetherParams) -> Result<impl Job, SpaceError> {
         Ok(TogetherJob(params.n))
     }
 }

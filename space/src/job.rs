@@ -258,17 +258,17 @@ pub struct JobInput {
 }
 
 /// The typed side of a search space: parameters with clap (for `sweep run SPACE ...`) and serde (for storage and
-/// the wire), and a constructor that validates them.
+/// the wire), and a constructor that validates them. The job's type is whatever `build` returns: the framework
+/// only ever holds it as a `dyn Job`, so a space does not name it twice.
 pub trait SearchSpace: Send + Sync + 'static {
     const NAME: &'static str;
     const ABOUT: &'static str;
     type Params: clap::Args + Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static;
-    type Job: Job + 'static;
     /// Options whose value names a file: the command line reads it (a space never does I/O) and passes its
     /// text on as another option. Most spaces have none.
     const FILE_OPTIONS: &'static [FileOption] = &[];
 
-    fn build(params: Self::Params) -> Result<Self::Job, SpaceError>;
+    fn build(params: Self::Params) -> Result<impl Job + 'static, SpaceError>;
 }
 
 /// An option that names a file ([`SearchSpace::FILE_OPTIONS`]): `flag FILE` on the command line becomes

@@ -372,8 +372,7 @@ mod tests {
         const NAME: &'static str = "count";
         const ABOUT: &'static str = "counts";
         type Params = CountParams;
-        type Job = Count;
-        fn build(p: CountParams) -> Result<Count, SpaceError> {
+        fn build(p: CountParams) -> Result<impl Job, SpaceError> {
             Ok(Count(p.up_to))
         }
     }

@@ -6,7 +6,7 @@
 //! - every chunking gives the same answer ([`run_all`], [`same_answer_under`]): chunk borders neither skip nor
 //!   repeat part of the space, and the merge does not depend on how the space was cut;
 //! - every output passes the space's own verifier, and the lies a faulty worker tells are refused
-//!   ([`lies_refused`]);
+//!   ([`lies_refused`], [`lies_refused_somewhere`]);
 //! - a chunk count or a chunk outside what the job can plan is refused, never guessed at
 //!   ([`out_of_plan_refused`]);
 //! - a chunk stopped after saving a resume state and resumed from it reports what an uninterrupted run reports
@@ -39,6 +39,13 @@ pub fn registry<S: SearchSpace>() -> &'static Registry {
         .unwrap_or_else(|p| p.into_inner());
     all.entry(TypeId::of::<S>())
         .or_insert_with(|| Box::leak(Box::new(Registry::new().with::<S>())))
+}
+
+/// The job that `sweep run S ARGS...` would run: the space's own command-line words parsed by the framework,
+/// through [`registry`], so tests and benches build jobs as the engine does.
+pub fn parse_args<S: SearchSpace>(args: &[&str]) -> Result<SpaceJob, SpaceError> {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    registry::<S>().lookup(S::NAME)?.parse_args(&args)
 }
 
 /// Runs every chunk of `job` under its plan for `requested` chunks, checks each output with the job's
@@ -187,6 +194,30 @@ pub fn lies_refused(job: &dyn Job, n_chunks: u64, chunk: u64, checked: &[&str]) 
         );
     }
     lies.len()
+}
+
+/// The first chunk of `n_chunks` whose verified output lists a solution, with that output: the chunk a test
+/// tells its own space-specific lies about.
+///
+/// # Panics
+/// If a chunk fails or does not verify, or no chunk lists a solution.
+pub fn first_chunk_with_solutions(job: &dyn Job, n_chunks: u64) -> (u64, ChunkOutput) {
+    (0..n_chunks)
+        .map(|chunk| (chunk, run_verified(job, n_chunks, chunk)))
+        .find(|(_, out)| !out.solutions.is_empty())
+        .unwrap_or_else(|| panic!("{}: no chunk of {n_chunks} lists a solution", job.space()))
+}
+
+/// [`lies_refused`] on every chunk of `n_chunks`; returns the most lies any one chunk was told, so a test can
+/// insist that some chunk (one with a solution, say) exercises them all without knowing which.
+///
+/// # Panics
+/// If the job claims to verify and accepts a lie about any chunk.
+pub fn lies_refused_somewhere(job: &dyn Job, n_chunks: u64, checked: &[&str]) -> usize {
+    (0..n_chunks)
+        .map(|chunk| lies_refused(job, n_chunks, chunk, checked))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Runs chunk `chunk` of `n_chunks` once uninterrupted, then again stopped as soon as it saved a resume state,

@@ -26,9 +26,8 @@ impl SearchSpace for Counting {
     const ABOUT: &'static str =
         "a test space: chunk i counts i + 1 nodes and one solution, or panics";
     type Params = CountingParams;
-    type Job = CountingJob;
 
-    fn build(params: CountingParams) -> Result<CountingJob, SpaceError> {
+    fn build(params: CountingParams) -> Result<impl Job, SpaceError> {
         Ok(CountingJob(params))
     }
 }

@@ -34,15 +34,9 @@ impl SearchSpace for Queens {
     const ABOUT: &'static str =
         "N-Queens: count the placements of n non-attacking queens on an n x n board";
     type Params = QueensParams;
-    type Job = QueensJob;
 
-    fn build(params: QueensParams) -> Result<QueensJob, SpaceError> {
-        // Checked here too: parameters also arrive as JSON (a submitted job), not only from the command line.
-        SpaceError::check_param_range("n", params.n, 1..=MAX_N)?;
-        Ok(QueensJob {
-            n: params.n,
-            prefixes: prefixes(params.n),
-        })
+    fn build(params: QueensParams) -> Result<impl Job, SpaceError> {
+        QueensJob::new(params)
     }
 }
 
@@ -116,6 +110,16 @@ pub struct QueensJob {
 }
 
 impl QueensJob {
+    /// The job `params` ask for. Its own constructor, not only `build`, because the tests look inside it.
+    fn new(params: QueensParams) -> Result<QueensJob, SpaceError> {
+        // Checked here too: parameters also arrive as JSON (a submitted job), not only from the command line.
+        SpaceError::check_param_range("n", params.n, 1..=MAX_N)?;
+        Ok(QueensJob {
+            n: params.n,
+            prefixes: prefixes(params.n),
+        })
+    }
+
     /// Boards that start with `p`, and the queens placed to find them.
     fn count(&self, p: Prefix) -> (u128, u64) {
         if self.n == 1 {
@@ -231,7 +235,7 @@ mod tests {
     const PUBLISHED: [u128; 12] = [1, 0, 0, 2, 10, 4, 40, 92, 352, 724, 2680, 14200];
 
     fn job(n: u32) -> QueensJob {
-        Queens::build(QueensParams { n }).unwrap()
+        QueensJob::new(QueensParams { n }).unwrap()
     }
 
     /// Every chunk run, verified and merged by the contract kit, as the engine would.

@@ -64,46 +64,9 @@ impl SearchSpace for Billiard {
     const ABOUT: &'static str =
         "Billiard difference triangles: 1..r(r+1)/2 in r rows, each ball the difference of the two above";
     type Params = BilliardParams;
-    type Job = BilliardJob;
 
-    fn build(mut params: BilliardParams) -> Result<BilliardJob, SpaceError> {
-        SpaceError::check_param_range("rows", params.rows as usize, 1..=MAX_ROWS)?;
-        let geo = Geometry::new(params.rows as usize);
-        let ranks = match (params.method, &params.ranks) {
-            (Method::Brute, _) if params.rows > MAX_BRUTE_ROWS => {
-                return Err(SpaceError::invalid_param(
-                    "rows",
-                    format!(
-                        "brute force enumerates n! permutations and is limited to rows <= {MAX_BRUTE_ROWS} \
-                         (n = {} > {MAX_N}); use --method strategy",
-                        geo.n
-                    ),
-                ));
-            }
-            (Method::Brute, Some(text)) => parse_ranks(text, FACTORIALS[geo.n])?,
-            (Method::Brute, None) => (0, FACTORIALS[geo.n]),
-            (Method::Strategy, Some(_)) => {
-                return Err(SpaceError::invalid_param(
-                    "ranks",
-                    "permutation ranks only apply to --method brute",
-                ));
-            }
-            (Method::Strategy, None) => (0, 0),
-        };
-        // Canonical parameters: `1_000..2_000` and `1000..2000` are the same job.
-        if params.ranks.is_some() {
-            params.ranks = Some(format!("{}..{}", ranks.0, ranks.1));
-        }
-        let prefixes = match params.method {
-            Method::Strategy => prefixes(geo.rows),
-            Method::Brute => Vec::new(),
-        };
-        Ok(BilliardJob {
-            params,
-            geo,
-            ranks,
-            prefixes,
-        })
+    fn build(params: BilliardParams) -> Result<impl Job, SpaceError> {
+        BilliardJob::new(params)
     }
 }
 
@@ -144,6 +107,47 @@ pub struct BilliardJob {
 }
 
 impl BilliardJob {
+    /// The job `params` ask for, or why they cannot be searched.
+    fn new(mut params: BilliardParams) -> Result<BilliardJob, SpaceError> {
+        SpaceError::check_param_range("rows", params.rows as usize, 1..=MAX_ROWS)?;
+        let geo = Geometry::new(params.rows as usize);
+        let ranks = match (params.method, &params.ranks) {
+            (Method::Brute, _) if params.rows > MAX_BRUTE_ROWS => {
+                return Err(SpaceError::invalid_param(
+                    "rows",
+                    format!(
+                        "brute force enumerates n! permutations and is limited to rows <= {MAX_BRUTE_ROWS} \
+                         (n = {} > {MAX_N}); use --method strategy",
+                        geo.n
+                    ),
+                ));
+            }
+            (Method::Brute, Some(text)) => parse_ranks(text, FACTORIALS[geo.n])?,
+            (Method::Brute, None) => (0, FACTORIALS[geo.n]),
+            (Method::Strategy, Some(_)) => {
+                return Err(SpaceError::invalid_param(
+                    "ranks",
+                    "permutation ranks only apply to --method brute",
+                ));
+            }
+            (Method::Strategy, None) => (0, 0),
+        };
+        // Canonical parameters: `1_000..2_000` and `1000..2000` are the same job.
+        if params.ranks.is_some() {
+            params.ranks = Some(format!("{}..{}", ranks.0, ranks.1));
+        }
+        let prefixes = match params.method {
+            Method::Strategy => prefixes(geo.rows),
+            Method::Brute => Vec::new(),
+        };
+        Ok(BilliardJob {
+            params,
+            geo,
+            ranks,
+            prefixes,
+        })
+    }
+
     fn max_chunks(&self) -> u64 {
         match self.params.method {
             Method::Brute => (self.ranks.1 - self.ranks.0).min(1 << 32),

@@ -7,7 +7,7 @@ use sweep_space::perm::unrank;
 use sweep_space::testkit::run_all as solve;
 
 fn job(rows: u32, method: Method, ranks: Option<&str>) -> BilliardJob {
-    Billiard::build(BilliardParams {
+    BilliardJob::new(BilliardParams {
         rows,
         method,
         ranks: ranks.map(str::to_string),
@@ -366,30 +366,20 @@ fn params_roundtrip_through_json() {
 fn verify_rejects_lies() {
     let j = job(4, Method::Strategy, None);
     let plan = j.plan(Some(3)).unwrap();
-    let (idx, good) = (0..plan.n_chunks)
-        .map(|i| {
-            (
-                i,
-                j.run_chunk(ChunkId::new(plan.n_chunks, i), &Control::new())
-                    .unwrap(),
-            )
-        })
-        .find(|(_, o)| !o.solutions.is_empty())
-        .unwrap();
-    let mut dropped = good.clone();
-    dropped.solutions.pop();
-    assert!(j.verify(ChunkId::new(3, idx), &dropped).is_err());
+    let (idx, good) = sweep_space::testkit::first_chunk_with_solutions(&j, plan.n_chunks);
+    // A dropped solution, a made-up one and one more unique solution than listed.
+    assert_eq!(
+        sweep_space::testkit::lies_refused(&j, plan.n_chunks, idx, &["unique"]),
+        3
+    );
     let mut broken = good.clone();
     broken.solutions[0] = "1,2,3,4,5,6,7,8,9,10".into();
     assert!(j.verify(ChunkId::new(3, idx), &broken).is_err());
-    let mut mirrored = good.clone();
+    let mut mirrored = good;
     let geo = Geometry::new(4);
     let balls = geo.parse_solution(&mirrored.solutions[0]).unwrap();
     mirrored.solutions[0] = encode(&geo.mirrored(&balls));
     assert!(j.verify(ChunkId::new(3, idx), &mirrored).is_err());
-    let mut inflated = good;
-    inflated.count("unique", 1);
-    assert!(j.verify(ChunkId::new(3, idx), &inflated).is_err());
     let b = job(4, Method::Brute, None);
     let mut out = b.run_chunk(ChunkId::new(2, 0), &Control::new()).unwrap();
     b.verify(ChunkId::new(2, 0), &out).unwrap();

@@ -17,26 +17,31 @@ use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, JobInput, SpaceErr
 /// Prefix length of a deep job unless asked: 143 chunks, enough for a few dozen workers.
 const DEFAULT_SPLIT: u8 = 2;
 
+/// Refuses the parameter `name` with `why` when it was `given`: how a mode turns away another mode's options.
+fn refuse_if(given: bool, name: &'static str, why: &str) -> Result<(), SpaceError> {
+    if given {
+        return Err(SpaceError::invalid_param(name, why));
+    }
+    Ok(())
+}
+
 /// The table and solve modes take none of the census's or deep search's parameters.
 pub fn refuse_other_modes_params(p: &BrainballParams) -> Result<(), SpaceError> {
-    if p.samples.is_some() {
-        return Err(SpaceError::invalid_param(
-            "samples",
-            "only a census takes --samples",
-        ));
-    }
-    if p.max_twists.is_some() {
-        return Err(SpaceError::invalid_param(
-            "max-twists",
-            "only a deep search takes --max-twists",
-        ));
-    }
-    if p.split.is_some() {
-        return Err(SpaceError::invalid_param(
-            "split",
-            "only a deep search takes --split",
-        ));
-    }
+    refuse_if(
+        p.samples.is_some(),
+        "samples",
+        "only a census takes --samples",
+    )?;
+    refuse_if(
+        p.max_twists.is_some(),
+        "max-twists",
+        "only a deep search takes --max-twists",
+    )?;
+    refuse_if(
+        p.split.is_some(),
+        "split",
+        "only a deep search takes --split",
+    )?;
     Ok(())
 }
 
@@ -53,18 +58,16 @@ pub fn build_census(p: BrainballParams) -> Result<BrainballJob, SpaceError> {
             format!("{samples} is outside 1..={}", census::MAX_SAMPLES),
         ));
     }
-    if p.position.is_some() || p.positions.is_some() || p.random.is_some() {
-        return Err(SpaceError::invalid_param(
-            "position",
-            "a census draws its own positions from --seed: use `solve` for given ones",
-        ));
-    }
-    if p.max_twists.is_some() || p.split.is_some() {
-        return Err(SpaceError::invalid_param(
-            "split",
-            "--max-twists and --split belong to a deep search",
-        ));
-    }
+    refuse_if(
+        p.position.is_some() || p.positions.is_some() || p.random.is_some(),
+        "position",
+        "a census draws its own positions from --seed: use `solve` for given ones",
+    )?;
+    refuse_if(
+        p.max_twists.is_some() || p.split.is_some(),
+        "split",
+        "--max-twists and --split belong to a deep search",
+    )?;
     let canonical = BrainballParams {
         mode: Some(Mode::Census),
         depth: p.depth,
@@ -86,12 +89,11 @@ pub fn build_deep(p: BrainballParams) -> Result<BrainballJob, SpaceError> {
             ))
         }
     };
-    if p.random.is_some() || p.samples.is_some() {
-        return Err(SpaceError::invalid_param(
-            "random",
-            "a deep search takes one --position, not random ones",
-        ));
-    }
+    refuse_if(
+        p.random.is_some() || p.samples.is_some(),
+        "random",
+        "a deep search takes one --position, not random ones",
+    )?;
     let ring = Ring::parse(&text)?;
     let split = p.split.unwrap_or(DEFAULT_SPLIT);
     if !(1..=deep::MAX_SPLIT).contains(&split) {

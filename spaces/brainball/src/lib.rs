@@ -64,14 +64,13 @@ impl SearchSpace for Brainball {
     const ABOUT: &'static str =
         "Brainball: depth-d distance tables built in chunks, optimal solutions by meet in the middle";
     type Params = BrainballParams;
-    type Job = BrainballJob;
     const FILE_OPTIONS: &'static [sweep_space::FileOption] = &[sweep_space::FileOption {
         flag: "--file",
         into: "--positions",
         read: sweep_space::FileRead::Lines { sep: "; " },
     }];
 
-    fn build(params: BrainballParams) -> Result<BrainballJob, SpaceError> {
+    fn build(params: BrainballParams) -> Result<impl Job, SpaceError> {
         table::check_depth(params.depth)?;
         pdb::check_tiles(params.pattern_tiles as usize)?;
         if params.level.is_some() && params.mode != Some(Mode::Pattern) {
@@ -419,19 +418,12 @@ impl Job for BrainballJob {
                 let _ = writeln!(s, "depth-{} table not available: {e}", result["depth"]);
                 return s;
             }
-            let _ = writeln!(
+            let _ = write!(
                 s,
-                "depth-{} table: {} positions, {} bytes, blake3 {}",
-                result["depth"],
-                result["positions"],
-                result["bytes"],
-                result["digest"].as_str().unwrap_or("")
+                "depth-{} table: {} positions, ",
+                result["depth"], result["positions"]
             );
-            if let Some(h) = result["histogram"].as_array() {
-                for (d, n) in h.iter().enumerate() {
-                    let _ = writeln!(s, "  {d:2} twists: {n}");
-                }
-            }
+            pattern_job::write_stored(&mut s, result);
             return s;
         }
         let empty = Vec::new();

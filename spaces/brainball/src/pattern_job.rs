@@ -205,6 +205,23 @@ impl BrainballJob {
     }
 }
 
+/// The rest of a stored table's line for people: its size and digest, then its count of positions per number
+/// of twists when the answer has one.
+pub(crate) fn write_stored(s: &mut String, result: &Value) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "{} bytes, blake3 {}",
+        result["bytes"],
+        result["digest"].as_str().unwrap_or("")
+    );
+    if let Some(h) = result["histogram"].as_array() {
+        for (d, n) in h.iter().enumerate() {
+            let _ = writeln!(s, "  {d:2} twists: {n}");
+        }
+    }
+}
+
 /// The pattern jobs' answers for people.
 pub fn render(result: &Value) -> String {
     use std::fmt::Write;
@@ -213,27 +230,19 @@ pub fn render(result: &Value) -> String {
     if let Some(e) = result["error"].as_str() {
         let _ = writeln!(s, "{k}-tile pattern database not available: {e}");
     } else if let Some(l) = result["level"].as_u64() {
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "{k}-tile pattern database, level {l}: {} patterns first reached, {} bytes, blake3 {}",
-            result["found"],
-            result["bytes"],
-            result["digest"].as_str().unwrap_or("")
+            "{k}-tile pattern database, level {l}: {} patterns first reached, ",
+            result["found"]
         );
+        write_stored(&mut s, result);
     } else {
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "{k}-tile pattern database: {} patterns, at most {} twists, {} bytes, blake3 {}",
-            result["patterns"],
-            result["max"],
-            result["bytes"],
-            result["digest"].as_str().unwrap_or("")
+            "{k}-tile pattern database: {} patterns, at most {} twists, ",
+            result["patterns"], result["max"]
         );
-        if let Some(h) = result["histogram"].as_array() {
-            for (d, n) in h.iter().enumerate() {
-                let _ = writeln!(s, "  {d:2} twists: {n}");
-            }
-        }
+        write_stored(&mut s, result);
     }
     s
 }

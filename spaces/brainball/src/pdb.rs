@@ -248,15 +248,7 @@ impl Pdb {
         let k = k.clamp(1, MAX_TILES);
         let n = patterns(k);
         let mut dist = vec![u8::MAX; n];
-        // Where the tile in slot s goes under twist t, and whether it turns over there.
-        let mut dest = [[0u8; SLOTS]; N_TWISTS];
-        let mut turn = [[0u8; SLOTS]; N_TWISTS];
-        for (t, tw) in TWISTS.iter().enumerate() {
-            for (d, &s) in tw.src.iter().enumerate() {
-                dest[t][s as usize] = d as u8;
-                turn[t][s as usize] = u8::from(tw.flip >> (5 * (SLOTS - 1 - d)) & 1 == 1);
-            }
-        }
+        let (dest, turn) = slot_moves();
         let solved_slots: Vec<u8> = (0..k as u8).collect();
         dist[rank(&solved_slots, 0)] = 0;
         let mut level = 0u8;
@@ -359,6 +351,20 @@ impl Pdb {
 }
 
 /// Header, `dist`, digest: the layout of [`Pdb::to_bytes`], also written by the `pattern` job's merge.
+/// Where the tile in slot s goes under twist t (`dest[t][s]`), and whether it turns over there (`turn[t][s]`,
+/// 0 or 1): the twists as moves of single tiles, which is all a search over some tiles' places needs.
+pub(crate) fn slot_moves() -> ([[u8; SLOTS]; N_TWISTS], [[u8; SLOTS]; N_TWISTS]) {
+    let mut dest = [[0u8; SLOTS]; N_TWISTS];
+    let mut turn = [[0u8; SLOTS]; N_TWISTS];
+    for (t, tw) in TWISTS.iter().enumerate() {
+        for (d, &s) in tw.src.iter().enumerate() {
+            dest[t][s as usize] = d as u8;
+            turn[t][s as usize] = u8::from(tw.flip >> (5 * (SLOTS - 1 - d)) & 1 == 1);
+        }
+    }
+    (dest, turn)
+}
+
 pub(crate) fn serialise(k: usize, max: u8, dist: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + dist.len() + DIGEST_LEN);
     out.extend_from_slice(MAGIC);

@@ -13,7 +13,7 @@
 //! place: level d + 1 reads `visited@d` and writes `visited@d+1`, so a task that crashed half way, or ran twice,
 //! leaves nothing that a rerun does not overwrite with the same bytes. A missing key is an empty bitmap.
 
-use crate::ball::{N_TWISTS, SLOTS, TWISTS};
+use crate::ball::{N_TWISTS, SLOTS};
 use sweep_space::{Control, SpaceError};
 
 /// Which bitmap of a segment.
@@ -108,14 +108,7 @@ impl Layout {
                 format!("{k} tiles cut by {s}: need 0 <= s < k <= 8"),
             ));
         }
-        let mut dest = [[0u8; SLOTS]; N_TWISTS];
-        let mut turn = [[0u8; SLOTS]; N_TWISTS];
-        for (t, tw) in TWISTS.iter().enumerate() {
-            for (d, &x) in tw.src.iter().enumerate() {
-                dest[t][x as usize] = d as u8;
-                turn[t][x as usize] = u8::from(tw.flip >> (5 * (SLOTS - 1 - d)) & 1 == 1);
-            }
-        }
+        let (dest, turn) = crate::pdb::slot_moves();
         // Offsets' placement parts in mixed radix, tile s most significant (as `encode` writes them).
         let tail = placements(s, k) as usize;
         let mut tail_digits = Vec::with_capacity(tail);

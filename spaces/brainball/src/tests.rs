@@ -363,11 +363,7 @@ fn moves_print_in_jaaps_notation_and_parse_back() {
 }
 
 fn job(args: &[&str]) -> sweep_space::SpaceJob {
-    let space = sweep_space::testkit::registry::<crate::Brainball>()
-        .lookup("brainball")
-        .unwrap();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    space.parse_args(&args).unwrap()
+    sweep_space::testkit::parse_args::<crate::Brainball>(args).unwrap()
 }
 
 /// The job with its input table bound, as the engine does: the table job is run first, its artifact merged.
@@ -450,18 +446,17 @@ fn solve_job_gives_verified_solutions_in_input_order() {
     assert!(job.verify(ChunkId::new(4, 0), &out).is_err());
 }
 
+/// Why the command line `args` is refused, as the user would read it.
+fn refused(args: &[&str]) -> String {
+    match sweep_space::testkit::parse_args::<crate::Brainball>(args) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("{args:?} accepted"),
+    }
+}
+
 #[test]
 fn bad_parameters_are_refused_with_their_name() {
-    let space = sweep_space::testkit::registry::<crate::Brainball>()
-        .lookup("brainball")
-        .unwrap();
-    let err = |args: &[&str]| {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        match space.parse_args(&args) {
-            Err(e) => e.to_string(),
-            Ok(_) => panic!("{args:?} accepted"),
-        }
-    };
+    let err = refused;
     assert!(err(&["--position", "1 2 3"]).contains("missing"));
     assert!(err(&["--position", "-1 2 3 4 5 6 7 8 9 10 11 12 14"]).contains("14"));
     assert!(err(&["table", "--depth", "13"]).contains("depth"));
@@ -471,14 +466,14 @@ fn bad_parameters_are_refused_with_their_name() {
         deep.contains("deepest supported table (8)") && deep.contains("GB"),
         "{deep}"
     );
-    assert!(space
-        .parse_args(&["table".to_string(), "--depth".to_string(), "8".to_string()])
-        .is_ok());
+    assert!(
+        sweep_space::testkit::parse_args::<crate::Brainball>(&["table", "--depth", "8"]).is_ok()
+    );
     assert_eq!(table::estimated_positions(5), small_table(5).len() as f64);
     assert!(err(&["table", "--position", HEADLINE]).contains("takes no positions"));
     assert!(err(&["solve"]).contains("nothing to solve"));
-    assert!(space
-        .parse_params(&json!({"mode": "table", "bogus": 1}))
+    assert!(sweep_space::testkit::registry::<crate::Brainball>()
+        .job_from_params("brainball", &json!({"mode": "table", "bogus": 1}))
         .is_err());
 }
 
@@ -697,13 +692,7 @@ fn a_deep_search_in_chunks_chains_its_rounds_and_matches_breadth_first_distances
 
 #[test]
 fn census_and_deep_parameters_are_checked() {
-    let space = sweep_space::testkit::registry::<crate::Brainball>()
-        .lookup("brainball")
-        .unwrap();
-    let err = |args: &[&str]| {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        space.parse_args(&args).unwrap_err().to_string()
-    };
+    let err = refused;
     assert!(err(&["census"]).contains("--samples"));
     assert!(err(&["census", "--samples", "0"]).contains("samples"));
     assert!(err(&["census", "--samples", "5", "--position", HEADLINE]).contains("position"));
@@ -907,13 +896,7 @@ fn the_pattern_jobs_chain_their_levels_and_store_the_in_memory_database() {
         "3",
     ]);
     assert_eq!(&census.inputs()[1].params, db.params());
-    let err = |args: &[&str]| {
-        let space = sweep_space::testkit::registry::<crate::Brainball>()
-            .lookup("brainball")
-            .unwrap();
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        space.parse_args(&args).unwrap_err().to_string()
-    };
+    let err = refused;
     assert!(err(&["pattern", "--pattern-tiles", "3", "--level", "0"]).contains("level"));
     assert!(err(&["pattern", "--pattern-tiles", "3", "--level", "99"]).contains("level"));
     assert!(err(&["census", "--samples", "3", "--level", "2"]).contains("level"));

@@ -109,14 +109,44 @@ impl SearchSpace for Buzzled {
     const ABOUT: &'static str =
         "Buzzled: yellow/black hexagon boards whose rows show given yellow counts (any side)";
     type Params = BuzzledParams;
-    type Job = BuzzledJob;
     const FILE_OPTIONS: &'static [sweep_space::FileOption] = &[sweep_space::FileOption {
         flag: "--puzzle",
         into: "--puzzle-text",
         read: sweep_space::FileRead::Whole,
     }];
 
-    fn build(params: BuzzledParams) -> Result<BuzzledJob, SpaceError> {
+    fn build(params: BuzzledParams) -> Result<impl Job, SpaceError> {
+        BuzzledJob::new(params)
+    }
+}
+
+pub struct BuzzledJob {
+    params: BuzzledParams,
+    geo: Geometry,
+    clues: Vec<u32>,
+    yellow: u32,
+    /// The brute-force tables, for `--method brute` only.
+    brute: Option<Brute>,
+}
+
+impl std::fmt::Debug for BuzzledJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuzzledJob")
+            .field("params", &self.params)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Default chunks for brute force: enough to keep a few machines' cores busy with even pieces.
+const BRUTE_CHUNKS: u64 = 64;
+/// Default chunks for line solving on boards above side 4 (side 4 and below take milliseconds: one chunk).
+const PROPAGATE_CHUNKS: u64 = 64;
+/// The most chunks a brute job can be split into.
+const MAX_BRUTE_CHUNKS: u64 = 1 << 32;
+
+impl BuzzledJob {
+    /// The job `params` ask for, or why they cannot be searched.
+    fn new(params: BuzzledParams) -> Result<BuzzledJob, SpaceError> {
         if let Some(path) = &params.puzzle {
             return Err(SpaceError::invalid_param(
                 "puzzle",
@@ -187,33 +217,7 @@ impl SearchSpace for Buzzled {
             brute,
         })
     }
-}
 
-pub struct BuzzledJob {
-    params: BuzzledParams,
-    geo: Geometry,
-    clues: Vec<u32>,
-    yellow: u32,
-    /// The brute-force tables, for `--method brute` only.
-    brute: Option<Brute>,
-}
-
-impl std::fmt::Debug for BuzzledJob {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BuzzledJob")
-            .field("params", &self.params)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Default chunks for brute force: enough to keep a few machines' cores busy with even pieces.
-const BRUTE_CHUNKS: u64 = 64;
-/// Default chunks for line solving on boards above side 4 (side 4 and below take milliseconds: one chunk).
-const PROPAGATE_CHUNKS: u64 = 64;
-/// The most chunks a brute job can be split into.
-const MAX_BRUTE_CHUNKS: u64 = 1 << 32;
-
-impl BuzzledJob {
     pub fn geometry(&self) -> &Geometry {
         &self.geo
     }

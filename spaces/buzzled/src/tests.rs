@@ -9,7 +9,7 @@ use sweep_space::testkit::run_all as solve;
 const P52: &str = "5,2,2,2,2,3,1,6,4,2,2,2,2,4,3,3,3,3,2,4,3";
 
 fn job(side: usize, clues: &[u32], method: Method) -> BuzzledJob {
-    Buzzled::build(BuzzledParams::new(side, clues, method)).unwrap()
+    BuzzledJob::new(BuzzledParams::new(side, clues, method)).unwrap()
 }
 
 fn p52(method: Method) -> BuzzledJob {
@@ -222,18 +222,9 @@ fn verify_rejects_lies() {
         let j = p52(method);
         let plan = j.plan(Some(4)).unwrap();
         let ctl = Control::new();
-        let (idx, good) = (0..plan.n_chunks)
-            .map(|i| {
-                (
-                    i,
-                    j.run_chunk(ChunkId::new(plan.n_chunks, i), &ctl).unwrap(),
-                )
-            })
-            .find(|(_, o)| !o.solutions.is_empty())
-            .unwrap();
-        let mut dropped = good.clone();
-        dropped.solutions.pop();
-        assert!(j.verify(ChunkId::new(4, idx), &dropped).is_err());
+        let (idx, good) = sweep_space::testkit::first_chunk_with_solutions(&j, plan.n_chunks);
+        // A dropped solution and a made-up one.
+        assert_eq!(sweep_space::testkit::lies_refused(&j, 4, idx, &[]), 2);
         let mut wrong = good.clone();
         wrong.solutions[0] = "1".repeat(37);
         assert!(j

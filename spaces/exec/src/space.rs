@@ -107,9 +107,32 @@ impl SearchSpace for Exec {
     const ABOUT: &'static str =
         "Any program as a search space: run once per chunk, JSON lines on stdout (see `sweep run exec --help`)";
     type Params = ExecParams;
-    type Job = ExecJob;
 
-    fn build(params: ExecParams) -> Result<ExecJob, SpaceError> {
+    fn build(params: ExecParams) -> Result<impl Job, SpaceError> {
+        ExecJob::new(params)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ExecJob {
+    pub params: ExecParams,
+    /// Where the shipped files were unpacked, once bound.
+    ship_dir: Option<Arc<PathBuf>>,
+}
+
+/// A failed attempt: what happened, and the end of stderr, where a program says why.
+fn failed(what: String, stderr: &[u8]) -> SpaceError {
+    let tail = supervise::stderr_tail(stderr);
+    if tail.is_empty() {
+        SpaceError::ChunkFailed(format!("{what}; stderr was empty"))
+    } else {
+        SpaceError::ChunkFailed(format!("{what}; stderr tail:\n{tail}"))
+    }
+}
+
+impl ExecJob {
+    /// The job `params` ask for, or the first reason they cannot run.
+    fn new(params: ExecParams) -> Result<ExecJob, SpaceError> {
         let Some(program) = params.command.first() else {
             return Err(SpaceError::invalid_param(
                 "command",
@@ -149,26 +172,7 @@ impl SearchSpace for Exec {
             ship_dir: None,
         })
     }
-}
 
-#[derive(Clone, Debug)]
-pub struct ExecJob {
-    pub params: ExecParams,
-    /// Where the shipped files were unpacked, once bound.
-    ship_dir: Option<Arc<PathBuf>>,
-}
-
-/// A failed attempt: what happened, and the end of stderr, where a program says why.
-fn failed(what: String, stderr: &[u8]) -> SpaceError {
-    let tail = supervise::stderr_tail(stderr);
-    if tail.is_empty() {
-        SpaceError::ChunkFailed(format!("{what}; stderr was empty"))
-    } else {
-        SpaceError::ChunkFailed(format!("{what}; stderr tail:\n{tail}"))
-    }
-}
-
-impl ExecJob {
     fn argv(&self, at: ChunkId, job: u64) -> Vec<String> {
         self.params
             .command
@@ -422,7 +426,7 @@ mod tests {
     use std::time::Instant;
 
     fn job(cmd: &[&str]) -> ExecJob {
-        Exec::build(ExecParams {
+        ExecJob::new(ExecParams {
             threads_per_chunk: 1,
             chunk_timeout: None,
             grace_secs: 1,
@@ -454,32 +458,29 @@ mod tests {
         assert_eq!(ctl.nodes(), 2);
     }
 
-    #[test]
-    fn failures_carry_the_status_and_stderr_tail() {
-        let err = job(&["sh", "-c", "echo boom >&2; exit 3"])
+    /// Why the only chunk of `cmd`'s job fails.
+    fn failure(cmd: &[&str]) -> String {
+        job(cmd)
             .run_chunk(ChunkId::new(1, 0), &Control::new())
             .unwrap_err()
-            .to_string();
+            .to_string()
+    }
+
+    #[test]
+    fn failures_carry_the_status_and_stderr_tail() {
+        let err = failure(&["sh", "-c", "echo boom >&2; exit 3"]);
         assert!(
             err.contains("exit status 3") && err.contains("boom"),
             "{err}"
         );
-        let err = job(&["sh", "-c", "echo ok"])
-            .run_chunk(ChunkId::new(1, 0), &Control::new())
-            .unwrap_err();
-        assert!(err.to_string().contains("not JSON"), "{err}");
-        let err = job(&["true"])
-            .run_chunk(ChunkId::new(1, 0), &Control::new())
-            .unwrap_err();
-        assert!(err.to_string().contains("no final"), "{err}");
-        let err = job(&["sh", "-c", r#"echo '{"nodes":1}'; echo '{"nodes":1}'"#])
-            .run_chunk(ChunkId::new(1, 0), &Control::new())
-            .unwrap_err();
-        assert!(err.to_string().contains("more than one"), "{err}");
-        let err = job(&["/no/such/program"])
-            .run_chunk(ChunkId::new(1, 0), &Control::new())
-            .unwrap_err();
-        assert!(err.to_string().contains("cannot start"), "{err}");
+        let err = failure(&["sh", "-c", "echo ok"]);
+        assert!(err.contains("not JSON"), "{err}");
+        let err = failure(&["true"]);
+        assert!(err.contains("no final"), "{err}");
+        let err = failure(&["sh", "-c", r#"echo '{"nodes":1}'; echo '{"nodes":1}'"#]);
+        assert!(err.contains("more than one"), "{err}");
+        let err = failure(&["/no/such/program"]);
+        assert!(err.contains("cannot start"), "{err}");
     }
 
     #[test]
@@ -543,25 +544,13 @@ mod tests {
         std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
         let a = ship::pack(&prog).unwrap();
         assert_eq!(a, ship::pack(&prog).unwrap());
-        let mut j = job(&["prog.sh"]);
-        j.params.ship_digest = Some(ship::digest(&a));
-        let bound = j.bind_inputs(&[&a]).unwrap();
-        assert_eq!(
-            bound
-                .run_chunk(ChunkId::new(1, 0), &Control::new())
-                .unwrap()
-                .nodes,
-            42
-        );
-        let mut dot = job(&["./prog.sh"]);
-        dot.params.ship_digest = j.params.ship_digest.clone();
-        let bound = dot.bind_inputs(&[&a]).unwrap();
-        assert_eq!(
-            bound
-                .run_chunk(ChunkId::new(1, 0), &Control::new())
-                .unwrap()
-                .nodes,
-            42
-        );
+        // The shipped program by its bare name and by a path from the unpacked directory.
+        for program in ["prog.sh", "./prog.sh"] {
+            let mut j = job(&[program]);
+            j.params.ship_digest = Some(ship::digest(&a));
+            let bound = j.bind_inputs(&[&a]).unwrap();
+            let out = bound.run_chunk(ChunkId::new(1, 0), &Control::new());
+            assert_eq!(out.unwrap().nodes, 42, "{program}");
+        }
     }
 }

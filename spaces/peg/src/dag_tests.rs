@@ -201,11 +201,7 @@ fn dag_job(game: &Game, mode: Mode, shards: Option<u32>) -> PegJob {
 }
 
 fn job(args: &[&str]) -> Result<Arc<dyn Job>, SpaceError> {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    sweep_space::testkit::registry::<crate::Peg>()
-        .lookup("peg")?
-        .parse_args(&args)
-        .map(|j| j.job().clone())
+    sweep_space::testkit::parse_args::<crate::Peg>(args).map(|j| j.job().clone())
 }
 
 // ---- independent references: raw positions, no symmetry, no layers --------------------------------------------

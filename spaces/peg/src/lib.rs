@@ -59,9 +59,24 @@ impl SearchSpace for Peg {
     const ABOUT: &'static str =
         "Peg solitaire: one solution, the number of solutions, or every reachable position";
     type Params = PegParams;
-    type Job = PegJob;
 
-    fn build(params: PegParams) -> Result<PegJob, SpaceError> {
+    fn build(params: PegParams) -> Result<impl Job, SpaceError> {
+        PegJob::new(params)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PegJob {
+    params: PegParams,
+    game: Game,
+    /// `count`, `positions` and their internal stages run as a DAG of jobs ([`dag`]); `None` for `solve`, and
+    /// for the single-chunk methods the tests keep as an independent cross-check.
+    dag: Option<dag::Dag>,
+}
+
+impl PegJob {
+    /// The job `params` ask for, or why they cannot be searched.
+    fn new(params: PegParams) -> Result<PegJob, SpaceError> {
         let board = Board::new(params.board);
         let start_text = params.start.clone().unwrap_or_else(|| {
             if params.board == BoardKind::Triangle {
@@ -96,18 +111,7 @@ impl SearchSpace for Peg {
         let dag = dag::Dag::new(&params, &game)?;
         Ok(PegJob { params, game, dag })
     }
-}
 
-#[derive(Debug, Clone)]
-pub struct PegJob {
-    params: PegParams,
-    game: Game,
-    /// `count`, `positions` and their internal stages run as a DAG of jobs ([`dag`]); `None` for `solve`, and
-    /// for the single-chunk methods the tests keep as an independent cross-check.
-    dag: Option<dag::Dag>,
-}
-
-impl PegJob {
     /// A job over any game (tests use custom boards).
     #[cfg(test)]
     fn from_game(game: Game, mode: Mode, seed: u64) -> PegJob {

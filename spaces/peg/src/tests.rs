@@ -9,10 +9,7 @@ use super::*;
 use sweep_space::{Answer, Control};
 
 fn job(args: &[&str]) -> Result<sweep_space::SpaceJob, SpaceError> {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    sweep_space::testkit::registry::<crate::Peg>()
-        .lookup("peg")?
-        .parse_args(&args)
+    sweep_space::testkit::parse_args::<crate::Peg>(args)
 }
 
 /// Runs every chunk of `job` split into `n` and merges, checking each output with `verify`.
@@ -48,7 +45,7 @@ fn peg_job(args: &[&str]) -> PegJob {
     use clap::{Args, FromArgMatches};
     let cmd = PegParams::augment_args(clap::Command::new("peg").no_binary_name(true));
     let m = cmd.try_get_matches_from(args).expect("args parse");
-    Peg::build(PegParams::from_arg_matches(&m).expect("params")).expect("job builds")
+    PegJob::new(PegParams::from_arg_matches(&m).expect("params")).expect("job builds")
 }
 
 #[test]
@@ -282,18 +279,24 @@ fn image(game: &Game, g: usize, pos: u64) -> u64 {
     })
 }
 
-/// Per peg count, in the order of [`LAYER_FIELDS`]: [reachable up to symmetry, raw, on a path up to symmetry,
-/// raw], from plain sets.
-pub(super) fn naive_positions(game: &Game) -> BTreeMap<u32, [u64; 4]> {
+/// Every position reachable from the game's start, by a plain depth-first walk (no symmetry).
+fn naive_reachable(game: &Game) -> HashSet<u64> {
     let mut seen: HashSet<u64> = HashSet::from([game.start]);
     let mut stack = vec![game.start];
     while let Some(p) = stack.pop() {
         for m in &game.board.moves {
-            if p & m.flip == m.need && seen.insert(p ^ m.flip) {
+            if m.applies(p) && seen.insert(p ^ m.flip) {
                 stack.push(p ^ m.flip);
             }
         }
     }
+    seen
+}
+
+/// Per peg count, in the order of [`LAYER_FIELDS`]: [reachable up to symmetry, raw, on a path up to symmetry,
+/// raw], from plain sets.
+pub(super) fn naive_positions(game: &Game) -> BTreeMap<u32, [u64; 4]> {
+    let seen = naive_reachable(game);
     let mut memo = HashMap::new();
     let canon = |p: u64| {
         game.game_group
@@ -310,7 +313,7 @@ pub(super) fn naive_positions(game: &Game) -> BTreeMap<u32, [u64; 4]> {
         if classes.insert(canon(p)) {
             e[0] += 1;
         }
-        if naive_wins(game, p, &mut memo) {
+        if naive_count(game, p, &mut memo) > 0 {
             e[3] += 1;
             if good.insert(canon(p)) {
                 e[2] += 1;
@@ -318,24 +321,6 @@ pub(super) fn naive_positions(game: &Game) -> BTreeMap<u32, [u64; 4]> {
         }
     }
     out
-}
-
-/// Whether `pos` can reach the game's goal, by a plain memoised search (no symmetry, no pruning): the
-/// independent truth the cross-checks compare with.
-pub(super) fn naive_wins(game: &Game, pos: u64, memo: &mut HashMap<u64, bool>) -> bool {
-    if pos.count_ones() == 1 {
-        return game.is_goal(pos);
-    }
-    if let Some(&w) = memo.get(&pos) {
-        return w;
-    }
-    let w = game
-        .board
-        .moves
-        .iter()
-        .any(|m| m.applies(pos) && naive_wins(game, pos ^ m.flip, memo));
-    memo.insert(pos, w);
-    w
 }
 
 /// A 5x5 grid without its corners' outer cells: 4,4-ish cross with filled inner square and three extra holes
@@ -544,16 +529,7 @@ fn generated_pagodas_are_pagodas_on_every_board_and_goal() {
 #[test]
 fn pagodas_never_prune_a_winning_position() {
     for game in games_for_cross_checks() {
-        let mut seen: HashSet<u64> = HashSet::new();
-        let mut stack = vec![game.start];
-        seen.insert(game.start);
-        while let Some(p) = stack.pop() {
-            for m in &game.board.moves {
-                if m.applies(p) && seen.insert(p ^ m.flip) {
-                    stack.push(p ^ m.flip);
-                }
-            }
-        }
+        let seen = naive_reachable(&game);
         let mut pruned = 0;
         for &p in &seen {
             if game.pagoda_dead(p) {
@@ -670,21 +646,12 @@ fn linear_program_pagodas_hold_on_every_jump() {
 fn strong_pruning_never_prunes_a_winning_position() {
     for game in games_for_cross_checks() {
         let prune = solve::strong_pruner(&game);
-        let mut seen: HashSet<u64> = HashSet::new();
-        let mut stack = vec![game.start];
-        seen.insert(game.start);
-        while let Some(p) = stack.pop() {
-            for m in &game.board.moves {
-                if m.applies(p) && seen.insert(p ^ m.flip) {
-                    stack.push(p ^ m.flip);
-                }
-            }
-        }
+        let seen = naive_reachable(&game);
         let mut memo = HashMap::new();
         for &p in &seen {
             if prune.dead(p) {
                 assert!(
-                    !naive_wins(&game, p, &mut memo),
+                    naive_count(&game, p, &mut memo) == 0,
                     "pruned a winning position"
                 );
             }

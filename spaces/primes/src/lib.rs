@@ -62,9 +62,8 @@ impl SearchSpace for Primes {
     const ABOUT: &'static str =
         "Primes: count the primes below N by a segmented sieve (the engine's test space)";
     type Params = PrimesParams;
-    type Job = PrimesJob;
 
-    fn build(params: PrimesParams) -> Result<PrimesJob, SpaceError> {
+    fn build(params: PrimesParams) -> Result<impl Job, SpaceError> {
         Ok(PrimesJob {
             below: SpaceError::check_param_range("below", params.below, 0..=MAX_BELOW)?,
         })

@@ -60,15 +60,10 @@ fn brute() {
     let original_s = t.elapsed().as_secs_f64();
     assert_eq!((tested, found), (479_001_600, 960));
 
-    let args: Vec<String> = ["--points", "6", "--method", "brute"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let job = sweep_space::Registry::new()
-        .with::<sweep_star::Star>()
-        .lookup("star")
-        .and_then(|s| s.parse_args(&args))
-        .expect("star job");
+    let job = sweep_space::testkit::parse_args::<sweep_star::Star>(&[
+        "--points", "6", "--method", "brute",
+    ])
+    .expect("star job");
     let plan = job.plan(None).expect("plan");
     let ctl = Control::new();
     let t = Instant::now();
@@ -106,11 +101,7 @@ fn cpu_s(wall: Instant) -> f64 {
 }
 
 fn star_job(points: u32) -> sweep_space::SpaceJob {
-    let args: Vec<String> = vec!["--points".into(), points.to_string()];
-    sweep_space::Registry::new()
-        .with::<sweep_star::Star>()
-        .lookup("star")
-        .and_then(|s| s.parse_args(&args))
+    sweep_space::testkit::parse_args::<sweep_star::Star>(&["--points", &points.to_string()])
         .expect("star job")
 }
 
@@ -400,15 +391,20 @@ fn answer(n: u32) {
     println!("  ({} bytes of JSON, {} of text)", text.len(), report.len());
 }
 
-fn estimate(n: u32) {
-    use sweep_space::SearchSpace;
-    use sweep_star::{Method, Star, StarParams};
-    let job = Star::build(StarParams {
+/// The backtracking job for `n` points and its default plan, which the estimates walk chunk by chunk.
+fn backtrack_job(n: u32) -> (sweep_star::StarJob, sweep_space::Plan) {
+    use sweep_star::{Method, StarJob, StarParams};
+    let job = StarJob::new(StarParams {
         points: n,
         method: Method::Backtrack,
     })
     .expect("star job");
     let plan = job.plan(None).expect("plan");
+    (job, plan)
+}
+
+fn estimate(n: u32) {
+    let (job, plan) = backtrack_job(n);
     let ctl = Control::new();
     let (mut est_total, mut real_total, mut worst) = (0.0, 0u64, 1.0f64);
     let wall = Instant::now();
@@ -439,14 +435,7 @@ fn estimate(n: u32) {
 
 /// The Knuth estimate of the whole default plan, without searching: to forecast a job too long to just run.
 fn predict(n: u32) {
-    use sweep_space::SearchSpace;
-    use sweep_star::{Method, Star, StarParams};
-    let job = Star::build(StarParams {
-        points: n,
-        method: Method::Backtrack,
-    })
-    .expect("star job");
-    let plan = job.plan(None).expect("plan");
+    let (job, plan) = backtrack_job(n);
     let wall = Instant::now();
     let t0 = cpu_s(wall);
     let mut total = 0.0;

@@ -11,7 +11,7 @@ use crate::labels::{encode, parse_labels_slowly, parse_plain, parse_solution_int
 use crate::prefixes::{backtrack_prefixes, FINE_PREFIX_MAX_POINTS};
 
 fn job(points: u32, method: Method) -> StarJob {
-    Star::build(StarParams { points, method }).unwrap()
+    StarJob::new(StarParams { points, method }).unwrap()
 }
 
 /// The prefixes as first written, one value at a time: the masks must give the very same list, in the
@@ -65,7 +65,7 @@ fn prefixes_are_listed_as_value_by_value_in_the_same_order() {
 fn jobs_of_one_n_share_their_prefixes_while_any_holds_them() {
     // n = 27 is built by no other test, which may run on another thread meanwhile.
     let job = |points| {
-        Star::build(StarParams {
+        StarJob::new(StarParams {
             points,
             method: Method::Backtrack,
         })
@@ -206,23 +206,19 @@ fn bad_parameters_are_named() {
 fn verify_rejects_lies() {
     let j = job(6, Method::Backtrack);
     let plan = j.plan(Some(4)).unwrap();
-    let (idx, good) = (0..4)
-        .map(|i| (i, j.run_chunk(ChunkId::new(4, i), &Control::new()).unwrap()))
-        .find(|(_, o)| !o.solutions.is_empty())
-        .unwrap();
+    let (idx, good) = sweep_space::testkit::first_chunk_with_solutions(&j, 4);
     assert_eq!(plan.n_chunks, 4);
-    let mut dropped = good.clone();
-    dropped.solutions.pop();
-    assert!(j.verify(ChunkId::new(4, idx), &dropped).is_err());
+    // A dropped star, a made-up one and one more solution than listed.
+    assert_eq!(
+        sweep_space::testkit::lies_refused(&j, 4, idx, &["solutions"]),
+        3
+    );
     let mut broken = good.clone();
     broken.solutions[0] = "1,2,3,4,5,6,7,8,9,10,11,12".into();
     assert!(j.verify(ChunkId::new(4, idx), &broken).is_err());
-    let mut junk = good.clone();
+    let mut junk = good;
     junk.solutions[0] = "x".into();
     assert!(j.verify(ChunkId::new(4, idx), &junk).is_err());
-    let mut odd = good;
-    odd.count("solutions", 1);
-    assert!(j.verify(ChunkId::new(4, idx), &odd).is_err());
 }
 
 /// `result_texts` writes what `result` builds and `render_text` prints, byte for byte: with stars and

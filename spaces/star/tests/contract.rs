@@ -28,10 +28,7 @@ fn every_chunking_gives_the_same_answer() {
 fn lies_about_a_chunk_with_stars_are_refused() {
     let j = job(8, "backtrack");
     let n = j.plan(Some(6)).expect("plan").n_chunks;
-    let tried: usize = (0..n)
-        .map(|c| testkit::lies_refused(&*j, n, c, &["unique"]))
-        .max()
-        .unwrap_or(0);
+    let tried = testkit::lies_refused_somewhere(&*j, n, &["unique"]);
     assert_eq!(tried, 3, "some chunk has a star to drop");
 }
 
