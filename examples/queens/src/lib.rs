@@ -13,7 +13,7 @@
 //! off by a crash resumes on any worker where it stopped.
 
 use serde::{Deserialize, Serialize};
-use sweep_space::{Answer, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
 
 /// Beyond 27 nobody has a count to check against, and 64-bit masks hold up to 64 columns anyway.
 pub const MAX_N: u32 = 27;
@@ -164,8 +164,8 @@ impl Job for QueensJob {
             .prefixes
             .iter()
             .copied()
-            .skip(chunk as usize)
-            .step_by(n_chunks as usize)
+            .skip(at.chunk as usize)
+            .step_by(at.n_chunks as usize)
             .collect();
         let (mut next, mut solutions, mut nodes) = match ctl.resume_state() {
             // A state this code did not write (another version, a garbled store) is ignored: start over.
