@@ -100,15 +100,7 @@ impl Control {
     /// [`MAX_RESUME_STATE_BYTES`] is refused (the chunk goes on; it will restart from an older state).
     pub fn save_resume_state(&self, state: impl Into<String>) -> Result<(), SpaceError> {
         let state = state.into();
-        if state.len() > MAX_RESUME_STATE_BYTES {
-            return Err(SpaceError::InvalidParam {
-                name: "resume state",
-                reason: format!(
-                    "{} bytes, more than the {MAX_RESUME_STATE_BYTES} a chunk may save",
-                    state.len()
-                ),
-            });
-        }
+        check_state_size("resume state", "the state", &state)?;
         let mut saved = self.saved.lock().unwrap_or_else(|p| p.into_inner());
         saved.text = Some(state);
         saved.taken = false;
@@ -128,17 +120,8 @@ impl Control {
     /// `kept`. A state saved before and not yet taken is dropped, since it names the part before the split.
     /// States over [`MAX_RESUME_STATE_BYTES`] are refused, and then nothing is given away.
     pub fn hand_off(&self, kept: String, given: String) -> Result<(), SpaceError> {
-        for (what, state) in [("kept", &kept), ("given", &given)] {
-            if state.len() > MAX_RESUME_STATE_BYTES {
-                return Err(SpaceError::InvalidParam {
-                    name: "split state",
-                    reason: format!(
-                        "the {what} part is {} bytes, more than the {MAX_RESUME_STATE_BYTES} a state may have",
-                        state.len()
-                    ),
-                });
-            }
-        }
+        check_state_size("split state", "the kept part", &kept)?;
+        check_state_size("split state", "the given part", &given)?;
         {
             let mut saved = self.saved.lock().unwrap_or_else(|p| p.into_inner());
             saved.text = None;
@@ -179,6 +162,21 @@ impl Control {
             Ok(())
         }
     }
+}
+
+/// Refuses a state over [`MAX_RESUME_STATE_BYTES`]: the coordinator keeps states durably, one per running chunk
+/// and piece.
+fn check_state_size(name: &'static str, what: &str, state: &str) -> Result<(), SpaceError> {
+    if state.len() > MAX_RESUME_STATE_BYTES {
+        return Err(SpaceError::InvalidParam {
+            name,
+            reason: format!(
+                "{what} is {} bytes, more than the {MAX_RESUME_STATE_BYTES} a state may have",
+                state.len()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The engine's half of a chunk's [`Control`]: it owns the control the kernel sees and holds the methods only

@@ -17,14 +17,7 @@ use sweep_space::{Answer, ChunkId, Control, Registry, Space, SpaceError};
 
 /// Every position reachable on the triangle, apex empty at the start: the DAG both the scaling and the
 /// whole-job timings run.
-const TRIANGLE_POSITIONS: &[&str] = &[
-    "--board",
-    "triangle",
-    "--goal",
-    "any",
-    "--mode",
-    "positions",
-];
+const TRIANGLE_POSITIONS: &[&str] = sweep_peg::positions::TRIANGLE_ARGS;
 
 static REGISTRY: std::sync::LazyLock<Registry> =
     std::sync::LazyLock::new(|| Registry::new().with::<sweep_peg::Peg>());

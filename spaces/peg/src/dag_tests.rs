@@ -332,15 +332,7 @@ fn dag_positions_match_naive_sets_and_the_single_chunk_method() {
         }
     }
     // The classic figure: 3016 positions reachable from the triangle with its apex empty.
-    let j = job(&[
-        "--board",
-        "triangle",
-        "--goal",
-        "any",
-        "--mode",
-        "positions",
-    ])
-    .expect("valid");
+    let j = job(super::positions::TRIANGLE_ARGS).expect("valid");
     let res = j.result(&Driver::standard().run(j.clone()));
     assert_eq!(res["positions"]["totals"]["reachable_raw"], 3016, "{res}");
 }

@@ -20,6 +20,17 @@
 use super::game::{owner_hash, Game};
 use sweep_space::{ChunkId, Control, Meter, SpaceError};
 
+/// The classic positions job as command-line words: every position reachable on the triangle with its apex empty
+/// (3,016 of them), the reference run of the tests and the benches.
+pub const TRIANGLE_ARGS: &[&str] = &[
+    "--board",
+    "triangle",
+    "--goal",
+    "any",
+    "--mode",
+    "positions",
+];
+
 /// Figures for one peg count, counted only for the positions a chunk owns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Layer {

@@ -1,13 +1,17 @@
 //! The engine's contract, checked with the contract crate's kit on jobs built as the engine builds them.
 
-use sweep_space::{testkit, ChunkControl, ChunkId, Registry};
+use sweep_space::{testkit, ChunkControl, ChunkId, Registry, SpaceJob};
+
+fn primes(below: u64) -> SpaceJob {
+    Registry::new()
+        .with::<sweep_primes::Primes>()
+        .job_from_params("primes", &serde_json::json!({ "below": below }))
+        .expect("valid primes parameters")
+}
 
 #[test]
 fn every_chunking_counts_the_primes_below_a_million_once() {
-    let j = Registry::new()
-        .with::<sweep_primes::Primes>()
-        .job_from_params("primes", &serde_json::json!({ "below": 1_000_000 }))
-        .expect("valid primes parameters");
+    let j = primes(1_000_000);
     let answer = testkit::same_answer_under(&*j, &[Some(1), Some(7), Some(64), None]);
     assert_eq!(answer.tally.counter("primes"), 78_498);
     // A count of primes cannot be checked without sieving again (replication checks it), and a chunk lists no
@@ -19,10 +23,7 @@ fn every_chunking_counts_the_primes_below_a_million_once() {
 /// about a piece's range is refused as a lie about a chunk's is.
 #[test]
 fn a_split_chunk_adds_up_to_the_whole() {
-    let j = Registry::new()
-        .with::<sweep_primes::Primes>()
-        .job_from_params("primes", &serde_json::json!({ "below": 3_000_000 }))
-        .expect("valid primes parameters");
+    let j = primes(3_000_000);
     assert!(j.splits());
     let at = ChunkId::new(2, 1);
     assert!(testkit::split_adds_up(&*j, at, 5) >= 3);
