@@ -129,13 +129,6 @@ impl PrimesJob {
         }
         Ok(())
     }
-
-    /// The integers `[lo, hi)` of chunk `chunk`, checked against the plan.
-    fn range(&self, at: ChunkId) -> Result<(u64, u64), SpaceError> {
-        let (lo, hi) = at.range(u128::from(self.below), self.max_chunks())?;
-        // lo <= hi <= below, a u64.
-        Ok((lo as u64, hi as u64))
-    }
 }
 
 /// The primes up to and including `limit`, by a plain sieve.
@@ -298,7 +291,7 @@ impl Job for PrimesJob {
     }
 
     fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
-        let (lo, hi) = self.range(at)?;
+        let (lo, hi) = self.span(at, None)?;
         self.check_count(lo, hi, out)
     }
 
