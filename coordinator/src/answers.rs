@@ -11,7 +11,7 @@ use std::sync::Arc;
 use sweep_space::{AnswerMerge, ChunkOutput, SpaceJob};
 use tokio::sync::{mpsc, watch};
 
-use crate::core::{CoreError, KeptAnswer, PoisonedChunk};
+use crate::core::{CoreError, KeptAnswer, PoisonedChunk, SlotOrder};
 use crate::scheduler::{ChunkRecord, JobId};
 use crate::store::{Store, StoreError};
 
@@ -28,7 +28,7 @@ pub fn answer(
     store: &Store,
     id: JobId,
     job: &SpaceJob,
-    n_chunks: u64,
+    (n_chunks, order): (u64, &SlotOrder),
     cached: Option<KeptAnswer>,
     merged: Option<AnswerMerge>,
 ) -> Result<(KeptAnswer, Vec<PoisonedChunk>), CoreError> {
@@ -67,7 +67,7 @@ pub fn answer(
     let mut answer = merge.finish();
     answer.artifact = match store.artifact(id)? {
         Some(merged) => merged,
-        None if store.has_chunk_artifacts(id)? => merge_outputs(job, &store.outputs(id)?)
+        None if store.has_chunk_artifacts(id)? => merge_outputs(job, store.outputs(id)?, order)
             .map_err(|e| CoreError::Internal(format!("merging artifacts: {e}")))?,
         None => Vec::new(),
     };
@@ -87,6 +87,7 @@ pub fn merged_artifact(
     store: &Store,
     id: JobId,
     job: &SpaceJob,
+    order: &SlotOrder,
 ) -> Result<Option<Vec<u8>>, CoreError> {
     // Most jobs have no artifacts: do not read a million outputs to find that out.
     if !store.has_chunk_artifacts(id)? {
@@ -96,7 +97,7 @@ pub fn merged_artifact(
     if outputs.iter().all(|(_, o)| o.artifact.is_empty()) {
         return Ok(None);
     }
-    merge_outputs(job, &outputs)
+    merge_outputs(job, outputs, order)
         .map(Some)
         .map_err(|e| CoreError::Internal(format!("merging artifacts: {e}")))
 }
@@ -155,14 +156,17 @@ fn send_piece(
         .map_err(|_| StreamStop(None))
 }
 
-/// The job's merged artifact from its chunk outputs, in chunk order.
+/// The job's merged artifact from its slots' outputs, in the order of the plan's items (a split chunk's
+/// pieces where their parts lie in it).
 fn merge_outputs(
     job: &SpaceJob,
-    outputs: &[(u64, ChunkOutput)],
+    mut outputs: Vec<(u64, ChunkOutput)>,
+    order: &SlotOrder,
 ) -> Result<Vec<u8>, sweep_space::SpaceError> {
     if outputs.iter().all(|(_, o)| o.artifact.is_empty()) {
         return Ok(Vec::new());
     }
+    outputs.sort_by(|a, b| order.key(a.0).cmp(&order.key(b.0)));
     let mut it = outputs.iter().map(|(_, o)| o.artifact.as_slice());
     job.merge_artifacts(&mut it)
 }

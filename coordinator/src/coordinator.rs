@@ -22,7 +22,7 @@ use crate::answers::{self, SolutionPieces};
 use crate::core::{
     check_priority, check_space_right, parse_submit, plan_submit, Ack, Actor, Beat, Checked, Core,
     CoreError, JobView, LeaseAnswer, LeaseProgress, Observation, OpenError, Registration,
-    ResultsInput, ResultsView, SubmitSpec, WorkerView,
+    ResultsInput, ResultsView, SplitAnswer, SplitRequest, SubmitSpec, WorkerView,
 };
 use crate::group_commit::GroupCommit;
 use crate::limits::{Limits, WatchSlots};
@@ -96,7 +96,10 @@ pub(crate) fn now_ms() -> u64 {
 pub struct Report {
     pub lease: LeaseId,
     pub job: JobId,
+    /// The slot reported for (a plan chunk or a piece).
     pub chunk: u64,
+    /// The generation of the slot's part the result covers.
+    pub generation: u32,
     pub output: Result<ChunkOutput, String>,
 }
 
@@ -340,12 +343,12 @@ impl Coordinator {
             reports
                 .into_iter()
                 .map(|r| {
-                    let target = coord.lock().report_target(r.job);
+                    let target = coord.lock().report_target(r.job, r.chunk);
                     Checked::new(
                         &coord.cfg.limits,
                         r.lease,
                         r.job,
-                        r.chunk,
+                        (r.chunk, r.generation),
                         r.output,
                         target.as_ref(),
                     )
@@ -391,10 +394,22 @@ impl Coordinator {
         lease: LeaseId,
         release: bool,
         error: &str,
-        checkpoint: Option<String>,
+        checkpoint: Option<(String, u32)>,
     ) -> Result<bool, CoreError> {
         self.decide_durably(|core| core.fail(worker, lease, release, error, checkpoint, now_ms()))
             .await
+    }
+
+    /// A worker's split of a running chunk (see [`Core::split`]); answered once the split is durable. A piece
+    /// nobody took wakes the lease requests waiting for work.
+    pub async fn split(&self, worker: &str, req: SplitRequest) -> Result<SplitAnswer, CoreError> {
+        let answer = self
+            .decide_durably(|core| core.split(worker, req, now_ms()))
+            .await?;
+        if answer.lease.is_none() {
+            self.work_ready.notify_waiters();
+        }
+        Ok(answer)
     }
 
     /// Checks and plans a submitted job and every input it needs (the core's [`parse_submit`] and
@@ -545,13 +560,14 @@ impl Coordinator {
         let ResultsInput {
             job,
             n_chunks,
+            order,
             view,
             cached,
             finished,
         } = input;
         let store = self.store();
         let (result, poisoned) = tokio::task::spawn_blocking(move || {
-            answers::answer(&store, id, &job, n_chunks, cached, merged)
+            answers::answer(&store, id, &job, (n_chunks, &order), cached, merged)
         })
         .await
         .map_err(|e| CoreError::Internal(format!("results task: {e}")))??;

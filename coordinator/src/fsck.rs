@@ -100,7 +100,7 @@ pub fn check(store: &Store, deep: bool) -> Result<Report, StoreError> {
         let first = bkey
             .get(10..)
             .and_then(|b| u64::from_be_bytes(b.try_into().ok()?).checked_mul(BLOCK));
-        let known = job.and_then(|j| Some((j, jobs.get(&j)?.n_chunks)));
+        let known = job.and_then(|j| Some((j, jobs.get(&j)?.slots())));
         r.problems.push(Problem {
             job,
             what: match known {
@@ -138,12 +138,12 @@ pub fn check(store: &Store, deep: bool) -> Result<Report, StoreError> {
             r.drop_keys.push(k);
             continue;
         };
-        if chunk >= rec.n_chunks {
+        if chunk >= rec.slots() {
             r.problems.push(Problem {
                 job: Some(job),
                 what: format!(
-                    "chunk {chunk} is beyond the job's {} chunks; removed",
-                    rec.n_chunks
+                    "chunk {chunk} is beyond the job's {} chunks and pieces; removed",
+                    rec.slots()
                 ),
             });
             r.drop_keys.push(k);
@@ -338,7 +338,7 @@ fn check_artifacts(
         let read = if store.has_chunk_artifacts(id)? {
             store.outputs(id).map(drop)
         } else {
-            store.for_each_output(id, rec.n_chunks, &mut |_, _| Ok::<(), StoreError>(()))
+            store.for_each_output(id, rec.slots(), &mut |_, _| Ok::<(), StoreError>(()))
         };
         if let Err(e) = read {
             r.problems.push(Problem {
@@ -367,7 +367,7 @@ pub fn repair(store: &Store, report: &Report) -> Result<usize, StoreError> {
         };
         let pending = serde_json::to_vec(&ChunkRecord::Pending { attempts: 0 }).unwrap_or_default();
         let rerun: Vec<u64> = if fix.rerun_all {
-            (0..rec.n_chunks).collect()
+            (0..rec.slots()).collect()
         } else {
             fix.rerun.iter().copied().collect()
         };

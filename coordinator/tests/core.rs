@@ -207,8 +207,15 @@ fn report_output(
     limits: &Limits,
     now: u64,
 ) -> Ack {
-    let target = core.report_target(l.job);
-    let checked = Checked::new(limits, l.lease, l.job, l.chunk, Ok(out), target.as_ref());
+    let target = core.report_target(l.job, l.slot);
+    let checked = Checked::new(
+        limits,
+        l.lease,
+        l.job,
+        (l.slot, l.generation),
+        Ok(out),
+        target.as_ref(),
+    );
     core.apply_report(worker, checked, &(), now).unwrap()
 }
 
@@ -349,6 +356,7 @@ fn a_worker_unknown_after_a_restart_is_asked_to_register_from_its_heartbeat() {
                 lease: l.lease,
                 nodes: 5,
                 checkpoint: None,
+                generation: 0,
             }],
             3,
         )

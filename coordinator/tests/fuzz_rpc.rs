@@ -88,6 +88,7 @@ const UNARY: &[&str] = &[
     "/sweep.v1.Work/Heartbeat",
     "/sweep.v1.Work/Complete",
     "/sweep.v1.Work/Fail",
+    "/sweep.v1.Work/Split",
     "/sweep.v1.Jobs/Submit",
     "/sweep.v1.Jobs/ListJobs",
     "/sweep.v1.Jobs/JobStatus",
@@ -379,6 +380,7 @@ fn fuzz_raw_bytes_to_every_method() {
                 chunk: 0,
                 output: Some(v1::ChunkOutput::from(&real.done[0].1)),
                 elapsed_s: 1.0,
+                generation: 0,
             }],
         }
         .encode_to_vec(),
@@ -388,7 +390,17 @@ fn fuzz_raw_bytes_to_every_method() {
                 lease_id: 3,
                 nodes: 7,
                 checkpoint: Some("cursor 9".into()),
+                generation: 1,
             }],
+        }
+        .encode_to_vec(),
+        v1::SplitRequest {
+            worker_id: "w".into(),
+            lease_id: 1,
+            generation: 0,
+            kept: "span 0 5".into(),
+            given: "span 5 10".into(),
+            take: true,
         }
         .encode_to_vec(),
         v1::JobRequest { job_id: 2 }.encode_to_vec(),
@@ -466,6 +478,11 @@ fn fuzz_raw_bytes_to_every_method() {
     rt.block_on(finish(&path, server, &real));
 }
 
+/// Split states: spans in and around a small star job's chunks, some overlapping, some inverted.
+fn span() -> impl Strategy<Value = String> {
+    (0u64..200, 0u64..200).prop_map(|(lo, hi)| format!("span {lo} {hi}"))
+}
+
 fn text() -> impl Strategy<Value = String> {
     prop_oneof![
         3 => select(vec!["", "w", "honest", "worker-1", " ", "\u{0}", "star", "billiard", "brainball", "buzzled", "peg", "nope"])
@@ -522,6 +539,7 @@ enum Call {
     Heartbeat(v1::HeartbeatRequest),
     Complete(v1::CompleteRequest),
     Fail(v1::FailRequest),
+    Split(v1::SplitRequest),
     Fetch(v1::FetchArtifactRequest),
     Submit(v1::SubmitRequest),
     List,
@@ -588,14 +606,16 @@ fn call() -> impl Strategy<Value = Call> {
         id(),
         proptest::option::weighted(0.9, wire_output()),
         any::<f64>(),
+        prop_oneof![0u32..3, any::<u32>()],
     )
         .prop_map(
-            |(lease_id, job_id, chunk, output, elapsed_s)| v1::ChunkReport {
+            |(lease_id, job_id, chunk, output, elapsed_s, generation)| v1::ChunkReport {
                 lease_id,
                 job_id,
                 chunk,
                 output,
                 elapsed_s,
+                generation,
             },
         );
     prop_oneof![
@@ -633,18 +653,24 @@ fn call() -> impl Strategy<Value = Call> {
             }),
         (
             text(),
-            proptest::collection::vec((id(), any::<u64>(), proptest::option::of(text())), 0..8)
+            proptest::collection::vec(
+                (id(), any::<u64>(), proptest::option::of(text()), 0u32..3),
+                0..8
+            )
         )
             .prop_map(|(worker_id, p)| {
                 Call::Heartbeat(v1::HeartbeatRequest {
                     worker_id,
                     progress: p
                         .into_iter()
-                        .map(|(lease_id, nodes, checkpoint)| v1::LeaseProgress {
-                            lease_id,
-                            nodes,
-                            checkpoint,
-                        })
+                        .map(
+                            |(lease_id, nodes, checkpoint, generation)| v1::LeaseProgress {
+                                lease_id,
+                                nodes,
+                                checkpoint,
+                                generation,
+                            },
+                        )
                         .collect(),
                 })
             }),
@@ -665,6 +691,25 @@ fn call() -> impl Strategy<Value = Call> {
                     error,
                     release,
                     checkpoint,
+                    generation: 0,
+                })
+            }),
+        (
+            text(),
+            id(),
+            prop_oneof![0u32..3, any::<u32>()],
+            prop_oneof![text(), span()],
+            prop_oneof![text(), span()],
+            any::<bool>()
+        )
+            .prop_map(|(worker_id, lease_id, generation, kept, given, take)| {
+                Call::Split(v1::SplitRequest {
+                    worker_id,
+                    lease_id,
+                    generation,
+                    kept,
+                    given,
+                    take,
                 })
             }),
         (text(), id(), text()).prop_map(|(worker_id, job_id, digest)| Call::Fetch(
@@ -757,6 +802,9 @@ fn fuzz_messages_with_lying_fields() {
                 }
                 Call::Fail(r) => {
                     work.fail(r).await?;
+                }
+                Call::Split(r) => {
+                    work.split(r).await?;
                 }
                 Call::Fetch(r) => {
                     let mut s = work.fetch_artifact(r).await?.into_inner();

@@ -136,6 +136,7 @@ async fn dashboard_state_and_metrics_match_the_job() {
             lease_id: leases[2].lease_id,
             nodes: 123,
             checkpoint: None,
+            generation: 0,
         }])
         .await
         .unwrap();

@@ -74,15 +74,18 @@ pub(crate) struct ChunkEstimates {
 impl ChunkEstimates {
     /// `per_chunk` for every chunk, and which of them are finished already (a job loaded at start-up, or one
     /// that ran while its estimates were computed).
-    pub(crate) fn new(per_chunk: Vec<f64>, done_chunks: impl IntoIterator<Item = u64>) -> Self {
+    pub(crate) fn new(
+        per_chunk: Vec<f64>,
+        done_parts: impl IntoIterator<Item = (u64, f64)>,
+    ) -> Self {
         let total = per_chunk.iter().sum();
         let mut e = ChunkEstimates {
             per_chunk,
             total,
             done: 0.0,
         };
-        for chunk in done_chunks {
-            e.chunk_done(chunk);
+        for (chunk, weight) in done_parts {
+            e.part_done(chunk, weight);
         }
         e
     }
@@ -91,9 +94,14 @@ impl ChunkEstimates {
         self.per_chunk.len() as u64
     }
 
-    /// Chunk `chunk` is finished (accepted once: the scheduler counts a chunk done exactly once).
-    pub(crate) fn chunk_done(&mut self, chunk: u64) {
-        self.done += self.per_chunk.get(chunk as usize).copied().unwrap_or(0.0);
+    /// A part of chunk `chunk` worth `weight` of it is finished (a piece, or a chunk that gave pieces away).
+    pub(crate) fn part_done(&mut self, chunk: u64, weight: f64) {
+        self.done += weight * self.per_chunk.get(chunk as usize).copied().unwrap_or(0.0);
+    }
+
+    /// Chunk `chunk`'s estimated nodes.
+    pub(crate) fn nodes(&self, chunk: u64) -> Option<f64> {
+        self.per_chunk.get(chunk as usize).copied()
     }
 
     /// The job's expected total, given the real nodes of its finished chunks.
@@ -154,16 +162,17 @@ mod tests {
 
     #[test]
     fn finished_chunks_move_their_estimates_from_rest_to_done() {
-        let mut e = ChunkEstimates::new(vec![10.0, 20.0, 30.0, 40.0], [1]);
+        let mut e = ChunkEstimates::new(vec![10.0, 20.0, 30.0, 40.0], [(1, 1.0)]);
         assert_eq!(e.n_chunks(), 4);
         assert_eq!(e.expected_total(20), 100.0);
-        e.chunk_done(3);
+        e.part_done(3, 1.0);
         assert_eq!(e.expected_total(60), 100.0);
         // A chunk outside the plan counts for nothing.
-        e.chunk_done(9);
+        e.part_done(9, 1.0);
         assert_eq!(e.expected_total(60), 100.0);
-        e.chunk_done(0);
-        e.chunk_done(2);
+        e.part_done(0, 0.5);
+        e.part_done(0, 0.5);
+        e.part_done(2, 1.0);
         assert_eq!(e.expected_total(77), 77.0);
     }
 }

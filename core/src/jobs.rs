@@ -10,7 +10,7 @@ use crate::error::CoreError;
 use crate::estimate::ChunkEstimates;
 use crate::records::Op;
 use crate::scheduler::{JobId, Millis};
-use crate::state::Core;
+use crate::state::{Core, SlotOrder};
 use crate::views::JobView;
 
 /// Who asks to cancel, pause or resume a job, as the auth layer found them.
@@ -127,7 +127,11 @@ impl Core {
         }
         // Chunks may have finished while the estimates were computed (or before a restart): their estimates
         // count as done, matching the tally's real nodes.
-        e.estimates = Some(ChunkEstimates::new(per_chunk, self.sched.done_chunks(id)));
+        let done = self.sched.done_chunks(id).map(|slot| {
+            let part = e.slot_part(slot);
+            (part.chunk, part.weight())
+        });
+        e.estimates = Some(ChunkEstimates::new(per_chunk, done));
         self.job_changes += 1;
     }
 
@@ -140,11 +144,9 @@ impl Core {
         !self.to_merge.is_empty()
     }
 
-    /// The job and its chunk count, for verifying a report outside the lock.
-    pub fn job_and_chunks(&self, job: JobId) -> Option<(SpaceJob, u64)> {
-        self.jobs
-            .get(&job)
-            .map(|e| (e.job.clone(), e.record.n_chunks))
+    /// The job and the order of its slots' artifacts, for merging them outside the lock.
+    pub fn job_and_order(&self, job: JobId) -> Option<(SpaceJob, SlotOrder)> {
+        self.jobs.get(&job).map(|e| (e.job.clone(), e.slot_order()))
     }
 
     pub fn has_artifact(&self, job: JobId) -> bool {

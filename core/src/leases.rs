@@ -26,6 +26,8 @@ pub struct LeaseProgress {
     pub lease: LeaseId,
     pub nodes: u64,
     pub checkpoint: Option<String>,
+    /// The generation of the part the checkpoint was saved in (see [`crate::PartRecord`]).
+    pub generation: u32,
 }
 
 /// A heartbeat's answer.
@@ -35,6 +37,8 @@ pub struct Beat {
     pub revoked: Vec<LeaseId>,
     /// This coordinator does not know the worker (it restarted): register again.
     pub register_again: bool,
+    /// Leases whose chunks the coordinator asks to split: threads elsewhere are idle.
+    pub split: Vec<LeaseId>,
 }
 
 impl Core {
@@ -99,6 +103,7 @@ impl Core {
         let grants = self
             .sched
             .lease_where(now, worker, max_chunks as usize, &runnable);
+        self.ask_splits(worker, max_chunks as usize - grants.len(), now);
         let leases = grants
             .iter()
             .filter_map(|g| self.lease_view(g.lease, g.job, g.chunk, g.deadline))
@@ -143,7 +148,7 @@ impl Core {
     }
 
     /// What a worker is told of lease `lease` of `chunk` of `job`, due at `deadline`.
-    fn lease_view(
+    pub(crate) fn lease_view(
         &self,
         lease: LeaseId,
         job: JobId,
@@ -151,6 +156,7 @@ impl Core {
         deadline: Millis,
     ) -> Option<LeaseView> {
         let e = self.jobs.get(&job)?;
+        let part = e.slot_part(chunk);
         // Leased only once every input's artifact is stored, so each has its digest.
         let inputs = e
             .record
@@ -171,10 +177,13 @@ impl Core {
             space: e.record.space.clone(),
             params_json: e.params_json.clone(),
             n_chunks: e.record.n_chunks,
-            chunk,
+            chunk: part.chunk,
+            slot: chunk,
+            generation: part.generation,
             deadline_ms: deadline,
             inputs,
-            checkpoint: self.checkpoints.get(&(job, chunk)).cloned(),
+            // A checkpoint is a point inside the part; the part itself is where a run of it starts.
+            checkpoint: self.checkpoints.get(&(job, chunk)).cloned().or(part.part),
             shipped: e.job.shipped(),
             count_only: e.record.listing.counts_only(),
         })
@@ -195,7 +204,7 @@ impl Core {
             if !revoked.contains(&p.lease) {
                 self.progress.insert(p.lease, p.nodes);
                 if let Some(state) = p.checkpoint {
-                    self.save_checkpoint(p.lease, state);
+                    self.save_checkpoint(p.lease, state, p.generation);
                 }
             }
         }
@@ -204,6 +213,7 @@ impl Core {
         Ok(Beat {
             revoked,
             register_again,
+            split: self.splits_for(worker),
         })
     }
 
@@ -215,15 +225,15 @@ impl Core {
         lease: LeaseId,
         release: bool,
         error: &str,
-        checkpoint: Option<String>,
+        checkpoint: Option<(String, u32)>,
         now: Millis,
     ) -> Result<bool, CoreError> {
         self.check_writable()?;
         self.touch_worker(worker, now);
         self.sched.advance(now);
         let at = self.sched.lease_job_chunk(lease);
-        if let Some(state) = checkpoint {
-            self.save_checkpoint(lease, state);
+        if let Some((state, generation)) = checkpoint {
+            self.save_checkpoint(lease, state, generation);
         }
         if let (Some(key), false) = (at, release) {
             let msg: String = error.chars().take(MAX_FAILURE_BYTES).collect();
@@ -276,11 +286,17 @@ impl Core {
         expired
     }
 
-    /// Keeps a running chunk's newest resume state (and stages it for the store), if its lease is current.
-    fn save_checkpoint(&mut self, lease: LeaseId, state: String) {
+    /// Keeps a running chunk's newest resume state (and stages it for the store), if its lease is current and
+    /// the state was saved in the generation of the slot's part: one saved before a split names a point of
+    /// the part before it, and a restart from it would search the given part twice.
+    fn save_checkpoint(&mut self, lease: LeaseId, state: String, generation: u32) {
         let Some((job, chunk)) = self.sched.lease_job_chunk(lease) else {
             return;
         };
+        let current = self.jobs.get(&job).map(|e| e.slot_part(chunk).generation);
+        if current != Some(generation) {
+            return;
+        }
         if state.len() > sweep_space::MAX_RESUME_STATE_BYTES {
             warn!(
                 job,

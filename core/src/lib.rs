@@ -25,6 +25,7 @@
 //! - `shares`: identities' shares and decayed use (persisted every few seconds), the priority ceiling;
 //! - `open`: rebuilding the core from a snapshot at start-up;
 //! - `workers`, `leases`, `reports`: a worker's registration, its leases and heartbeats, its results;
+//! - `pieces`: running chunks asked to split, and splits checked and recorded;
 //! - `jobs`, `results`, `observe`: job control (and who may exercise it) and artifact merges, what answers are
 //!   read from, the views.
 //!
@@ -39,6 +40,7 @@ pub mod limits;
 mod observe;
 mod open;
 mod outbox;
+mod pieces;
 mod placement;
 mod records;
 mod reports;
@@ -55,12 +57,13 @@ pub use estimate::{estimate_chunks, expected_total, MAX_ESTIMATED_CHUNKS};
 pub use jobs::Actor;
 pub use leases::{Beat, LeaseProgress, MAX_FAILURE_BYTES, MAX_LEASE_REQUEST};
 pub use open::{JobOf, OpenError};
+pub use pieces::{SplitAnswer, SplitRequest, MAX_PIECES_PER_JOB};
 pub use placement::Waiting;
-pub use records::{IdentityRecord, JobRecord, Listing, Op, Snapshot};
+pub use records::{IdentityRecord, JobRecord, Listing, Op, PartRecord, Snapshot};
 pub use reports::{Checked, ReportTarget, StoredDigests};
 pub use results::{ArtifactRef, ResultsInput, MAX_KEPT_MERGES, MAX_KEPT_RESULTS};
 pub use shares::{check_priority, check_space_right, IDENTITY_SAVE_INTERVAL_MS};
-pub use state::Core;
+pub use state::{Core, SlotOrder, SlotPart};
 pub use submit::{
     check_share, parse_submit, plan_submit, JobOptions, Reuse, SubmitNode, SubmitSpec,
     MAX_CHUNKS_PER_JOB, MAX_CHUNK_HINT_MS, MAX_REPLICATE, MAX_SHARE,

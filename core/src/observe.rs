@@ -71,6 +71,12 @@ impl Core {
             chunks_done: counts.done,
             chunks_leased: counts.leased,
             chunks_poisoned: counts.poisoned,
+            pieces: counts.pieces,
+            chunks_covered: if counts.done == counts.total {
+                e.record.n_chunks as f64
+            } else {
+                (counts.done - e.parted_done.0) as f64 + e.parted_done.1
+            },
             reissued: counts.reissued,
             nodes: e.tally.nodes,
             running_nodes,

@@ -48,7 +48,7 @@ impl Core {
             let counted = snap
                 .done
                 .get(&rec.id)
-                .map_or(0, |d| d.count_below(rec.n_chunks));
+                .map_or(0, |d| d.count_below(rec.slots()));
             if tallied != counted {
                 return Err(OpenError::Damaged(format!(
                     "job {} has {counted} done chunks but its tally counts {tallied}",
@@ -74,6 +74,7 @@ impl Core {
                     why,
                 })?;
             sched.add_job(rec.id, rec.priority, rec.n_chunks, rec.state);
+            sched.restore_pieces(rec.id, rec.pieces);
             sched.set_fair(rec.id, rec.priority, fair_spec(&rec, &job));
             sched.set_replication(rec.id, rec.replicate);
             sched.set_max_attempts(rec.id, rec.max_attempts);
@@ -81,6 +82,35 @@ impl Core {
             let tally = snap.tallies.get(&rec.id).cloned().unwrap_or_default();
             // Results accepted before the restart are only in the store: its answer is read from there.
             jobs.insert(rec.id, JobEntry::new(rec, job, tally, None));
+        }
+        for (job, slot, part) in snap.parts {
+            if let Some(e) = jobs.get_mut(&job) {
+                if slot < e.record.slots() {
+                    e.parts.insert(slot, part);
+                }
+            }
+        }
+        let mut restored = 0u64;
+        for (job, chunk, rec) in &snap.chunks {
+            sched.restore_chunk(*job, *chunk, rec);
+            restored += 1;
+        }
+        // The scheduler keeps no digest, a bit per done chunk: a duplicate result's digest is read from the
+        // store when one arrives.
+        for (job, done) in snap.done {
+            restored += done.len();
+            if let Some(e) = jobs.get_mut(&job) {
+                let parted: Vec<u64> = e
+                    .parts
+                    .keys()
+                    .copied()
+                    .filter(|s| done.contains(*s))
+                    .collect();
+                for slot in parted {
+                    e.slot_done(slot);
+                }
+            }
+            sched.restore_done(job, done);
         }
         let mut to_merge = Vec::new();
         let mut to_estimate = Vec::new();
@@ -97,17 +127,7 @@ impl Core {
                 to_merge.push(e.record.id);
             }
         }
-        let mut restored = 0u64;
-        for (job, chunk, rec) in &snap.chunks {
-            sched.restore_chunk(*job, *chunk, rec);
-            restored += 1;
-        }
-        // The scheduler keeps no digest, a bit per done chunk: a duplicate result's digest is read from the
-        // store when one arrives.
-        for (job, done) in snap.done {
-            restored += done.len();
-            sched.restore_done(job, done);
-        }
+
         for (job, chunk, votes) in snap.votes {
             sched.restore_votes(job, chunk, votes);
         }
@@ -138,6 +158,8 @@ impl Core {
             usage_dirty: BTreeSet::new(),
             limits,
             identities_saved_ms: now,
+            split_asks: HashMap::new(),
+            splits_looked_ms: 0,
         };
         // Stores from before readers were cancelled with their inputs may hold a job waiting for an input that
         // ended without an artifact: settled now, written with the first commit.

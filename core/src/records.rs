@@ -76,6 +76,42 @@ pub struct JobRecord {
     /// runs, with the identities' use): a restart resumes the order between one person's jobs from it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub use_per_share_ms: f64,
+    /// Slots added to the plan's chunks by splitting running chunks (see [`PartRecord`]): the job has
+    /// `n_chunks + pieces` slots, each completed exactly once.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub pieces: u64,
+}
+
+impl JobRecord {
+    /// Every slot of the job: the plan's chunks, then the pieces split off them, in the order they were made.
+    pub fn slots(&self) -> u64 {
+        self.n_chunks + self.pieces
+    }
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
+/// Which part of which plan chunk a slot searches, once a split made it other than the whole chunk it is
+/// numbered after: a piece's record is written with the split that made it, and a split chunk's record is
+/// rewritten (its part narrowed) in the same batch. A slot without a record is plan chunk `slot`, whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartRecord {
+    /// The plan chunk the part belongs to.
+    pub chunk: u64,
+    /// The part, in the space's state vocabulary: a run started from it searches exactly the part.
+    pub part: String,
+    /// Splits made from this slot so far. A state a worker sends (a checkpoint, a result) names the
+    /// generation it was computed in, and is taken only if that is still the slot's: a result computed before
+    /// a split covers what was given away too, and would count it twice.
+    pub generation: u32,
+    /// Where the part lies in its chunk: a split's kept part extends its parent's path with nothing (it stays
+    /// the lowest part of what the parent covered) and its given part with `1` after as many `0`s as the
+    /// parent had made splits before. Sorting a chunk's slots by path orders their parts as the chunk's items
+    /// are ordered, which is the order chunk artifacts are merged in; its length is how many halvings deep
+    /// the part is (its share of the chunk in progress bars).
+    pub path: String,
 }
 
 impl JobRecord {
@@ -112,6 +148,7 @@ impl JobRecord {
             share: one_share(),
             chunk_hint_ms: None,
             use_per_share_ms: 0.0,
+            pieces: 0,
         }
     }
 }
@@ -197,8 +234,10 @@ pub enum Op {
     /// coordinator keeps the same bytes in memory to serve workers, and staging happens under its lock.
     Artifact(JobId, std::sync::Arc<Vec<u8>>),
     Meta(&'static str, u64),
-    /// A running chunk's newest resume state (`None`: the chunk is done, its state is dropped).
+    /// A running chunk's newest resume state (`None`: the chunk is done, or split, and its state is dropped).
     Checkpoint(JobId, u64, Option<String>),
+    /// The part a slot searches, written when a split makes or narrows it (boxed for the op's size).
+    Part(JobId, u64, Box<PartRecord>),
     /// A replicated chunk's votes so far (empty: accepted, the votes are dropped).
     Votes(JobId, u64, Vec<Vote>),
     /// What a job's accepted outputs have stored, counted against its caps across restarts.
@@ -238,6 +277,8 @@ pub struct Snapshot {
     pub usage: BTreeMap<JobId, Usage>,
     /// Every identity's share and decayed use, as last written.
     pub identities: Vec<IdentityRecord>,
+    /// The parts of slots made or narrowed by splits, by (job, slot).
+    pub parts: Vec<(JobId, u64, PartRecord)>,
 }
 
 impl Snapshot {

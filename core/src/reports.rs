@@ -8,7 +8,7 @@ use crate::error::CoreError;
 use crate::limits::{output_bytes, Limits, Usage};
 use crate::records::{Listing, Op};
 use crate::scheduler::{ChunkRecord, Completion, JobId, LeaseId, Millis};
-use crate::state::Core;
+use crate::state::{Core, SlotPart};
 use crate::views::{Ack, AckKind};
 
 /// A report after decoding and verification, ready to be applied under the lock.
@@ -25,6 +25,8 @@ pub enum Checked {
         lease: LeaseId,
         job: JobId,
         chunk: u64,
+        /// The generation of the slot's part the result was computed in, and the one it was verified against.
+        generation: (u32, u32),
         digest: String,
         output: ChunkOutput,
         verified: Result<(), sweep_space::SpaceError>,
@@ -54,6 +56,8 @@ impl StoredDigests for () {
 pub struct ReportTarget {
     pub job: SpaceJob,
     pub n_chunks: u64,
+    /// What the reported slot searches.
+    pub part: SlotPart,
     /// The job keeps counts only: lists are dropped (after they are verified, if a worker sent one anyway).
     pub counts_only: bool,
 }
@@ -65,7 +69,7 @@ impl Checked {
         limits: &Limits,
         lease: LeaseId,
         job_id: JobId,
-        chunk: u64,
+        (chunk, generation): (u64, u32),
         output: Result<ChunkOutput, String>,
         target: Option<&ReportTarget>,
     ) -> Checked {
@@ -85,10 +89,12 @@ impl Checked {
                 message,
             };
         }
-        let verified = if target.counts_only && output.solutions.is_empty() {
-            job.verify_counts(ChunkId::new(n_chunks, chunk), &output)
-        } else {
-            job.verify(ChunkId::new(n_chunks, chunk), &output)
+        let at = ChunkId::new(n_chunks, target.part.chunk);
+        let listed = !(target.counts_only && output.solutions.is_empty());
+        let verified = match &target.part.part {
+            Some(part) => job.verify_part(at, part, &output, listed),
+            None if listed => job.verify(at, &output),
+            None => job.verify_counts(at, &output),
         };
         if target.counts_only {
             // Dropped before the digest: workers that listed and workers that did not must agree.
@@ -98,6 +104,7 @@ impl Checked {
             lease,
             job: job_id,
             chunk,
+            generation: (generation, target.part.generation),
             digest: hex::encode(output.digest()),
             output,
             verified,
@@ -116,11 +123,12 @@ impl Checked {
 }
 
 impl Core {
-    /// What a report for `job` is checked against (outside the lock).
-    pub fn report_target(&self, job: JobId) -> Option<ReportTarget> {
+    /// What a report for slot `slot` of `job` is checked against (outside the lock).
+    pub fn report_target(&self, job: JobId, slot: u64) -> Option<ReportTarget> {
         self.jobs.get(&job).map(|e| ReportTarget {
             job: e.job.clone(),
             n_chunks: e.record.n_chunks,
+            part: e.slot_part(slot),
             counts_only: e.record.listing.counts_only(),
         })
     }
@@ -154,10 +162,27 @@ impl Core {
                 lease,
                 job,
                 chunk,
+                generation,
                 digest,
                 output,
                 verified,
-            } => (lease, job, chunk, digest, output, verified),
+            } => {
+                // The part may have been split since the result was verified (by another lease of the slot).
+                let current = self.jobs.get(&job).map(|e| e.slot_part(chunk).generation);
+                if generation.0 != generation.1 || current.is_some_and(|g| g != generation.0) {
+                    return Ok(Ack {
+                        lease,
+                        kind: AckKind::Rejected,
+                        message: format!(
+                            "the result of slot {chunk} of job {job} was computed in generation {} of its \
+                             part, which is in generation {}: it covers work given away by a split",
+                            generation.0,
+                            current.unwrap_or(generation.1)
+                        ),
+                    });
+                }
+                (lease, job, chunk, digest, output, verified)
+            }
         };
         self.check_writable()?;
         self.touch_worker(worker, now);
@@ -246,9 +271,11 @@ impl Core {
                 if let Some(m) = &mut entry.merged {
                     m.add(&output);
                 }
+                let part = entry.slot_part(chunk);
                 if let Some(est) = &mut entry.estimates {
-                    est.chunk_done(chunk);
+                    est.part_done(part.chunk, part.weight());
                 }
+                entry.slot_done(chunk);
                 let tally = entry.tally.clone();
                 let usage = self.usage.entry(job_id).or_default();
                 usage.solutions += add.solutions;

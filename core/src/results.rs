@@ -10,7 +10,7 @@ use sweep_space::{AnswerMerge, SpaceJob};
 use crate::error::CoreError;
 use crate::records::Listing;
 use crate::scheduler::{JobId, Millis};
-use crate::state::{Core, JobEntry};
+use crate::state::{Core, JobEntry, SlotOrder};
 use crate::views::{JobView, KeptAnswer};
 
 /// Finished jobs that keep the answer merged while they ran until someone asks for it (see
@@ -23,7 +23,10 @@ pub const MAX_KEPT_RESULTS: usize = 16;
 /// What the results of a job are computed from, copied out under the lock.
 pub struct ResultsInput {
     pub job: SpaceJob,
+    /// Its slots: the plan's chunks and the pieces split off them (each has one output).
     pub n_chunks: u64,
+    /// The order of its slots' artifacts.
+    pub order: SlotOrder,
     pub view: JobView,
     /// The answer, if it was computed already (finished jobs keep theirs).
     pub cached: Option<KeptAnswer>,
@@ -43,7 +46,8 @@ impl Core {
         let view = self.job_view(id, now).ok_or(CoreError::UnknownJob(id))?;
         Ok(ResultsInput {
             job: e.job.clone(),
-            n_chunks: e.record.n_chunks,
+            n_chunks: e.record.slots(),
+            order: e.slot_order(),
             view,
             cached: e.result.clone(),
             finished: e.record.state.is_finished(),
@@ -55,7 +59,7 @@ impl Core {
     pub fn listed_chunks(&self, id: JobId) -> Result<u64, CoreError> {
         let e = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
         match e.record.listing {
-            Listing::All => Ok(e.record.n_chunks),
+            Listing::All => Ok(e.record.slots()),
             Listing::CountOnly => Err(CoreError::Precondition(format!(
                 "job {id} was submitted --count-only: it has counts, no list of solutions"
             ))),

@@ -10,7 +10,7 @@ use sweep_space::{AnswerMerge, SpaceJob, Tally};
 
 use crate::estimate::{ChunkEstimates, MAX_ESTIMATED_CHUNKS};
 use crate::limits::{Limits, Usage};
-use crate::records::{JobRecord, Op};
+use crate::records::{JobRecord, Op, PartRecord};
 use crate::scheduler::{JobId, LeaseId, Millis, Scheduler};
 use crate::views::{FailedAttempt, KeptAnswer};
 
@@ -38,6 +38,47 @@ pub(crate) struct JobEntry {
     /// when it would not cover exactly what is stored: loaded after a restart, once the list is stopped, or
     /// taken by the first answer.
     pub(crate) merged: Option<AnswerMerge>,
+    /// The parts of its slots that splits made or narrowed (see [`PartRecord`]); a slot without one is its
+    /// plan chunk, whole.
+    pub(crate) parts: HashMap<u64, PartRecord>,
+    /// Of its done slots, how many have a part record, and the sum of their weights ([`SlotPart::weight`]):
+    /// what its progress in plan chunks is computed from without a pass over the parts.
+    pub(crate) parted_done: (u64, f64),
+}
+
+/// Where the parts of a job's split slots lie: slot -> (plan chunk, path). Outputs sorted by
+/// [`SlotOrder::key`] are in the order of the plan's items, as if no chunk had split, which is the order chunk
+/// artifacts are merged in.
+#[derive(Clone, Debug, Default)]
+pub struct SlotOrder(HashMap<u64, (u64, String)>);
+
+impl SlotOrder {
+    /// The sort key of slot `slot`'s output: its plan chunk, then its part's path (the kept part of a split
+    /// comes before everything given away from it, and earlier gifts after later ones).
+    pub fn key(&self, slot: u64) -> (u64, &str) {
+        match self.0.get(&slot) {
+            Some((chunk, path)) => (*chunk, path.as_str()),
+            None => (slot, ""),
+        }
+    }
+}
+
+/// What a slot searches: which plan chunk, which part of it (`None`: all), its generation and path (see
+/// [`PartRecord`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotPart {
+    pub chunk: u64,
+    pub part: Option<String>,
+    pub generation: u32,
+    pub path: String,
+}
+
+impl SlotPart {
+    /// Its share of its plan chunk: each split halves what the split slot counts for.
+    pub fn weight(&self) -> f64 {
+        let halvings = (self.path.len() as u64 + u64::from(self.generation)).min(1100) as i32;
+        0.5f64.powi(halvings)
+    }
 }
 
 /// What the core knows of one worker: memory only, so a restarted coordinator knows a worker again once it is
@@ -95,6 +136,11 @@ pub struct Core {
     pub(crate) limits: Limits,
     /// When identities' use was last staged for the store (see `shares.rs`).
     pub(crate) identities_saved_ms: Millis,
+    /// Running chunks the coordinator asks to split: when it asked, and whether the holder was told (in its
+    /// heartbeat's answer). Memory only: after a restart idle threads ask again.
+    pub(crate) split_asks: HashMap<LeaseId, (Millis, bool)>,
+    /// When lease requests last looked for chunks to split (see `pieces.rs`).
+    pub(crate) splits_looked_ms: Millis,
 }
 
 impl JobEntry {
@@ -115,6 +161,43 @@ impl JobEntry {
             failures: VecDeque::new(),
             estimates: None,
             merged,
+            parts: HashMap::new(),
+            parted_done: (0, 0.0),
+        }
+    }
+
+    /// Slot `slot` was accepted: its share of its chunk is covered.
+    pub(crate) fn slot_done(&mut self, slot: u64) {
+        if self.parts.contains_key(&slot) {
+            let w = self.slot_part(slot).weight();
+            self.parted_done.0 += 1;
+            self.parted_done.1 += w;
+        }
+    }
+
+    /// Where its split slots' parts lie in their chunks, for putting their outputs in the chunk's order.
+    pub(crate) fn slot_order(&self) -> SlotOrder {
+        SlotOrder(
+            self.parts
+                .iter()
+                .map(|(slot, p)| (*slot, (p.chunk, p.path.clone())))
+                .collect(),
+        )
+    }
+
+    /// What slot `slot` searches.
+    pub(crate) fn slot_part(&self, slot: u64) -> SlotPart {
+        match self.parts.get(&slot) {
+            Some(p) => SlotPart {
+                chunk: p.chunk,
+                part: Some(p.part.clone()),
+                generation: p.generation,
+                path: p.path.clone(),
+            },
+            None => SlotPart {
+                chunk: slot,
+                ..SlotPart::default()
+            },
         }
     }
 

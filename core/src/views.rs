@@ -18,10 +18,17 @@ pub struct JobView {
     pub params_json: String,
     pub state: JobState,
     pub priority: i32,
+    /// Slots: the plan's chunks and the pieces split off running ones.
     pub chunks_total: u64,
     pub chunks_done: u64,
     pub chunks_leased: u64,
     pub chunks_poisoned: u64,
+    /// Of `chunks_total`, the pieces split off running chunks.
+    pub pieces: u64,
+    /// How much of the plan the done slots cover, in plan chunks (each split halves what the split slot counts
+    /// for): what a progress bar shows, since it never falls when a chunk splits, and reaches the plan's chunk
+    /// count exactly when every slot is done.
+    pub chunks_covered: f64,
     /// Chunks handed out again after an expiry or a failure.
     pub reissued: u64,
     /// Nodes of the accepted chunks (part of the answer).
@@ -197,11 +204,17 @@ pub struct LeaseView {
     pub space: String,
     pub params_json: String,
     pub n_chunks: u64,
+    /// The plan chunk to run.
     pub chunk: u64,
+    /// The slot its result is reported for: the chunk itself, or a piece split off it.
+    pub slot: u64,
+    /// The generation of the slot's part: states sent for this lease name it, plus the splits made since.
+    pub generation: u32,
     pub deadline_ms: u64,
     /// Every input job with the digest of its stored artifact, in the order the job binds them.
     pub inputs: Vec<(JobId, String)>,
-    /// The chunk's saved resume state, if an earlier attempt left one.
+    /// Where the run starts: the slot's saved resume state, if an earlier attempt left one, else its part
+    /// (`None`: the whole chunk).
     pub checkpoint: Option<String>,
     /// Digests of the files the job ships.
     pub shipped: Vec<String>,

@@ -382,6 +382,7 @@ mod tests {
                 artifact: vec![i as u8; i as usize],
             }),
             elapsed_s: 0.25,
+            generation: i as u32,
         };
         let reports = [
             report(0, vec![]),

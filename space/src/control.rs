@@ -47,6 +47,9 @@ pub struct Handoff {
 struct SavedState {
     text: Option<String>,
     taken: bool,
+    /// Parts given away so far: under the same lock as the state, so a state taken is known to be of the part
+    /// before or after each split (see [`ChunkControl::take_resume_state_in`]).
+    handoffs: u32,
 }
 
 /// The largest resume state a chunk may save: the coordinator keeps one per running chunk durably, so a state
@@ -126,6 +129,7 @@ impl Control {
             let mut saved = self.saved.lock().unwrap_or_else(|p| p.into_inner());
             saved.text = None;
             saved.taken = true;
+            saved.handoffs += 1;
         }
         self.handoffs
             .lock()
@@ -230,12 +234,27 @@ impl ChunkControl {
 
     /// The newest state the kernel saved with [`Control::save_resume_state`], if it was not taken before.
     pub fn take_resume_state(&self) -> Option<String> {
+        self.take_resume_state_in().map(|(state, _)| state)
+    }
+
+    /// [`ChunkControl::take_resume_state`] with the number of parts the run had given away when the state was
+    /// saved: whoever keeps states of split runs must tell a state of the part before a split from one after.
+    pub fn take_resume_state_in(&self) -> Option<(String, u32)> {
         let mut saved = self.control.saved.lock().unwrap_or_else(|p| p.into_inner());
         if saved.taken {
             return None;
         }
         saved.taken = true;
-        saved.text.clone()
+        saved.text.clone().map(|t| (t, saved.handoffs))
+    }
+
+    /// How many parts the run has given away ([`Control::hand_off`]) so far, taken or not.
+    pub fn handoffs_made(&self) -> u32 {
+        self.control
+            .saved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .handoffs
     }
 
     /// Nodes reported so far by the kernel (a progress figure; the exact count is in the chunk's output).

@@ -10,9 +10,10 @@ pub fn report(lease: &v1::ChunkLease, output: v1::ChunkOutput) -> v1::ChunkRepor
     v1::ChunkReport {
         lease_id: lease.lease_id,
         job_id: lease.job_id,
-        chunk: lease.chunk,
+        chunk: lease.slot,
         output: Some(output),
         elapsed_s: 0.0,
+        generation: lease.generation,
     }
 }
 
@@ -24,10 +25,12 @@ pub fn run_lease(lease: &v1::ChunkLease) -> v1::ChunkOutput {
             &serde_json::from_str(&lease.params_json).expect("params are JSON"),
         )
         .expect("a leased job builds");
+    // A piece of a split chunk, or a resumed one, starts where its lease says.
+    let start = (!lease.checkpoint.is_empty()).then(|| lease.checkpoint.clone());
     let out = job
         .run_chunk(
             ChunkId::new(lease.n_chunks, lease.chunk),
-            &sweep_space::Control::new(),
+            sweep_space::ChunkControl::new(start).control(),
         )
         .expect("the chunk runs");
     v1::ChunkOutput::from(&out)
@@ -155,6 +158,7 @@ impl FakeWorker {
             error: error.into(),
             release,
             checkpoint: None,
+            generation: lease.generation,
         };
         self.work.fail(req).await?;
         Ok(())

@@ -263,6 +263,7 @@ fn leases_carry_the_term_and_a_higher_term_fences_the_leader_off() {
                     lease_id: leases[0].lease_id,
                     nodes: 1,
                     checkpoint: None,
+                    generation: 0,
                 }],
             });
             req.metadata_mut()

@@ -36,6 +36,7 @@ pub(crate) fn executor(
                 // Running from here on, so heartbeats keep the lease while its inputs are fetched.
                 let ctl = Arc::new(ChunkControl::new(resume));
                 st.running.insert(lease.lease_id, ctl.clone());
+                st.generations.insert(lease.lease_id, lease.generation);
                 (lease, ctl)
             })
         };
@@ -62,6 +63,15 @@ pub(crate) fn executor(
         let Ok(_permits) = rt.block_on(sh.slots.clone().acquire_many_owned(want)) else {
             return;
         };
+        if prepared.as_ref().is_ok_and(|j| j.splits()) {
+            sh.lock().splits.insert(
+                lease.lease_id,
+                crate::state::RunSplits {
+                    base: lease.generation,
+                    ..Default::default()
+                },
+            );
+        }
         ctl.set_threads(want);
         ctl.set_job(lease.job_id);
         ctl.set_count_only(lease.count_only);
@@ -71,6 +81,7 @@ pub(crate) fn executor(
         let outcome = match prepared {
             Ok(job) => {
                 let (n, c) = (lease.n_chunks, lease.chunk);
+                // The slot reported for is the lease's (a piece of a split chunk runs its plan chunk).
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     job.run_chunk(ChunkId::new(n, c), ctl.control())
                 }));
@@ -114,14 +125,15 @@ pub(crate) fn executor(
             let report = v1::ChunkReport {
                 lease_id: lease.lease_id,
                 job_id: lease.job_id,
-                chunk: lease.chunk,
+                chunk: lease.slot,
                 output: Some(out.into()),
                 elapsed_s: secs,
+                generation: lease.generation + ctl.handoffs_made(),
             };
             let report = Outgoing {
                 lease_id: lease.lease_id,
                 job_id: lease.job_id,
-                chunk: lease.chunk,
+                chunk: lease.slot,
                 report: report.encode_shared(),
             };
             (nodes, report)
@@ -129,18 +141,23 @@ pub(crate) fn executor(
         let mut st = sh.lock();
         st.running.remove(&lease.lease_id);
         st.state_sent.remove(&lease.lease_id);
+        st.generations.remove(&lease.lease_id);
         match outcome {
             Ok((nodes, report)) => {
                 st.stats.chunks_done += 1;
                 st.stats.nodes += nodes;
                 st.note_chunk_time(secs);
-                st.outbox.push(report);
+                st.finish_split_run(lease.lease_id, ctl.take_handoffs(), report, &sh.worker_id);
             }
             Err((stopped, e)) => {
                 // Stopped on request (shutdown, revoked lease): not a failure of the chunk.
                 let cancelled = ctl.control().is_cancelled()
                     || transient
                     || (stopped && ctl.control().is_stop_requested());
+                // Parts it gave away and not recorded yet go with it: its slot runs again from its recorded
+                // part, which covers them.
+                st.splits.remove(&lease.lease_id);
+                let state = ctl.take_resume_state_in();
                 if !cancelled {
                     st.stats.chunks_failed += 1;
                     warn!(job = lease.job_id, chunk = lease.chunk, error = %e, "chunk failed");
@@ -152,7 +169,8 @@ pub(crate) fn executor(
                     // A chunk we cancelled (revoked, or shutdown) did not fail: hand it back.
                     release: cancelled,
                     // Its newest state, so the next attempt (here or elsewhere) continues from it.
-                    checkpoint: ctl.take_resume_state(),
+                    generation: lease.generation + state.as_ref().map_or(0, |s| s.1),
+                    checkpoint: state.map(|s| s.0),
                 });
             }
         }

@@ -37,20 +37,27 @@ pub(crate) async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>
                     .state_sent
                     .get(id)
                     .is_none_or(|t| now.duration_since(*t) >= RESUME_STATE_INTERVAL);
-                let checkpoint = if due { c.take_resume_state() } else { None };
+                let checkpoint = if due { c.take_resume_state_in() } else { None };
                 if checkpoint.is_some() {
                     st.state_sent.insert(*id, now);
                 }
+                let base = st.generations.get(id).copied().unwrap_or(0);
+                let (checkpoint, generation) = match checkpoint {
+                    Some((state, splits)) => (Some(state), base + splits),
+                    None => (None, base),
+                };
                 p.push(v1::LeaseProgress {
                     lease_id: *id,
                     nodes: c.nodes(),
                     checkpoint,
+                    generation,
                 });
             }
             p.extend(st.queue.iter().map(|l| v1::LeaseProgress {
                 lease_id: l.lease_id,
                 nodes: 0,
                 checkpoint: None,
+                generation: l.generation,
             }));
             let has_state = p.iter().any(|l| l.checkpoint.is_some());
             (
@@ -102,6 +109,15 @@ pub(crate) async fn heartbeater(sh: Arc<Shared>, mut stop: watch::Receiver<bool>
                         Err(e) => {
                             debug!(error = %e, "register again failed");
                             sh.link.failed(clients.generation, &e);
+                        }
+                    }
+                }
+                if !resp.split.is_empty() {
+                    let st = sh.lock();
+                    for id in &resp.split {
+                        if let (Some(c), true) = (st.running.get(id), st.splits.contains_key(id)) {
+                            debug!(lease = id, "the coordinator asks this chunk to split");
+                            c.request_split();
                         }
                     }
                 }

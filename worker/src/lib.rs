@@ -28,6 +28,8 @@
 //! - `executor`: the search threads (OS threads, not tasks) that run chunks and encode their reports.
 //! - `heartbeat`: the task that keeps leases alive, sends resume states and cancels revoked chunks.
 //! - `reporter`: the task that delivers reports and failures until acknowledged, with the batching policy.
+//! - `splitter`: the task that splits running chunks for idle threads and delivers every split before the
+//!   split chunk's result.
 //! - this file: [`run`], which registers, builds `Shared`, starts the tasks and drains them on shutdown.
 //!
 //! The four task modules never call one another: they meet only in `state`, under the lock, and in the
@@ -45,6 +47,7 @@ mod link;
 pub mod memory;
 mod reporter;
 mod shared;
+mod splitter;
 mod state;
 
 use std::future::Future;
@@ -72,6 +75,7 @@ use leaser::leaser;
 use link::Link;
 use reporter::reporter;
 use shared::Shared;
+use splitter::splitter;
 use state::State;
 
 #[derive(Debug, thiserror::Error)]
@@ -185,6 +189,7 @@ pub async fn run(
     }
     let heartbeat = tokio::spawn(heartbeater(shared.clone(), stop_rx.clone()));
     let reporter = tokio::spawn(reporter(shared.clone(), stop_rx.clone()));
+    let splits = tokio::spawn(splitter(shared.clone(), stop_rx.clone()));
 
     tokio::select! {
         _ = &mut shutdown => {}
@@ -211,6 +216,7 @@ pub async fn run(
             error: "worker shutting down".into(),
             release: true,
             checkpoint: None,
+            generation: 0,
         });
     }
     shared.work_ready.notify_waiters();
@@ -233,6 +239,8 @@ pub async fn run(
     }
     heartbeat.abort();
     let _ = heartbeat.await;
+    splits.abort();
+    let _ = splits.await;
     let stats = shared.lock().stats.clone();
     info!(chunks = stats.chunks_done, "worker stopped");
     Ok(stats)

@@ -41,6 +41,7 @@ fn take_batch(st: &mut State, worker_id: &str) -> Vec<Outgoing> {
                 ),
                 release: false,
                 checkpoint: None,
+                generation: 0,
             });
             continue;
         }
@@ -96,7 +97,10 @@ pub(crate) async fn reporter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
         let (reports, failures, finished) = {
             let mut st = sh.lock();
-            let finished = st.stopping && st.running.is_empty() && st.queue.is_empty();
+            let finished = st.stopping
+                && st.running.is_empty()
+                && st.queue.is_empty()
+                && !st.splits_unsettled();
             let reports = take_batch(&mut st, &sh.worker_id);
             st.sending = reports.len();
             (reports, std::mem::take(&mut st.failures), finished)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sweep_proto::v1;
-use sweep_space::{ChunkControl, SpaceJob};
+use sweep_space::{ChunkControl, Handoff, SpaceJob};
 
 /// What a worker did before it stopped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -37,6 +37,11 @@ impl Outgoing {
 pub(crate) struct State {
     pub(crate) queue: VecDeque<v1::ChunkLease>,
     pub(crate) running: HashMap<u64, Arc<ChunkControl>>,
+    /// The generation of each running lease's part (its `ChunkLease.generation`): states sent for it name
+    /// this plus the splits its run made before them.
+    pub(crate) generations: HashMap<u64, u32>,
+    /// Splits of runs whose kernels can split (see `splitter`).
+    pub(crate) splits: HashMap<u64, RunSplits>,
     /// When each running lease's resume state was last sent (see [`crate::RESUME_STATE_INTERVAL`]).
     pub(crate) state_sent: HashMap<u64, Instant>,
     pub(crate) outbox: Vec<Outgoing>,
@@ -63,6 +68,70 @@ impl State {
             Some(avg) => 0.8 * avg + 0.2 * secs,
             None => secs,
         });
+    }
+}
+
+/// The splits of one run whose kernel can split.
+#[derive(Default)]
+pub(crate) struct RunSplits {
+    /// The generation of the leased part (the lease's).
+    pub(crate) base: u32,
+    /// Splits the coordinator recorded.
+    pub(crate) acked: u32,
+    /// Parts given away and not recorded yet, oldest first; the first is in flight when `sending`.
+    pub(crate) queue: VecDeque<Handoff>,
+    pub(crate) sending: bool,
+    /// The run's result, finished before its splits were all recorded.
+    pub(crate) held: Option<Outgoing>,
+    /// A split was refused: the run's work no longer matches any recorded part.
+    pub(crate) void: bool,
+    pub(crate) finished: bool,
+}
+
+impl State {
+    /// Whether splits are still to be delivered (the reporter does not stop before).
+    pub(crate) fn splits_unsettled(&self) -> bool {
+        self.splits
+            .values()
+            .any(|s| !s.queue.is_empty() || s.held.is_some())
+    }
+
+    /// A run of `lease` ended with `report`: reported now, held until its splits are recorded, or dropped (and
+    /// its lease handed back) when a split was refused.
+    pub(crate) fn finish_split_run(
+        &mut self,
+        lease: u64,
+        handoffs: Vec<Handoff>,
+        report: Outgoing,
+        worker: &str,
+    ) {
+        let Some(rs) = self.splits.get_mut(&lease) else {
+            self.outbox.push(report);
+            return;
+        };
+        rs.queue.extend(handoffs);
+        rs.finished = true;
+        if rs.void {
+            self.splits.remove(&lease);
+            self.failures.push(void_release(worker, lease));
+        } else if rs.queue.is_empty() && !rs.sending {
+            self.splits.remove(&lease);
+            self.outbox.push(report);
+        } else {
+            rs.held = Some(report);
+        }
+    }
+}
+
+pub(crate) fn void_release(worker: &str, lease: u64) -> v1::FailRequest {
+    v1::FailRequest {
+        worker_id: worker.to_string(),
+        lease_id: lease,
+        error: "a split of the chunk was refused; it runs again from its last recorded state"
+            .into(),
+        release: true,
+        checkpoint: None,
+        generation: 0,
     }
 }
 

@@ -152,6 +152,13 @@ impl work_server::Work for Member {
         Ok(Response::new(v1::FailResponse::default()))
     }
 
+    /// The fake's space does not split, so no worker sends this.
+    async fn split(&self, _: Request<v1::SplitRequest>) -> Answer<v1::SplitResponse> {
+        Err(Status::unimplemented(
+            "this fake coordinator records no splits",
+        ))
+    }
+
     type FetchArtifactStream =
         tokio_stream::Iter<std::vec::IntoIter<Result<v1::ArtifactPiece, Status>>>;
 

@@ -168,7 +168,7 @@ impl Coordinator {
     }
 
     async fn merge_one(&self, id: JobId) -> Result<(), CoreError> {
-        let Some((job, _)) = self.lock().job_and_chunks(id) else {
+        let Some((job, order)) = self.lock().job_and_order(id) else {
             return Ok(());
         };
         // Queued twice (a reader submitted while it was being merged): the chunk artifacts are gone by now, and
@@ -179,7 +179,7 @@ impl Coordinator {
         self.settle().await?;
         let store = self.store();
         let merged =
-            tokio::task::spawn_blocking(move || answers::merged_artifact(&store, id, &job))
+            tokio::task::spawn_blocking(move || answers::merged_artifact(&store, id, &job, &order))
                 .await
                 .map_err(|e| CoreError::Internal(format!("merge task: {e}")))??;
         // A job whose chunks produce no artifact needs none, unless another job reads it: that one waits for a

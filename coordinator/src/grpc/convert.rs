@@ -60,6 +60,8 @@ pub fn job_info(j: JobView) -> v1::JobInfo {
         waiting: j.waiting.map(|w| w.to_string()).unwrap_or_default(),
         owner: j.owner,
         share: j.share,
+        pieces: j.pieces,
+        chunks_covered: j.chunks_covered,
     }
 }
 
@@ -122,6 +124,8 @@ pub fn chunk_lease(l: LeaseView) -> v1::ChunkLease {
         params_json: l.params_json,
         n_chunks: l.n_chunks,
         chunk: l.chunk,
+        slot: l.slot,
+        generation: l.generation,
         deadline_unix_ms: l.deadline_ms,
         input_job,
         input_digest,

@@ -9,7 +9,7 @@ use tracing::info;
 use super::convert::{self, identity};
 use super::status::status;
 use crate::coordinator::Report;
-use crate::core::{LeaseAnswer, LeaseProgress, Registration};
+use crate::core::{LeaseAnswer, LeaseProgress, Registration, SplitRequest};
 
 /// Artifacts travel in pieces well under the message limit.
 const ARTIFACT_PIECE_BYTES: usize = 1 << 20;
@@ -126,12 +126,14 @@ impl work_server::Work for WorkApi {
                 lease: p.lease_id,
                 nodes: p.nodes,
                 checkpoint: p.checkpoint,
+                generation: p.generation,
             })
             .collect();
         let beat = coord.heartbeat(&req.worker_id, progress).map_err(status)?;
         Ok(Response::new(v1::HeartbeatResponse {
             revoked: beat.revoked,
             register_again: beat.register_again,
+            split: beat.split,
         }))
     }
 
@@ -148,6 +150,7 @@ impl work_server::Work for WorkApi {
                 lease: r.lease_id,
                 job: r.job_id,
                 chunk: r.chunk,
+                generation: r.generation,
                 output: match r.output {
                     None => Err("report without output".to_string()),
                     Some(wire) => ChunkOutput::try_from(wire).map_err(|e| e.to_string()),
@@ -175,10 +178,38 @@ impl work_server::Work for WorkApi {
                 req.lease_id,
                 req.release,
                 &req.error,
-                req.checkpoint,
+                req.checkpoint.map(|c| (c, req.generation)),
             )
             .await
             .map_err(status)?;
         Ok(Response::new(v1::FailResponse { poisoned }))
+    }
+
+    async fn split(
+        &self,
+        req: Request<v1::SplitRequest>,
+    ) -> Result<Response<v1::SplitResponse>, Status> {
+        let (coord, term) = self.0.fenced(&req)?;
+        let req = req.into_inner();
+        let answer = coord
+            .split(
+                &req.worker_id,
+                SplitRequest {
+                    lease: req.lease_id,
+                    generation: req.generation,
+                    kept: req.kept,
+                    given: req.given,
+                    take: req.take,
+                },
+            )
+            .await
+            .map_err(status)?;
+        Ok(Response::new(v1::SplitResponse {
+            piece: answer.piece,
+            lease: answer.lease.map(|l| v1::ChunkLease {
+                term,
+                ..convert::chunk_lease(l)
+            }),
+        }))
     }
 }

@@ -98,6 +98,8 @@ fn job(id: u64, state: JobState, total: u64, done: u64, leased: u64, poisoned: u
         chunks_done: done,
         chunks_leased: leased,
         chunks_poisoned: poisoned,
+        pieces: 0,
+        chunks_covered: done as f64,
         reissued: 2,
         nodes: u128::MAX,
         running_nodes: 0,

@@ -171,6 +171,9 @@ impl Store {
                 Op::Checkpoint(job, chunk, state) => {
                     writes.push((chunk_key(b'k', job, chunk), state.map(String::into_bytes)))
                 }
+                Op::Part(job, slot, part) => {
+                    writes.push((chunk_key(b'p', job, slot), Some(encode(&*part))))
+                }
                 Op::Votes(job, chunk, votes) => writes.push((
                     chunk_key(b'v', job, chunk),
                     (!votes.is_empty()).then(|| encode(&votes)),

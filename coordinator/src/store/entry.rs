@@ -19,7 +19,7 @@ use sweep_space::{ChunkOutput, Tally};
 use super::digest::{digest_hex, is_digest};
 use super::error::StoreError;
 use super::framing::{take, take_u32, take_u64};
-use crate::core::{IdentityRecord, JobRecord, Op};
+use crate::core::{IdentityRecord, JobRecord, Op, PartRecord};
 use crate::limits::Usage;
 use crate::scheduler::{ChunkRecord, JobId, Vote};
 
@@ -65,6 +65,7 @@ enum WireOp {
     Usage(JobId, Usage),
     Identity(IdentityRecord),
     Shipped(String, usize),
+    Part(JobId, u64, PartRecord),
 }
 
 /// Proposals kept at most in [`Proposed`]: the leader has one batch in flight at a time, and a proposal that
@@ -182,6 +183,7 @@ fn encode_op<'a>(
         Op::Artifact(job, bytes) => WireOp::Artifact(*job, frame(bytes)),
         Op::Meta(name, v) => WireOp::Meta((*name).to_string(), *v),
         Op::Checkpoint(job, chunk, state) => WireOp::Checkpoint(*job, *chunk, state.clone()),
+        Op::Part(job, slot, part) => WireOp::Part(*job, *slot, (**part).clone()),
         Op::Votes(job, chunk, votes) => WireOp::Votes(*job, *chunk, votes.clone()),
         Op::Usage(job, u) => WireOp::Usage(*job, *u),
         Op::Identity(rec) => WireOp::Identity(rec.clone()),
@@ -481,6 +483,7 @@ fn from_wire(
             Op::Meta(name, v)
         }
         WireOp::Checkpoint(job, chunk, state) => Op::Checkpoint(job, chunk, state),
+        WireOp::Part(job, slot, part) => Op::Part(job, slot, Box::new(part)),
         WireOp::Votes(job, chunk, votes) => Op::Votes(job, chunk, votes),
         WireOp::Usage(job, u) => Op::Usage(job, u),
         WireOp::Identity(rec) => Op::Identity(rec),
@@ -509,6 +512,7 @@ fn last_writes(part: &[Op]) -> impl Iterator<Item = &Op> {
         Chunk(JobId, u64),
         Meta(&'a str),
         Checkpoint(JobId, u64),
+        Part(JobId, u64),
         Votes(JobId, u64),
         Usage(JobId),
         Identity(&'a str),
@@ -520,6 +524,7 @@ fn last_writes(part: &[Op]) -> impl Iterator<Item = &Op> {
             Op::Chunk(job, chunk, _) => Key::Chunk(*job, *chunk),
             Op::Meta(name, _) => Key::Meta(name),
             Op::Checkpoint(job, chunk, _) => Key::Checkpoint(*job, *chunk),
+            Op::Part(job, slot, _) => Key::Part(*job, *slot),
             Op::Votes(job, chunk, _) => Key::Votes(*job, *chunk),
             Op::Usage(job, _) => Key::Usage(*job),
             Op::Identity(rec) => Key::Identity(&rec.identity),

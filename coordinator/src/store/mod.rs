@@ -22,6 +22,9 @@
 //!   artifacts' hashes, so a table is stored once
 //! - `s/<digest>`: the blake3 hash of a shipped file (a program `sweep exec --ship` uploaded)
 //! - `k/<job><chunk>`: a running chunk's newest resume state (the program's own text)
+//! - `p/<job><slot>`: the part a slot searches once a split made or narrowed it
+//!   ([`PartRecord`](crate::core::PartRecord), JSON); pieces are the slots from the job's `n_chunks` on, and
+//!   their records and outputs are keyed like any chunk's
 //! - format 2 only, read but never written: `c/<job><chunk>`, a chunk's
 //!   [`ChunkRecord`](crate::scheduler::ChunkRecord) (JSON), and `o/` for every output. A block entry wins
 //!   over a `c/` record, an inlined output over an `o/` one.

@@ -120,6 +120,16 @@ impl Store {
                 snap.checkpoints.push((job, chunk, text));
             }
         }
+        for (k, v) in self.kv.scan(b"p/")? {
+            if k.len() != 18 {
+                return Err(StoreError::Damaged {
+                    key: key_text(&k),
+                    why: "bad part key length".into(),
+                });
+            }
+            let (job, slot) = (be_u64(&k, &k[2..10])?, be_u64(&k, &k[10..])?);
+            snap.parts.push((job, slot, decode(&k, &v)?));
+        }
         for (k, v) in self.kv.scan(b"v/")? {
             if k.len() != 18 {
                 return Err(StoreError::Damaged {

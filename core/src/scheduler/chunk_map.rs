@@ -155,6 +155,12 @@ impl ChunkMap {
         self.total
     }
 
+    /// Adds one pending slot after the others (a piece split off a running chunk) and returns its number.
+    pub(super) fn grow(&mut self) -> u64 {
+        self.total += 1;
+        self.total - 1
+    }
+
     /// The chunk's state; `None` beyond the job's chunks.
     pub(super) fn get(&self, chunk: u64) -> Option<Slot> {
         if chunk >= self.total {

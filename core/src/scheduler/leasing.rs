@@ -33,7 +33,6 @@ impl Scheduler {
         if self.is_banned(worker) || self.is_draining(worker) {
             return Vec::new();
         }
-        let deadline = now + self.cfg.lease_ttl_ms;
         let standing = self.standing(worker).to_string();
         let mut grants = Vec::new();
         // Jobs with no chunk for this worker in this call (every pending one excluded), or not runnable here.
@@ -54,31 +53,7 @@ impl Scheduler {
                 let Some((chunk, attempts)) = Self::take_chunk(j, worker, &standing) else {
                     break;
                 };
-                if attempts > 0 {
-                    j.counts.reissued += 1;
-                }
-                let lease = self.next_lease;
-                self.next_lease += 1;
-                j.chunks.set(chunk, Slot::Leased { lease, attempts });
-                j.counts.leased += 1;
-                let charge = self.fair.lease_granted(job, now);
-                self.leases.insert(
-                    lease,
-                    LeaseInfo {
-                        job,
-                        chunk,
-                        worker: worker.to_string(),
-                        deadline,
-                        charge,
-                    },
-                );
-                self.dirty.chunks.push((job, chunk));
-                grants.push(Grant {
-                    lease,
-                    job,
-                    chunk,
-                    deadline,
-                });
+                grants.push(self.grant(job, chunk, attempts, worker, now));
                 run += 1;
             }
             if run == 0 {
@@ -87,6 +62,45 @@ impl Scheduler {
             self.sync_queue(job);
         }
         grants
+    }
+
+    /// Leases pending `chunk` (with `attempts` used) of `job` to `worker` until a lease time from `now`.
+    pub(super) fn grant(
+        &mut self,
+        job: JobId,
+        chunk: u64,
+        attempts: u32,
+        worker: &str,
+        now: Millis,
+    ) -> Grant {
+        let deadline = now + self.cfg.lease_ttl_ms;
+        let lease = self.next_lease;
+        self.next_lease += 1;
+        if let Some(j) = self.jobs.get_mut(&job) {
+            if attempts > 0 {
+                j.counts.reissued += 1;
+            }
+            j.chunks.set(chunk, Slot::Leased { lease, attempts });
+            j.counts.leased += 1;
+        }
+        let charge = self.fair.lease_granted(job, now);
+        self.leases.insert(
+            lease,
+            LeaseInfo {
+                job,
+                chunk,
+                worker: worker.to_string(),
+                deadline,
+                charge,
+            },
+        );
+        self.dirty.chunks.push((job, chunk));
+        Grant {
+            lease,
+            job,
+            chunk,
+            deadline,
+        }
     }
 
     /// The next pending chunk of `j` that `worker` may have (retries first, then fresh ones), with the attempts

@@ -19,7 +19,8 @@
 //!
 //! This file holds the state and the fair-share plumbing; the methods are split by what they decide, each file
 //! an `impl Scheduler` of one concern: `jobs` (a job's life as a whole), `standing` (a worker's), `restore`
-//! (start-up), `leasing` (handing chunks out and taking them back), `completion` (results and votes).
+//! (start-up), `leasing` (handing chunks out and taking them back), `pieces` (slots added by splitting running chunks),
+//! `completion` (results and votes).
 //! `chunk_map` and `fair` are the per-job chunk slots and the fair-share queue; `types` what callers see.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -29,6 +30,7 @@ mod completion;
 mod fair;
 mod jobs;
 mod leasing;
+mod pieces;
 mod restore;
 mod standing;
 mod types;
@@ -45,6 +47,7 @@ use fair::{Charge, FairQueue};
 pub const FAIR_RUN: usize = 64;
 pub use chunk_map::ChunkBits;
 pub use fair::{FairSpec, IdentityUse, DEFAULT_CHUNK_ESTIMATE_MS};
+pub use pieces::SPLIT_ASK_INTERVAL_MS;
 pub use types::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

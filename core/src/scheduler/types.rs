@@ -115,6 +115,8 @@ pub struct ChunkCounts {
     pub reissued: u64,
     /// Replicated results that disagreed with an earlier result for the same chunk.
     pub disagreements: u64,
+    /// Of `total`, the slots that are pieces split off running chunks (the rest are the plan's chunks).
+    pub pieces: u64,
 }
 
 /// A lease handed to a worker.
