@@ -40,9 +40,13 @@ fn count_py_split_again_and_again_adds_up_to_the_unsplit_chunk() {
     let dir = count_py();
     let job = count_job(&dir, true);
     assert!(job.splits());
-    // Chunk 1 of 4 is 250000..500000; every run is asked to split before its first number.
+    // Chunk 1 of 4 is 250000..500000; every run is asked to split before its first number. count.py gives
+    // away half while 50000 numbers or more are left: 125000, 62500, 31250, and then declines.
     let splits = testkit::split_adds_up(&*job, ChunkId::new(4, 1), 6);
-    assert_eq!(splits, 6, "count.py splits whenever two numbers are left");
+    assert_eq!(
+        splits, 3,
+        "count.py splits while a part is worth a new program"
+    );
     // And the pieces' sum is the right one, not just the same as the whole's.
     let handle = ChunkControl::new(None);
     let whole = job
@@ -53,15 +57,15 @@ fn count_py_split_again_and_again_adds_up_to_the_unsplit_chunk() {
 }
 
 #[test]
-fn count_py_declines_when_one_number_is_left() {
+fn count_py_declines_when_too_little_is_left() {
     let dir = count_py();
     let job = count_job(&dir, true);
-    let handle = ChunkControl::new(Some("7 8 7 0 0".into()));
+    let handle = ChunkControl::new(Some("7 10 7 0 0".into()));
     handle.request_split();
     let out = job
         .run_chunk(ChunkId::new(1, 0), handle.control())
         .expect("runs");
-    assert_eq!((out.nodes, out.counters["cubes"]), (1, 343));
+    assert_eq!((out.nodes, out.counters["cubes"]), (3, cubes(7, 10)));
     assert!(handle.take_handoffs().is_empty());
     assert!(!handle.split_pending(), "declined, not left hanging");
 }
