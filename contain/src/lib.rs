@@ -169,6 +169,8 @@ pub struct Boxed {
     ended_at: Option<Instant>,
     stdout: Option<File>,
     stderr: Option<File>,
+    /// The write end of the program's stdin, when started by [`spawn_with_stdin`].
+    stdin: Option<File>,
     /// Set when the program runs in its thread's resident box ([`resident`]).
     resident: Option<resident::Link>,
 }
@@ -194,9 +196,29 @@ pub fn serve_if_asked() {
 }
 
 /// Starts `spec` in a box: the thread's resident box if the chunk has no limits or sandbox, else a box of its
-/// own, through the launcher if this process has one, else forked here.
+/// own, through the launcher if this process has one, else forked here. The program's stdin is /dev/null.
 pub fn spawn(spec: &Spec) -> io::Result<Boxed> {
-    if let Some(started) = resident::start(spec) {
+    spawn_with(spec, None)
+}
+
+/// [`spawn`], with a pipe as the program's stdin: its write end is [`Boxed::take_stdin`], so the caller can
+/// talk to the program while it runs (the `exec` space's split requests). The write end does not block: a
+/// program that never reads makes a write fail with `WouldBlock` once the pipe is full, never hang the caller.
+pub fn spawn_with_stdin(spec: &Spec) -> io::Result<Boxed> {
+    let (read, write) = spawn::pipe()?;
+    let write = File::from(write);
+    set_nonblocking(&write, true)?;
+    let mut b = spawn_with(spec, Some(read))?;
+    b.stdin = Some(write);
+    Ok(b)
+}
+
+/// Starts `spec` with `stdin` (the read end of a pipe) as the program's stdin, or /dev/null. This process's copy
+/// of `stdin` is closed once the box holds its own, so the program sees the end of its input when the caller
+/// drops the write end.
+fn spawn_with(spec: &Spec, stdin: Option<OwnedFd>) -> io::Result<Boxed> {
+    let stdin_fd = stdin.as_ref().map(AsRawFd::as_raw_fd);
+    if let Some(started) = resident::start(spec, stdin_fd) {
         let (mut started, link, pidfd) = started?;
         if let Err(e) = spawn::await_exec(&mut started, &spec.program, &spec.cwd) {
             // The server reported the failure and waits for the next request.
@@ -209,10 +231,10 @@ pub fn spawn(spec: &Spec) -> io::Result<Boxed> {
     }
     let group = ChunkGroup::take(&spec.limits)?;
     let procs = group.as_ref().map(ChunkGroup::procs).unwrap_or_default();
-    let launched = launcher::global().and_then(|l| l.start(spec, &procs, None));
+    let launched = launcher::global().and_then(|l| l.start(spec, &procs, stdin_fd));
     let ours = launched.is_none();
     let started = launched
-        .unwrap_or_else(|| spawn::start(spec, &procs))
+        .unwrap_or_else(|| spawn::start_with_stdin(spec, &procs, stdin_fd))
         .and_then(
             |mut s| match spawn::await_exec(&mut s, &spec.program, &spec.cwd) {
                 Ok(()) => Ok(s),
@@ -277,6 +299,7 @@ impl Boxed {
             ended_at: None,
             stdout: Some(File::from(started.stdout)),
             stderr: Some(File::from(started.stderr)),
+            stdin: None,
             resident: None,
         })
     }
@@ -296,6 +319,11 @@ impl Boxed {
 
     pub fn take_stderr(&mut self) -> Option<File> {
         self.stderr.take()
+    }
+
+    /// The write end of the program's stdin (non-blocking), if it was started by [`spawn_with_stdin`].
+    pub fn take_stdin(&mut self) -> Option<File> {
+        self.stdin.take()
     }
 
     /// Sends `sig` to the box, which passes it on to every process in it.

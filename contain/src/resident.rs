@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -103,9 +103,13 @@ pub fn enabled() -> bool {
         && std::env::var_os(VAR).is_none_or(|v| v != "0")
 }
 
-/// Starts `spec` in this thread's resident box (starting the box first if the thread has none); `None` when the
-/// spec is not for a resident or the thread's resident is busy, and the caller makes a box for the chunk.
-pub(crate) fn start(spec: &Spec) -> Option<io::Result<(Started, Link, Option<OwnedFd>)>> {
+/// Starts `spec` in this thread's resident box (starting the box first if the thread has none), with `stdin` as
+/// the program's stdin if given (else /dev/null); `None` when the spec is not for a resident or the thread's
+/// resident is busy, and the caller makes a box for the chunk.
+pub(crate) fn start(
+    spec: &Spec,
+    stdin: Option<RawFd>,
+) -> Option<io::Result<(Started, Link, Option<OwnedFd>)>> {
     if !eligible(spec) {
         return None;
     }
@@ -149,7 +153,7 @@ pub(crate) fn start(spec: &Spec) -> Option<io::Result<(Started, Link, Option<Own
             }
         }
         let r = slot.as_mut()?;
-        match r.run(&req) {
+        match r.run(&req, stdin) {
             Ok(started) => Some(Ok((started, r.link.clone(), r.boxed.pidfd_clone()))),
             Err(e) => {
                 // A server that is gone cannot take the request: the chunk gets a box of its own, and the thread
@@ -192,23 +196,21 @@ impl Resident {
         })
     }
 
-    /// Sends one request with fresh pipes; the server holds their write ends until the chunk's namespace is
-    /// empty again.
-    fn run(&mut self, req: &[u8]) -> io::Result<Started> {
+    /// Sends one request with fresh pipes (and the program's stdin, if given, as a fifth fd); the server holds
+    /// their write ends until the chunk's namespace is empty again.
+    fn run(&mut self, req: &[u8], stdin: Option<RawFd>) -> io::Result<Started> {
         let (out_r, out_w) = spawn::pipe()?;
         let (err_r, err_w) = spawn::pipe()?;
         let (status_r, status_w) = spawn::pipe()?;
         let (exec_r, exec_w) = spawn::pipe()?;
-        launcher::send(
-            self.channel.as_raw_fd(),
-            req,
-            &[
-                out_w.as_raw_fd(),
-                err_w.as_raw_fd(),
-                status_w.as_raw_fd(),
-                exec_w.as_raw_fd(),
-            ],
-        )?;
+        let mut fds = vec![
+            out_w.as_raw_fd(),
+            err_w.as_raw_fd(),
+            status_w.as_raw_fd(),
+            exec_w.as_raw_fd(),
+        ];
+        fds.extend(stdin);
+        launcher::send(self.channel.as_raw_fd(), req, &fds)?;
         self.link.busy.store(true, Ordering::Release);
         Ok(Started {
             pid: self.boxed.box_pid(),
@@ -250,19 +252,35 @@ pub fn serve() -> ! {
         if n == 0 {
             break;
         }
-        let Ok([out, err, status, exec]) = <[OwnedFd; 4]>::try_from(fds) else {
+        let mut fds = fds.into_iter();
+        let (Some(out), Some(err), Some(status), Some(exec), stdin, None) = (
+            fds.next(),
+            fds.next(),
+            fds.next(),
+            fds.next(),
+            fds.next(),
+            fds.next(),
+        ) else {
             break;
         };
         let Ok(req) = serde_json::from_slice::<Request>(&buf[..n]) else {
             break;
         };
-        run_one(req, out, err, File::from(status), exec);
+        run_one(req, out, err, File::from(status), exec, stdin);
     }
     std::process::exit(0)
 }
 
-/// Runs one chunk's program and empties the namespace after it; the status goes out last.
-fn run_one(req: Request, out: OwnedFd, err: OwnedFd, status: File, exec: OwnedFd) {
+/// Runs one chunk's program, with `stdin` as its stdin if the request carried one (else /dev/null), and empties
+/// the namespace after it; the status goes out last.
+fn run_one(
+    req: Request,
+    out: OwnedFd,
+    err: OwnedFd,
+    status: File,
+    exec: OwnedFd,
+    stdin: Option<OwnedFd>,
+) {
     let exec = File::from(exec);
     let fail = |step: i32, e: io::Error, otherwise: i32| {
         let mut rec = [0u8; 8];
@@ -278,7 +296,7 @@ fn run_one(req: Request, out: OwnedFd, err: OwnedFd, status: File, exec: OwnedFd
     cmd.args(&req.args)
         .env_clear()
         .envs(req.env.iter().map(|(k, v)| (k, v)))
-        .stdin(std::process::Stdio::null())
+        .stdin(stdin.map_or_else(std::process::Stdio::null, std::process::Stdio::from))
         .stdout(out)
         .stderr(err);
     let child = match cmd.spawn() {

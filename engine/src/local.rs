@@ -416,6 +416,55 @@ mod tests {
         );
     }
 
+    /// A program that adds up 0..60, 5 ms a number, and splits when asked on its stdin (the `exec` protocol).
+    const SPLITTING_PROGRAM: &str = r#"
+import json, os, select, sys, time
+lo, hi, x, n, total = map(int, os.environ.get("SWEEP_RESUME", "0 60 0 0 0").split())
+while x < hi:
+    if select.select([sys.stdin], [], [], 0)[0] and sys.stdin.readline().strip() == "split":
+        if hi - x >= 2:
+            mid = x + (hi - x) // 2
+            kept, given = f"{lo} {mid} {x} {n} {total}", f"{mid} {hi} {mid} 0 0"
+            print(json.dumps({"split": {"kept": kept, "given": given}}), flush=True)
+            hi = mid
+        else:
+            print(json.dumps({"split": None}), flush=True)
+    time.sleep(0.005)
+    n, total, x = n + 1, total + x, x + 1
+print(json.dumps({"nodes": n, "counters": {"sum": total}}))
+"#;
+
+    /// A program's chunk splits as a kernel's does: run as one chunk on two threads, the idle thread takes
+    /// pieces the running program gives away, and the pieces add up to what one thread gets unsplit.
+    #[test]
+    fn one_exec_chunk_splits_across_two_threads_and_counts_once() {
+        let job = Registry::new()
+            .with::<sweep_exec::Exec>()
+            .job_from_params(
+                "exec",
+                &serde_json::json!({
+                    "command": ["python3", "-c", SPLITTING_PROGRAM],
+                    "splits": true,
+                }),
+            )
+            .expect("valid parameters");
+        assert!(job.splits());
+        let unsplit = run_chunks(&pool(1), &job, 1, false, &|_, _| {}).expect("runs");
+        assert_eq!(unsplit.tally.chunks, 1, "one thread: nobody to split for");
+        assert_eq!(
+            (unsplit.tally.nodes, unsplit.tally.counter("sum")),
+            (60, 1770)
+        );
+        let split = run_chunks(&pool(2), &job, 1, false, &|_, _| {}).expect("runs");
+        assert!(
+            split.tally.chunks > 1,
+            "the idle thread ran pieces: {} runs",
+            split.tally.chunks
+        );
+        assert_eq!(split.tally.nodes, unsplit.tally.nodes);
+        assert_eq!(split.tally.counters, unsplit.tally.counters);
+    }
+
     /// A job whose chunk `self.0` fails, the others finding nothing.
     #[derive(Debug)]
     struct FailsAt(u64);

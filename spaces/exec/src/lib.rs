@@ -5,7 +5,12 @@
 //! - `{"progress": NODES}`: nodes so far in this chunk (forwarded with heartbeats, so bars move);
 //! - `{"checkpoint": "TEXT"}`: where the chunk is; kept by the coordinator, and handed to the next attempt of
 //!   the chunk (on any worker) as `SWEEP_RESUME=TEXT`;
-//! - exactly one final `{"nodes": N, "counters": {...}, "solutions": [...]}`.
+//! - exactly one final `{"nodes": N, "counters": {...}, "solutions": [...]}`;
+//! - with `--splits` only, the answer to each line `split` that sweep writes on the program's stdin (when an
+//!   idle thread could take part of the chunk): `{"split": {"kept": "K", "given": "G"}}` (the program goes on
+//!   with K only, and a run of the chunk with `SWEEP_RESUME=G` does exactly the rest) or `{"split": null}`.
+//!   Without `--splits` stdin is /dev/null and nothing is written. The rules (one request at a time, the wait
+//!   for an answer, which answers fail the attempt) are in [`supervise`].
 //!
 //! Exit 0 with one valid final line is a done chunk; anything else is a failed attempt whose error carries the
 //! exit status and the tail of stderr. The program runs in a box (`sweep-contain`): nothing it starts outlives

@@ -2,7 +2,9 @@
 //!
 //! - `{"progress": NODES}`: nodes so far in this chunk;
 //! - `{"checkpoint": "TEXT"}`: where the chunk is, for a later attempt to resume from;
-//! - `{"nodes": N, "counters": {...}, "solutions": [...]}`: the chunk's result, exactly once.
+//! - `{"nodes": N, "counters": {...}, "solutions": [...]}`: the chunk's result, exactly once;
+//! - `{"split": {"kept": "K", "given": "G"}}` or `{"split": null}`: the answer to a split request (jobs run with
+//!   `--splits` only; see [`crate::supervise`] for when one may come).
 //!
 //! Blank lines are skipped. Parsing lives apart from the process, so that every kind of line, and every way a
 //! line can be wrong, is tested on plain text; the errors name what is wrong and quote the line, because they end
@@ -28,6 +30,17 @@ pub enum Line {
     Checkpoint(String),
     /// The chunk's result.
     Final(ChunkOutput),
+    /// The answer to a split request: the two parts, or `None` for "not now".
+    Split(Option<SplitAnswer>),
+}
+
+/// A split a program made when asked: it goes on with `kept` only, and a new run of the same chunk started with
+/// `SWEEP_RESUME` set to `given` does the rest (the rule of [`sweep_space::split`]).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SplitAnswer {
+    pub kept: String,
+    pub given: String,
 }
 
 /// What is wrong with the program's output. `line` is the offending line, clipped.
@@ -44,6 +57,11 @@ pub enum ProtocolError {
     Progress { line: String },
     #[error("checkpoint must be a string: {line}")]
     Checkpoint { line: String },
+    #[error("split must be null or {{\"kept\": \"TEXT\", \"given\": \"TEXT\"}} ({error}): {line}")]
+    Split {
+        error: serde_json::Error,
+        line: String,
+    },
     #[error("bad final line ({error}): {line}")]
     Final {
         error: serde_json::Error,
@@ -70,8 +88,8 @@ struct FinalLine {
     solutions: Vec<String>,
 }
 
-/// Parses one line (without its newline). A one-key object `progress` or `checkpoint` is that event; any other
-/// object must be a complete final line.
+/// Parses one line (without its newline). A one-key object `progress`, `checkpoint` or `split` is that event;
+/// any other object must be a complete final line.
 pub fn parse_line(line: &str) -> Result<Line, ProtocolError> {
     let value: serde_json::Value =
         serde_json::from_str(line).map_err(|error| ProtocolError::NotJson {
@@ -93,6 +111,14 @@ pub fn parse_line(line: &str) -> Result<Line, ProtocolError> {
                 .as_str()
                 .map(|t| Line::Checkpoint(t.to_string()))
                 .ok_or_else(|| ProtocolError::Checkpoint { line: clip(line) });
+        }
+        if let Some(answer) = obj.get("split") {
+            return serde_json::from_value::<Option<SplitAnswer>>(answer.clone())
+                .map(Line::Split)
+                .map_err(|error| ProtocolError::Split {
+                    error,
+                    line: clip(line),
+                });
         }
     }
     let fin: FinalLine = serde_json::from_value(value).map_err(|error| ProtocolError::Final {
@@ -255,6 +281,32 @@ mod tests {
                 "{line}"
             );
         }
+    }
+
+    #[test]
+    fn split_lines_are_two_states_or_a_decline() {
+        assert_eq!(
+            parse_line(r#"{"split": {"kept": "0 5", "given": "5 9"}}"#).unwrap(),
+            Line::Split(Some(SplitAnswer {
+                kept: "0 5".into(),
+                given: "5 9".into()
+            }))
+        );
+        assert_eq!(parse_line(r#"{"split": null}"#).unwrap(), Line::Split(None));
+        for line in [
+            r#"{"split": {"kept": "a"}}"#,
+            r#"{"split": {"kept": "a", "given": 3}}"#,
+            r#"{"split": {"kept": "a", "given": "b", "more": "c"}}"#,
+            r#"{"split": "a b"}"#,
+            r#"{"split": false}"#,
+            r#"{"split": []}"#,
+        ] {
+            let why = bad(line);
+            assert!(why.starts_with("split must be null or"), "{why}");
+            assert!(why.ends_with(line), "the line is quoted: {why}");
+        }
+        // With another key it is not an answer but a final line, and not a valid one.
+        assert!(bad(r#"{"split": null, "nodes": 1}"#).starts_with("bad final line"));
     }
 
     #[test]

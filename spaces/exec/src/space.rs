@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sweep_contain::{Limits, Sandbox, Spec};
 use sweep_space::{
-    Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, MAX_SHOWN_SOLUTIONS,
+    Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError,
+    MAX_RESUME_STATE_BYTES, MAX_SHOWN_SOLUTIONS,
 };
 
 use crate::protocol::Line;
@@ -52,6 +53,13 @@ pub struct ExecParams {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk_cpu: Option<u64>,
+    /// The program splits its chunk when asked, so idle threads take part of it (`sweep solve`): its stdin
+    /// gets the line `split`, and it answers on stdout with {"split": {"kept": "K", "given": "G"}} (it goes on
+    /// with K only; a run of the same chunk with SWEEP_RESUME=G does the rest, counting from zero) or
+    /// {"split": null}. Without this flag its stdin is /dev/null and nothing is ever asked.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub splits: bool,
     /// The programs need the network: on a sandboxing worker (`sweep worker --sandbox`) they keep it.
     #[arg(long)]
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -270,7 +278,7 @@ impl Job for ExecJob {
         };
         let mut last_progress = 0u64;
         let mut result: Option<ChunkOutput> = None;
-        let ended = supervise::run(&spec, ctl, limits, |line| match line {
+        let ended = supervise::run(&spec, ctl, limits, self.params.splits, |line| match line {
             Line::Progress(n) => {
                 ctl.add_nodes(n.saturating_sub(last_progress));
                 last_progress = last_progress.max(n);
@@ -281,6 +289,8 @@ impl Job for ExecJob {
                 Some(_) => Err("more than one final line".into()),
                 None => Ok(()),
             },
+            // Answers to split requests are taken by `supervise::run` itself.
+            Line::Split(_) => Ok(()),
         })
         .map_err(|e| SpaceError::ChunkFailed(format!("cannot start `{program}`: {e}")))?;
         let status = supervise::describe(ended.status);
@@ -335,6 +345,72 @@ impl Job for ExecJob {
 
     fn verifiable(&self) -> bool {
         false
+    }
+
+    fn splits(&self) -> bool {
+        self.params.splits
+    }
+
+    /// Only the form of a split can be checked: its states are the program's own vocabulary, which sweep
+    /// cannot read, so whether the parts cover the parent exactly once is the program's word. What is checked:
+    /// the job splits, both states name a part (non-empty; an empty `SWEEP_RESUME` would be the whole chunk),
+    /// they differ (the same part twice would be counted twice), and each fits in a resume state.
+    fn check_split(
+        &self,
+        at: ChunkId,
+        _parent: Option<&str>,
+        kept: &str,
+        given: &str,
+    ) -> Result<(), SpaceError> {
+        if !self.params.splits {
+            return Err(SpaceError::Verification(
+                "this exec job was not run with --splits: its chunks do not split".into(),
+            ));
+        }
+        for (what, state) in [("kept", kept), ("given", given)] {
+            if state.is_empty() {
+                return Err(SpaceError::Verification(format!(
+                    "a split of {at} with an empty {what} state"
+                )));
+            }
+            if state.len() > MAX_RESUME_STATE_BYTES {
+                return Err(SpaceError::Verification(format!(
+                    "a split of {at} with a {what} state of {} bytes, more than {MAX_RESUME_STATE_BYTES}",
+                    state.len()
+                )));
+            }
+        }
+        if kept == given {
+            return Err(SpaceError::Verification(format!(
+                "a split of {at} whose kept and given parts are the same state"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A part's output is checked as a whole chunk's is: for form only.
+    fn verify_part(
+        &self,
+        at: ChunkId,
+        part: &str,
+        out: &ChunkOutput,
+        listed: bool,
+    ) -> Result<(), SpaceError> {
+        if !self.params.splits {
+            return Err(SpaceError::Verification(
+                "this exec job was not run with --splits: its chunks have no parts".into(),
+            ));
+        }
+        if part.is_empty() {
+            return Err(SpaceError::Verification(format!(
+                "a part of {at} with an empty state"
+            )));
+        }
+        if listed {
+            self.verify(at, out)
+        } else {
+            self.verify_counts(at, out)
+        }
     }
 
     fn threads_per_chunk(&self) -> u32 {
@@ -435,6 +511,7 @@ mod tests {
             chunk_disk: None,
             chunk_cpu: None,
             network: false,
+            splits: false,
             ship: None,
             workdir: None,
             ship_digest: None,
@@ -506,6 +583,49 @@ mod tests {
         let ctl = sweep_space::ChunkControl::new(Some("x".into()));
         j.run_chunk(ChunkId::new(1, 0), ctl.control()).unwrap();
         assert_eq!(ctl.take_resume_state().as_deref(), Some("after x"));
+    }
+
+    #[test]
+    fn a_split_is_checked_for_form_only_and_only_in_a_job_that_splits() {
+        let at = ChunkId::new(2, 1);
+        let mut j = job(&["true"]);
+        assert!(!j.splits());
+        let refused = j.check_split(at, None, "a", "b").unwrap_err();
+        assert!(
+            refused.to_string().contains("not run with --splits"),
+            "{refused}"
+        );
+        assert!(j
+            .verify_part(at, "a", &ChunkOutput::default(), true)
+            .is_err());
+        j.params.splits = true;
+        assert!(j.splits());
+        assert_eq!(j.check_split(at, None, "a", "b"), Ok(()));
+        assert_eq!(j.check_split(at, Some("anything"), "a", "b"), Ok(()));
+        let big = "x".repeat(MAX_RESUME_STATE_BYTES + 1);
+        for (kept, given, why) in [
+            ("", "b", "empty kept"),
+            ("a", "", "empty given"),
+            ("a", "a", "the same state"),
+            ("a", big.as_str(), "given state of 65537 bytes"),
+        ] {
+            let e = j
+                .check_split(at, None, kept, given)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why), "{kept:.9} {given:.9}: {e}");
+        }
+        let out = ChunkOutput {
+            nodes: 3,
+            solutions: vec!["s".into()],
+            ..ChunkOutput::default()
+        };
+        assert_eq!(j.verify_part(at, "a", &out, true), Ok(()));
+        assert!(
+            j.verify_part(at, "a", &out, false).is_err(),
+            "listed in a count-only job"
+        );
+        assert!(j.verify_part(at, "", &out, true).is_err());
     }
 
     #[test]
