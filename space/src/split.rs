@@ -138,6 +138,18 @@ impl<'a> SpanWalk<'a> {
         }
     }
 
+    /// The items of `span` from `next` on, for a run that continues its part from a checkpoint: the items
+    /// before `next` were done by an earlier attempt whose counts the run carries, so what it keeps after a
+    /// split still starts at `span.lo`. `next` past the span's end is clamped to it (nothing left).
+    pub fn resuming(span: Span, next: u128, ctl: &'a Control) -> SpanWalk<'a> {
+        SpanWalk {
+            ctl,
+            lo: span.lo,
+            next: next.clamp(span.lo, span.hi),
+            hi: span.hi,
+        }
+    }
+
     /// What this run answers for now: its start up to where the parts it gave away begin.
     pub fn span(&self) -> Span {
         Span {
@@ -254,6 +266,22 @@ mod tests {
         assert_eq!(handoffs[0].kept, "span 0 6");
         assert_eq!(handoffs[0].given, "span 6 10");
         assert!(!handle.split_pending(), "answered");
+    }
+
+    #[test]
+    fn a_resumed_walk_keeps_the_items_its_earlier_attempt_did() {
+        let handle = ChunkControl::new(None);
+        let mut walk = SpanWalk::resuming(Span { lo: 2, hi: 12 }, 6, handle.control());
+        assert_eq!(walk.next(), Some(6));
+        handle.request_split();
+        // 7..12 are not started: 10..12 go, and the run still answers for 2..10.
+        assert_eq!(walk.by_ref().collect::<Vec<_>>(), [7, 8, 9]);
+        let handoffs = handle.take_handoffs();
+        assert_eq!(handoffs.len(), 1);
+        assert_eq!(handoffs[0].kept, "span 2 10");
+        assert_eq!(handoffs[0].given, "span 10 12");
+        let done = SpanWalk::resuming(Span { lo: 2, hi: 12 }, 99, handle.control());
+        assert_eq!(done.count(), 0);
     }
 
     #[test]

@@ -11,9 +11,17 @@
 //! A chunk is a set of "prefixes" (the queens of the first two rows), dealt round-robin so that the chunks'
 //! costs are alike. A chunk saves how far it got after each prefix ([`Control::save_resume_state`]): a chunk cut
 //! off by a crash resumes on any worker where it stopped.
+//!
+//! Asked to split, a running chunk gives away the upper half of its prefixes not started ([`SpanWalk`]): a part
+//! is a span of the chunk's own prefixes, written `span LO HI`, and a run of it counts from zero. A part's saved
+//! state names its span after the counts (`NEXT SOLUTIONS NODES span LO HI`), so a part resumed after a crash
+//! still counts only that part; a state starting with `span` is a part to start, one starting with a number is
+//! where a run stopped.
 
 use serde::{Deserialize, Serialize};
-use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+use sweep_space::{
+    Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, Span, SpanWalk,
+};
 
 /// Beyond 27 nobody has a count to check against, and 64-bit masks hold up to 64 columns anyway.
 pub const MAX_N: u32 = 27;
@@ -137,6 +145,74 @@ impl QueensJob {
     fn chunks(&self) -> u64 {
         (self.prefixes.len() as u64).max(1)
     }
+
+    /// The prefixes dealt to chunk `at`: every `n_chunks`-th from its index on.
+    fn mine(&self, at: ChunkId) -> Vec<Prefix> {
+        self.prefixes
+            .iter()
+            .copied()
+            .skip(at.chunk as usize)
+            .step_by(at.n_chunks.max(1) as usize)
+            .collect()
+    }
+
+    /// Where a run of chunk `at` from `state` starts: its part of the chunk's prefixes (indices into
+    /// [`QueensJob::mine`]) and, from a saved state, the next prefix and the counts so far. A part's state that
+    /// cannot be read, or lies outside the chunk, is refused; a saved state of the whole chunk that cannot be
+    /// trusted is ignored (the chunk starts over), as it always was.
+    fn start(&self, at: ChunkId, state: Option<&str>) -> Result<Start, SpaceError> {
+        at.check(self.chunks())?;
+        let items = self.mine(at).len() as u128;
+        let whole = Span::of(WHOLE, items, 1, None)?;
+        let Some(text) = state else {
+            return Ok(Start::fresh(whole));
+        };
+        if text.starts_with("span ") {
+            return Ok(Start::fresh(Span::of(WHOLE, items, 1, Some(text))?));
+        }
+        let (counts, part) = match text.split_once(" span ") {
+            Some((counts, span)) => (
+                counts,
+                Span::of(WHOLE, items, 1, Some(&format!("span {span}")))?,
+            ),
+            None => (text, whole),
+        };
+        // Counts this code did not write (another version, a garbled store) are ignored: the part starts over.
+        Ok(parse_resume(counts)
+            .filter(|&(next, _, _)| (part.lo..=part.hi).contains(&(next as u128)))
+            .map_or(Start::fresh(part), |(next, solutions, nodes)| Start {
+                part,
+                next: next as u128,
+                solutions,
+                nodes,
+            }))
+    }
+}
+
+/// Every run of a chunk walks indices into the chunk's own prefixes, so its parts are spans of the range of a
+/// one-chunk plan over them.
+const WHOLE: ChunkId = ChunkId {
+    n_chunks: 1,
+    chunk: 0,
+};
+
+/// Where a run starts: its part, the next prefix in it, and what the prefixes before that gave.
+struct Start {
+    part: Span,
+    next: u128,
+    solutions: u128,
+    nodes: u64,
+}
+
+impl Start {
+    fn fresh(part: Span) -> Start {
+        Start {
+            part,
+            next: part.lo,
+            solutions: 0,
+            nodes: 0,
+        }
+    }
 }
 
 /// Where a chunk stands: the next of its prefixes to search, and what the ones before it gave.
@@ -160,27 +236,30 @@ impl Job for QueensJob {
     }
 
     fn run_chunk(&self, at: ChunkId, ctl: &Control) -> Result<ChunkOutput, SpaceError> {
-        let mine: Vec<Prefix> = self
-            .prefixes
-            .iter()
-            .copied()
-            .skip(at.chunk as usize)
-            .step_by(at.n_chunks as usize)
-            .collect();
-        let (mut next, mut solutions, mut nodes) = match ctl.resume_state() {
-            // A state this code did not write (another version, a garbled store) is ignored: start over.
-            Some(text) => parse_resume(text)
-                .filter(|s| s.0 <= mine.len())
-                .unwrap_or((0, 0, 0)),
-            None => (0, 0, 0),
-        };
-        while next < mine.len() {
-            let (found, visited) = self.count(mine[next]);
+        let mine = self.mine(at);
+        let Start {
+            part,
+            next,
+            mut solutions,
+            mut nodes,
+        } = self.start(at, ctl.resume_state())?;
+        let whole = Span::of(WHOLE, mine.len() as u128, 1, None)?;
+        // One look at the split flag per prefix; what the walk keeps after a split still starts at the part's
+        // start, since the counts carried from a saved state cover the prefixes before `next`.
+        let mut walk = SpanWalk::resuming(part, next, ctl);
+        while let Some(i) = walk.next() {
+            // Inside the chunk's prefixes, a usize range.
+            let (found, visited) = self.count(mine[i as usize]);
             solutions += found;
             nodes += visited;
-            next += 1;
             ctl.checkpoint(visited)?;
-            ctl.save_resume_state(format!("{next} {solutions} {nodes}"))?;
+            let kept = walk.span();
+            let span = if kept == whole {
+                String::new()
+            } else {
+                format!(" {}", kept.state())
+            };
+            ctl.save_resume_state(format!("{} {solutions} {nodes}{span}", i + 1))?;
         }
         let mut out = ChunkOutput {
             nodes,
@@ -188,6 +267,39 @@ impl Job for QueensJob {
         };
         out.count("solutions", solutions);
         Ok(out)
+    }
+
+    fn splits(&self) -> bool {
+        true
+    }
+
+    /// The parent may be a saved state, which names its part; the two halves are spans.
+    fn check_split(
+        &self,
+        at: ChunkId,
+        parent: Option<&str>,
+        kept: &str,
+        given: &str,
+    ) -> Result<(), SpaceError> {
+        let parent = self.start(at, parent)?.part;
+        let items = self.mine(at).len() as u128;
+        Span::check_split(WHOLE, items, 1, Some(&parent.state()), kept, given)
+    }
+
+    /// A count's shape and parity hold for any part of a chunk.
+    fn verify_part(
+        &self,
+        at: ChunkId,
+        part: &str,
+        out: &ChunkOutput,
+        listed: bool,
+    ) -> Result<(), SpaceError> {
+        self.start(at, Some(part))?;
+        if listed {
+            self.verify(at, out)
+        } else {
+            self.verify_counts(at, out)
+        }
     }
 
     fn verify(&self, _at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
@@ -292,10 +404,16 @@ mod tests {
         let whole = j.run_chunk(ChunkId::new(2, 1), &Control::new()).unwrap();
         let first = j.count(j.prefixes[1]);
         let ctl = sweep_space::ChunkControl::new(Some(format!("1 {} {}", first.0, first.1)));
-        assert_eq!(j.run_chunk(ChunkId::new(2, 1), ctl.control()).unwrap(), whole);
+        assert_eq!(
+            j.run_chunk(ChunkId::new(2, 1), ctl.control()).unwrap(),
+            whole
+        );
         // Garbage is not trusted: the chunk starts over and still counts right.
         let ctl = sweep_space::ChunkControl::new(Some("9999 1 2".into()));
-        assert_eq!(j.run_chunk(ChunkId::new(2, 1), ctl.control()).unwrap(), whole);
+        assert_eq!(
+            j.run_chunk(ChunkId::new(2, 1), ctl.control()).unwrap(),
+            whole
+        );
     }
 
     /// What the engine relies on, checked by the contract crate's kit on the job as `sweep` registers it.
@@ -318,6 +436,89 @@ mod tests {
         ));
     }
 
+    /// A chunk split into pieces, each asked to split again, adds up to the whole chunk.
+    #[test]
+    fn a_split_chunk_adds_up_to_the_whole() {
+        let j = job(10);
+        for at in [ChunkId::new(1, 0), ChunkId::new(4, 1)] {
+            let splits = sweep_space::testkit::split_adds_up(&j, at, 7);
+            assert!(splits >= 4, "{at}: {splits} splits");
+        }
+    }
+
+    #[test]
+    fn splits_that_do_not_cover_their_parent_exactly_are_refused() {
+        let j = job(10);
+        let at = ChunkId::new(1, 0);
+        assert!(j
+            .check_split(at, Some("span 0 20"), "span 0 10", "span 10 20")
+            .is_ok());
+        // A saved state names its part: the whole chunk, or the span after its counts.
+        assert!(j
+            .check_split(
+                at,
+                Some("3 40 900"),
+                "span 0 10",
+                &format!("span 10 {}", j.prefixes.len())
+            )
+            .is_ok());
+        assert!(j
+            .check_split(at, Some("3 40 900 span 0 20"), "span 0 10", "span 10 20")
+            .is_ok());
+        for (parent, kept, given) in [
+            (Some("span 0 20"), "span 0 11", "span 10 20"),
+            (Some("span 0 20"), "span 0 9", "span 10 20"),
+            (Some("span 0 20"), "span 0 10", "span 10 21"),
+            (Some("span 0 20"), "nonsense", "span 10 20"),
+            (Some("3 40 900 span 0 30"), "span 0 10", "span 10 20"),
+            (None, "span 0 10", "span 10 20"),
+            // Past the chunk's prefixes.
+            (None, "span 0 10", "span 10 100000"),
+        ] {
+            assert!(
+                j.check_split(at, parent, kept, given).is_err(),
+                "{parent:?} into {kept} and {given}"
+            );
+        }
+        let outside = sweep_space::ChunkControl::new(Some("span 0 100000".into()));
+        assert!(j.run_chunk(at, outside.control()).is_err());
+    }
+
+    /// A piece's saved state names the piece: resumed from it, the piece counts only itself.
+    #[test]
+    fn a_piece_resumed_from_its_saved_state_counts_only_that_piece() {
+        let j = job(10);
+        let at = ChunkId::new(2, 1);
+        let run = |state: &str| {
+            let ctl = sweep_space::ChunkControl::new(Some(state.to_string()));
+            (
+                j.run_chunk(at, ctl.control()).unwrap(),
+                ctl.take_resume_state(),
+            )
+        };
+        let (piece, saved) = run("span 3 9");
+        let saved = saved.expect("it saved its place");
+        assert!(saved.ends_with(" span 3 9"), "{saved}");
+        let mut part = ChunkOutput::default();
+        for p in &j.mine(at)[3..9] {
+            let (found, visited) = j.count(*p);
+            part.count("solutions", found);
+            part.nodes += visited;
+        }
+        assert_eq!(piece, part);
+        let (first, _) = j.count(j.mine(at)[3]);
+        let visited = j.count(j.mine(at)[3]).1;
+        assert_eq!(run(&format!("4 {first} {visited} span 3 9")).0, piece);
+        // Counts past the part are not trusted: the part starts over, and still counts only itself.
+        assert_eq!(run("99 1 2 span 3 9").0, piece);
+        assert!(j
+            .run_chunk(
+                at,
+                sweep_space::ChunkControl::new(Some("1 2 3 span 3 999".into())).control()
+            )
+            .is_err());
+    }
+
     #[test]
     fn bad_parameters_and_lying_outputs_are_refused() {
         assert!(Queens::build(QueensParams { n: 0 }).is_err());
@@ -326,6 +527,9 @@ mod tests {
         let mut out = ChunkOutput::default();
         out.count("solutions", 3);
         assert!(j.verify(ChunkId::new(4, 0), &out).is_err());
+        assert!(j
+            .verify_part(ChunkId::new(4, 0), "span 0 2", &out, true)
+            .is_err());
         out.solutions.push("x".into());
         assert!(j.verify(ChunkId::new(4, 0), &out).is_err());
         assert!(j.plan(Some(10_000)).is_err());

@@ -9,7 +9,8 @@
 //! - `brute` ([`brute`]): the original program's BilliardBruteForce, every permutation of the index vector in lexicographic
 //!   order, chunked by rank ranges (`--ranks` restricts it to a slice), with failing blocks counted in one step.
 //! - `strategy` ([`strategy`]): backtracking over the top row with used-number masks and mirror breaking, chunked
-//!   by the first two top balls. Its long chunks save a cursor and resume from it on any worker.
+//!   by the first two top balls. Its long chunks save a cursor and resume from it on any worker, and a running
+//!   chunk gives away prefixes it has not started when asked to split.
 //!
 //! Unique solutions (up to the left-right mirror) are counted where they are found, once per mirror class, so
 //! counts add up exactly over any split into chunks.
@@ -22,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use sweep_space::perm::{FACTORIALS, MAX_N};
-use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+use sweep_space::{
+    Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, Span,
+};
 
 use self::brute::Brute;
 use self::strategy::{prefixes, Saves, MAX_ROWS, SAVE_EVERY};
@@ -164,6 +167,17 @@ impl BilliardJob {
         Ok(())
     }
 
+    /// Strategy only: brute force chunks are ranges of ranks of about equal cost, which the plan already cuts
+    /// evenly, and its kernel runs a rank range in one loop with no boundary worth looking at.
+    fn check_splits(&self) -> Result<(), SpaceError> {
+        if !self.splits() {
+            return Err(SpaceError::Verification(
+                "brute force billiard chunks do not split".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The rank range of brute chunk `chunk`.
     fn chunk_ranks(&self, at: ChunkId) -> (u64, u64) {
         let (lo, hi) = self.ranks;
@@ -215,6 +229,53 @@ impl Job for BilliardJob {
                     saves,
                 )
             }
+        }
+    }
+
+    fn splits(&self) -> bool {
+        self.params.method == Method::Strategy
+    }
+
+    /// Parts are spans of the chunk's prefixes; a parent may also be a cursor, which names its part.
+    fn check_split(
+        &self,
+        at: ChunkId,
+        parent: Option<&str>,
+        kept: &str,
+        given: &str,
+    ) -> Result<(), SpaceError> {
+        self.check_splits()?;
+        at.check(self.max_chunks())?;
+        let parent = strategy::part_of(self.prefixes.len(), at, parent)?;
+        let parent = Span {
+            lo: parent.start as u128,
+            hi: parent.end as u128,
+        };
+        Span::check_split(
+            at,
+            self.prefixes.len() as u128,
+            self.max_chunks(),
+            Some(&parent.state()),
+            kept,
+            given,
+        )
+    }
+
+    /// Every check a strategy chunk's verifier makes holds for any set of its prefixes.
+    fn verify_part(
+        &self,
+        at: ChunkId,
+        part: &str,
+        out: &ChunkOutput,
+        listed: bool,
+    ) -> Result<(), SpaceError> {
+        self.check_splits()?;
+        at.check(self.max_chunks())?;
+        strategy::part_of(self.prefixes.len(), at, Some(part))?;
+        if listed {
+            self.verify(at, out)
+        } else {
+            self.verify_counts(at, out)
         }
     }
 

@@ -19,10 +19,18 @@
 //! index of the prefix being searched, the top row down to that sub-branch (everything before it in search
 //! order is done), and what was counted so far. A later attempt rebuilds the board along that top row and goes
 //! on with the next candidates, level by level, so its output is the uninterrupted one, nodes included.
+//!
+//! Splits: asked to split, a run gives away the upper half of the prefixes it has not started ([`SpanWalk`]):
+//! a part is a [`Span`] of prefix indices, written `span LO HI`, and a run from it counts from zero. A run of a
+//! part saves cursors that name the part (`span=LO..HI`, absent for the whole chunk) and count from the part's
+//! start, so a part resumed from its cursor still covers only that part. The two kinds of state are told apart
+//! by their first word: `span` is a part to start, the tag below a cursor to continue.
 
 use std::ops::Range;
 
-use sweep_space::{ChunkId, ChunkOutput, Control, Meter, SpaceError, MAX_RESUME_STATE_BYTES};
+use sweep_space::{
+    ChunkId, ChunkOutput, Control, Meter, SpaceError, Span, SpanWalk, MAX_RESUME_STATE_BYTES,
+};
 
 use super::triangle::{encode, index, Geometry};
 
@@ -155,8 +163,62 @@ pub struct Saves<'s> {
     pub sink: &'s mut dyn FnMut(String) -> Result<(), SpaceError>,
 }
 
-/// Runs chunk `chunk` of `n_chunks` (in range, checked by the caller) over `prefixes`, the job's prefixes,
-/// continuing from `resume` when it is a state this chunk saved.
+/// The first word of a split state (a [`Span`] of prefix indices).
+const SPAN_WORD: &str = "span ";
+
+/// The range of prefix indices of chunk `at` (in the plan, checked by the caller).
+fn chunk_range(prefixes: usize, at: ChunkId) -> Range<usize> {
+    let (lo, hi) = at.split(prefixes as u128);
+    // lo <= hi <= prefixes, a usize.
+    lo as usize..hi as usize
+}
+
+/// A split state of chunk `at`: a span of its prefixes.
+fn split_part(prefixes: usize, at: ChunkId, state: &str) -> Result<Range<usize>, SpaceError> {
+    let span = Span::parse(state)?;
+    let mine = chunk_range(prefixes, at);
+    if span.lo < mine.start as u128 || span.hi > mine.end as u128 {
+        return Err(SpaceError::invalid_param(
+            "state",
+            format!(
+                "prefixes {}..{} are not inside {at}, which has {}..{}",
+                span.lo, span.hi, mine.start, mine.end
+            ),
+        ));
+    }
+    // Inside a range of usizes.
+    Ok(span.lo as usize..span.hi as usize)
+}
+
+/// The prefixes a run of chunk `at` from `state` answers for: the chunk (`None`), a split state's span, or the
+/// part a cursor names. A state that is neither is refused: this is for checking splits, which must name
+/// their parts exactly (a run ignores a garbled cursor and starts over, see [`run_chunk`]).
+pub fn part_of(
+    prefixes: usize,
+    at: ChunkId,
+    state: Option<&str>,
+) -> Result<Range<usize>, SpaceError> {
+    let Some(state) = state else {
+        return Ok(chunk_range(prefixes, at));
+    };
+    if state.starts_with(SPAN_WORD) {
+        return split_part(prefixes, at, state);
+    }
+    let mine = chunk_range(prefixes, at);
+    parse_state(state)
+        .filter(|saved| saved.id == at)
+        .and_then(|saved| saved.cursor.part(&mine))
+        .ok_or_else(|| {
+            SpaceError::invalid_param(
+                "state",
+                format!("`{state}` is neither a span of {at}'s prefixes nor one of its cursors"),
+            )
+        })
+}
+
+/// Runs chunk `chunk` of `n_chunks` (in range, checked by the caller) over `prefixes`, the job's prefixes:
+/// the part a split state `resume` names, or continuing from `resume` when it is a cursor this chunk saved,
+/// or the whole chunk. A split state outside the chunk is refused.
 pub fn run_chunk(
     geo: &Geometry,
     prefixes: &[[u8; 2]],
@@ -165,9 +227,13 @@ pub fn run_chunk(
     resume: Option<&str>,
     saves: Saves,
 ) -> Result<ChunkOutput, SpaceError> {
-    let (lo, hi) = at.split(prefixes.len() as u128);
-    // lo <= hi <= prefixes.len(), a usize.
-    let mine = lo as usize..hi as usize;
+    let mine = chunk_range(prefixes.len(), at);
+    let (part, cursor_state) = match resume {
+        Some(state) if state.starts_with(SPAN_WORD) => {
+            (split_part(prefixes.len(), at, state)?, None)
+        }
+        other => (mine.clone(), other),
+    };
     let mut search = Strategy {
         geo,
         ctl,
@@ -175,20 +241,31 @@ pub fn run_chunk(
         board: Board::new(geo.rows),
         meter: Meter::new(ctl),
         id: at,
-        prefix: mine.start,
+        chunk: mine.clone(),
+        part: part.clone(),
+        prefix: part.start,
         report_every: REPORT_EVERY.min(saves.every.max(1)),
         save_every: saves.every,
         next_save: saves.every,
         sink: Some(saves.sink),
     };
-    let mut next = mine.start;
-    if let Some((cursor, used)) = resume.and_then(|text| search.restore(text, prefixes, &mine)) {
+    let mut next = part.start;
+    if let Some((cursor, used)) = cursor_state.and_then(|text| search.restore(text, prefixes)) {
         search.continue_from(&cursor, &used)?;
         next = cursor.prefix + 1;
     }
-    for (k, &p) in prefixes.iter().enumerate().take(mine.end).skip(next) {
-        search.prefix = k;
-        search.run_prefix(p)?;
+    // One look at the split flag per prefix: a prefix's search is never cut, the prefixes not started are.
+    let span = Span {
+        lo: search.part.start as u128,
+        hi: search.part.end as u128,
+    };
+    let mut walk = SpanWalk::resuming(span, next as u128, ctl);
+    while let Some(k) = walk.next() {
+        let kept = walk.span();
+        // Inside the part, a range of usizes.
+        search.part.end = kept.hi as usize;
+        search.prefix = k as usize;
+        search.run_prefix(prefixes[k as usize])?;
     }
     Ok(search.finish())
 }
@@ -202,15 +279,28 @@ struct Saved {
 }
 
 /// Where a chunk stands: prefix `prefix` (an index into the job's prefixes) is being searched, the sub-branch
-/// with top row `path` (the prefix's two balls first) is done, and so is everything before it in search order.
+/// with top row `path` (the prefix's two balls first) is done, and so is everything before it in search order
+/// within the part `span` (`None`: the whole chunk), which the counts cover.
 #[derive(Debug, PartialEq, Eq)]
 struct Cursor {
+    span: Option<Range<usize>>,
     prefix: usize,
     path: Vec<u8>,
     nodes: u64,
     solutions: u128,
     unique: u128,
     found: Vec<String>,
+}
+
+impl Cursor {
+    /// The part this cursor's run answers for, if it lies inside `mine` (the chunk's prefixes) and holds the
+    /// cursor's prefix.
+    fn part(&self, mine: &Range<usize>) -> Option<Range<usize>> {
+        let part = self.span.clone().unwrap_or_else(|| mine.clone());
+        let inside =
+            mine.start <= part.start && part.end <= mine.end && part.contains(&self.prefix);
+        inside.then_some(part)
+    }
 }
 
 /// A short digest of a state's text, so that a state garbled in storage or transit is ignored rather than
@@ -233,7 +323,21 @@ fn parse_state(text: &str) -> Option<Saved> {
     let rows = field("rows")?.parse().ok()?;
     let (chunk, n_chunks) = field("chunk")?.split_once('/')?;
     let id = ChunkId::new(n_chunks.parse().ok()?, chunk.parse().ok()?);
-    let prefix = field("prefix")?.parse().ok()?;
+    let mut word = words.next()?;
+    let span = match word.strip_prefix("span=") {
+        Some(range) => {
+            let (lo, hi) = range.split_once("..")?;
+            let (lo, hi): (usize, usize) = (lo.parse().ok()?, hi.parse().ok()?);
+            if lo >= hi {
+                return None;
+            }
+            word = words.next()?;
+            Some(lo..hi)
+        }
+        None => None,
+    };
+    let prefix = word.strip_prefix("prefix=")?.parse().ok()?;
+    let mut field = |key: &str| words.next()?.strip_prefix(key)?.strip_prefix('=');
     let path = field("path")?
         .split(',')
         .map(|v| v.parse().ok())
@@ -252,6 +356,7 @@ fn parse_state(text: &str) -> Option<Saved> {
         rows,
         id,
         cursor: Cursor {
+            span,
             prefix,
             path,
             nodes,
@@ -271,6 +376,10 @@ struct Strategy<'a> {
     /// since every report is a point where a cursor may be saved, at least every [`Saves::every`] placements.
     meter: Meter<'a>,
     id: ChunkId,
+    /// The chunk's prefixes.
+    chunk: Range<usize>,
+    /// The prefixes this run answers for: the chunk or a part of it, narrowed when the run gives some away.
+    part: Range<usize>,
     /// The index (into the job's prefixes) of the prefix being searched.
     prefix: usize,
     report_every: u64,
@@ -360,8 +469,13 @@ impl Strategy<'_> {
 
     fn state(&self, path: &[u8]) -> String {
         let counter = |name: &str| self.out.counters.get(name).copied().unwrap_or(0);
+        let span = if self.part == self.chunk {
+            String::new()
+        } else {
+            format!(" span={}..{}", self.part.start, self.part.end)
+        };
         let body = format!(
-            "{STATE_TAG} rows={} chunk={}/{} prefix={} path={} nodes={} solutions={} unique={} found={}",
+            "{STATE_TAG} rows={} chunk={}/{}{span} prefix={} path={} nodes={} solutions={} unique={} found={}",
             self.geo.rows,
             self.id.chunk,
             self.id.n_chunks,
@@ -376,20 +490,15 @@ impl Strategy<'_> {
         format!("{body} check={check}")
     }
 
-    /// Takes over a saved state if it is this chunk's and consistent: the counts so far, and the board rebuilt
-    /// along the cursor's top row. `None` (start over) for anything else.
+    /// Takes over a saved state if it is this chunk's and consistent: the part it covers, the counts so far,
+    /// and the board rebuilt along the cursor's top row. `None` (start over) for anything else.
     /// Also returns the used mask before each level of the cursor's top row.
-    fn restore(
-        &mut self,
-        text: &str,
-        prefixes: &[[u8; 2]],
-        mine: &Range<usize>,
-    ) -> Option<(Cursor, [Mask; MAX_ROWS])> {
+    fn restore(&mut self, text: &str, prefixes: &[[u8; 2]]) -> Option<(Cursor, [Mask; MAX_ROWS])> {
         let Saved { rows, id, cursor } = parse_state(text)?;
         let path = &cursor.path;
+        let part = cursor.part(&self.chunk)?;
         if rows != self.geo.rows
             || id != self.id
-            || !mine.contains(&cursor.prefix)
             // Cursors are only saved below the prefix and above the last position (see `branch`).
             || !(2..self.geo.rows).contains(&path.len())
             || prefixes.get(cursor.prefix)?[..] != path[..2]
@@ -414,6 +523,7 @@ impl Strategy<'_> {
         self.meter.resume_at(cursor.nodes);
         self.next_save = cursor.nodes.saturating_add(self.save_every);
         self.prefix = cursor.prefix;
+        self.part = part;
         // Only counters that were counted: an uninterrupted run has no zero entries.
         for (name, n) in [("solutions", cursor.solutions), ("unique", cursor.unique)] {
             if n > 0 {

@@ -673,3 +673,32 @@ proptest! {
         prop_assert_eq!(geo.to_rows(&m), rows_m);
     }
 }
+
+/// A piece's cursor carries its span under the digest: re-signed with a span that is not inside the chunk or
+/// does not hold the cursor's prefix, it is not trusted; honest, it resumes the piece.
+#[test]
+fn a_piece_cursor_with_a_forged_span_is_ignored() {
+    let j = job(7, Method::Strategy, None);
+    let at = ChunkId::new(2, 1);
+    let (lo, hi) = (j.prefixes.len() / 2, j.prefixes.len());
+    let part = format!("span {} {}", lo + 2, hi - 1);
+    let ctl = sweep_space::ChunkControl::new(Some(part.clone()));
+    ctl.request_stop();
+    assert_eq!(j.run_chunk(at, ctl.control()), Err(SpaceError::Cancelled));
+    let cursor = ctl.take_resume_state().unwrap();
+    let piece = resumed(&j, at, &part).0;
+    assert_eq!(resumed(&j, at, &cursor).0, piece);
+    let whole = j.run_chunk(at, &Control::new()).unwrap();
+    for span in [
+        format!("{}..{hi}", lo - 1),
+        format!("{lo}..{}", hi + 1),
+        format!("{}..{}", lo + 2, lo + 3),
+        format!("{}..{}", hi - 1, hi - 1),
+        "x..y".to_string(),
+    ] {
+        let lie = forged(&cursor, "span", &span);
+        let (out, did) = resumed(&j, at, &lie);
+        assert_eq!(out, whole, "{lie}");
+        assert_eq!(did, whole.nodes, "trusted: {lie}");
+    }
+}

@@ -40,7 +40,8 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use sweep_space::{
-    Answer, ChunkId, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, SpaceError,
+    Answer, ChunkId, ChunkOutput, Control, Job, JobInput, Plan, SearchSpace, SpaceError, Span,
+    SpanWalk,
 };
 
 pub use ball::{Ball, Ring};
@@ -177,16 +178,20 @@ impl BrainballJob {
         }
     }
 
-    /// Solves the positions of chunk `chunk` of `n_chunks` with `table`, whatever its origin.
+    /// Solves the positions of chunk `chunk` of `n_chunks` with `table`, whatever its origin: those of the
+    /// part its resume state names, when it is a piece of a split chunk. Asked to split, it gives away the upper
+    /// half of the positions it has not started.
     pub fn solve_chunk(
         &self,
         table: &Table,
         at: ChunkId,
         ctl: &Control,
     ) -> Result<ChunkOutput, SpaceError> {
-        let (lo, hi) = at.split(self.positions.len() as u128);
+        let part = self.solve_part(at, ctl.resume_state())?;
         let mut out = ChunkOutput::default();
-        for i in lo as usize..hi as usize {
+        for i in SpanWalk::new(part, ctl) {
+            // Inside the positions' range, a range of usizes.
+            let i = i as usize;
             let sol = solve::solve_with(
                 table,
                 self.params.pattern_tiles as usize,
@@ -202,11 +207,105 @@ impl BrainballJob {
         }
         Ok(out)
     }
+
+    /// The positions of chunk `at` a run from `state` solves: the span it names, or the whole chunk.
+    fn solve_part(&self, at: ChunkId, state: Option<&str>) -> Result<Span, SpaceError> {
+        Span::of(at, self.positions.len() as u128, self.max_chunks(), state)
+    }
+
+    /// Why a job of this mode does not split a running chunk, if it does not.
+    fn check_splits(&self) -> Result<(), SpaceError> {
+        let why = match self.mode {
+            Mode::Solve => return Ok(()),
+            // Distinct entries, deduplicated in the chunk: two pieces reaching one position would count it twice,
+            // and the engine merges one artifact per chunk.
+            Mode::Table | Mode::Pattern => "its chunks return deduplicated entries as artifacts",
+            // The hardest samples are listed per chunk: the pieces' lists are not the chunk's.
+            Mode::Census => {
+                "a chunk lists its own hardest samples, which its pieces' lists are not"
+            }
+            // The walk stops at its first solution, so a later piece would search what the chunk never does;
+            // the rounds already cut one position's search into thousands of chunks.
+            Mode::Deep => "a chunk stops at its first solution in walk order",
+        };
+        Err(SpaceError::Verification(format!(
+            "brainball {:?} chunks do not split: {why}",
+            self.mode
+        )))
+    }
+
+    /// A solve output for the positions `part`: one proven solution each, in order, and no artifact.
+    fn verify_solved(&self, part: Span, out: &ChunkOutput) -> Result<(), SpaceError> {
+        if out.solutions.len() as u128 != part.len() {
+            return Err(SpaceError::Verification(format!(
+                "{} solutions for the {} positions of the chunk",
+                out.solutions.len(),
+                part.len()
+            )));
+        }
+        // Inside the positions' range, a range of usizes.
+        for (line, i) in out.solutions.iter().zip(part.lo as usize..part.hi as usize) {
+            let (idx, v) = decode_solution(line)?;
+            if idx != i {
+                return Err(SpaceError::Verification(format!(
+                    "solution {idx} reported where {i} was expected"
+                )));
+            }
+            check_solution(self.positions[i], &v)?;
+        }
+        if !out.artifact.is_empty() {
+            return Err(SpaceError::Verification(
+                "a solve chunk has no artifact".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Job for BrainballJob {
     fn params(&self) -> Value {
         serde_json::to_value(&self.params).unwrap_or(Value::Null)
+    }
+
+    /// Only a solve job splits, by its positions: each is solved on its own, so pieces add up. The others do
+    /// not, and [`BrainballJob::check_splits`] says why.
+    fn splits(&self) -> bool {
+        self.mode == Mode::Solve
+    }
+
+    fn check_split(
+        &self,
+        at: ChunkId,
+        parent: Option<&str>,
+        kept: &str,
+        given: &str,
+    ) -> Result<(), SpaceError> {
+        self.check_splits()?;
+        Span::check_split(
+            at,
+            self.positions.len() as u128,
+            self.max_chunks(),
+            parent,
+            kept,
+            given,
+        )
+    }
+
+    /// A piece solves every position of its part, in order, as a chunk does its own.
+    fn verify_part(
+        &self,
+        at: ChunkId,
+        part: &str,
+        out: &ChunkOutput,
+        listed: bool,
+    ) -> Result<(), SpaceError> {
+        self.check_splits()?;
+        let part = self.solve_part(at, Some(part))?;
+        if listed {
+            self.verify_solved(part, out)
+        } else {
+            self.verify_counts(at, out)
+        }
     }
 
     fn plan(&self, requested: Option<u64>) -> Result<Plan, SpaceError> {
@@ -311,30 +410,7 @@ impl Job for BrainballJob {
                     ));
                 }
             }
-            Mode::Solve => {
-                let (lo, hi) = at.split(self.positions.len() as u128);
-                if out.solutions.len() as u128 != hi - lo {
-                    return Err(SpaceError::Verification(format!(
-                        "{} solutions for the {} positions of the chunk",
-                        out.solutions.len(),
-                        hi - lo
-                    )));
-                }
-                for (line, i) in out.solutions.iter().zip(lo as usize..hi as usize) {
-                    let (idx, v) = decode_solution(line)?;
-                    if idx != i {
-                        return Err(SpaceError::Verification(format!(
-                            "solution {idx} reported where {i} was expected"
-                        )));
-                    }
-                    check_solution(self.positions[i], &v)?;
-                }
-                if !out.artifact.is_empty() {
-                    return Err(SpaceError::Verification(
-                        "a solve chunk has no artifact".into(),
-                    ));
-                }
-            }
+            Mode::Solve => self.verify_solved(self.solve_part(at, None)?, out)?,
             Mode::Census | Mode::Deep => self.verify_extra(at, out)?,
             Mode::Pattern => self.verify_pattern(at, out)?,
         }

@@ -28,7 +28,9 @@ use brute::Brute;
 use geometry::Geometry;
 use propagate::{Flow, Solver, N_PATHS};
 use puzzle::{check_clues, parse_clue_list, parse_puzzle_file};
-use sweep_space::{Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError};
+use sweep_space::{
+    Answer, ChunkId, ChunkOutput, Control, Job, Plan, SearchSpace, SpaceError, Span,
+};
 
 /// The registry's handle for the Buzzled space.
 pub struct Buzzled;
@@ -256,6 +258,15 @@ impl BuzzledJob {
         Ok(())
     }
 
+    fn check_splits(&self) -> Result<(), SpaceError> {
+        if !self.splits() {
+            return Err(SpaceError::Verification(
+                "brute force buzzled chunks do not split".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn board_bits(board: &[bool]) -> u64 {
         board
             .iter()
@@ -327,6 +338,15 @@ impl Job for BuzzledJob {
                 })?;
             }
             None => {
+                // A piece of a split chunk searches the paths its state names.
+                let part = Span::of(
+                    at,
+                    u128::from(N_PATHS),
+                    self.max_chunks(),
+                    ctl.resume_state(),
+                )?;
+                // Inside 0..N_PATHS.
+                let (lo, hi) = (part.lo as u64, part.hi as u64);
                 let mut solver = Solver::new(&self.geo, &self.clues, lo, hi, Some(ctl));
                 solver.run(&mut |board| {
                     boards.push(self.geo.encode(board));
@@ -340,6 +360,47 @@ impl Job for BuzzledJob {
         }
         out.solutions = boards;
         Ok(out)
+    }
+
+    /// Line solving splits by path indices. Brute force does not: its chunks are ranges of board ranks of equal
+    /// cost, which the plan already cuts evenly.
+    fn splits(&self) -> bool {
+        self.brute.is_none()
+    }
+
+    fn check_split(
+        &self,
+        at: ChunkId,
+        parent: Option<&str>,
+        kept: &str,
+        given: &str,
+    ) -> Result<(), SpaceError> {
+        self.check_splits()?;
+        Span::check_split(
+            at,
+            u128::from(N_PATHS),
+            self.max_chunks(),
+            parent,
+            kept,
+            given,
+        )
+    }
+
+    /// Every check the line solver's verifier makes holds for any range of its paths.
+    fn verify_part(
+        &self,
+        at: ChunkId,
+        part: &str,
+        out: &ChunkOutput,
+        listed: bool,
+    ) -> Result<(), SpaceError> {
+        self.check_splits()?;
+        Span::of(at, u128::from(N_PATHS), self.max_chunks(), Some(part))?;
+        if listed {
+            self.verify(at, out)
+        } else {
+            self.verify_counts(at, out)
+        }
     }
 
     fn verify_counts(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {

@@ -13,9 +13,13 @@
 //! only nodes whose ranges meet it, and counts a node (and reports its solution) only when the node's `base` lies in
 //! its range. So every node and every solution belongs to exactly one chunk, whatever the number of chunks; the
 //! shallow nodes are re-walked by several chunks, which costs little since they are few.
+//!
+//! Splits follow from the same rule: a part of a chunk is any range of its path indices, so a run asked to split
+//! at a node of the first branchings (before its children) gives away the upper half of the indices above the
+//! node's own: no node with such a base has been visited yet, and the run stops short of them.
 
 use super::geometry::Geometry;
-use sweep_space::{Control, Meter, SpaceError};
+use sweep_space::{Control, Meter, SpaceError, Span};
 
 /// Path indices: the first 10 branchings split the tree into at most 1024 pieces.
 pub const PATH_BITS: u32 = 10;
@@ -42,9 +46,11 @@ pub struct Solver<'a> {
     /// Rows whose counts changed and may force tiles.
     queue: Vec<u16>,
     queued: Vec<bool>,
-    /// The chunk's path-index range.
+    /// The run's path-index range: the chunk's or a part of it, `hi` lowered when the run gives the rest away.
     lo: u64,
     hi: u64,
+    /// The chunk's control, to answer split requests (`None` outside a chunk).
+    ctl: Option<&'a Control>,
     /// Detached when the solver runs outside a chunk (puzzle generation).
     meter: Meter<'a>,
     stopped: bool,
@@ -74,6 +80,7 @@ impl<'a> Solver<'a> {
             queued: vec![true; n_lines],
             lo,
             hi,
+            ctl,
             meter: ctl.map_or_else(Meter::detached, Meter::new),
             stopped: false,
             node_limit: u64::MAX,
@@ -221,6 +228,32 @@ impl<'a> Solver<'a> {
         pick.map(|(_, t)| t)
     }
 
+    /// Gives away the upper half of the path indices not reached at a node with base `base`: every node visited so
+    /// far has a base of at most `base`, so those above it and in the run's range are untouched. Declines when
+    /// fewer than two are left.
+    #[cold]
+    fn split(&mut self, base: u64) {
+        let Some(ctl) = self.ctl else { return };
+        let from = (base + 1).max(self.lo);
+        if self.hi < from + 2 {
+            ctl.decline_split();
+            return;
+        }
+        let mid = from + (self.hi - from) / 2;
+        let kept = Span {
+            lo: u128::from(self.lo),
+            hi: u128::from(mid),
+        };
+        let given = Span {
+            lo: u128::from(mid),
+            hi: u128::from(self.hi),
+        };
+        // Spans are a few dozen bytes, far below the size limit: a refusal leaves the run whole.
+        if ctl.hand_off(kept.state(), given.state()).is_ok() {
+            self.hi = mid;
+        }
+    }
+
     fn dfs(
         &mut self,
         base: u64,
@@ -236,6 +269,10 @@ impl<'a> Solver<'a> {
             }
             return Ok(());
         };
+        // Only the first branchings carry a range of paths, so this is one look per node of a few levels.
+        if width > 1 && self.ctl.is_some_and(Control::split_requested) {
+            self.split(base);
+        }
         for (b, v) in [YELLOW, BLACK].into_iter().enumerate() {
             if self.stopped {
                 break;

@@ -40,12 +40,25 @@ use super::game::{Game, Goal};
 use super::layers::{self, Figures, Lookup, SortedSet};
 pub use super::params::Stage;
 use super::params::{layer_counter, Mode, PegParams, LAYER_FIELDS, SPACE_NAME};
-use sweep_space::{Answer, ChunkId, ChunkOutput, Control, JobInput, Plan, SpaceError};
+use sweep_space::{Answer, ChunkId, ChunkOutput, Control, JobInput, Plan, SpaceError, Span};
 
 /// Shards of one step: more would leave most chunks with nothing to do on any board of this space.
 pub const MAX_SHARDS: u32 = 4096;
 /// The user's `--chunks` for a `count` or `positions` job.
 pub const MAX_TOP_CHUNKS: u64 = 1024;
+
+/// Every count chunk walks the whole join layer and joins the classes it owns (by owner hash), so the items of
+/// any of its runs are indices of the whole layer: the range of a one-chunk plan over the layer.
+const WHOLE_LAYER: ChunkId = ChunkId {
+    n_chunks: 1,
+    chunk: 0,
+};
+
+/// The part of the join layer (`items` positions) a run of a count chunk covers: the span its state names, or
+/// the whole layer.
+fn join_part(items: u128, state: Option<&str>) -> Result<Span, SpaceError> {
+    Span::of(WHOLE_LAYER, items, 1, state)
+}
 
 /// Default shards per step: enough to feed 16 workers on the large boards; the triangle's layers are tiny.
 fn default_shards(game: &Game) -> u32 {
@@ -355,7 +368,8 @@ impl Dag {
                 out.artifact = m.artifact;
             }
             (Kind::Count, Bound::Join { forward, dual }) => {
-                let j = layers::join_count(game, forward, dual.as_ref(), at, ctl)?;
+                let part = join_part(forward.len() as u128, ctl.resume_state())?;
+                let j = layers::join_count(game, forward, dual.as_ref(), part, at, ctl)?;
                 out.count("count", j.count);
                 out.count("classes", u128::from(j.classes));
                 out.nodes = j.nodes;
@@ -382,6 +396,67 @@ impl Dag {
             }
         }
         Ok(out)
+    }
+
+    /// Only the count join splits. A stage chunk's artifact is merged as one chunk's (the engine keeps one output
+    /// per chunk of a job with artifacts), and a layer chunk's `positions` counts distinct successors, which two
+    /// pieces reaching the same one would count twice; a `positions` chunk only reports a few figures its inputs
+    /// already hold, microseconds of work with nothing worth giving away.
+    pub fn splits(&self) -> bool {
+        self.kind == Kind::Count
+    }
+
+    fn check_splits(&self) -> Result<(), SpaceError> {
+        if !self.splits() {
+            return Err(SpaceError::Verification(format!(
+                "peg {:?} chunks do not split: only the count join does",
+                self.kind
+            )));
+        }
+        Ok(())
+    }
+
+    /// The size of the count join's layer when the job is bound; unbound (a coordinator checking a split it
+    /// recorded), only the shape of a split can be checked, and a run refuses a part past the layer's end.
+    fn join_items(&self) -> u128 {
+        match self.bound.as_deref() {
+            Some(Bound::Join { forward, .. }) => forward.len() as u128,
+            _ => u128::from(u64::MAX),
+        }
+    }
+
+    /// Checks a split of a count chunk: spans of the join layer's indices that cover the parent exactly once.
+    pub fn check_split(
+        &self,
+        at: ChunkId,
+        parent: Option<&str>,
+        kept: &str,
+        given: &str,
+    ) -> Result<(), SpaceError> {
+        self.check_splits()?;
+        at.check(self.max_chunks())?;
+        Span::check_split(WHOLE_LAYER, self.join_items(), 1, parent, kept, given)
+    }
+
+    /// The part `state` names, for checking a piece: the classes it joined lie in its span, so there are at most
+    /// as many as its indices.
+    pub fn check_part(
+        &self,
+        at: ChunkId,
+        state: &str,
+        out: &ChunkOutput,
+    ) -> Result<(), SpaceError> {
+        self.check_splits()?;
+        at.check(self.max_chunks())?;
+        let part = Span::of(WHOLE_LAYER, self.join_items(), 1, Some(state))?;
+        let classes = out.counters.get("classes").copied().unwrap_or(0);
+        if classes > part.len() {
+            return Err(SpaceError::Verification(format!(
+                "{classes} classes joined in a part of {} positions",
+                part.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Checks a stage chunk's output without its inputs: a sorted list of canonical positions of the layer's

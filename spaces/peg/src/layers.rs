@@ -34,7 +34,7 @@ pub use super::layer_artifacts::{
     check_layer, layer_header, merge_layers, merge_paths, pegs_at, read_path, write_path, Figures,
     LayerReader, LayerWriter,
 };
-use sweep_space::{ChunkId, Control, Meter, SpaceError};
+use sweep_space::{ChunkId, Control, Meter, SpaceError, Span, SpanWalk};
 
 /// Successors with weights in a vector that is sorted and folded (equal positions summed) whenever it has
 /// doubled since the last fold: sequential memory traffic instead of a hash table's random probes (2.5x faster
@@ -302,14 +302,30 @@ pub struct Joined {
     pub nodes: u64,
 }
 
+impl Lookup {
+    /// Positions in the layer.
+    pub fn len(&self) -> usize {
+        self.weights.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.weights.is_empty()
+    }
+}
+
 /// Winning sequences through the owned classes of the forward layer `layer` (`forward`): each class C meets the
 /// dual class of its complement (`dual`, a layer of the game started at the goal hole), and contributes
 /// W(C)/|C| * W'(dual class). Without `dual` (goal `any`, `forward` is the one-peg layer), every class is a
 /// goal and contributes its weight.
+///
+/// The chunk walks `part`, a span of the forward layer's indices (all of them for a whole chunk), and when
+/// asked to split gives away the upper half of the indices it has not reached ([`SpanWalk`]): the classes it
+/// owns there are joined by the piece, so counts, classes and nodes add up.
 pub fn join_count(
     game: &Game,
     forward: &Lookup,
     dual: Option<&Lookup>,
+    part: Span,
     at: ChunkId,
     ctl: &Control,
 ) -> Result<Joined, SpaceError> {
@@ -322,7 +338,10 @@ pub fn join_count(
         nodes: 0,
     };
     let mut meter = Meter::new(ctl);
-    for (&pos, &w) in forward.positions.keys().iter().zip(&forward.weights) {
+    let keys = forward.positions.keys();
+    for i in SpanWalk::new(part, ctl) {
+        // The part lies inside the layer (checked by the caller), whose indices are usizes.
+        let (pos, w) = (keys[i as usize], forward.weights[i as usize]);
         if owner_hash(pos) % at.n_chunks != at.chunk {
             continue;
         }

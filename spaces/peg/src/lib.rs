@@ -162,6 +162,15 @@ impl PegJob {
             .collect()
     }
 
+    /// The DAG role that splits its chunks, or why this job does not.
+    fn splitting_dag(&self) -> Result<&dag::Dag, SpaceError> {
+        self.dag.as_ref().ok_or_else(|| {
+            SpaceError::Verification(
+                "this peg job does not split: a solve chunk reports one outcome".into(),
+            )
+        })
+    }
+
     fn count_chunks_max(&self) -> u64 {
         count::max_chunks(&self.game)
     }
@@ -282,6 +291,40 @@ impl Job for PegJob {
             }
         }
         Ok(out)
+    }
+
+    /// The count join splits by the join layer's positions ([`dag::Dag::splits`] says why the other DAG jobs
+    /// do not). A `solve` chunk does not: it looks for one winning sequence, cheap proofs first, and reports
+    /// exactly one outcome, which pieces of its search could not add up to.
+    fn splits(&self) -> bool {
+        self.dag.as_ref().is_some_and(dag::Dag::splits)
+    }
+
+    fn check_split(
+        &self,
+        at: ChunkId,
+        parent: Option<&str>,
+        kept: &str,
+        given: &str,
+    ) -> Result<(), SpaceError> {
+        self.splitting_dag()?.check_split(at, parent, kept, given)
+    }
+
+    /// Every check of a count chunk's verifier holds for any part of it; a part also joins no more classes
+    /// than it has positions.
+    fn verify_part(
+        &self,
+        at: ChunkId,
+        part: &str,
+        out: &ChunkOutput,
+        listed: bool,
+    ) -> Result<(), SpaceError> {
+        self.splitting_dag()?.check_part(at, part, out)?;
+        if listed {
+            self.verify(at, out)
+        } else {
+            self.verify_counts(at, out)
+        }
     }
 
     fn verify(&self, at: ChunkId, out: &ChunkOutput) -> Result<(), SpaceError> {
