@@ -82,6 +82,8 @@ struct JsonReport<'a> {
     max_attempts: Option<u32>,
     nodes: Value,
     params: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pieces: Option<u64>,
     poisoned_chunks: &'a [Value],
     result: &'a ReportResult,
     solutions_listed: u64,
@@ -95,8 +97,11 @@ pub struct Report {
     pub params: Value,
     pub job: Option<u64>,
     pub state: String,
+    /// Slots: the plan's chunks and the pieces split off running chunks.
     pub chunks_total: u64,
     pub chunks_done: u64,
+    /// Of `chunks_total`, the pieces; `None` where none are recorded (`solve`).
+    pub pieces: Option<u64>,
     pub nodes: u128,
     pub elapsed_s: f64,
     pub result: ReportResult,
@@ -127,6 +132,7 @@ impl Report {
             max_attempts: self.max_attempts,
             nodes: big(self.nodes),
             params: &self.params,
+            pieces: self.pieces,
             poisoned_chunks: &self.poisoned,
             result: &self.result,
             solutions_listed: self.solutions_listed,
@@ -303,6 +309,7 @@ mod tests {
             state: "done".into(),
             chunks_total: 2,
             chunks_done: 2,
+            pieces: None,
             nodes: (1 << 53) + 1,
             elapsed_s: 0.5,
             result,

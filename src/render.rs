@@ -15,6 +15,8 @@ pub fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "chunks_done": j.chunks_done,
         "chunks_leased": j.chunks_leased,
         "chunks_poisoned": j.chunks_poisoned,
+        "pieces": j.pieces,
+        "chunks_covered": j.chunks_covered,
         "reissued": j.reissued,
         "completions": j.completions,
         "duplicates": j.duplicates,
@@ -138,6 +140,7 @@ pub fn results_report(
         state: info.state().label().to_string(),
         chunks_total: info.chunks_total,
         chunks_done: info.chunks_done,
+        pieces: Some(info.pieces),
         nodes: info.nodes.parse().unwrap_or(0),
         elapsed_s,
         result: if form == v1::AnswerForm::Json {

@@ -400,6 +400,14 @@ impl Coordinator {
             .await
     }
 
+    /// Hands back every lease of a coordinator no worker can have outlived (see [`Core::release_all_leases`]).
+    pub fn release_all_leases(&self) {
+        let (n, _) = self.decide(|core| core.release_all_leases(now_ms()));
+        if n > 0 {
+            self.commit.kick();
+        }
+    }
+
     /// A worker's split of a running chunk (see [`Core::split`]); answered once the split is durable. A piece
     /// nobody took wakes the lease requests waiting for work.
     pub async fn split(&self, worker: &str, req: SplitRequest) -> Result<SplitAnswer, CoreError> {

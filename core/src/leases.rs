@@ -247,6 +247,26 @@ impl Core {
         Ok(outcome == FailOutcome::Poisoned)
     }
 
+    /// Hands every outstanding lease back unstarted (no attempt used), for a coordinator that knows no worker
+    /// can hold one: one in a process of its own (`sweep run`) that was interrupted and starts again. Its
+    /// chunks resume from their recorded parts and states at once instead of waiting a lease time each.
+    /// Returns how many leases there were.
+    pub fn release_all_leases(&mut self, now: Millis) -> usize {
+        self.sched.advance(now);
+        let leases = self.sched.all_leases();
+        for &lease in &leases {
+            self.sched.fail(lease, true);
+        }
+        if !leases.is_empty() {
+            info!(
+                leases = leases.len(),
+                "leases of workers that cannot have outlived the last run handed back"
+            );
+            self.stage_dirty(now);
+        }
+        leases.len()
+    }
+
     /// Extends every lease by `gap`, a time the coordinator was not running (see
     /// [`Scheduler::extend_leases`](crate::scheduler::Scheduler::extend_leases)); the expirer calls it when its own tick comes that late.
     pub fn extend_leases(&mut self, gap: Millis, now: Millis) {

@@ -442,6 +442,7 @@ fn solve_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode>
         state: "done".into(),
         chunks_total: n,
         chunks_done: n,
+        pieces: None,
         nodes: answer.tally.nodes,
         elapsed_s: started.elapsed().as_secs_f64(),
         result: ReportResult::sent(json, text).context("the answer as JSON")?,

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::shared::Shared;
-use crate::state::void_release;
+use crate::state::{void_release, RunSplits};
 
 /// How often running chunks are looked at for parts given away and idle threads: one pass over the running
 /// chunks under the lock.
@@ -69,18 +69,27 @@ pub(crate) async fn splitter(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             } else {
                 None
             };
-            let asked = st.splits.iter().any(|(l, rs)| {
-                !rs.queue.is_empty() || st.running.get(l).is_some_and(|c| c.split_pending())
-            });
-            if idle_since.is_some_and(|t| t.elapsed() >= IDLE_BEFORE_SPLIT) && !asked {
-                let oldest = st
+            if idle_since.is_some_and(|t| t.elapsed() >= IDLE_BEFORE_SPLIT) {
+                // As many asks out as idle threads, one per run, oldest runs first: a chunk split in two is
+                // two runs that can be asked next time, so k idle threads are fed in about log2(k) rounds.
+                let pending = |l: &u64, rs: &RunSplits| {
+                    !rs.queue.is_empty() || st.running.get(l).is_some_and(|c| c.split_pending())
+                };
+                let asked = st.splits.iter().filter(|(l, rs)| pending(l, rs)).count();
+                let mut free: Vec<u64> = st
                     .splits
                     .iter()
-                    .filter(|(l, rs)| !rs.finished && !rs.void && st.running.contains_key(*l))
+                    .filter(|(l, rs)| {
+                        !rs.finished && !rs.void && st.running.contains_key(*l) && !pending(l, rs)
+                    })
                     .map(|(l, _)| *l)
-                    .min();
-                if let Some(ctl) = oldest.and_then(|l| st.running.get(&l)) {
-                    ctl.request_split();
+                    .collect();
+                free.sort_unstable();
+                let want = sh.slots.available_permits().saturating_sub(asked);
+                for l in free.into_iter().take(want) {
+                    if let Some(ctl) = st.running.get(&l) {
+                        ctl.request_split();
+                    }
                 }
             }
             if st.stopping && st.running.is_empty() && !st.splits_unsettled() && *stop.borrow() {

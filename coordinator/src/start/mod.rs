@@ -326,6 +326,9 @@ async fn start_single(o: Options) -> Result<Running, StartError> {
     let store = Store::open(&o.data).map_err(|e| bad_data(&o.data, e.into()))?;
     let coord = Coordinator::open(store, o.config).map_err(StartError::Load)?;
     let Some(listen) = o.listen else {
+        // Served to nobody: the only workers are this process's, so any lease in the store is an interrupted
+        // run's.
+        coord.release_all_leases();
         let tasks = Tasks::start(&coord);
         let dashboard = dashboard(o.http.as_deref(), Backend::Single(coord.clone())).await?;
         return Ok(Running {

@@ -45,6 +45,13 @@ impl Scheduler {
         Some((slot, grant))
     }
 
+    /// Every outstanding lease, in id order.
+    pub fn all_leases(&self) -> Vec<LeaseId> {
+        let mut v: Vec<LeaseId> = self.leases.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Sets how many of `job`'s slots are pieces (start-up, before its slots are restored).
     pub fn restore_pieces(&mut self, job: JobId, pieces: u64) {
         if let Some(j) = self.jobs.get_mut(&job) {
