@@ -15,6 +15,8 @@ pub fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "chunks_done": j.chunks_done,
         "chunks_leased": j.chunks_leased,
         "chunks_poisoned": j.chunks_poisoned,
+        "pieces": j.pieces,
+        "chunks_covered": j.chunks_covered,
         "reissued": j.reissued,
         "completions": j.completions,
         "duplicates": j.duplicates,
