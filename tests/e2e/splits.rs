@@ -72,6 +72,7 @@ fn kill_while_splitting(c: &mut Cluster, job: u64, kills: &[Kill], worker_args: 
 
 /// Every slot of a finished job counted exactly once, none poisoned, and some of them pieces.
 fn assert_pieces_counted_once(status: &Value) {
+    eprintln!("final status: {status}");
     assert_eq!(status["state"], "done", "{status}");
     assert_eq!(status["chunks_poisoned"], 0, "{status}");
     assert!(field(status, "pieces") > 0, "no chunk split: {status}");
@@ -128,7 +129,7 @@ fn a_split_star_count_under_kills_equals_the_unsplit_count() {
 #[test]
 fn a_sweep_run_killed_while_pieces_exist_resumes_with_the_exact_answer() {
     // One plan chunk on two threads: the idle thread splits it from the start.
-    let args = ["primes", "--below", "1000000000", "--chunks", "1"];
+    let args = ["primes", "--below", "500000000", "--chunks", "1"];
     let (_dir, data) = scratch_store();
     let data = data.as_str();
     // Killed once its store holds a piece's record (more records than the plan's one chunk); each try runs
@@ -150,15 +151,17 @@ fn a_sweep_run_killed_while_pieces_exist_resumes_with_the_exact_answer() {
         }
     }
     assert!(records > 1, "no piece recorded before the kills");
+    // The killed run's leases keep their stored deadlines, as a worker that outlived its coordinator would
+    // need; `sweep run`'s 30 s lease time passes before the chunk and its pieces run again.
     let out = resume_run(&args, data, LONG);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let v = stdout_json(&out);
     assert!(stderr.contains("resuming job 1"), "{stderr}");
     assert_eq!(v["job"], 1, "the same job was resumed, not a new one: {v}");
-    // pi(10^9), published.
-    assert_eq!(v["result"]["primes"], 50_847_534, "{v}");
+    // pi(5 * 10^8), published.
+    assert_eq!(v["result"]["primes"], 26_355_867, "{v}");
     assert_eq!(
-        v["nodes"], 1_000_000_000u64,
+        v["nodes"], 500_000_000u64,
         "every integer examined once: {v}"
     );
     assert!(field(&v, "chunks_total") > 1, "the pieces are slots: {v}");
