@@ -8,6 +8,8 @@
 //! - `engine_faults.rs`: the engine's fault properties, once, on the `primes` test space (killed workers,
 //!   killed coordinator, SIGTERM, interrupted `sweep run`; exact answers, every chunk counted once).
 //! - `spaces.rs`: every registered space distributed == in process (one table), then each puzzle's own answers.
+//! - `splits.rs`: running chunks split into pieces while workers, the coordinator and `sweep run` are SIGKILLed;
+//!   exact answers, every piece counted once.
 //! - `dag.rs`: jobs whose inputs form a DAG, under kills. `store.rs`: a damaged store. `trust.rs`: lying
 //!   workers, replication, drain. `security.rs`: tokens and TLS. `exec.rs`: programs as chunks; `boxes.rs`: what
 //!   contains them (daemons, limits, the sandbox, shipped files in it; needs root).
@@ -45,5 +47,6 @@ mod replicated;
 mod security;
 mod shares;
 mod spaces;
+mod splits;
 mod store;
 mod trust;

@@ -88,10 +88,16 @@ pub fn scratch_store() -> (tempfile::TempDir, String) {
 /// `sweep run SPACE_ARGS --threads 1 --json --data DATA` in the background, its output discarded: a run that
 /// a test interrupts partway (SIGKILL as a crash does, SIGINT as Ctrl-C does).
 pub fn spawn_run(space_args: &[&str], data: &str) -> Proc {
+    spawn_run_threads(space_args, data, 1)
+}
+
+/// As [`spawn_run`] with `threads` threads: more than a job has chunks, and the idle ones split running chunks.
+pub fn spawn_run_threads(space_args: &[&str], data: &str, threads: usize) -> Proc {
+    let threads = threads.to_string();
     let child = Command::new(SWEEP)
         .arg("run")
         .args(space_args)
-        .args(["--threads", "1", "--json", "--data", data])
+        .args(["--threads", &threads, "--json", "--data", data])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
