@@ -274,12 +274,12 @@ mod tests {
         let mut walk = SpanWalk::resuming(Span { lo: 2, hi: 12 }, 6, handle.control());
         assert_eq!(walk.next(), Some(6));
         handle.request_split();
-        // 7..12 are not started: 10..12 go, and the run still answers for 2..10.
-        assert_eq!(walk.by_ref().collect::<Vec<_>>(), [7, 8, 9]);
+        // 7..12 are not started: the upper half of them, 9..12, goes, and the run still answers for 2..9.
+        assert_eq!(walk.by_ref().collect::<Vec<_>>(), [7, 8]);
         let handoffs = handle.take_handoffs();
         assert_eq!(handoffs.len(), 1);
-        assert_eq!(handoffs[0].kept, "span 2 10");
-        assert_eq!(handoffs[0].given, "span 10 12");
+        assert_eq!(handoffs[0].kept, "span 2 9");
+        assert_eq!(handoffs[0].given, "span 9 12");
         let done = SpanWalk::resuming(Span { lo: 2, hi: 12 }, 99, handle.control());
         assert_eq!(done.count(), 0);
     }
