@@ -10,8 +10,12 @@
 //! What is left is counted in nodes when the job's size is known (`total_nodes`) or estimated by the coordinator
 //! (`estimated_nodes`: the space's up-front estimates of its chunks, corrected by the finished ones), and in
 //! chunks only for a job with neither. Chunks of a search differ in size by orders of magnitude, so counting
-//! chunks made the first ETA of a 4-second job 21 minutes. An ETA from anything but an exact total is shown as
-//! the estimate it is: `ETA ~4m 10s`.
+//! chunks made the first ETA of a 4-second job 21 minutes. An ETA from an estimated size is shown as a range
+//! ([`eta_spread`]: `ETA 2m 05s-8m 20s`), one from chunks counted as if equal as the guess it is: `ETA ~4m 10s`.
+//!
+//! Chunks are counted in the plan's chunks covered (`chunks_covered` of the plan's `chunks_total - pieces`),
+//! never in slots: a chunk that splits adds a slot to `chunks_total` while its done count lags, and a bar of
+//! done slots would go back.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -21,6 +25,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sweep_proto::v1;
 
 use crate::output::human;
+use crate::render::{chunks_covered, chunks_text, plan_chunks};
 
 /// The smoothing time constant: a change in speed shows fully after about this long, and a single burst moves
 /// the figure by only a small part of its size.
@@ -76,6 +81,24 @@ fn eta(remaining: f64, per_s: f64) -> Option<Duration> {
     ))
 }
 
+/// How far an ETA from an estimated size may be off, as a factor either way, when `done` of the job (0 to 1) is
+/// behind it: `1 + 3.5 (1 - done)^2`, so 4.5 at the start, 1.875 halfway and 1 at the end. The estimate of what is
+/// left is worst before many chunks have corrected it and the rate is youngest then too; the measured ETAs of
+/// `docs/performance.md` ("ETA of a search of unknown size": up to 3.7x the time left at 5 %, 2x at 25 %, 1.4x
+/// at 50 %) all fall inside it. The dashboard uses the same rule (`coordinator/src/http/state.rs`).
+fn eta_spread(done: f64) -> f64 {
+    let left = (1.0 - done).clamp(0.0, 1.0);
+    1.0 + 3.5 * left * left
+}
+
+/// `eta` as the range an estimated size allows when `done` of the job is behind it.
+fn eta_range(eta: Duration, done: f64) -> (Duration, Duration) {
+    let f = eta_spread(done);
+    // Capped as `eta` is, so a crawling job does not overflow Duration.
+    let high = (eta.as_secs_f64() * f).min(1e9);
+    (eta.div_f64(f), Duration::from_secs_f64(high))
+}
+
 /// `42s`, `4m 05s`, `3h 07m`, `12d 04h`: two units at most, so the line keeps its width.
 fn short_duration(d: Duration) -> String {
     let s = d.as_secs();
@@ -95,11 +118,11 @@ enum Measure {
     Nodes,
     /// Nodes, out of the coordinator's estimate of the total.
     EstimatedNodes,
-    /// Chunks: the job's size is neither known nor estimated.
+    /// Plan chunks covered: the job's size is neither known nor estimated.
     Chunks,
 }
 
-/// How far a job is: in nodes when the space knows or estimates its total, in chunks otherwise.
+/// How far a job is: in nodes when the space knows or estimates its total, in plan chunks covered otherwise.
 struct Progress {
     done: f64,
     total: f64,
@@ -125,8 +148,8 @@ fn progress_of(j: &v1::JobInfo) -> Progress {
         (Some(total), _) => by_nodes(total, Measure::Nodes),
         (None, Some(expected)) => by_nodes(expected, Measure::EstimatedNodes),
         (None, None) => Progress {
-            done: j.chunks_done as f64,
-            total: j.chunks_total as f64,
+            done: chunks_covered(j),
+            total: plan_chunks(j) as f64,
             nodes,
             measure: Measure::Chunks,
         },
@@ -141,20 +164,21 @@ fn job_summary(
     eta: Option<Duration>,
     with_state: bool,
 ) -> String {
-    let mut s = format!(
-        "{}/{} chunks, {} nodes/s",
-        j.chunks_done,
-        j.chunks_total,
-        human(nodes_per_s)
-    );
-    // Only an exact total gives an ETA without a `~`: an estimated size, or chunks counted as if equal, is a guess.
-    let approx = if progress_of(j).measure == Measure::Nodes {
-        ""
-    } else {
-        "~"
+    let mut s = format!("{}, {} nodes/s", chunks_text(j), human(nodes_per_s));
+    // Only an exact total gives an ETA as one figure: an estimated size gives a range, chunks counted as if
+    // equal a guess marked `~`.
+    let p = progress_of(j);
+    let eta_text = |d: Duration| match p.measure {
+        Measure::Nodes => short_duration(d),
+        Measure::EstimatedNodes => {
+            let done = if p.total > 0.0 { p.done / p.total } else { 0.0 };
+            let (low, high) = eta_range(d, done);
+            format!("{}-{}", short_duration(low), short_duration(high))
+        }
+        Measure::Chunks => format!("~{}", short_duration(d)),
     };
     match (j.state().label(), eta) {
-        ("running", Some(d)) => s.push_str(&format!(", ETA {approx}{}", short_duration(d))),
+        ("running", Some(d)) => s.push_str(&format!(", ETA {}", eta_text(d))),
         ("running", None) => s.push_str(", ETA ?"),
         (state, _) if with_state => s.push_str(&format!(" [{state}]")),
         _ => {}
@@ -688,13 +712,14 @@ mod tests {
     }
 
     #[test]
-    fn an_eta_from_an_estimated_size_is_marked_as_one() {
+    fn an_eta_from_an_estimated_size_is_a_range_and_from_chunks_a_guess() {
         let mut j = job("running");
         j.total_nodes = String::new();
         j.estimated_nodes = "10000".into();
+        // 15 % done: the spread is 1 + 3.5 * 0.85^2 = 3.52875, so 250 s is 70.8 s to 882.2 s.
         assert_eq!(
             plain_line(&j, 1_234_567.0, Some(Duration::from_secs(250))),
-            "job 3 star running 15.0%: 12/64 chunks, 1.23 M nodes/s, ETA ~4m 10s"
+            "job 3 star running 15.0%: 12/64 chunks, 1.23 M nodes/s, ETA 1m 10s-14m 42s"
         );
         // Chunks counted as if they were equal are a guess too.
         j.estimated_nodes = String::new();
@@ -702,6 +727,124 @@ mod tests {
             plain_line(&j, 1_234_567.0, Some(Duration::from_secs(250))),
             "job 3 star running 18.8%: 12/64 chunks, 1.23 M nodes/s, ETA ~4m 10s"
         );
+    }
+
+    #[test]
+    fn the_eta_spread_narrows_to_nothing_as_the_job_ends() {
+        assert_eq!(eta_spread(0.0), 4.5);
+        assert_eq!(eta_spread(0.5), 1.875);
+        assert_eq!(eta_spread(1.0), 1.0);
+        // Past the estimate (running chunks beyond it) or nonsense: no narrower than exact, no wider than at
+        // the start.
+        assert_eq!(eta_spread(1.5), 1.0);
+        assert_eq!(eta_spread(-1.0), 4.5);
+        let mut last = f64::INFINITY;
+        for k in 0..=100 {
+            let f = eta_spread(k as f64 / 100.0);
+            assert!(f <= last, "at {k} %: {f} after {last}");
+            last = f;
+        }
+        let s = Duration::from_secs;
+        assert_eq!(
+            eta_range(s(100), 0.5),
+            (s(100).div_f64(1.875), Duration::from_secs_f64(187.5))
+        );
+        assert_eq!(eta_range(s(100), 1.0), (s(100), s(100)));
+        assert_eq!(eta_range(s(1_000_000_000), 0.0).1, s(1_000_000_000));
+    }
+
+    /// A job of 4 plan chunks whose chunks split while it runs, as successive snapshots: (chunks_total, pieces,
+    /// chunks_done, chunks_covered).
+    const SPLITTING: [(u64, u64, u64, f64); 8] = [
+        (4, 0, 0, 0.0),
+        (4, 0, 1, 1.0),
+        // Chunk 1 splits: a slot more, nothing more done.
+        (5, 1, 1, 1.0),
+        // Its given half is done.
+        (5, 1, 2, 1.5),
+        // Chunk 2 splits twice, chunk 3 once.
+        (8, 4, 2, 1.5),
+        // A quarter of chunk 2 is done.
+        (8, 4, 3, 1.75),
+        (8, 4, 6, 3.0),
+        (8, 4, 8, 4.0),
+    ];
+
+    fn splitting(total: u64, pieces: u64, done: u64, covered: f64) -> v1::JobInfo {
+        v1::JobInfo {
+            chunks_total: total,
+            pieces,
+            chunks_done: done,
+            chunks_covered: covered,
+            total_nodes: String::new(),
+            ..job("running")
+        }
+    }
+
+    #[test]
+    fn a_chunk_bar_never_goes_back_when_chunks_split() {
+        let mut last = 0.0;
+        let mut slots_went_back = false;
+        let mut last_slots = 0.0;
+        for (total, pieces, done, covered) in SPLITTING {
+            let j = splitting(total, pieces, done, covered);
+            let p = progress_of(&j);
+            assert_eq!(p.measure, Measure::Chunks);
+            assert_eq!(p.total, 4.0, "the bar's length is the plan's chunks");
+            let fraction = p.done / p.total;
+            assert!(fraction >= last, "{j:?}: {fraction} after {last}");
+            last = fraction;
+            // What a bar of done slots would have shown.
+            let slots = done as f64 / total as f64;
+            slots_went_back |= slots < last_slots;
+            last_slots = slots;
+        }
+        assert_eq!(last, 1.0, "it ends full");
+        assert!(slots_went_back, "the sequence splits while done slots lag");
+    }
+
+    #[test]
+    fn a_chunk_bar_of_a_splitting_job_moves_only_forwards_through_the_drawing() {
+        // The same sequence through `draw`, which sets the (hidden) bar's length and position.
+        let mut bars = Bars {
+            multi: None,
+            plain: Some((
+                Stream::Stdout,
+                Duration::from_secs(3600),
+                Some(Instant::now()),
+            )),
+            jobs: HashMap::new(),
+        };
+        let mut last = 0;
+        for (total, pieces, done, covered) in SPLITTING {
+            let ev = v1::WatchEvent {
+                jobs: vec![splitting(total, pieces, done, covered)],
+                workers: 1,
+            };
+            bars.draw(&ev, String::new());
+            let bar = &bars.jobs[&3].bar;
+            assert_eq!(bar.length(), Some(4));
+            assert!(bar.position() >= last, "{total} {done}");
+            last = bar.position();
+        }
+        assert_eq!(last, 4);
+    }
+
+    #[test]
+    fn the_line_of_a_splitting_job_shows_the_plan_covered_and_its_pieces() {
+        let j = splitting(8, 4, 3, 1.75);
+        assert_eq!(
+            plain_line(&j, 1000.0, None),
+            "job 3 star running 43.8%: 1.7/4 chunks (4 pieces), 1.00 k nodes/s, ETA ?"
+        );
+        let one = splitting(5, 1, 1, 1.0);
+        assert_eq!(
+            plain_line(&one, 0.0, None),
+            "job 3 star running 25.0%: 1/4 chunks (1 piece), 0 nodes/s, ETA ?"
+        );
+        // Nearly done is not shown as done.
+        let nearly = splitting(8, 4, 7, 3.96);
+        assert!(plain_line(&nearly, 0.0, None).contains(" 3.9/4 chunks"));
     }
 
     #[test]

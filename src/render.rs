@@ -13,6 +13,9 @@ pub fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "share": j.share,
         "chunks_total": j.chunks_total,
         "chunks_done": j.chunks_done,
+        "pieces": j.pieces,
+        "plan_chunks": plan_chunks(j),
+        "chunks_covered": chunks_covered(j),
         "chunks_leased": j.chunks_leased,
         "chunks_poisoned": j.chunks_poisoned,
         "pieces": j.pieces,
@@ -38,6 +41,49 @@ pub fn info_json(j: &v1::JobInfo) -> serde_json::Value {
         "chunk_memory": (j.chunk_memory != 0).then_some(j.chunk_memory),
         "waiting": (!j.waiting.is_empty()).then_some(&j.waiting),
     })
+}
+
+/// The chunks of a job's plan: its slots (`chunks_total`) less the pieces that splitting running chunks added.
+pub fn plan_chunks(j: &v1::JobInfo) -> u64 {
+    j.chunks_total.saturating_sub(j.pieces)
+}
+
+/// How much of the plan the done slots cover, in plan chunks: what a chunk count shows, since it never falls
+/// when a chunk splits (`chunks_done` of a growing `chunks_total` would). Without pieces it is `chunks_done`
+/// exactly, which is also what a message built without the field carries.
+pub fn chunks_covered(j: &v1::JobInfo) -> f64 {
+    if j.pieces == 0 {
+        return j.chunks_done as f64;
+    }
+    let plan = plan_chunks(j) as f64;
+    if j.chunks_covered.is_finite() {
+        j.chunks_covered.clamp(0.0, plan)
+    } else {
+        0.0
+    }
+}
+
+/// `12/64 chunks`, or for a job whose chunks split `11.5/64 chunks (3 pieces)`: the plan covered, never a
+/// count of slots that grows as chunks split.
+pub fn chunks_text(j: &v1::JobInfo) -> String {
+    let text = format!("{}/{} chunks", covered_figure(j), plan_chunks(j));
+    if j.pieces == 0 {
+        text
+    } else {
+        let s = if j.pieces == 1 { "" } else { "s" };
+        format!("{text} ({} piece{s})", j.pieces)
+    }
+}
+
+/// The covered chunks as a short figure: whole when whole, else rounded down to a tenth, so a job never looks
+/// done (`64/64`) before it is.
+pub fn covered_figure(j: &v1::JobInfo) -> String {
+    let c = chunks_covered(j);
+    if c.fract() == 0.0 {
+        format!("{c}")
+    } else {
+        format!("{:.1}", (c * 10.0).floor() / 10.0)
+    }
 }
 
 /// What to tell the person who asked for `asked` attempts per chunk when the submitted job `j` got fewer: the
@@ -175,6 +221,37 @@ pub fn identity_json(u: &v1::IdentityInfo) -> serde_json::Value {
 mod tests {
     use super::*;
     use crate::output::ReportResult;
+
+    #[test]
+    fn a_split_jobs_json_keeps_its_slot_counts_and_adds_the_plan_covered() {
+        let j = v1::JobInfo {
+            chunks_total: 67,
+            pieces: 3,
+            chunks_done: 20,
+            chunks_covered: 18.25,
+            ..Default::default()
+        };
+        let json = info_json(&j);
+        assert_eq!(json["chunks_total"], 67);
+        assert_eq!(json["chunks_done"], 20);
+        assert_eq!(json["pieces"], 3);
+        assert_eq!(json["plan_chunks"], 64);
+        assert_eq!(json["chunks_covered"], 18.25);
+        assert_eq!(chunks_text(&j), "18.2/64 chunks (3 pieces)");
+        // A covered figure past the plan (a wire lie) is held at the plan; without pieces it is the done count.
+        let over = v1::JobInfo {
+            chunks_covered: 99.0,
+            ..j.clone()
+        };
+        assert_eq!(chunks_covered(&over), 64.0);
+        let unsplit = v1::JobInfo {
+            pieces: 0,
+            chunks_total: 64,
+            chunks_covered: 0.0,
+            ..j
+        };
+        assert_eq!(chunks_text(&unsplit), "20/64 chunks");
+    }
 
     fn report(
         json: &str,

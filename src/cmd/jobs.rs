@@ -13,7 +13,9 @@ use sweep_space::Registry;
 use crate::exit::one_line;
 use crate::progress::{Bars, Mode};
 use crate::remote::{connect, Remote};
-use crate::render::{answer_form, caveats, identity_json, info_json, results_report};
+use crate::render::{
+    answer_form, caveats, covered_figure, identity_json, info_json, plan_chunks, results_report,
+};
 use crate::runtime::{runtime, shutdown_signal};
 
 #[derive(Args)]
@@ -90,27 +92,9 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
             if let Some(w) = workers {
                 outln!("{w} live workers");
             }
-            outln!(
-                "{:>5} {:<10} {:<26} {:>17} {:>8} {:>8}  params",
-                "job",
-                "space",
-                "state",
-                "chunks",
-                "poisoned",
-                "reissued"
-            );
+            outln!("{}", status_header());
             for j in &jobs {
-                outln!(
-                    "{:>5} {:<10} {:<26} {:>8}/{:<8} {:>8} {:>8}  {}",
-                    j.id,
-                    j.space,
-                    j.state().label(),
-                    j.chunks_done,
-                    j.chunks_total,
-                    j.chunks_poisoned,
-                    j.reissued,
-                    j.params_json
-                );
+                outln!("{}", status_row(j));
             }
             for j in &jobs {
                 for line in caveats(j) {
@@ -144,6 +128,31 @@ pub fn status(a: StatusArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The head of `sweep status`'s table.
+fn status_header() -> String {
+    format!(
+        "{:>5} {:<10} {:<26} {:>17} {:>8} {:>8} {:>8}  params",
+        "job", "space", "state", "chunks", "pieces", "poisoned", "reissued"
+    )
+}
+
+/// One job in `sweep status`'s table: its chunks as the plan covered out of the plan's chunks (never falling
+/// when a chunk splits), and the pieces splitting added.
+fn status_row(j: &sweep_proto::v1::JobInfo) -> String {
+    format!(
+        "{:>5} {:<10} {:<26} {:>8}/{:<8} {:>8} {:>8} {:>8}  {}",
+        j.id,
+        j.space,
+        j.state().label(),
+        covered_figure(j),
+        plan_chunks(j),
+        j.pieces,
+        j.chunks_poisoned,
+        j.reissued,
+        j.params_json
+    )
 }
 
 pub fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
@@ -302,5 +311,50 @@ mod elapsed_tests {
             "a clock behind the coordinator's"
         );
         assert_eq!(job_seconds(&job(0, 0), 4_000), None, "no creation time");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sweep_proto::v1;
+
+    #[test]
+    fn the_status_table_shows_the_plan_covered_and_the_pieces() {
+        let header = status_header();
+        let j = v1::JobInfo {
+            id: 7,
+            space: "billiard".into(),
+            state: v1::JobState::Running as i32,
+            chunks_total: 67,
+            pieces: 3,
+            chunks_done: 20,
+            chunks_covered: 18.25,
+            chunks_poisoned: 1,
+            reissued: 2,
+            params_json: "{}".into(),
+            ..Default::default()
+        };
+        let row = status_row(&j);
+        assert_eq!(
+            row,
+            "    7 billiard   running                        18.2/64              3        1        2  {}"
+        );
+        // The new column lines up with its head.
+        let at = |line: &str, word: &str| line.find(word).map(|i| i + word.len());
+        assert_eq!(at(&header, "pieces"), at(&row, " 3"));
+        // Unsplit, the covered chunks are the done ones.
+        let plain = v1::JobInfo {
+            chunks_total: 64,
+            pieces: 0,
+            chunks_done: 12,
+            chunks_covered: 0.0,
+            ..j
+        };
+        assert!(
+            status_row(&plain).contains("      12/64              0 "),
+            "{}",
+            status_row(&plain)
+        );
     }
 }

@@ -153,12 +153,17 @@ fn run_local(registry: &Registry, local: LocalJob) -> anyhow::Result<ExitCode> {
         }
         // On stderr even with --json: stdout carries only the answer.
         if submitted.existing && info.state() == v1::JobState::Running {
+            let pieces = match info.pieces {
+                0 => String::new(),
+                1 => ", 1 piece split off".to_string(),
+                n => format!(", {n} pieces split off"),
+            };
             eprintln!(
-                "resuming job {} from {} ({}/{} chunks already done)",
+                "resuming job {} from {} ({}/{} chunks already done{pieces})",
                 info.id,
                 engine.data.display(),
-                info.chunks_done,
-                info.chunks_total
+                crate::render::covered_figure(&info),
+                crate::render::plan_chunks(&info)
             );
         } else if submitted.existing {
             eprintln!("job {} in {} is already {}: answering from the store", info.id, engine.data.display(), info.state().label());

@@ -115,8 +115,18 @@ fn register_coordinator(
             .set(n as i64);
     }
     reg.register("sweep_chunks", "Chunks of all jobs by state", chunks);
+    let pieces = Gauge::<i64>::default();
+    pieces.set(i64::try_from(totals.pieces).unwrap_or(i64::MAX));
+    reg.register(
+        "sweep_pieces",
+        "Pieces split off running chunks, in all jobs (one per split; counted in sweep_chunks)",
+        pieces,
+    );
 
     let job_chunks = Family::<Labels, Gauge>::default();
+    let job_pieces = Family::<Labels, Gauge>::default();
+    let job_plan = Family::<Labels, Gauge>::default();
+    let job_covered = Family::<Labels, FloatGauge>::default();
     let job_nodes = Family::<Labels, FloatCounter>::default();
     let job_completions = Family::<Labels, Counter>::default();
     let job_duplicates = Family::<Labels, Counter>::default();
@@ -136,6 +146,16 @@ fn register_coordinator(
             l.push(("state".into(), state.into()));
             job_chunks.get_or_create(&l).set(n as i64);
         }
+        let plan = j.chunks_total.saturating_sub(j.pieces);
+        job_pieces
+            .get_or_create(&labels(id.clone()))
+            .set(i64::try_from(j.pieces).unwrap_or(i64::MAX));
+        job_plan
+            .get_or_create(&labels(id.clone()))
+            .set(i64::try_from(plan).unwrap_or(i64::MAX));
+        job_covered
+            .get_or_create(&labels(id.clone()))
+            .set(j.chunks_covered.clamp(0.0, plan as f64));
         job_nodes
             .get_or_create(&labels(id.clone()))
             .inc_by(j.nodes as f64);
@@ -157,6 +177,22 @@ fn register_coordinator(
         "sweep_job_chunks",
         "Chunks of each job by state",
         job_chunks,
+    );
+    reg.register(
+        "sweep_job_pieces",
+        "Pieces split off each job's running chunks (one per split; counted in sweep_job_chunks)",
+        job_pieces,
+    );
+    reg.register(
+        "sweep_job_plan_chunks",
+        "Chunks of each job's plan (sweep_job_chunks less sweep_job_pieces)",
+        job_plan,
+    );
+    reg.register(
+        "sweep_job_chunks_covered",
+        "How much of each job's plan its done chunks and pieces cover, in plan chunks: a progress that never \
+         falls when a chunk splits, and equals sweep_job_plan_chunks once all are done",
+        job_covered,
     );
     reg.register(
         "sweep_job_nodes",
@@ -286,7 +322,7 @@ fn register_coordinator(
         ),
         (
             "sweep_chunks_per_second",
-            "Chunks completed per second over the same window",
+            "Plan chunks covered per second over the same window (a piece counts its share of its chunk)",
             chunks_per_s,
         ),
     ] {

@@ -19,6 +19,17 @@ fn nodes_of(job: &JobView) -> f64 {
     job.nodes as f64
 }
 
+/// The chunks of a job's plan: its slots less the pieces splitting added.
+fn plan_chunks(job: &JobView) -> u64 {
+    job.chunks_total.saturating_sub(job.pieces)
+}
+
+/// The plan chunks the done slots cover: what chunk rates, chunk ETAs and the page's bar count, since it never
+/// falls when a chunk splits (done slots of a growing `chunks_total` would).
+fn covered(job: &JobView) -> f64 {
+    job.chunks_covered.clamp(0.0, plan_chunks(job) as f64)
+}
+
 /// Totals at one instant, for rates over a window.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Point {
@@ -38,7 +49,8 @@ pub(super) struct Sample {
     pub(super) workers: u32,
 }
 
-/// Rates over the window, per job (nodes/s, chunks/s) and per worker (nodes/s).
+/// Rates over the window, per job (nodes/s, chunks/s) and per worker (nodes/s). Chunks are plan chunks covered,
+/// so a piece counts its share of its chunk.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Rates {
     pub(super) nodes_per_s: f64,
@@ -79,8 +91,8 @@ impl History {
         for j in &obs.jobs {
             let nodes = nodes_of(j) + j.running_nodes as f64;
             p.nodes += nodes;
-            p.chunks += j.chunks_done as f64;
-            p.jobs.insert(j.id, (nodes, j.chunks_done as f64));
+            p.chunks += covered(j);
+            p.jobs.insert(j.id, (nodes, covered(j)));
         }
         for w in &obs.workers {
             let nodes = metrics.worker_nodes(&w.name) as f64 + w.running_nodes as f64;
@@ -135,23 +147,33 @@ pub(super) struct JobJson {
     pub(super) params: String,
     pub(super) state: String,
     pub(super) priority: i32,
+    /// Slots: the plan's chunks and the pieces split off running ones.
     pub(super) chunks_total: u64,
     pub(super) chunks_done: u64,
     pub(super) chunks_leased: u64,
     pub(super) chunks_pending: u64,
+    /// Of `chunks_total`, the pieces split off running chunks (one per split).
+    pub(super) pieces: u64,
+    /// The chunks of the plan (`chunks_total - pieces`): the length of the page's bar.
+    pub(super) plan_chunks: u64,
+    /// How much of the plan the done slots cover, in plan chunks: the bar's done part, which never falls.
+    pub(super) chunks_covered: f64,
     pub(super) chunks_poisoned: u64,
     pub(super) reissued: u64,
     /// Decimal strings: may exceed 64 bits.
     pub(super) nodes: String,
     pub(super) total_nodes: String,
     /// The expected size of a running job of unknown size, when its space estimates its chunks (an estimate:
-    /// the page marks the ETA computed from it with `~`).
+    /// the page shows the ETA computed from it as the range `eta_low_s` to `eta_high_s`).
     pub(super) estimated_nodes: String,
     pub(super) running_nodes: u64,
     pub(super) nodes_per_s: f64,
     pub(super) chunks_per_s: f64,
     /// Seconds left at the current rate; absent when not running or no rate yet.
     pub(super) eta_s: Option<f64>,
+    /// When the ETA comes from an estimated size: the range it may really be in ([`eta_spread`]).
+    pub(super) eta_low_s: Option<f64>,
+    pub(super) eta_high_s: Option<f64>,
     pub(super) workers: u32,
     pub(super) duplicates: u64,
     /// The jobs whose artifacts this one reads, in order, and how many of them it still waits for.
@@ -191,6 +213,8 @@ pub(super) struct ChunkTotals {
     pub(super) leased: u64,
     pub(super) done: u64,
     pub(super) poisoned: u64,
+    /// Of `total`, the pieces split off running chunks.
+    pub(super) pieces: u64,
 }
 
 #[derive(Serialize)]
@@ -228,6 +252,32 @@ pub(super) struct IdentityJson {
     pub(super) decayed_thread_seconds: f64,
 }
 
+/// How far an ETA from an estimated size may be off, as a factor either way, when `done` of the job (0 to 1) is
+/// behind it: `1 + 3.5 (1 - done)^2`, 4.5 at the start, 1.875 halfway, 1 at the end. The estimate of what is left
+/// is worst before finished chunks have corrected it, and the measured ETAs of `docs/performance.md` ("ETA of a
+/// search of unknown size": up to 3.7x the time left at 5 %, 2x at 25 %, 1.4x at 50 %) all fall inside it. The
+/// command line's bars use the same rule (`src/progress.rs`).
+pub(super) fn eta_spread(done: f64) -> f64 {
+    let left = (1.0 - done).clamp(0.0, 1.0);
+    1.0 + 3.5 * left * left
+}
+
+/// The range around `eta_s` for a job whose size is estimated, `None` for one of known size or counted in
+/// chunks.
+fn eta_range(job: &JobView, eta_s: Option<f64>) -> Option<(f64, f64)> {
+    let eta_s = eta_s?;
+    if job.total_nodes.is_some() {
+        return None;
+    }
+    let estimate = job.estimated_nodes? as f64;
+    if estimate <= 0.0 {
+        return None;
+    }
+    let done = (nodes_of(job) + job.running_nodes as f64) / estimate;
+    let f = eta_spread(done);
+    Some((eta_s / f, eta_s * f))
+}
+
 fn eta(job: &JobView, nodes_per_s: f64, chunks_per_s: f64) -> Option<f64> {
     if job.state != JobState::Running {
         return None;
@@ -240,7 +290,7 @@ fn eta(job: &JobView, nodes_per_s: f64, chunks_per_s: f64) -> Option<f64> {
             return Some((left / nodes_per_s).max(0.0));
         }
     }
-    let left = job.chunks_total.saturating_sub(job.chunks_done) as f64;
+    let left = plan_chunks(job) as f64 - covered(job);
     (chunks_per_s > 0.0).then(|| left / chunks_per_s)
 }
 
@@ -252,6 +302,7 @@ pub(super) fn chunk_totals(obs: &Observation) -> ChunkTotals {
         t.leased += j.chunks_leased;
         t.poisoned += j.chunks_poisoned;
         t.pending += j.pending();
+        t.pieces += j.pieces;
     }
     t
 }
@@ -281,6 +332,8 @@ pub(super) fn state_view(
         .iter()
         .map(|j| {
             let (nodes_per_s, chunks_per_s) = rates.jobs.get(&j.id).copied().unwrap_or_default();
+            let eta_s = eta(j, nodes_per_s, chunks_per_s);
+            let range = eta_range(j, eta_s);
             JobJson {
                 id: j.id,
                 space: j.space.clone(),
@@ -292,6 +345,9 @@ pub(super) fn state_view(
                 chunks_leased: j.chunks_leased,
                 chunks_pending: j.pending(),
                 chunks_poisoned: j.chunks_poisoned,
+                pieces: j.pieces,
+                plan_chunks: plan_chunks(j),
+                chunks_covered: covered(j),
                 reissued: j.reissued,
                 nodes: j.nodes.to_string(),
                 total_nodes: j.total_nodes.map(|n| n.to_string()).unwrap_or_default(),
@@ -299,7 +355,9 @@ pub(super) fn state_view(
                 running_nodes: j.running_nodes,
                 nodes_per_s,
                 chunks_per_s,
-                eta_s: eta(j, nodes_per_s, chunks_per_s),
+                eta_s,
+                eta_low_s: range.map(|r| r.0),
+                eta_high_s: range.map(|r| r.1),
                 workers: j.workers,
                 duplicates: j.duplicates,
                 input_jobs: j.input_jobs.clone(),

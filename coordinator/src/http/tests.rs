@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::metrics_text::render_metrics;
-use super::state::{state_view, History, HISTORY_SAMPLES, RATE_POINTS};
+use super::state::{eta_spread, state_view, History, HISTORY_SAMPLES, RATE_POINTS};
 use crate::core::{AckKind as AckStatus, FailedAttempt, JobView, Observation, WorkerObservation};
 use crate::metrics::Metrics;
 use crate::scheduler::{IdentityUse, JobState};
@@ -235,6 +235,133 @@ fn metric_text_parses_back_to_the_snapshot() {
     assert_eq!(value(&lines, "sweep_identity_share", &alice), 2.0);
     assert_eq!(types["sweep_lease_expiries"], "counter");
     assert_eq!(types["sweep_chunks"], "gauge");
+}
+
+/// Job 1 of [`observation`] after two of its running chunks split: 2 pieces more, the same done slots, and
+/// half a chunk more covered by a piece that finished.
+fn split_observation() -> Observation {
+    let mut obs = observation();
+    let j = &mut obs.jobs[0];
+    j.chunks_total += 2;
+    j.pieces = 2;
+    j.chunks_done += 1;
+    j.chunks_covered = 4.5;
+    obs
+}
+
+#[test]
+fn metrics_show_pieces_and_the_plan_covered() {
+    let text = render_metrics(
+        Some((&split_observation(), &Metrics::default(), 0.0, 0.0)),
+        None,
+    )
+    .expect("encode");
+    let (lines, types) = parse(&text);
+    assert_eq!(value(&lines, "sweep_pieces", &[]), 2.0);
+    assert_eq!(value(&lines, "sweep_job_pieces", &[("job", "1")]), 2.0);
+    assert_eq!(value(&lines, "sweep_job_pieces", &[("job", "2")]), 0.0);
+    assert_eq!(
+        value(&lines, "sweep_job_plan_chunks", &[("job", "1")]),
+        10.0
+    );
+    assert_eq!(
+        value(&lines, "sweep_job_chunks_covered", &[("job", "1")]),
+        4.5
+    );
+    assert_eq!(
+        value(&lines, "sweep_job_chunks_covered", &[("job", "2")]),
+        5.0
+    );
+    for name in [
+        "sweep_pieces",
+        "sweep_job_pieces",
+        "sweep_job_plan_chunks",
+        "sweep_job_chunks_covered",
+    ] {
+        assert_eq!(types[name], "gauge", "{name}");
+    }
+}
+
+#[test]
+fn the_page_draws_the_plan_covered_and_shows_pieces() {
+    let view = state_view(
+        split_observation(),
+        &History::default(),
+        &Metrics::default(),
+        0,
+    );
+    let json = serde_json::to_value(&view).unwrap();
+    let j = &json["jobs"][0];
+    // The slots as before (fields are only added), and the plan with what it covers.
+    assert_eq!(j["chunks_total"], 12);
+    assert_eq!(j["chunks_done"], 5);
+    assert_eq!(j["pieces"], 2);
+    assert_eq!(j["plan_chunks"], 10);
+    assert_eq!(j["chunks_covered"], 4.5);
+    assert_eq!(json["chunks"]["pieces"], 2);
+}
+
+#[test]
+fn chunk_rates_never_go_back_when_chunks_split() {
+    let m = Metrics::default();
+    let mut h = History::default();
+    let mut obs = Observation {
+        lease_ttl_ms: 10_000,
+        live_workers: 1,
+        ..Observation::default()
+    };
+    // (slots, pieces, done slots, covered): chunks split while the done slots lag.
+    for (s, (total, pieces, done, covered)) in [
+        (10u64, 0u64, 2u64, 2.0),
+        (12, 2, 2, 2.0),
+        (14, 4, 3, 2.5),
+        (14, 4, 4, 2.75),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        obs.now_ms = 1_000 * s as u64;
+        let mut j = job(1, JobState::Running, total, done, 0, 0);
+        j.pieces = pieces;
+        j.chunks_covered = covered;
+        obs.jobs = vec![j];
+        h.record(&obs, &m);
+        assert!(h.rates.chunks_per_s >= 0.0);
+    }
+    // 0.75 plan chunks covered over 3 s, and 7.25 of the plan's 10 left at that rate.
+    assert!((h.rates.jobs[&1].1 - 0.25).abs() < 1e-9, "{:?}", h.rates);
+    let view = state_view(obs, &h, &m, 0);
+    let eta = view.jobs[0].eta_s.expect("an ETA by chunks");
+    assert!((eta - 29.0).abs() < 1e-9, "{eta}");
+    assert_eq!(view.jobs[0].eta_low_s, None, "chunks give no range");
+}
+
+#[test]
+fn an_eta_from_an_estimated_size_comes_with_a_range() {
+    let mut obs = observation();
+    let j = &mut obs.jobs[0];
+    j.nodes = 2500;
+    j.running_nodes = 0;
+    j.estimated_nodes = Some(10_000);
+    let mut h = History::default();
+    h.rates.jobs.insert(1, (100.0, 0.0));
+    let view = state_view(obs.clone(), &h, &Metrics::default(), 0);
+    // 7,500 nodes left at 100/s, a quarter done: a spread of 1 + 3.5 * 0.75^2 = 2.96875 either way.
+    let v = &view.jobs[0];
+    assert_eq!(v.eta_s, Some(75.0));
+    let (low, high) = (v.eta_low_s.expect("low"), v.eta_high_s.expect("high"));
+    assert!((low - 75.0 / 2.96875).abs() < 1e-9, "{low}");
+    assert!((high - 75.0 * 2.96875).abs() < 1e-9, "{high}");
+    // A known size gives one figure.
+    obs.jobs[0].total_nodes = Some(10_000);
+    let view = state_view(obs, &h, &Metrics::default(), 0);
+    assert_eq!(view.jobs[0].eta_s, Some(75.0));
+    assert_eq!(
+        (view.jobs[0].eta_low_s, view.jobs[0].eta_high_s),
+        (None, None)
+    );
+    assert_eq!(eta_spread(1.0), 1.0);
+    assert_eq!(eta_spread(0.0), 4.5);
 }
 
 #[test]

@@ -158,8 +158,9 @@ impl QueensJob {
 
     /// Where a run of chunk `at` from `state` starts: its part of the chunk's prefixes (indices into
     /// [`QueensJob::mine`]) and, from a saved state, the next prefix and the counts so far. A part's state that
-    /// cannot be read, or lies outside the chunk, is refused; a saved state of the whole chunk that cannot be
-    /// trusted is ignored (the chunk starts over), as it always was.
+    /// cannot be read, or lies outside the chunk, is refused, and so is a saved state that claims a span it
+    /// cannot state; counts that cannot be trusted are ignored (the part, or the whole chunk for a state that
+    /// names no span, starts over).
     fn start(&self, at: ChunkId, state: Option<&str>) -> Result<Start, SpaceError> {
         at.check(self.chunks())?;
         let items = self.mine(at).len() as u128;
@@ -175,6 +176,18 @@ impl QueensJob {
                 counts,
                 Span::of(WHOLE, items, 1, Some(&format!("span {span}")))?,
             ),
+            // A piece's state that lost its span cannot say which prefixes are the piece's: the whole chunk
+            // would count the other pieces twice, so the run fails and the chunk is retried from its recorded
+            // part.
+            None if text.split_whitespace().any(|w| w.starts_with("span")) => {
+                return Err(SpaceError::invalid_param(
+                    "state",
+                    format!(
+                        "`{text}` claims a span of {at}'s prefixes but cannot be read as one \
+                         (`NEXT SOLUTIONS NODES span LO HI`)"
+                    ),
+                ))
+            }
             None => (text, whole),
         };
         // Counts this code did not write (another version, a garbled store) are ignored: the part starts over.
@@ -517,6 +530,36 @@ mod tests {
                 sweep_space::ChunkControl::new(Some("1 2 3 span 3 999".into())).control()
             )
             .is_err());
+    }
+
+    /// A saved state that claims a span but cannot be read is refused: run as the whole chunk, it would count
+    /// the chunk's other pieces twice.
+    #[test]
+    fn a_saved_state_with_an_unreadable_span_is_refused_not_run_whole() {
+        let j = job(10);
+        let at = ChunkId::new(2, 1);
+        for state in [
+            "4 10 900 span",
+            "4 10 900 span 3",
+            "4 10 900 span 3 x",
+            "4 10 900 span 9 3",
+            "4 10 900 span=3..9",
+            "4 10 900 spanx 3 9",
+            "4 10 900\tspan 3 9",
+            "span",
+            "span 3 9 1 2",
+        ] {
+            let ctl = sweep_space::ChunkControl::new(Some(state.to_string()));
+            let err = j.run_chunk(at, ctl.control());
+            assert!(
+                matches!(&err, Err(SpaceError::InvalidParam { name: "state", .. })),
+                "{state:?}: {err:?}"
+            );
+        }
+        // Garbled counts without a span are still ignored: the whole chunk starts over, as it was never split.
+        let whole = j.run_chunk(at, &Control::new()).unwrap();
+        let ctl = sweep_space::ChunkControl::new(Some("4 x 900".into()));
+        assert_eq!(j.run_chunk(at, ctl.control()).unwrap(), whole);
     }
 
     #[test]

@@ -192,7 +192,7 @@ fn split_part(prefixes: usize, at: ChunkId, state: &str) -> Result<Range<usize>,
 
 /// The prefixes a run of chunk `at` from `state` answers for: the chunk (`None`), a split state's span, or the
 /// part a cursor names. A state that is neither is refused: this is for checking splits, which must name
-/// their parts exactly (a run ignores a garbled cursor and starts over, see [`run_chunk`]).
+/// their parts exactly (a run starts a garbled cursor's part over, see [`run_chunk`]).
 pub fn part_of(
     prefixes: usize,
     at: ChunkId,
@@ -218,7 +218,8 @@ pub fn part_of(
 
 /// Runs chunk `chunk` of `n_chunks` (in range, checked by the caller) over `prefixes`, the job's prefixes:
 /// the part a split state `resume` names, or continuing from `resume` when it is a cursor this chunk saved,
-/// or the whole chunk. A split state outside the chunk is refused.
+/// or the whole chunk. A split state outside the chunk is refused, and so is a cursor that claims a span but
+/// cannot be read; a cursor that cannot be trusted starts its part over (the whole chunk when it names none).
 pub fn run_chunk(
     geo: &Geometry,
     prefixes: &[[u8; 2]],
@@ -250,9 +251,23 @@ pub fn run_chunk(
         sink: Some(saves.sink),
     };
     let mut next = part.start;
-    if let Some((cursor, used)) = cursor_state.and_then(|text| search.restore(text, prefixes)) {
-        search.continue_from(&cursor, &used)?;
-        next = cursor.prefix + 1;
+    if let Some(text) = cursor_state {
+        match search.restore(text, prefixes) {
+            Some((cursor, used)) => {
+                search.continue_from(&cursor, &used)?;
+                next = cursor.prefix + 1;
+            }
+            None => {
+                // A cursor of a piece answers for its span only: the chunk's other prefixes belong to other
+                // pieces, so starting the whole chunk over would count them twice. Its span, if it can be read,
+                // starts over; if not, the run fails and the chunk is retried from its recorded part.
+                if let Some(piece) = claimed_span(geo.rows, prefixes.len(), at, text)? {
+                    search.part = piece.clone();
+                    search.prefix = piece.start;
+                    next = piece.start;
+                }
+            }
+        }
     }
     // One look at the split flag per prefix: a prefix's search is never cut, the prefixes not started are.
     let span = Span {
@@ -268,6 +283,39 @@ pub fn run_chunk(
         search.run_prefix(prefixes[k as usize])?;
     }
     Ok(search.finish())
+}
+
+/// Whether a cursor that could not be restored claims a span (a word `span=...`, or the `span` of a split state
+/// anywhere but first): `None` when it does not (a cursor of the whole chunk, which starts over), the span when
+/// it names one of chunk `at`'s parts legibly (of a job with `rows` rows), and an error when it claims one that
+/// cannot be read.
+fn claimed_span(
+    rows: usize,
+    prefixes: usize,
+    at: ChunkId,
+    text: &str,
+) -> Result<Option<Range<usize>>, SpaceError> {
+    let claims = text
+        .split_whitespace()
+        .any(|w| w == SPAN_WORD.trim_end() || w.starts_with("span="));
+    if !claims {
+        return Ok(None);
+    }
+    let mine = chunk_range(prefixes, at);
+    parse_state(text)
+        .filter(|saved| saved.rows == rows && saved.id == at)
+        .and_then(|saved| saved.cursor.span)
+        .filter(|span| mine.start <= span.start && span.end <= mine.end)
+        .map(Some)
+        .ok_or_else(|| {
+            SpaceError::invalid_param(
+                "state",
+                format!(
+                    "`{text}` claims a span of {at}'s prefixes but cannot be read as one; running the whole \
+                     chunk would count its other pieces twice"
+                ),
+            )
+        })
 }
 
 /// A parsed state, not yet checked against the chunk.

@@ -568,6 +568,47 @@ fn foreign_and_garbled_states_are_ignored() {
     assert!(did < whole.nodes);
 }
 
+/// A piece's cursor that cannot be read must not run the whole chunk: that would count the chunk's other pieces
+/// twice. It is refused, so the run fails and the chunk is retried from its recorded part.
+#[test]
+fn a_pieces_garbled_cursor_is_refused_not_run_as_the_whole_chunk() {
+    let j = job(7, Method::Strategy, None);
+    let at = ChunkId::new(2, 1);
+    let (lo, hi) = at.split(j.prefixes.len() as u128);
+    let piece_state = format!("span {} {}", lo + 1, hi - 1);
+    let piece = resumed(&j, at, &piece_state).0;
+    let (_, states, _) = run_saving(&j, at, 1024, Some(&piece_state));
+    let good = &states[states.len() / 2];
+    assert!(good.contains(" span="), "{good}");
+    assert_eq!(resumed(&j, at, good).0, piece);
+    let unreadable = [
+        good.replace("nodes=", "nodes=1"),
+        good[..good.len() - 1].to_string(),
+        good.replacen(' ', "  ", 1),
+        forged(good, "span", "9..3"),
+        forged(good, "span", "0..99999999"),
+        forged(good, "span", "x"),
+        forged(good, "chunk", &format!("{}/5", at.chunk)),
+        forged(good, "rows", "6"),
+        format!("1 2 3 span {} {hi}", lo + 1),
+    ];
+    for state in &unreadable {
+        let ctl = sweep_space::ChunkControl::new(Some(state.clone()));
+        let err = j.run_chunk(at, ctl.control());
+        assert!(
+            matches!(&err, Err(SpaceError::InvalidParam { name: "state", .. })),
+            "{state}: {err:?}"
+        );
+    }
+    // A legible span whose cursor is a lie starts that span over: the piece still counts only itself.
+    for (key, value) in [("path", "1,2,3"), ("unique", "1"), ("prefix", "0")] {
+        let state = forged(good, key, value);
+        let (out, did) = resumed(&j, at, &state);
+        assert_eq!(out, piece, "{state}");
+        assert_eq!(did, piece.nodes, "trusted: {state}");
+    }
+}
+
 #[test]
 fn a_refused_state_stops_the_saving_not_the_search() {
     let j = job(6, Method::Strategy, None);
@@ -674,10 +715,11 @@ proptest! {
     }
 }
 
-/// A piece's cursor carries its span under the digest: re-signed with a span that is not inside the chunk or
-/// does not hold the cursor's prefix, it is not trusted; honest, it resumes the piece.
+/// A piece's cursor carries its span under the digest: re-signed with a span that is not inside the chunk, it
+/// is refused; with one inside the chunk that does not hold the cursor's prefix, the cursor is not trusted and
+/// that span starts over; honest, it resumes the piece.
 #[test]
-fn a_piece_cursor_with_a_forged_span_is_ignored() {
+fn a_piece_cursor_with_a_forged_span_is_refused_or_starts_its_span_over() {
     let j = job(7, Method::Strategy, None);
     let at = ChunkId::new(2, 1);
     let (lo, hi) = (j.prefixes.len() / 2, j.prefixes.len());
@@ -688,17 +730,19 @@ fn a_piece_cursor_with_a_forged_span_is_ignored() {
     let cursor = ctl.take_resume_state().unwrap();
     let piece = resumed(&j, at, &part).0;
     assert_eq!(resumed(&j, at, &cursor).0, piece);
-    let whole = j.run_chunk(at, &Control::new()).unwrap();
     for span in [
         format!("{}..{hi}", lo - 1),
         format!("{lo}..{}", hi + 1),
-        format!("{}..{}", lo + 2, lo + 3),
         format!("{}..{}", hi - 1, hi - 1),
         "x..y".to_string(),
     ] {
         let lie = forged(&cursor, "span", &span);
-        let (out, did) = resumed(&j, at, &lie);
-        assert_eq!(out, whole, "{lie}");
-        assert_eq!(did, whole.nodes, "trusted: {lie}");
+        let ctl = sweep_space::ChunkControl::new(Some(lie.clone()));
+        assert!(j.run_chunk(at, ctl.control()).is_err(), "{lie}");
     }
+    let elsewhere = format!("span {} {}", lo + 2, lo + 3);
+    let lie = forged(&cursor, "span", &format!("{}..{}", lo + 2, lo + 3));
+    let (out, did) = resumed(&j, at, &lie);
+    assert_eq!(out, resumed(&j, at, &elsewhere).0, "{lie}");
+    assert_eq!(did, out.nodes, "trusted: {lie}");
 }

@@ -85,19 +85,32 @@ function setText(id, text) {
   $(id).textContent = text;
 }
 
+// The plan's chunks covered, whole when whole, else rounded down to a tenth (never "64 / 64" before the end).
+function fmtCovered(c) {
+  return Number.isInteger(c) ? fmtInt(c) : (Math.floor(c * 10) / 10).toFixed(1);
+}
+
+// The bar's length is the plan's chunks and its done part the plan they cover: slots grow when a running chunk
+// splits, so done slots over all slots would go back. Leased and poisoned slots are drawn at the average share
+// of a slot not done (what is left of the plan over the slots left), since a slot's own share is not sent.
 function progressBar(j) {
-  const total = Math.max(1, j.chunks_total);
-  const pct = (n) => (100 * n / total).toFixed(3) + '%';
+  const plan = j.plan_chunks != null ? j.plan_chunks : j.chunks_total;
+  const covered = j.chunks_covered != null ? j.chunks_covered : j.chunks_done;
+  const total = Math.max(1, plan);
+  const pct = (n) => (100 * Math.min(n, total) / total).toFixed(3) + '%';
+  const slotsLeft = j.chunks_total - j.chunks_done;
+  const share = slotsLeft > 0 ? Math.max(0, plan - covered) / slotsLeft : 0;
   const bar = el('div', { class: 'bar', role: 'progressbar',
-    'aria-valuemin': '0', 'aria-valuemax': String(j.chunks_total), 'aria-valuenow': String(j.chunks_done) });
+    'aria-valuemin': '0', 'aria-valuemax': String(plan), 'aria-valuenow': String(covered) });
   // Widths through the CSSOM: the page's content security policy allows no inline style attributes.
-  for (const [cls, n] of [['done', j.chunks_done], ['leased', j.chunks_leased], ['poisoned', j.chunks_poisoned]]) {
+  for (const [cls, n] of [['done', covered], ['leased', j.chunks_leased * share], ['poisoned', j.chunks_poisoned * share]]) {
     const seg = el('span', { class: cls });
     seg.style.width = pct(n);
     bar.append(seg);
   }
-  const percent = j.chunks_total ? Math.floor(100 * j.chunks_done / j.chunks_total) : 0;
-  let text = fmtInt(j.chunks_done) + ' / ' + fmtInt(j.chunks_total) + ' chunks (' + percent + '%)';
+  const percent = plan ? Math.floor(100 * covered / plan) : 0;
+  let text = fmtCovered(covered) + ' / ' + fmtInt(plan) + ' chunks (' + percent + '%)';
+  if (j.pieces) text += ' · ' + fmtInt(j.pieces) + (j.pieces === 1 ? ' piece' : ' pieces') + ' split off';
   if (j.chunks_leased) text += ' · ' + fmtInt(j.chunks_leased) + ' leased';
   if (j.chunks_poisoned) text += ' · ' + fmtInt(j.chunks_poisoned) + ' poisoned';
   if (j.reissued) text += ' · ' + fmtInt(j.reissued) + ' re-issued';
@@ -143,10 +156,13 @@ function inputsNote(j) {
   return ' (inputs: ' + ids.length + ' jobs' + waiting + ')';
 }
 
-// An ETA from an estimated job size (no exact total) is marked as the estimate it is.
+// An ETA from an estimated job size (no exact total) is the range the coordinator allows for it (see
+// eta_spread in state.rs); one from chunks counted as if equal is marked as the guess it is.
 function fmtEta(j) {
+  if (j.eta_s == null) return fmtDur(j.eta_s);
+  if (j.eta_low_s != null && j.eta_high_s != null) return fmtDur(j.eta_low_s) + ' to ' + fmtDur(j.eta_high_s);
   const eta = fmtDur(j.eta_s);
-  return j.eta_s != null && j.estimated_nodes && !j.total_nodes ? '~' + eta : eta;
+  return j.total_nodes ? eta : '~' + eta;
 }
 
 function renderJobs(s) {
