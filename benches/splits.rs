@@ -180,7 +180,9 @@ fn tail() {
         args.push(median_items.to_string());
         let (wall, _, json) = run(&args);
         assert_eq!(
-            json["result"]["counters"]["items"].to_string().trim_matches('"'),
+            json["result"]["counters"]["items"]
+                .to_string()
+                .trim_matches('"'),
             total_items.to_string(),
             "every item once: {json}"
         );
